@@ -1,0 +1,57 @@
+import { readFileSync } from 'node:fs';
+import { RelentError } from '../core/errors.js';
+import { EXIT, processIo, type Io } from './args.js';
+import { demoCommand } from './demo.js';
+import { presetsCommand } from './presets.js';
+import { replayCommand } from './replay.js';
+
+const HELP = `relent — outbound calls that fail well
+
+Usage: relent <command> [options]
+
+Commands:
+  replay FILE|-     replay observation timelines against a policy in virtual time (JSON lines)
+  presets [NAME]    list the documented retry policies of real services
+  demo              replay the bundled example timelines (what \`npm start\` runs)
+  help [COMMAND]    this text, or a command's own
+
+Durations: 250ms, 2s, 30m, 1h (a bare number is ms). Exit status 0 only on success.
+`;
+
+type Command = (argv: string[], io: Io) => Promise<number>;
+const COMMANDS: Record<string, Command> = { replay: replayCommand, presets: presetsCommand, demo: demoCommand };
+
+/** Runs one command; returns the exit status. Never throws. */
+export async function main(argv: string[], io: Io = processIo): Promise<number> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === 'help' || name === '--help' || name === '-h') {
+    const sub = rest[0];
+    if (sub && COMMANDS[sub]) return COMMANDS[sub]!(['--help'], io);
+    io.out(HELP);
+    return name === undefined ? EXIT.usage : EXIT.ok;
+  }
+  if (name === '--version' || name === '-v') {
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+    io.out(`${pkg.version}\n`);
+    return EXIT.ok;
+  }
+  const command = COMMANDS[name];
+  if (!command) {
+    io.err(`relent: unknown command ${JSON.stringify(name)} (try: relent help)\n`);
+    return EXIT.usage;
+  }
+  try {
+    return await command(rest, io);
+  } catch (e) {
+    if (RelentError.is(e) && (e.code === 'ERR_INVALID_INPUT' || e.code === 'ERR_INVALID_POLICY')) {
+      io.err(`relent ${name}: ${e.message}\n`);
+      return EXIT.usage;
+    }
+    if (e instanceof TypeError && (e as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
+      io.err(`relent ${name}: ${e.message}\n`);
+      return EXIT.usage;
+    }
+    io.err(`relent ${name}: internal error: ${e instanceof Error ? e.message : String(e)}\n`);
+    return EXIT.failure;
+  }
+}

@@ -1,0 +1,41 @@
+import { parseArgs } from 'node:util';
+import { PRESETS, presetPolicy } from '../presets/index.js';
+import { EXIT, type Io } from './args.js';
+
+const dur = (ms: number): string => (ms >= 3_600_000 && ms % 3_600_000 === 0 ? `${ms / 3_600_000}h` : ms >= 60_000 && ms % 60_000 === 0 ? `${ms / 60_000}m` : ms >= 1000 && ms % 1000 === 0 ? `${ms / 1000}s` : `${ms}ms`);
+
+export async function presetsCommand(argv: string[], io: Io): Promise<number> {
+  const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: { json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } } });
+  if (values.help) {
+    io.out('relent presets [NAME] [--json]\n\nLists the documented retry policies of real services, with their parameters and sources.\n');
+    return EXIT.ok;
+  }
+  const names = positionals.length > 0 ? positionals : [...PRESETS.keys()];
+  for (const n of names) {
+    if (!PRESETS.has(n)) {
+      io.err(`relent presets: unknown preset ${JSON.stringify(n)} (known: ${[...PRESETS.keys()].join(', ')})\n`);
+      return EXIT.usage;
+    }
+  }
+  const rows = names.map((n) => {
+    const def = PRESETS.get(n)!;
+    const p = presetPolicy(n);
+    return { name: n, summary: def.summary, schedule: def.schedule, source: def.source, notes: def.notes, policy: p.spec };
+  });
+  if (values.json) {
+    io.out(JSON.stringify({ presets: rows }, null, 2) + '\n');
+    return EXIT.ok;
+  }
+  for (const r of rows) {
+    const p = r.policy;
+    io.out(`${r.name}\n  ${r.summary}\n`);
+    io.out(`  schedule: ${r.schedule}\n`);
+    io.out(`  attempts ${p.maxAttempts} · deadline ${dur(p.deadlineMs)}${p.attemptTimeoutMs !== null ? ` · attempt timeout ${dur(p.attemptTimeoutMs)}` : ''} · backoff ${JSON.stringify(p.backoff)}\n`);
+    io.out(`  retry on status ${JSON.stringify(p.retryOn.status)} · errors ${p.retryOn.errors.join(', ') || 'none'}\n`);
+    io.out(`  Retry-After ${p.retryAfter.honor ? `honoured on ${JSON.stringify(p.retryAfter.statuses)} up to ${dur(p.retryAfter.maxMs)}` : 'ignored'} · budget ${p.budget ? JSON.stringify(p.budget) : 'none'}${p.deferOverMs !== null ? ` · defer waits over ${dur(p.deferOverMs)}` : ''}\n`);
+    io.out(`  source: ${r.source}\n`);
+    for (const note of r.notes) io.out(`  note: ${note}\n`);
+    io.out('\n');
+  }
+  return EXIT.ok;
+}

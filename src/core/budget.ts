@@ -1,0 +1,184 @@
+import { invalidPolicy } from './errors.js';
+
+/**
+ * Shared retry budgets (R9): one budget is shared by all operations of a client (or of
+ * one dependency), so a fleet of operations cannot multiply load on a dependency that
+ * is failing. `decide()` consults the budget it is handed; nothing else does.
+ *
+ * relent's default is `ratio`: a token bucket in the manner of Finagle's RetryBudget and
+ * the SRE book's per-client retry ratio. Every operation deposits `ratio` tokens when
+ * its first attempt is decided, time adds `minPerSecond` tokens per second (a floor for
+ * quiet clients, like Finagle's minRetriesPerSec and the SRE book's "60 retries per
+ * minute in a process"), the bucket holds at most `maxTokens`, and a retry costs one
+ * token. Over any window, retries <= ratio × operations + minPerSecond × seconds +
+ * maxTokens, so load stays within (1 + ratio)× plus a small floor however long the
+ * dependency fails. (Finagle expires deposits after a TTL; a capacity bound gives the
+ * same guarantee with O(1) state.)
+ *
+ * Also available, for the presets that copy them:
+ * - `throttle`: gRPC A6 retryThrottling (failures −1, successes +tokenRatio, retries
+ *   allowed only while tokens > maxTokens/2).
+ * - `quota`: the AWS SDK standard-mode retry quota (capacity 500; a retry costs 5 or 14,
+ *   a timeout 10; a success refunds 1, or the retry's cost when it needed retries).
+ */
+export type BudgetSpec =
+  | { readonly kind: 'ratio'; readonly ratio?: number; readonly minPerSecond?: number; readonly maxTokens?: number }
+  | { readonly kind: 'throttle'; readonly maxTokens: number; readonly tokenRatio: number }
+  | {
+      readonly kind: 'quota';
+      readonly capacity?: number;
+      readonly retryCost?: number;
+      readonly throttleCost?: number;
+      readonly timeoutCost?: number;
+      readonly successRefund?: number;
+    };
+
+export const RATIO_BUDGET_DEFAULTS = Object.freeze({ kind: 'ratio' as const, ratio: 0.1, minPerSecond: 1, maxTokens: 10 });
+
+/** What decide() tells the budget about one observed attempt. */
+export interface BudgetObservation {
+  readonly attempt: number;
+  /** An answer the policy counts as success (decision `return` for a non-error status). */
+  readonly success: boolean;
+  /** A failure the policy would retry (counts against gRPC throttling). */
+  readonly retryableFailure: boolean;
+  readonly throttled: boolean;
+  readonly timeout: boolean;
+  /** What the operation's previous retry cost (for the AWS refund). */
+  readonly lastCost: number;
+}
+
+export interface RetryBudget {
+  readonly spec: BudgetSpec;
+  /** Records one observed attempt (deposits, refunds, throttling counts). */
+  observe(o: BudgetObservation, now: number): void;
+  /** Withdraws the cost of one retry and returns it; `false` when the budget cannot pay (no change then). */
+  tryAcquire(o: { readonly throttled: boolean; readonly timeout: boolean }, now: number): number | false;
+  /** Current tokens (after refill at `now`), for events and tests. */
+  available(now: number): number;
+}
+
+export function normalizeBudget(input: unknown, field = 'budget'): BudgetSpec {
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) {
+    throw invalidPolicy(field, 'an object with `kind` ratio, throttle or quota (or null for none)', input);
+  }
+  const raw = input as Record<string, unknown>;
+  const num = (key: string, fallback: number, min: number, max: number): number => {
+    const v = raw[key] ?? fallback;
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < min || v > max) {
+      throw invalidPolicy(`${field}.${key}`, `a number in [${min}, ${max}]`, v);
+    }
+    return v;
+  };
+  const only = (keys: string[]): void => {
+    for (const k of Object.keys(raw)) if (k !== 'kind' && !keys.includes(k)) throw invalidPolicy(`${field}.${k}`, `absent (a ${String(raw.kind)} budget takes ${keys.join(', ')})`, raw[k]);
+  };
+  switch (raw.kind) {
+    case 'ratio':
+      only(['ratio', 'minPerSecond', 'maxTokens']);
+      return Object.freeze({
+        kind: 'ratio',
+        ratio: num('ratio', RATIO_BUDGET_DEFAULTS.ratio, 0, 1000),
+        minPerSecond: num('minPerSecond', RATIO_BUDGET_DEFAULTS.minPerSecond, 0, 1e6),
+        maxTokens: num('maxTokens', RATIO_BUDGET_DEFAULTS.maxTokens, 1, 1e9),
+      });
+    case 'throttle': {
+      only(['maxTokens', 'tokenRatio']);
+      const maxTokens = num('maxTokens', NaN, 0.001, 1000);
+      // gRPC keeps three decimals of tokenRatio
+      const tokenRatio = Math.floor(num('tokenRatio', NaN, 0.001, 1000) * 1000) / 1000;
+      return Object.freeze({ kind: 'throttle', maxTokens, tokenRatio });
+    }
+    case 'quota':
+      only(['capacity', 'retryCost', 'throttleCost', 'timeoutCost', 'successRefund']);
+      return Object.freeze({
+        kind: 'quota',
+        capacity: num('capacity', 500, 1, 1e9),
+        retryCost: num('retryCost', 14, 0, 1e9),
+        throttleCost: num('throttleCost', 5, 0, 1e9),
+        timeoutCost: num('timeoutCost', 14, 0, 1e9),
+        successRefund: num('successRefund', 1, 0, 1e9),
+      });
+    default:
+      throw invalidPolicy(`${field}.kind`, 'one of ratio, throttle, quota', raw.kind);
+  }
+}
+
+/** Creates the shared state of a budget. Time is passed in (monotonic ms); no clock is read. */
+export function createRetryBudget(input: BudgetSpec): RetryBudget {
+  const spec = normalizeBudget(input);
+  switch (spec.kind) {
+    case 'ratio':
+      return ratioBudget(spec.ratio ?? 0.1, spec.minPerSecond ?? 1, spec.maxTokens ?? 10, spec);
+    case 'throttle':
+      return throttleBudget(spec.maxTokens, spec.tokenRatio, spec);
+    case 'quota':
+      return quotaBudget(spec);
+  }
+}
+
+function ratioBudget(ratio: number, minPerSecond: number, maxTokens: number, spec: BudgetSpec): RetryBudget {
+  let tokens = maxTokens;
+  let last: number | null = null;
+  const refill = (now: number): void => {
+    if (last !== null && now > last && minPerSecond > 0) {
+      tokens = Math.min(maxTokens, tokens + ((now - last) / 1000) * minPerSecond);
+    }
+    if (last === null || now > last) last = now;
+  };
+  return {
+    spec,
+    observe(o, now) {
+      refill(now);
+      if (o.attempt === 1) tokens = Math.min(maxTokens, tokens + ratio);
+    },
+    tryAcquire(_o, now) {
+      refill(now);
+      if (tokens < 1) return false;
+      tokens -= 1;
+      return 1;
+    },
+    available(now) {
+      refill(now);
+      return tokens;
+    },
+  };
+}
+
+function throttleBudget(maxTokens: number, tokenRatio: number, spec: BudgetSpec): RetryBudget {
+  let tokens = maxTokens;
+  return {
+    spec,
+    observe(o) {
+      if (o.retryableFailure) tokens = Math.max(0, tokens - 1);
+      else if (o.success) tokens = Math.min(maxTokens, tokens + tokenRatio);
+    },
+    tryAcquire() {
+      return tokens > maxTokens / 2 ? 0 : false;
+    },
+    available() {
+      return tokens;
+    },
+  };
+}
+
+function quotaBudget(spec: Extract<BudgetSpec, { kind: 'quota' }>): RetryBudget {
+  const capacity = spec.capacity ?? 500;
+  let tokens = capacity;
+  return {
+    spec,
+    observe(o) {
+      if (!o.success) return;
+      tokens = Math.min(capacity, tokens + (o.attempt > 1 && o.lastCost > 0 ? o.lastCost : (spec.successRefund ?? 1)));
+    },
+    tryAcquire(o) {
+      const cost = o.throttled ? (spec.throttleCost ?? 5) : o.timeout ? (spec.timeoutCost ?? 14) : (spec.retryCost ?? 14);
+      if (tokens < cost) return false;
+      tokens -= cost;
+      return cost;
+    },
+    available() {
+      return tokens;
+    },
+  };
+}

@@ -1,0 +1,215 @@
+import { computeBackoff } from './backoff.js';
+import type { RetryBudget } from './budget.js';
+import { RelentError } from './errors.js';
+import { readServerHint } from './hints.js';
+import { ERROR_CLASSES, IDEMPOTENT_METHODS, type Policy } from './policy.js';
+import type { Decision, DecisionResult, DecisionWhy, Observation, Random, SendState } from './types.js';
+
+/**
+ * What the core knows about one operation between attempts. Drivers create it with
+ * `startOperation`, move it forward with `beginAttempt` / `afterRetry`, and never
+ * interpret it themselves.
+ */
+export interface OperationState {
+  /** The attempt being made or just observed (1-based); 0 before the first call. */
+  readonly attempt: number;
+  /** Monotonic ms when the operation began. */
+  readonly startedAt: number;
+  /** Monotonic ms when the operation's deadline passes. */
+  readonly deadlineAt: number;
+  /** Whether repeating the operation is safe (R5), fixed at the operation's start. */
+  readonly idempotent: boolean;
+  /** The previous wait (decorrelated jitter), null before the first retry. */
+  readonly prevDelayMs: number | null;
+  /** What the previous retry cost the budget (AWS refunds it on success). */
+  readonly lastBudgetCost: number;
+}
+
+export interface StartOptions {
+  readonly now: number;
+  readonly method?: string | null;
+  readonly idempotencyKey?: string | null;
+  /** The caller's declaration: beats the key, the policy and the method. */
+  readonly idempotent?: boolean | null;
+  /** A deadline for this operation only (ms from now), never longer than the policy's. */
+  readonly deadlineMs?: number | null;
+}
+
+export interface DecideContext {
+  /** Monotonic now, in ms. */
+  readonly now: number;
+  /** Wall clock (epoch ms), used only to read HTTP dates. */
+  readonly wallNow?: number;
+  readonly random: Random;
+  /** The shared retry budget, when the driver keeps one. decide() records into it. */
+  readonly budget?: RetryBudget | null;
+  /** True when the driver IS the durable queue: long waits are scheduled, never deferred. */
+  readonly durable?: boolean;
+}
+
+/**
+ * Idempotency (R5): the caller's declaration beats an idempotency key, which beats the
+ * policy's declaration, which beats the method. An operation without a method (a
+ * plain function given to run()) is idempotent unless declared otherwise.
+ */
+export function isIdempotent(policy: Policy, o: Pick<StartOptions, 'method' | 'idempotencyKey' | 'idempotent'>): boolean {
+  if (typeof o.idempotent === 'boolean') return o.idempotent;
+  if (typeof o.idempotencyKey === 'string' && o.idempotencyKey.length > 0) return true;
+  if (policy.idempotent !== null) return policy.idempotent;
+  if (typeof o.method === 'string' && o.method.length > 0) return IDEMPOTENT_METHODS.has(o.method.toUpperCase());
+  return true;
+}
+
+export function startOperation(policy: Policy, o: StartOptions): OperationState {
+  const own = o.deadlineMs;
+  const deadlineMs = typeof own === 'number' && own >= 0 && own < policy.deadlineMs ? own : policy.deadlineMs;
+  return {
+    attempt: 0,
+    startedAt: o.now,
+    deadlineAt: o.now + deadlineMs,
+    idempotent: isIdempotent(policy, o),
+    prevDelayMs: null,
+    lastBudgetCost: 0,
+  };
+}
+
+/** The state for the next attempt. */
+export function beginAttempt(state: OperationState): OperationState {
+  return { ...state, attempt: state.attempt + 1 };
+}
+
+/** The state after a `retry` (or `defer`) decision: remembers the wait and its cost. */
+export function afterRetry(state: OperationState, result: DecisionResult): OperationState {
+  return { ...state, prevDelayMs: result.delayMs, lastBudgetCost: result.budgetCost };
+}
+
+/** Before an attempt: the terminal decision that forbids the call, or null to go ahead (R1). */
+export function preflight(state: OperationState, now: number): DecisionResult | null {
+  if (state.deadlineAt - now <= 0) return terminal('deadline_exceeded', 'deadline_spent', null);
+  return null;
+}
+
+/** The time one attempt may take: min(attemptTimeoutMs, remaining) (R2). */
+export function attemptBudgetMs(policy: Policy, state: OperationState, now: number): number {
+  const remaining = Math.max(0, state.deadlineAt - now);
+  return policy.attemptTimeoutMs !== null && policy.attemptTimeoutMs < remaining ? policy.attemptTimeoutMs : remaining;
+}
+
+/**
+ * An observation that took longer than the attempt was allowed becomes a `timeout`
+ * at that bound (used by drivers that replay or simulate time).
+ */
+export function boundObservation(obs: Observation, boundMs: number): Observation {
+  if (obs.elapsedMs > boundMs) return { errorClass: 'timeout', elapsedMs: boundMs, sent: 'unknown' };
+  return obs;
+}
+
+/** Whether request bytes may have left the machine. */
+export function sendStateOf(obs: Observation): SendState {
+  if (obs.sent) return obs.sent;
+  if (obs.status !== undefined && obs.status !== null) return 'sent';
+  return obs.errorClass ? ERROR_CLASSES[obs.errorClass].sent : 'unknown';
+}
+
+const RETURN_SUCCESS: DecisionResult = Object.freeze({
+  decision: 'return', why: 'success', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
+});
+
+function terminal(decision: Decision, why: DecisionWhy, hint: { ms: number | null; valid: boolean | null } | null): DecisionResult {
+  return { decision, why, delayMs: null, retryAfterMs: hint?.ms ?? null, retryAfterValid: hint?.valid ?? null, budgetCost: 0 };
+}
+
+/**
+ * The one answer to "retry, stop, or check state, and after how long?" (R1–R12).
+ *
+ * Pure: reads no clock and draws no randomness of its own (both come in `ctx`), does
+ * no I/O. Its only effect is on the shared budget handed in `ctx.budget`, which it
+ * tells about the attempt and, for a retry, charges.
+ *
+ * `state.attempt` is the attempt that produced `obs`.
+ */
+export function decide(policy: Policy, state: OperationState, obs: Observation, ctx: DecideContext): DecisionResult {
+  const status = obs.status ?? null;
+  const errorClass = obs.errorClass ?? null;
+  if ((status === null) === (errorClass === null)) {
+    throw new RelentError('ERR_INVALID_INPUT', 'An observation has exactly one of `status` and `errorClass`', { field: 'observation' });
+  }
+  const budget = ctx.budget ?? null;
+
+  // Fast path: an answer the policy does not retry.
+  if (status !== null && !policy.retryOnStatus.has(status) && status < 400) {
+    if (budget) budget.observe({ attempt: state.attempt, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost: state.lastBudgetCost }, ctx.now);
+    return obs.nbr !== undefined && obs.nbr !== null ? { ...RETURN_SUCCESS, why: 'no_bid' } : RETURN_SUCCESS;
+  }
+  if (errorClass === 'aborted') return terminal('cancelled', 'cancelled', null);
+  // R4: an OpenRTB no-bid reason is an answer, whatever the status.
+  if (obs.nbr !== undefined && obs.nbr !== null) return { ...RETURN_SUCCESS, why: 'no_bid' };
+
+  const hint = status !== null ? readServerHint(policy, obs, ctx.wallNow) : null;
+  const hintSeen = hint ? { ms: hint.valid ? hint.delayMs : null, valid: hint.valid } : null;
+  const throttled = status !== null && policy.throttleStatuses.has(status);
+  const timeout = errorClass === 'timeout';
+
+  let retryable: boolean;
+  let safe: boolean;
+  if (status !== null) {
+    retryable = policy.retryOnStatus.has(status);
+    safe = state.idempotent || policy.safeStatuses.has(status);
+  } else {
+    retryable = policy.retryOnErrors.has(errorClass!);
+    safe = state.idempotent || sendStateOf(obs) === 'not_sent';
+  }
+  if (budget) {
+    budget.observe({ attempt: state.attempt, success: false, retryableFailure: retryable, throttled, timeout, lastCost: state.lastBudgetCost }, ctx.now);
+  }
+
+  // R6: sent but unanswered, and not safe to repeat → read the state, never send again.
+  if (status === null && !safe && policy.unknownOutcome === 'check_state') return terminal('check_state', 'unknown_outcome', null);
+  if (!retryable) return terminal('not_retryable', status !== null ? 'status_not_retryable' : 'error_not_retryable', hintSeen);
+  if (!safe) return terminal('not_retryable', 'not_idempotent', hintSeen);
+
+  // R1, R3: the deadline and the attempt count are separate reasons.
+  const remaining = state.deadlineAt - ctx.now;
+  if (remaining <= 0) return terminal('deadline_exceeded', 'deadline_spent', hintSeen);
+  if (state.attempt >= policy.maxAttempts) return terminal('max_attempts', 'attempts_exhausted', hintSeen);
+
+  const mayDefer = policy.deferOverMs !== null && ctx.durable !== true;
+  const room = remaining - policy.minAttemptMs;
+  let delay: number;
+  if (hint && hint.valid && hint.noRetry) {
+    return terminal('not_retryable', 'retry_after_no_retry', hintSeen);
+  } else if (hint && hint.valid) {
+    // R8: never earlier than the server asked; a small positive jitter after it.
+    const asked = hint.delayMs;
+    if (asked > policy.retryAfter.maxMs) return terminal('not_retryable', 'retry_after_over_cap', hintSeen);
+    const ra = policy.retryAfter;
+    const spread = Math.min(ra.jitterMaxMs, Math.max(ra.jitterMinMs, asked * ra.jitterRatio));
+    let jitter = Math.floor(ctx.random() * spread);
+    if (asked + jitter > ra.maxMs) jitter = ra.maxMs - asked;
+    if (asked < room && asked + jitter >= room) jitter = Math.max(0, Math.ceil(room) - 1 - asked);
+    delay = asked + jitter;
+    if (!(delay < room)) {
+      return mayDefer ? deferred(delay, 'defer_long_wait', hintSeen) : terminal('deadline_exceeded', 'retry_after_past_deadline', hintSeen);
+    }
+  } else {
+    const spec = throttled && policy.throttleBackoff ? policy.throttleBackoff : policy.backoff;
+    delay = computeBackoff(spec, state.attempt - 1, state.prevDelayMs, ctx.random);
+    if (!(delay < room)) {
+      return mayDefer ? deferred(delay, 'defer_long_wait', hintSeen) : terminal('deadline_exceeded', 'delay_past_deadline', hintSeen);
+    }
+  }
+  if (mayDefer && delay > policy.deferOverMs!) return deferred(delay, 'defer_long_wait', hintSeen);
+
+  // R9: the shared budget is the last gate, so a retry that would not happen anyway costs nothing.
+  let cost = 0;
+  if (budget) {
+    const paid = budget.tryAcquire({ throttled, timeout }, ctx.now);
+    if (paid === false) return terminal('budget_exhausted', 'budget_empty', hintSeen);
+    cost = paid;
+  }
+  return { decision: 'retry', why: 'retryable', delayMs: delay, retryAfterMs: hintSeen?.ms ?? null, retryAfterValid: hintSeen?.valid ?? null, budgetCost: cost };
+}
+
+function deferred(delay: number, why: DecisionWhy, hint: { ms: number | null; valid: boolean | null } | null): DecisionResult {
+  return { decision: 'defer', why, delayMs: delay, retryAfterMs: hint?.ms ?? null, retryAfterValid: hint?.valid ?? null, budgetCost: 0 };
+}

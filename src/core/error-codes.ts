@@ -1,0 +1,57 @@
+import type { ErrorClass } from './types.js';
+
+/**
+ * Node, undici and OpenSSL error codes → error class. The one table every driver uses
+ * to turn a thrown error into an observation. (The HTTP driver adds what only it
+ * knows: whether request bytes were written before the failure.)
+ */
+export const ERROR_CODE_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze({
+  ECONNREFUSED: 'connect_refused',
+  ENOTFOUND: 'dns',
+  EAI_AGAIN: 'dns',
+  EAI_NONAME: 'dns',
+  EAI_FAIL: 'dns',
+  ENODATA: 'dns',
+  ESERVFAIL: 'dns',
+  UND_ERR_CONNECT_TIMEOUT: 'connect_timeout',
+  ETIMEDOUT: 'connect_timeout',
+  ECONNRESET: 'reset',
+  EPIPE: 'reset',
+  ECONNABORTED: 'reset',
+  UND_ERR_SOCKET: 'socket_closed',
+  UND_ERR_CLOSED: 'socket_closed',
+  UND_ERR_HEADERS_TIMEOUT: 'timeout',
+  UND_ERR_BODY_TIMEOUT: 'timeout',
+  UND_ERR_RES_CONTENT_LENGTH_MISMATCH: 'protocol',
+  HPE_INVALID_CONSTANT: 'protocol',
+  HPE_INVALID_STATUS: 'protocol',
+  HPE_INVALID_HEADER_TOKEN: 'protocol',
+  HPE_UNEXPECTED_CONTENT_LENGTH: 'protocol',
+  UND_ERR_INFO: 'protocol',
+  ERR_TLS_CERT_ALTNAME_INVALID: 'tls',
+  ERR_SSL_WRONG_VERSION_NUMBER: 'tls',
+  EPROTO: 'tls',
+  CERT_HAS_EXPIRED: 'tls',
+  CERT_NOT_YET_VALID: 'tls',
+  DEPTH_ZERO_SELF_SIGNED_CERT: 'tls',
+  SELF_SIGNED_CERT_IN_CHAIN: 'tls',
+  UNABLE_TO_VERIFY_LEAF_SIGNATURE: 'tls',
+  UNABLE_TO_GET_ISSUER_CERT_LOCALLY: 'tls',
+  ERR_SSL_TLSV1_ALERT_UNKNOWN_CA: 'tls',
+  ERR_SSL_SSLV3_ALERT_HANDSHAKE_FAILURE: 'tls',
+});
+
+/** The class of an error by its `code`, looking through `cause` chains (fetch wraps errors). */
+export function errorClassOfCode(error: unknown): ErrorClass | null {
+  let e: unknown = error;
+  for (let depth = 0; depth < 5 && typeof e === 'object' && e !== null; depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string') {
+      const cls = ERROR_CODE_CLASSES[code];
+      if (cls) return cls;
+      if (code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_')) return 'tls';
+    }
+    e = (e as { cause?: unknown }).cause;
+  }
+  return null;
+}

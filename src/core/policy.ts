@@ -1,0 +1,280 @@
+import { type BackoffSpec, backoffCeiling, normalizeBackoff } from './backoff.js';
+import { type BudgetSpec, normalizeBudget } from './budget.js';
+import { RelentError, describe, invalidPolicy } from './errors.js';
+import type { ErrorClass } from './types.js';
+
+/** Every error class, with whether request bytes may have left the machine. */
+export const ERROR_CLASSES: Readonly<Record<ErrorClass, { readonly sent: 'not_sent' | 'unknown'; readonly meaning: string }>> = Object.freeze({
+  connect_refused: { sent: 'not_sent', meaning: 'connection refused: nothing listens, nothing was sent' },
+  dns: { sent: 'not_sent', meaning: 'the host name did not resolve, nothing was sent' },
+  connect_timeout: { sent: 'not_sent', meaning: 'the TCP connection did not open in time, nothing was sent' },
+  tls: { sent: 'not_sent', meaning: 'the TLS handshake failed, nothing was sent' },
+  timeout: { sent: 'unknown', meaning: 'no complete answer within the attempt time; the server may have acted' },
+  reset: { sent: 'unknown', meaning: 'the connection was reset; the server may have acted' },
+  socket_closed: { sent: 'unknown', meaning: 'the connection closed before a complete answer; the server may have acted' },
+  protocol: { sent: 'unknown', meaning: 'the answer was not valid HTTP; the server may have acted' },
+  aborted: { sent: 'unknown', meaning: 'the caller cancelled the operation' },
+  error: { sent: 'unknown', meaning: 'the operation threw an error relent cannot classify' },
+});
+
+export const ALL_ERROR_CLASSES = Object.freeze(Object.keys(ERROR_CLASSES) as ErrorClass[]);
+
+/** Methods that RFC 9110 §9.2.2 makes idempotent. */
+export const IDEMPOTENT_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE']);
+
+/** A status pattern: a code (`503`), a class (`"5xx"`), a range (`"500-599"`) or a bound (`">500"`, `">=500"`). */
+export type StatusPattern = number | string;
+
+/** The JSON form of a policy, as users and presets write it. All fields are optional. */
+export interface PolicySpec {
+  /** Start from this preset (resolved by `resolvePolicy` in `relent/presets`, not by the core). */
+  readonly preset?: string;
+  /** Calls in all, the first included (3 → at most 2 retries). */
+  readonly maxAttempts?: number;
+  /** One deadline for the whole operation, waits included (monotonic). */
+  readonly deadlineMs?: number;
+  /** Each attempt gets min(attemptTimeoutMs, remaining); null: the remaining time. */
+  readonly attemptTimeoutMs?: number | null;
+  /** A retry is made only if at least this much time remains after its wait. */
+  readonly minAttemptMs?: number;
+  readonly backoff?: BackoffSpec;
+  /** The backoff after a throttling status (AWS uses a longer base for throttling). */
+  readonly throttleBackoff?: BackoffSpec | null;
+  readonly retryOn?: { readonly status?: readonly StatusPattern[]; readonly errors?: readonly ErrorClass[] };
+  /** Statuses that mean "refused before processing": retryable for any method (408, 429). */
+  readonly safeStatuses?: readonly StatusPattern[];
+  /** Statuses that mean "too much load from you" (429): throttleBackoff, budget cost. */
+  readonly throttleStatuses?: readonly StatusPattern[];
+  readonly retryAfter?: RetryAfterSpec;
+  /** What a sent-but-unanswered non-idempotent attempt leads to. */
+  readonly unknownOutcome?: 'check_state' | 'stop';
+  /** Declares the operation idempotent (true) or not (false); null: decided by key and method. */
+  readonly idempotent?: boolean | null;
+  /** Waits longer than this are handed to a durable queue (`defer`) instead of slept in-process. */
+  readonly deferOverMs?: number | null;
+  /** The shared retry budget that drivers create for this policy; null for none. */
+  readonly budget?: BudgetSpec | null;
+}
+
+export interface RetryAfterSpec {
+  /** Read server hints at all (Retry-After, RateLimit). */
+  readonly honor?: boolean;
+  /** Statuses whose hints are read. */
+  readonly statuses?: readonly StatusPattern[];
+  /** The longest server-requested wait the policy accepts; longer → stop now (R8). */
+  readonly maxMs?: number;
+  /** Positive jitter added after a server-requested wait: U[0, clamp(wait·ratio, minMs, maxMs)). */
+  readonly jitterRatio?: number;
+  readonly jitterMinMs?: number;
+  readonly jitterMaxMs?: number;
+}
+
+/** A compiled set of statuses (100–999). */
+export interface StatusSet {
+  has(status: number): boolean;
+  readonly patterns: readonly StatusPattern[];
+}
+
+/** A validated, resolved, frozen policy: every field present. */
+export interface Policy {
+  readonly name: string | null;
+  readonly maxAttempts: number;
+  readonly deadlineMs: number;
+  readonly attemptTimeoutMs: number | null;
+  readonly minAttemptMs: number;
+  readonly backoff: BackoffSpec;
+  readonly throttleBackoff: BackoffSpec | null;
+  readonly retryOnStatus: StatusSet;
+  readonly retryOnErrors: ReadonlySet<ErrorClass>;
+  readonly safeStatuses: StatusSet;
+  readonly throttleStatuses: StatusSet;
+  readonly retryAfter: Required<Omit<RetryAfterSpec, 'statuses'>> & { readonly statuses: StatusSet };
+  readonly unknownOutcome: 'check_state' | 'stop';
+  readonly idempotent: boolean | null;
+  readonly deferOverMs: number | null;
+  readonly budget: BudgetSpec | null;
+  /** The longest wait this policy can choose (backoff ceiling or server-hint cap plus jitter). */
+  readonly maxDelayMs: number;
+  /** The normalised spec (JSON), for display and for `relent presets`. */
+  readonly spec: ResolvedPolicySpec;
+}
+
+/** A policy spec with every field filled in (the JSON form of a Policy). */
+export interface ResolvedPolicySpec extends Required<Omit<PolicySpec, 'preset' | 'retryOn' | 'retryAfter'>> {
+  readonly retryOn: { readonly status: readonly StatusPattern[]; readonly errors: readonly ErrorClass[] };
+  readonly retryAfter: Required<RetryAfterSpec>;
+}
+
+/** relent's defaults, written once (README's table is tested against this). */
+export const POLICY_DEFAULTS = Object.freeze({
+  maxAttempts: 3,
+  deadlineMs: 10_000,
+  attemptTimeoutMs: null,
+  minAttemptMs: 0,
+  backoff: Object.freeze({ kind: 'full-jitter', baseMs: 100, capMs: 10_000, multiplier: 2 }) as BackoffSpec,
+  throttleBackoff: null,
+  retryOn: Object.freeze({
+    status: Object.freeze([408, 429, 500, 502, 503, 504]) as readonly StatusPattern[],
+    errors: Object.freeze(['connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed', 'protocol', 'error']) as readonly ErrorClass[],
+  }),
+  safeStatuses: Object.freeze([408, 429]) as readonly StatusPattern[],
+  throttleStatuses: Object.freeze([429]) as readonly StatusPattern[],
+  retryAfter: Object.freeze({
+    honor: true,
+    statuses: Object.freeze([429, 503]) as readonly StatusPattern[],
+    maxMs: 60_000,
+    jitterRatio: 0.1,
+    jitterMinMs: 100,
+    jitterMaxMs: 10_000,
+  }),
+  unknownOutcome: 'check_state' as const,
+  idempotent: null,
+  deferOverMs: null,
+  budget: Object.freeze({ kind: 'ratio', ratio: 0.1, minPerSecond: 1, maxTokens: 10 }) as BudgetSpec,
+});
+
+const MAX_MS = 2 ** 31 - 1;
+const POLICY_KEYS = new Set([
+  'preset', 'maxAttempts', 'deadlineMs', 'attemptTimeoutMs', 'minAttemptMs', 'backoff', 'throttleBackoff', 'retryOn',
+  'safeStatuses', 'throttleStatuses', 'retryAfter', 'unknownOutcome', 'idempotent', 'deferOverMs', 'budget',
+]);
+
+export function compileStatuses(patterns: unknown, field: string): StatusSet {
+  if (!Array.isArray(patterns)) throw invalidPolicy(field, 'an array of statuses (503, "5xx", "500-599", ">500")', patterns);
+  const bits = new Uint8Array(1000);
+  patterns.forEach((p: unknown, i: number) => {
+    const f = `${field}[${i}]`;
+    const range = statusRange(p);
+    if (!range) throw invalidPolicy(f, 'a status 100-999 or a pattern like "5xx", "500-599", ">500", ">=500"', p);
+    for (let s = range[0]; s <= range[1]; s++) bits[s] = 1;
+  });
+  const frozen = Object.freeze([...patterns] as StatusPattern[]);
+  return Object.freeze({ has: (status: number) => bits[status] === 1, patterns: frozen });
+}
+
+function statusRange(p: unknown): [number, number] | null {
+  const ok = (n: number): boolean => Number.isInteger(n) && n >= 100 && n <= 999;
+  if (typeof p === 'number') return ok(p) ? [p, p] : null;
+  if (typeof p !== 'string') return null;
+  const t = p.trim();
+  let m = /^([1-9])xx$/i.exec(t);
+  if (m) return [Number(m[1]) * 100, Number(m[1]) * 100 + 99];
+  m = /^(\d{3})\s*-\s*(\d{3})$/.exec(t);
+  if (m) {
+    const a = Number(m[1]);
+    const b = Number(m[2]);
+    return ok(a) && ok(b) && a <= b ? [a, b] : null;
+  }
+  m = /^(>=?)\s*(\d{3})$/.exec(t);
+  if (m) {
+    const n = Number(m[2]);
+    // ">500" is 501–599 (Adobe's "greater than 500"), not 501–999: a bound stays in its class.
+    const lo = m[1] === '>' ? n + 1 : n;
+    const hi = Math.floor(n / 100) * 100 + 99;
+    return ok(n) && lo <= hi ? [lo, hi] : null;
+  }
+  m = /^(\d{3})$/.exec(t);
+  if (m) return ok(Number(m[1])) ? [Number(m[1]), Number(m[1])] : null;
+  return null;
+}
+
+function finiteMs(v: unknown, field: string, min = 0, max = MAX_MS): number {
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < min || v > max) {
+    throw invalidPolicy(field, `a finite number of ms in [${min}, ${max}]`, v);
+  }
+  return v;
+}
+
+/**
+ * Validates a policy spec and fills every default. Throws a RelentError
+ * (`ERR_INVALID_POLICY`) whose message names the field: ``Expected `backoff.capMs` …``.
+ * A spec that names a `preset` must be resolved first (see `resolvePolicy`).
+ */
+export function createPolicy(input: PolicySpec = {}, name: string | null = null): Policy {
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) throw invalidPolicy('policy', 'an object', input);
+  for (const key of Object.keys(input)) {
+    if (!POLICY_KEYS.has(key)) {
+      throw new RelentError('ERR_INVALID_POLICY', `Unknown policy field \`${key}\` (known: ${[...POLICY_KEYS].join(', ')})`, { field: key });
+    }
+  }
+  if (input.preset !== undefined) {
+    throw new RelentError('ERR_INVALID_POLICY', `\`preset\` ${describe(input.preset)} must be resolved with resolvePolicy() before createPolicy()`, { field: 'preset' });
+  }
+  const d = POLICY_DEFAULTS;
+  const maxAttempts = input.maxAttempts ?? d.maxAttempts;
+  if (typeof maxAttempts !== 'number' || !Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 10_000) {
+    throw invalidPolicy('maxAttempts', 'an integer in [1, 10000] (it counts every call, the first included)', maxAttempts);
+  }
+  const deadlineMs = finiteMs(input.deadlineMs ?? d.deadlineMs, 'deadlineMs', 1);
+  const attemptTimeoutMs = input.attemptTimeoutMs === undefined || input.attemptTimeoutMs === null
+    ? null : finiteMs(input.attemptTimeoutMs, 'attemptTimeoutMs', 1);
+  const minAttemptMs = finiteMs(input.minAttemptMs ?? d.minAttemptMs, 'minAttemptMs');
+  const backoff = normalizeBackoff(input.backoff ?? d.backoff, 'backoff');
+  const throttleBackoff = input.throttleBackoff === undefined || input.throttleBackoff === null
+    ? null : normalizeBackoff(input.throttleBackoff, 'throttleBackoff');
+
+  const retryOnIn = input.retryOn ?? {};
+  if (typeof retryOnIn !== 'object' || retryOnIn === null || Array.isArray(retryOnIn)) throw invalidPolicy('retryOn', 'an object with `status` and/or `errors`', retryOnIn);
+  for (const k of Object.keys(retryOnIn)) if (k !== 'status' && k !== 'errors') throw invalidPolicy(`retryOn.${k}`, 'absent (retryOn takes status, errors)', (retryOnIn as Record<string, unknown>)[k]);
+  const retryOnStatus = compileStatuses(retryOnIn.status ?? d.retryOn.status, 'retryOn.status');
+  const errorsIn = retryOnIn.errors ?? d.retryOn.errors;
+  if (!Array.isArray(errorsIn)) throw invalidPolicy('retryOn.errors', `an array of error classes (${ALL_ERROR_CLASSES.join(', ')})`, errorsIn);
+  errorsIn.forEach((e: unknown, i: number) => {
+    if (typeof e !== 'string' || !(e in ERROR_CLASSES)) throw invalidPolicy(`retryOn.errors[${i}]`, `one of ${ALL_ERROR_CLASSES.join(', ')}`, e);
+    if (e === 'aborted') throw invalidPolicy(`retryOn.errors[${i}]`, 'not "aborted" (a cancelled operation is never retried)', e);
+  });
+  const retryOnErrors = new Set(errorsIn as ErrorClass[]);
+
+  const safeStatuses = compileStatuses(input.safeStatuses ?? d.safeStatuses, 'safeStatuses');
+  const throttleStatuses = compileStatuses(input.throttleStatuses ?? d.throttleStatuses, 'throttleStatuses');
+
+  const raIn = input.retryAfter ?? {};
+  if (typeof raIn !== 'object' || raIn === null || Array.isArray(raIn)) throw invalidPolicy('retryAfter', 'an object', raIn);
+  const raKeys = ['honor', 'statuses', 'maxMs', 'jitterRatio', 'jitterMinMs', 'jitterMaxMs'];
+  for (const k of Object.keys(raIn)) if (!raKeys.includes(k)) throw invalidPolicy(`retryAfter.${k}`, `absent (retryAfter takes ${raKeys.join(', ')})`, (raIn as Record<string, unknown>)[k]);
+  const honor = raIn.honor ?? d.retryAfter.honor;
+  if (typeof honor !== 'boolean') throw invalidPolicy('retryAfter.honor', 'a boolean', honor);
+  const jitterRatio = raIn.jitterRatio ?? d.retryAfter.jitterRatio;
+  if (typeof jitterRatio !== 'number' || !Number.isFinite(jitterRatio) || jitterRatio < 0 || jitterRatio > 10) throw invalidPolicy('retryAfter.jitterRatio', 'a number in [0, 10]', jitterRatio);
+  const jitterMinMs = finiteMs(raIn.jitterMinMs ?? d.retryAfter.jitterMinMs, 'retryAfter.jitterMinMs');
+  const jitterMaxMs = finiteMs(raIn.jitterMaxMs ?? d.retryAfter.jitterMaxMs, 'retryAfter.jitterMaxMs');
+  if (jitterMaxMs < jitterMinMs) throw invalidPolicy('retryAfter.jitterMaxMs', `>= retryAfter.jitterMinMs (${jitterMinMs})`, jitterMaxMs);
+  const retryAfter = Object.freeze({
+    honor,
+    statuses: compileStatuses(raIn.statuses ?? d.retryAfter.statuses, 'retryAfter.statuses'),
+    maxMs: finiteMs(raIn.maxMs ?? d.retryAfter.maxMs, 'retryAfter.maxMs'),
+    jitterRatio,
+    jitterMinMs,
+    jitterMaxMs,
+  });
+
+  const unknownOutcome = input.unknownOutcome ?? d.unknownOutcome;
+  if (unknownOutcome !== 'check_state' && unknownOutcome !== 'stop') throw invalidPolicy('unknownOutcome', '"check_state" or "stop"', unknownOutcome);
+  const idempotent = input.idempotent ?? null;
+  if (idempotent !== null && typeof idempotent !== 'boolean') throw invalidPolicy('idempotent', 'a boolean or null', idempotent);
+  const deferOverMs = input.deferOverMs === undefined || input.deferOverMs === null ? null : finiteMs(input.deferOverMs, 'deferOverMs');
+  const budget = input.budget === null ? null : normalizeBudget(input.budget ?? d.budget, 'budget');
+
+  const maxDelayMs = Math.max(
+    backoffCeiling(backoff),
+    throttleBackoff ? backoffCeiling(throttleBackoff) : 0,
+    honor ? retryAfter.maxMs : 0,
+  );
+
+  const spec = Object.freeze({
+    maxAttempts, deadlineMs, attemptTimeoutMs, minAttemptMs, backoff, throttleBackoff,
+    retryOn: Object.freeze({ status: retryOnStatus.patterns, errors: Object.freeze([...retryOnErrors]) }),
+    safeStatuses: safeStatuses.patterns, throttleStatuses: throttleStatuses.patterns,
+    retryAfter: Object.freeze({ honor, statuses: retryAfter.statuses.patterns, maxMs: retryAfter.maxMs, jitterRatio, jitterMinMs, jitterMaxMs }),
+    unknownOutcome, idempotent, deferOverMs, budget,
+  });
+
+  return Object.freeze({
+    name, maxAttempts, deadlineMs, attemptTimeoutMs, minAttemptMs, backoff, throttleBackoff,
+    retryOnStatus, retryOnErrors, safeStatuses, throttleStatuses, retryAfter,
+    unknownOutcome, idempotent, deferOverMs, budget, maxDelayMs, spec,
+  });
+}
+
+/** A policy with relent's defaults. */
+export const DEFAULT_POLICY: Policy = createPolicy({});

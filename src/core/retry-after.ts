@@ -1,0 +1,120 @@
+// Retry-After (RFC 9110 §10.2.3): `HTTP-date / delay-seconds`, turned into a delay in ms.
+//
+// Pure: the caller passes the wall clock (`ctx.wallNowMs`, epoch ms) and, when it has one,
+// the response's own `Date` header so that an HTTP-date is measured against the server's
+// clock rather than ours (skew correction).
+//
+// Decisions:
+// - Surrounding OWS (SP / HTAB) is trimmed. Empty or OWS-only → invalid 'malformed'.
+// - delay-seconds is exactly `1*DIGIT` (ASCII 0-9, leading zeros allowed). Everything else
+//   that is not an HTTP-date is invalid: a leading `-` followed by a number → 'negative'
+//   (also `-0`, `-1.5`); digits with one `.` (`1.5`, `2.0`, `.5`, `5.`) → 'fractional';
+//   the rest (`+5`, `1e3`, `0x10`, `5s`, `soon`, `1 2`, non-ASCII digits) → 'malformed'.
+// - Any delay above MAX_SANE_RETRY_AFTER_MS (366 days) → 'absurd'; exactly 366 days is
+//   valid. Long digit strings are judged by their significant digits, never via a
+//   Number that could overflow to Infinity or round.
+// - HTTP-date: delayMs = date − Date header (skewCorrected) when `ctx.dateHeader` is a
+//   valid HTTP-date, else date − wallNowMs. Dates in the past give 0. The result is
+//   rounded up to a whole ms (only matters for a fractional wallNowMs). RFC 850 two-digit
+//   years in either header are resolved against `ctx.wallNowMs`.
+// - If the delay cannot be computed because `ctx.wallNowMs` is not finite (and there is no
+//   valid Date header), the value is reported as invalid 'absurd' rather than guessed.
+// - Never throws, whatever the input (including non-string values from untyped callers,
+//   which are 'malformed').
+
+import { parseHttpDate } from './http-date.js';
+
+export type RetryAfterForm = 'delay-seconds' | 'imf-fixdate' | 'rfc850' | 'asctime';
+
+export type RetryAfterParse =
+  | { readonly present: false }
+  | {
+      readonly present: true;
+      readonly valid: false;
+      readonly problem: 'malformed' | 'negative' | 'fractional' | 'absurd';
+    }
+  | {
+      readonly present: true;
+      readonly valid: true;
+      readonly delayMs: number;
+      readonly form: RetryAfterForm;
+      readonly skewCorrected: boolean;
+    };
+
+/** 366 days in ms. A Retry-After further away than this is 'absurd' (invalid). */
+export const MAX_SANE_RETRY_AFTER_MS: number = 366 * 24 * 60 * 60 * 1000;
+
+const MAX_SANE_SECONDS = MAX_SANE_RETRY_AFTER_MS / 1000; // 31_622_400 (8 digits)
+
+const NOT_PRESENT: RetryAfterParse = Object.freeze({ present: false });
+
+function invalid(problem: 'malformed' | 'negative' | 'fractional' | 'absurd'): RetryAfterParse {
+  return { present: true, valid: false, problem };
+}
+
+function valid(delayMs: number, form: RetryAfterForm, skewCorrected: boolean): RetryAfterParse {
+  return { present: true, valid: true, delayMs, form, skewCorrected };
+}
+
+function trimOws(value: string): string {
+  let start = 0;
+  let end = value.length;
+  while (start < end && (value.charCodeAt(start) === 0x20 || value.charCodeAt(start) === 0x09)) start++;
+  while (end > start && (value.charCodeAt(end - 1) === 0x20 || value.charCodeAt(end - 1) === 0x09)) end--;
+  return value.slice(start, end);
+}
+
+// All linear: no nested or overlapping quantifiers.
+const DIGITS = /^[0-9]+$/;
+const FRACTIONAL = /^(?:[0-9]+\.[0-9]*|\.[0-9]+)$/;
+const NEGATIVE = /^-(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$/;
+
+function httpDateForm(s: string): RetryAfterForm {
+  // Only called on strings parseHttpDate accepted; the separator after the day name tells the form.
+  if (s.charAt(3) === ',') return 'imf-fixdate';
+  if (s.charAt(3) === ' ') return 'asctime';
+  return 'rfc850';
+}
+
+/**
+ * Parses a Retry-After header value into a delay in milliseconds.
+ * `ctx.wallNowMs` is the local wall clock (epoch ms); `ctx.dateHeader` the response's
+ * `Date` header, if any. Never throws.
+ */
+export function parseRetryAfter(
+  value: string | null | undefined,
+  ctx: { wallNowMs: number; dateHeader?: string | null },
+): RetryAfterParse {
+  if (value === undefined || value === null) return NOT_PRESENT;
+  if (typeof value !== 'string') return invalid('malformed');
+  const s = trimOws(value);
+  if (s.length === 0) return invalid('malformed');
+
+  if (DIGITS.test(s)) {
+    let i = 0;
+    while (i < s.length - 1 && s.charCodeAt(i) === 0x30) i++; // leading zeros
+    const significant = s.length - i;
+    // More than 9 significant digits is over 10^9 s: absurd without converting (no Infinity, no rounding).
+    if (significant > 9) return invalid('absurd');
+    const seconds = Number(s.slice(i));
+    if (seconds > MAX_SANE_SECONDS) return invalid('absurd');
+    return valid(seconds * 1000, 'delay-seconds', false);
+  }
+
+  const wallNowMs = ctx !== null && typeof ctx === 'object' ? ctx.wallNowMs : Number.NaN;
+  const dateMs = parseHttpDate(s, wallNowMs);
+  if (dateMs !== undefined) {
+    const dateHeader = ctx !== null && typeof ctx === 'object' ? ctx.dateHeader : undefined;
+    const serverNowMs = typeof dateHeader === 'string' ? parseHttpDate(dateHeader, wallNowMs) : undefined;
+    const skewCorrected = serverNowMs !== undefined;
+    const baseMs = skewCorrected ? serverNowMs : wallNowMs;
+    if (typeof baseMs !== 'number' || !Number.isFinite(baseMs)) return invalid('absurd');
+    const delayMs = Math.max(0, Math.ceil(dateMs - baseMs));
+    if (!Number.isFinite(delayMs) || delayMs > MAX_SANE_RETRY_AFTER_MS) return invalid('absurd');
+    return valid(delayMs, httpDateForm(s), skewCorrected);
+  }
+
+  if (NEGATIVE.test(s)) return invalid('negative');
+  if (FRACTIONAL.test(s)) return invalid('fractional');
+  return invalid('malformed');
+}

@@ -1,0 +1,38 @@
+// relent's public surface. Every export is named here (no `export *`).
+
+// The decision core: pure, dependency-free.
+export { decide, startOperation, beginAttempt, afterRetry, preflight, attemptBudgetMs, boundObservation, isIdempotent, sendStateOf } from './core/decide.js';
+export type { OperationState, StartOptions, DecideContext } from './core/decide.js';
+export type {
+  ErrorClass, SendState, Observation, Decision, TerminalReason, DecisionWhy, DecisionResult, AttemptEvent, ResultEvent, Clock, Random,
+} from './core/types.js';
+export { MAX_TIMER_MS } from './core/types.js';
+export { createPolicy, compileStatuses, DEFAULT_POLICY, POLICY_DEFAULTS, ERROR_CLASSES, ALL_ERROR_CLASSES, IDEMPOTENT_METHODS } from './core/policy.js';
+export type { Policy, PolicySpec, RetryAfterSpec, StatusPattern, StatusSet } from './core/policy.js';
+export { computeBackoff, normalizeBackoff, backoffCeiling, BACKOFF_KINDS } from './core/backoff.js';
+export type { BackoffSpec, BackoffKind } from './core/backoff.js';
+export { createRetryBudget, normalizeBudget, RATIO_BUDGET_DEFAULTS } from './core/budget.js';
+export type { BudgetSpec, RetryBudget, BudgetObservation } from './core/budget.js';
+export { parseRetryAfter, MAX_SANE_RETRY_AFTER_MS } from './core/retry-after.js';
+export type { RetryAfterParse, RetryAfterForm } from './core/retry-after.js';
+export { parseHttpDate, formatImfFixdate } from './core/http-date.js';
+export { readServerHint } from './core/hints.js';
+export type { ServerHint } from './core/hints.js';
+export { ERROR_CODE_CLASSES, errorClassOfCode } from './core/error-codes.js';
+export { RelentError, REASON_CODES } from './core/errors.js';
+export type { RelentErrorCode } from './core/errors.js';
+export { createSeededRandom } from './core/random.js';
+
+// Presets: documented policies of real services.
+export { PRESETS, presetPolicy, resolvePolicy, withOverrides, mergeSpecs } from './presets/index.js';
+export type { PresetDefinition } from './presets/index.js';
+
+// The executor and its drivers.
+export { run, execute, newOperationId } from './run/run.js';
+export type { RunOptions, RunResult, AttemptContext, Classified, RelentEvent } from './run/run.js';
+export { systemClock, systemRandom } from './run/clock.js';
+export { replay, parseTimeline, REPLAY_WALL_START } from './run/replay.js';
+export type { Timeline, TimelineObservation, ReplayOutput } from './run/replay.js';
+export { formatJsonLine, formatHuman } from './run/format.js';
+export { createJsonlSink } from './run/sinks.js';
+export type { JsonlSink } from './run/sinks.js';

@@ -1,0 +1,57 @@
+import type { PresetDefinition } from './types.js';
+
+/**
+ * Adobe Experience Platform Destination SDK, streaming destinations, best-effort
+ * aggregation (seed S1; REFERENCE.md §3): retry 403, 408, 409, 429, 500, 502, 503,
+ * 504; two retries, after 15 s and after 30 s; nothing else (400 is not); then the
+ * activation is dropped.
+ */
+export const adobeBestEffort: PresetDefinition = {
+  name: 'adobe-best-effort',
+  summary: 'Adobe Destination SDK best-effort aggregation: 2 retries at +15 s and +30 s, then drop',
+  source: 'REFERENCE.md §3 — experienceleague.adobe.com …/destination-sdk/functionality/rate-limiting-retry-policy (seed S1)',
+  schedule: 'retry 403, 408, 409, 429, 500, 502, 503, 504 after 15 s, then after 30 s; 3 calls in all; 400 and others not retried',
+  notes: [
+    'Adobe resends activations, so the preset declares the operation idempotent (the delivery queue also sends an idempotency key per batch)',
+    'transport failures (refused, reset, timeout) are retried on the same schedule; the doc names only status codes',
+    'a valid Retry-After longer than the schedule is honoured (relent never retries earlier than a server asks)',
+  ],
+  spec: {
+    maxAttempts: 3,
+    deadlineMs: 120_000,
+    attemptTimeoutMs: 30_000,
+    idempotent: true,
+    backoff: { kind: 'schedule', delaysMs: [15_000, 30_000] },
+    retryOn: { status: [403, 408, 409, 429, 500, 502, 503, 504], errors: ['connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed'] },
+    safeStatuses: [403, 408, 409, 429, 500, 502, 503, 504],
+    retryAfter: { maxMs: 60_000 },
+  },
+};
+
+/**
+ * Adobe Destination SDK, configurable aggregation (seed S1; REFERENCE.md §3): retry
+ * 420, 429 and "codes greater than 500"; everything else is not retried; rate-limited
+ * items are retried 30 minutes later (durable: R27).
+ */
+export const adobeConfigurable: PresetDefinition = {
+  name: 'adobe-configurable',
+  summary: 'Adobe Destination SDK configurable aggregation: 420, 429 and >500 retried 30 minutes later (durable)',
+  source: 'REFERENCE.md §3 — experienceleague.adobe.com …/destination-sdk/functionality/rate-limiting-retry-policy (seed S1)',
+  schedule: 'retry 420, 429 and 501–599 after 30 min; waits over 60 s are deferred to the durable queue',
+  notes: [
+    '"greater than 500" is read literally: 500 itself is NOT retried (the Japanese page says "the 500s"; add 500 to retryOn.status to follow it)',
+    'the doc shows one re-attempt; relent allows 3 calls in all within a 2 h deadline (our choice)',
+    'in-process drivers hand the 30 min wait to the durable queue (decision `defer`); the queue schedules it',
+  ],
+  spec: {
+    maxAttempts: 3,
+    deadlineMs: 7_200_000,
+    attemptTimeoutMs: 30_000,
+    idempotent: true,
+    backoff: { kind: 'schedule', delaysMs: [1_800_000] },
+    retryOn: { status: [420, 429, '>500'], errors: ['connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed'] },
+    safeStatuses: [420, 429, '>500'],
+    retryAfter: { statuses: [420, 429, 503], maxMs: 3_600_000 },
+    deferOverMs: 60_000,
+  },
+};

@@ -1,0 +1,27 @@
+import type { PresetDefinition } from './types.js';
+
+/**
+ * The generic 429 policy of seed S4 (SPEC R23): Retry-After first (never earlier, a
+ * small positive jitter after it), otherwise capped full jitter; stop when the delay
+ * exceeds the cap or the time left; check cancellation, safety and the shared budget
+ * before every retry.
+ */
+export const http429: PresetDefinition = {
+  name: 'http-429',
+  summary: 'Rate-limited APIs (429/503): Retry-After first, capped full jitter otherwise, shared budget, stop when the wait is too long',
+  source: 'SPEC R23 (seed S4); RFC 6585 §4, RFC 9110 §10.2.3 (REFERENCE.md §2.1, §2.5)',
+  schedule: 'Retry-After + U[0, clamp(10%, 100 ms, 1 s)) when valid, else U[0, min(30 s, 1 s·2^n)); stop if the wait > 30 s or >= time left; 5 calls in 60 s',
+  notes: [
+    'the seed uses one cap for both the server wait and the backoff; here both are 30 s',
+    'retries 429 and 503 (the statuses that carry Retry-After) and transport failures',
+    'the shared budget is the ratio budget (10% of operations + 1 retry/s)',
+  ],
+  spec: {
+    maxAttempts: 5,
+    deadlineMs: 60_000,
+    backoff: { kind: 'full-jitter', baseMs: 1000, capMs: 30_000, multiplier: 2 },
+    retryOn: { status: [429, 503], errors: ['connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed'] },
+    retryAfter: { statuses: [429, 503], maxMs: 30_000, jitterRatio: 0.1, jitterMinMs: 100, jitterMaxMs: 1000 },
+    budget: { kind: 'ratio', ratio: 0.1, minPerSecond: 1, maxTokens: 10 },
+  },
+};

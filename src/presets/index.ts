@@ -1,0 +1,80 @@
+import { createPolicy, type Policy, type PolicySpec } from '../core/policy.js';
+import { RelentError } from '../core/errors.js';
+import { adobeBestEffort, adobeConfigurable } from './adobe.js';
+import { awsStandard, envoyDefault, grpc, grpc2017 } from './extras.js';
+import { http429 } from './http-429.js';
+import { modelArmor } from './model-armor.js';
+import { backgroundFullJitter, openrtbBid, openrtbBillingNotice } from './openrtb.js';
+import type { PresetDefinition } from './types.js';
+
+export type { PresetDefinition } from './types.js';
+
+/** Every preset, by name, in the order `relent presets` lists them. */
+export const PRESETS: ReadonlyMap<string, PresetDefinition> = new Map(
+  [modelArmor, adobeBestEffort, adobeConfigurable, openrtbBid, openrtbBillingNotice, backgroundFullJitter, http429, grpc, grpc2017, awsStandard, envoyDefault]
+    .map((p) => [p.name, p] as const),
+);
+
+const compiled = new Map<string, Policy>();
+
+/** The policy of a preset, validated once and cached. */
+export function presetPolicy(name: string): Policy {
+  let p = compiled.get(name);
+  if (!p) {
+    const def = PRESETS.get(name);
+    if (!def) {
+      throw new RelentError('ERR_INVALID_POLICY', `Unknown preset ${JSON.stringify(name)} (known: ${[...PRESETS.keys()].join(', ')})`, { field: 'preset' });
+    }
+    p = createPolicy(def.spec, name);
+    compiled.set(name, p);
+  }
+  return p;
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** Objects whose fields merge one level deep; a backoff or budget of another kind replaces the base. */
+function mergeField(key: string, base: unknown, over: unknown): unknown {
+  if (!isPlainObject(base) || !isPlainObject(over)) return over;
+  if ((key === 'backoff' || key === 'throttleBackoff' || key === 'budget') && over.kind !== undefined && over.kind !== base.kind) return over;
+  return { ...base, ...over };
+}
+
+/** A preset's spec with the caller's overrides on top. */
+export function mergeSpecs(base: PolicySpec, over: PolicySpec): PolicySpec {
+  const out: Record<string, unknown> = { ...base };
+  for (const [k, v] of Object.entries(over)) {
+    if (k === 'preset' || v === undefined) continue;
+    out[k] = k in out ? mergeField(k, out[k], v) : v;
+  }
+  return out as PolicySpec;
+}
+
+function isPolicy(v: unknown): v is Policy {
+  return isPlainObject(v) && 'retryOnStatus' in v && 'spec' in v;
+}
+
+/**
+ * Turns what users write — a preset name, a policy spec (optionally naming a `preset`
+ * to start from), or an already validated Policy — into a validated Policy.
+ * Errors name the field that is wrong.
+ */
+export function resolvePolicy(input?: string | PolicySpec | Policy | null): Policy {
+  if (input === undefined || input === null) return createPolicy({});
+  if (typeof input === 'string') return presetPolicy(input);
+  if (isPolicy(input)) return input;
+  if (!isPlainObject(input)) throw new RelentError('ERR_INVALID_POLICY', 'Expected `policy` to be a preset name or a policy object', { field: 'policy' });
+  const spec = input as PolicySpec;
+  if (spec.preset === undefined) return createPolicy(spec);
+  if (typeof spec.preset !== 'string') throw new RelentError('ERR_INVALID_POLICY', 'Expected `preset` to be a preset name', { field: 'preset' });
+  const base = PRESETS.get(spec.preset);
+  if (!base) presetPolicy(spec.preset); // throws the "unknown preset" error
+  return createPolicy(mergeSpecs(base!.spec, spec), spec.preset);
+}
+
+/** A policy derived from another with a few fields changed (per-call overrides). */
+export function withOverrides(policy: Policy, over: PolicySpec): Policy {
+  return createPolicy(mergeSpecs(policy.spec as PolicySpec, over), policy.name);
+}

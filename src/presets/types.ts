@@ -1,0 +1,15 @@
+import type { PolicySpec } from '../core/policy.js';
+
+/** A documented retry policy of a real service, with the source it copies. */
+export interface PresetDefinition {
+  readonly name: string;
+  /** One line: what it is for. */
+  readonly summary: string;
+  /** Where the numbers come from (REFERENCE.md section and the primary source). */
+  readonly source: string;
+  /** The documented schedule in words, as `relent presets` prints it. */
+  readonly schedule: string;
+  /** Choices relent made where the source is silent or ambiguous. */
+  readonly notes: readonly string[];
+  readonly spec: PolicySpec;
+}
