@@ -4,6 +4,8 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     testTimeout: 20_000,
+    hookTimeout: 30_000,
     pool: 'forks',
+    reporters: ['default', './test/support/summary-reporter.ts'],
   },
 });

@@ -34,17 +34,7 @@ export function parseDuration(text: string, flag: string): number {
   return Math.round(v);
 }
 
-/** Line and column of a JSON.parse error position, for messages that say where. */
-export function jsonErrorWhere(text: string, error: unknown): string {
-  const msg = error instanceof Error ? error.message : String(error);
-  const m = /position (\d+)/.exec(msg);
-  if (!m) return msg;
-  const pos = Number(m[1]);
-  const before = text.slice(0, pos);
-  const line = before.split('\n').length;
-  const col = pos - before.lastIndexOf('\n');
-  return `line ${line}, column ${col}: ${msg.replace(/ in JSON at position \d+.*$/, '').replace(/^Unexpected token/, 'unexpected token')}`;
-}
+export { jsonErrorWhere } from './json-where.js';
 
 export interface Io {
   readonly out: (text: string) => void;

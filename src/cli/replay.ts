@@ -41,18 +41,23 @@ export function timelinesFrom(text: string, name: string): { timelines: Timeline
   try {
     const value: unknown = JSON.parse(trimmed);
     docs = Array.isArray(value) ? value.map((v, i) => ({ value: v, where: `${name}[${i}]` })) : [{ value, where: name }];
-  } catch (e) {
+  } catch {
+    // Not one JSON document: JSON lines, if every line parses; else say where the document breaks.
     const lines = trimmed.split('\n');
-    if (lines.length < 2) throw new RelentError('ERR_INVALID_INPUT', `${name}: invalid JSON at ${jsonErrorWhere(trimmed, e)}`);
-    docs = [];
-    lines.forEach((line, i) => {
-      if (line.trim() === '') return;
+    const parsed: { value: unknown; where: string }[] = [];
+    let lineOk = lines.length > 1;
+    for (let i = 0; lineOk && i < lines.length; i++) {
+      const line = lines[i]!;
+      if (line.trim() === '') continue;
       try {
-        docs.push({ value: JSON.parse(line), where: `${name}:${i + 1}` });
-      } catch (le) {
-        throw new RelentError('ERR_INVALID_INPUT', `${name}: invalid JSON on line ${i + 1} (${jsonErrorWhere(line, le)})`);
+        parsed.push({ value: JSON.parse(line), where: `${name}:${i + 1}` });
+      } catch {
+        if (parsed.length > 0) throw new RelentError('ERR_INVALID_INPUT', `${name}: invalid JSON on line ${i + 1} (${jsonErrorWhere(line).replace(/^line 1, /, '')})`);
+        lineOk = false;
       }
-    });
+    }
+    if (!lineOk) throw new RelentError('ERR_INVALID_INPUT', `${name}: invalid JSON at ${jsonErrorWhere(trimmed)}`);
+    docs = parsed;
   }
   const warnings: string[] = [];
   const timelines = docs.map((d) => {

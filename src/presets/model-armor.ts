@@ -15,10 +15,12 @@ export const modelArmor: PresetDefinition = {
     'maximum_backoff: 32 s (the doc allows 32 or 64; override backoff.capMs for 64 s)',
     '429 is "optional" in the doc: add it with retryOn.status if your quota allows',
     'maxAttempts is 100 so that the deadline, not a count, ends the operation, as the doc says',
+    'Model Armor calls are POSTs that only inspect content (sanitize templates), so the preset declares them idempotent; the doc applies the strategy to "requests that are safe to retry"',
   ],
   spec: {
     maxAttempts: 100,
     deadlineMs: 300_000,
+    idempotent: true,
     backoff: { kind: 'truncated-exponential', baseMs: 1000, capMs: 32_000, fractionMs: 1000 },
     retryOn: { status: [500, 502, 503, 504], errors: ['connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed'] },
     retryAfter: { statuses: [503], maxMs: 32_000 },

@@ -391,7 +391,7 @@ function outcomeFor<T>(
   reason: TerminalReason, d: DecisionResult | null, lastOutcome: AttemptOutcome<T> | null, last: Observation | null,
   operationId: string, attempts: number, signal: AbortSignal | undefined,
 ): RunResult<T>['outcome'] {
-  if (lastOutcome?.kind === 'value' && reason !== 'check_state' && reason !== 'defer') return { ok: true, value: lastOutcome.value };
+  if (lastOutcome?.kind === 'value' && reason !== 'check_state' && reason !== 'defer' && reason !== 'cancelled') return { ok: true, value: lastOutcome.value };
   if (lastOutcome?.kind === 'error' && reason !== 'cancelled' && reason !== 'check_state' && reason !== 'defer') {
     return { ok: false, error: lastOutcome.error };
   }

@@ -1,0 +1,319 @@
+import { describe, expect, it } from 'vitest';
+import fc from 'fast-check';
+import { afterRetry, beginAttempt, boundObservation, decide, preflight, startOperation, attemptBudgetMs, type OperationState } from '../../src/core/decide.js';
+import { createPolicy, type PolicySpec } from '../../src/core/policy.js';
+import { createRetryBudget } from '../../src/core/budget.js';
+import { createSeededRandom } from '../../src/core/random.js';
+import type { Observation } from '../../src/core/types.js';
+
+const rnd = createSeededRandom(7);
+const WALL = Date.UTC(2026, 0, 1, 10, 0, 0);
+
+function opAt(spec: PolicySpec, o: { method?: string; key?: string; idempotent?: boolean; attempt?: number; now?: number } = {}) {
+  const policy = createPolicy(spec);
+  let state = startOperation(policy, { now: 0, method: o.method ?? 'GET', idempotencyKey: o.key ?? null, idempotent: o.idempotent ?? null });
+  for (let i = 0; i < (o.attempt ?? 1); i++) state = beginAttempt(state);
+  return { policy, state };
+}
+
+const ctx = (now: number, extra: object = {}) => ({ now, wallNow: WALL + now, random: rnd, ...extra });
+
+describe('decide(): the S3 reference fixture as plain calls (R1, R3, R15)', () => {
+  it('503 (80) → retry, 503 (80) → retry, 200 (50) → return; remaining 400 → 280 → 160', () => {
+    const policy = createPolicy({ maxAttempts: 3, deadlineMs: 400, backoff: { kind: 'constant', delayMs: 40 } });
+    let state = startOperation(policy, { now: 0, method: 'GET' });
+    let now = 0;
+    const seen: { remaining: number; decision: string }[] = [];
+    for (const obs of [{ status: 503, elapsedMs: 80 }, { status: 503, elapsedMs: 80 }, { status: 200, elapsedMs: 50 }]) {
+      expect(preflight(state, now)).toBeNull();
+      state = beginAttempt(state);
+      const remaining = state.deadlineAt - now;
+      now += obs.elapsedMs;
+      const d = decide(policy, state, obs, ctx(now));
+      seen.push({ remaining, decision: d.decision });
+      if (d.decision !== 'retry') break;
+      expect(d.delayMs).toBe(40);
+      state = afterRetry(state, d);
+      now += d.delayMs!;
+    }
+    expect(seen).toEqual([
+      { remaining: 400, decision: 'retry' },
+      { remaining: 280, decision: 'retry' },
+      { remaining: 160, decision: 'return' },
+    ]);
+  });
+
+  it('POST whose attempt times out → check_state, never a retry (R6)', () => {
+    const { policy, state } = opAt({ maxAttempts: 3, deadlineMs: 400, backoff: { kind: 'constant', delayMs: 40 } }, { method: 'POST' });
+    const d = decide(policy, state, { errorClass: 'timeout', elapsedMs: 120 }, ctx(120));
+    expect(d.decision).toBe('check_state');
+    expect(d.why).toBe('unknown_outcome');
+  });
+});
+
+describe('R1/R2 deadline and attempt timeout', () => {
+  it('no call when the deadline is already spent', () => {
+    const { state } = opAt({ deadlineMs: 100 }, { attempt: 0 });
+    expect(preflight(state, 100)?.decision).toBe('deadline_exceeded');
+    expect(preflight(state, 99)).toBeNull();
+  });
+  it('each attempt gets min(attemptTimeout, remaining): three 400 ms attempts cannot take 1.2 s under 400 ms', () => {
+    const { policy, state } = opAt({ deadlineMs: 400, attemptTimeoutMs: 400 });
+    expect(attemptBudgetMs(policy, state, 0)).toBe(400);
+    expect(attemptBudgetMs(policy, state, 300)).toBe(100);
+    expect(attemptBudgetMs(policy, state, 450)).toBe(0);
+  });
+  it('a wait that does not fit the remaining time ends with deadline_exceeded, not a sleep past it', () => {
+    const { policy, state } = opAt({ deadlineMs: 500, backoff: { kind: 'constant', delayMs: 2000 } });
+    const d = decide(policy, state, { status: 503, elapsedMs: 10 }, ctx(10));
+    expect(d).toMatchObject({ decision: 'deadline_exceeded', why: 'delay_past_deadline', delayMs: null });
+  });
+  it('minAttemptMs: a retry needs the time for a whole attempt after its wait (R20)', () => {
+    const spec: PolicySpec = { deadlineMs: 260, attemptTimeoutMs: 120, minAttemptMs: 120, backoff: { kind: 'constant', delayMs: 0 } };
+    expect(decide(createPolicy(spec), opAt(spec).state, { errorClass: 'connect_refused', elapsedMs: 15 }, ctx(15)).decision).toBe('retry');
+    expect(decide(createPolicy(spec), opAt(spec).state, { errorClass: 'connect_refused', elapsedMs: 150 }, ctx(150)).decision).toBe('deadline_exceeded');
+  });
+  it('boundObservation turns a too-slow answer into a timeout at the bound', () => {
+    expect(boundObservation({ status: 200, elapsedMs: 500 }, 120)).toEqual({ errorClass: 'timeout', elapsedMs: 120, sent: 'unknown' });
+    expect(boundObservation({ status: 200, elapsedMs: 120 }, 120)).toEqual({ status: 200, elapsedMs: 120 });
+  });
+});
+
+describe('R3 max_attempts and deadline_exceeded are different reasons', () => {
+  it('attempts run out before time does', () => {
+    const { policy, state } = opAt({ maxAttempts: 2, deadlineMs: 10_000 }, { attempt: 2 });
+    expect(decide(policy, state, { status: 503, elapsedMs: 10 }, ctx(100)).decision).toBe('max_attempts');
+  });
+  it('time runs out before attempts do', () => {
+    const { policy, state } = opAt({ maxAttempts: 5, deadlineMs: 100 }, { attempt: 1 });
+    expect(decide(policy, state, { errorClass: 'timeout', elapsedMs: 100 }, ctx(100)).decision).toBe('deadline_exceeded');
+  });
+});
+
+describe('R4 retry only what can succeed', () => {
+  const spec: PolicySpec = { backoff: { kind: 'constant', delayMs: 10 } };
+  it.each([200, 201, 204, 304])('%i returns', (status) => {
+    expect(decide(createPolicy(spec), opAt(spec).state, { status, elapsedMs: 1 }, ctx(1)).decision).toBe('return');
+  });
+  it.each([400, 401, 403, 404, 409, 422])('%i is not retried by default', (status) => {
+    expect(decide(createPolicy(spec), opAt(spec).state, { status, elapsedMs: 1 }, ctx(1))).toMatchObject({ decision: 'not_retryable', why: 'status_not_retryable' });
+  });
+  it.each([408, 429, 500, 502, 503, 504])('%i is retried by default', (status) => {
+    expect(decide(createPolicy(spec), opAt(spec).state, { status, elapsedMs: 1 }, ctx(1)).decision).toBe('retry');
+  });
+  it('409 is retried when the policy lists it', () => {
+    const s: PolicySpec = { ...spec, retryOn: { status: [409] } };
+    expect(decide(createPolicy(s), opAt(s).state, { status: 409, elapsedMs: 1 }, ctx(1)).decision).toBe('retry');
+  });
+  it('an OpenRTB nbr is an answer, never retried, whatever the status', () => {
+    for (const status of [200, 204, 503]) {
+      const d = decide(createPolicy(spec), opAt(spec).state, { status, nbr: 2, elapsedMs: 1 }, ctx(1));
+      expect(d).toMatchObject({ decision: 'return', why: 'no_bid' });
+    }
+  });
+  it('rejects an observation with both or neither of status and errorClass', () => {
+    const { policy, state } = opAt(spec);
+    expect(() => decide(policy, state, { status: 200, errorClass: 'timeout', elapsedMs: 1 } as Observation, ctx(1))).toThrow(/exactly one/);
+    expect(() => decide(policy, state, { elapsedMs: 1 } as Observation, ctx(1))).toThrow(/exactly one/);
+  });
+});
+
+describe('R5 idempotency', () => {
+  const spec: PolicySpec = { backoff: { kind: 'constant', delayMs: 10 } };
+  it.each(['GET', 'HEAD', 'OPTIONS', 'PUT', 'DELETE'])('%i is retried after a 503', (method) => {
+    const { policy, state } = opAt(spec, { method });
+    expect(decide(policy, state, { status: 503, elapsedMs: 1 }, ctx(1)).decision).toBe('retry');
+  });
+  it.each(['POST', 'PATCH'])('%s without a key is not retried after a 503', (method) => {
+    const { policy, state } = opAt(spec, { method });
+    expect(decide(policy, state, { status: 503, elapsedMs: 1 }, ctx(1))).toMatchObject({ decision: 'not_retryable', why: 'not_idempotent' });
+  });
+  it('POST with an idempotency key is retried', () => {
+    const { policy, state } = opAt(spec, { method: 'POST', key: 'k-1' });
+    expect(decide(policy, state, { status: 503, elapsedMs: 1 }, ctx(1)).decision).toBe('retry');
+  });
+  it('the operation\'s own declaration beats the method both ways', () => {
+    expect(decide(createPolicy(spec), opAt(spec, { method: 'POST', idempotent: true }).state, { status: 503, elapsedMs: 1 }, ctx(1)).decision).toBe('retry');
+    expect(decide(createPolicy(spec), opAt(spec, { method: 'GET', idempotent: false }).state, { status: 503, elapsedMs: 1 }, ctx(1)).decision).toBe('not_retryable');
+  });
+  it('429 and 408 mean "not processed": retryable for any method', () => {
+    const { policy, state } = opAt(spec, { method: 'POST' });
+    expect(decide(policy, state, { status: 429, elapsedMs: 1 }, ctx(1)).decision).toBe('retry');
+    expect(decide(policy, state, { status: 408, elapsedMs: 1 }, ctx(1)).decision).toBe('retry');
+  });
+});
+
+describe('R6 sent or not sent', () => {
+  const spec: PolicySpec = { backoff: { kind: 'constant', delayMs: 10 } };
+  it.each(['connect_refused', 'dns', 'tls', 'connect_timeout'] as const)('POST after %s (nothing sent) is retried', (errorClass) => {
+    const { policy, state } = opAt(spec, { method: 'POST' });
+    expect(decide(policy, state, { errorClass, elapsedMs: 1 }, ctx(1)).decision).toBe('retry');
+  });
+  it.each(['timeout', 'reset', 'socket_closed'] as const)('POST after %s (maybe applied) → check_state', (errorClass) => {
+    const { policy, state } = opAt(spec, { method: 'POST' });
+    expect(decide(policy, state, { errorClass, elapsedMs: 1 }, ctx(1)).decision).toBe('check_state');
+  });
+  it('GET after a timeout is retried (bounded by attempts)', () => {
+    const { policy, state } = opAt(spec, { method: 'GET' });
+    expect(decide(policy, state, { errorClass: 'timeout', elapsedMs: 1 }, ctx(1)).decision).toBe('retry');
+  });
+  it('an explicit sent state beats the class default', () => {
+    const { policy, state } = opAt(spec, { method: 'POST' });
+    expect(decide(policy, state, { errorClass: 'reset', sent: 'not_sent', elapsedMs: 1 }, ctx(1)).decision).toBe('retry');
+  });
+  it('unknownOutcome: "stop" ends without a state check', () => {
+    const s: PolicySpec = { ...spec, unknownOutcome: 'stop' };
+    const { policy, state } = opAt(s, { method: 'POST' });
+    expect(decide(policy, state, { errorClass: 'timeout', elapsedMs: 1 }, ctx(1))).toMatchObject({ decision: 'not_retryable', why: 'not_idempotent' });
+  });
+});
+
+describe('R7 backoff with jitter by default', () => {
+  it('default waits differ between seeds and stay within [0, 100·2^n)', () => {
+    const spec: PolicySpec = {};
+    const delays = [1, 2, 3, 4, 5].map((seed) => decide(createPolicy(spec), opAt(spec).state, { status: 503, elapsedMs: 1 }, { now: 1, random: createSeededRandom(seed) }).delayMs!);
+    expect(new Set(delays).size).toBeGreaterThan(1);
+    for (const d of delays) {
+      expect(d).toBeGreaterThanOrEqual(0);
+      expect(d).toBeLessThan(100);
+    }
+  });
+});
+
+describe('R8 Retry-After', () => {
+  const spec: PolicySpec = { deadlineMs: 60_000, backoff: { kind: 'constant', delayMs: 50 } };
+  const run429 = (headers: Record<string, string>, s: PolicySpec = spec) => decide(createPolicy(s), opAt(s).state, { status: 429, headers, elapsedMs: 10 }, ctx(10));
+  it('delay-seconds: never earlier than asked, a small positive jitter after', () => {
+    for (let seed = 0; seed < 50; seed++) {
+      const s = createPolicy(spec);
+      const d = decide(s, opAt(spec).state, { status: 429, headers: { 'retry-after': '1' }, elapsedMs: 10 }, { now: 10, random: createSeededRandom(seed) });
+      expect(d.decision).toBe('retry');
+      expect(d.retryAfterMs).toBe(1000);
+      expect(d.retryAfterValid).toBe(true);
+      expect(d.delayMs!).toBeGreaterThanOrEqual(1000);
+      expect(d.delayMs!).toBeLessThan(1100);
+    }
+  });
+  it('HTTP-date measured against the response Date header, not the local clock', () => {
+    // the local wall clock is an hour off the server's: the wait is still 2 s
+    const d = decide(createPolicy(spec), opAt(spec).state,
+      { status: 503, headers: { 'retry-after': 'Thu, 01 Jan 2026 12:00:02 GMT', date: 'Thu, 01 Jan 2026 12:00:00 GMT' }, elapsedMs: 10 },
+      { now: 10, wallNow: Date.UTC(2026, 0, 1, 11, 0, 0), random: rnd });
+    expect(d.retryAfterMs).toBe(2000);
+    expect(d.delayMs!).toBeGreaterThanOrEqual(2000);
+    expect(d.delayMs!).toBeLessThan(2300);
+  });
+  it('a date in the past is zero base wait, still jittered', () => {
+    const d = run429({ 'retry-after': 'Thu, 01 Jan 2026 09:00:00 GMT' });
+    expect(d.retryAfterMs).toBe(0);
+    expect(d.decision).toBe('retry');
+    expect(d.delayMs!).toBeGreaterThanOrEqual(0);
+    expect(d.delayMs!).toBeLessThan(100);
+  });
+  it.each(['-5', 'soon', '1.5', '', '1e3', '99999999999999999999'])('invalid %j → own backoff, retryAfterValid false', (v) => {
+    const d = run429({ 'retry-after': v });
+    expect(d).toMatchObject({ decision: 'retry', retryAfterValid: false, retryAfterMs: null, delayMs: 50 });
+  });
+  it('over the cap → stop now, not sleep', () => {
+    const d = run429({ 'retry-after': '3600' });
+    expect(d).toMatchObject({ decision: 'not_retryable', why: 'retry_after_over_cap', retryAfterMs: 3_600_000, retryAfterValid: true });
+  });
+  it('over the remaining deadline → deadline_exceeded now', () => {
+    const s: PolicySpec = { deadlineMs: 2000, retryAfter: { maxMs: 60_000 } };
+    expect(run429({ 'retry-after': '5' }, s)).toMatchObject({ decision: 'deadline_exceeded', why: 'retry_after_past_deadline' });
+  });
+  it('over the remaining deadline with deferral allowed → defer with the wait', () => {
+    const s: PolicySpec = { deadlineMs: 2000, retryAfter: { maxMs: 3_600_000 }, deferOverMs: 60_000 };
+    expect(run429({ 'retry-after': '1800' }, s)).toMatchObject({ decision: 'defer', delayMs: expect.any(Number) });
+    // the durable queue itself schedules instead of deferring again
+    const d = decide(createPolicy({ ...s, deadlineMs: 86_400_000 }), opAt({ ...s, deadlineMs: 86_400_000 }).state, { status: 429, headers: { 'retry-after': '1800' }, elapsedMs: 1 }, { now: 1, random: rnd, durable: true });
+    expect(d.decision).toBe('retry');
+    expect(d.delayMs!).toBeGreaterThanOrEqual(1_800_000);
+  });
+  it('jitter never pushes a fitting Retry-After past the deadline', () => {
+    const s: PolicySpec = { deadlineMs: 1050, retryAfter: { jitterMinMs: 1000, jitterMaxMs: 1000 } };
+    for (let seed = 0; seed < 30; seed++) {
+      const d = decide(createPolicy(s), opAt(s).state, { status: 429, headers: { 'retry-after': '1' }, elapsedMs: 10 }, { now: 10, random: createSeededRandom(seed) });
+      expect(d.decision).toBe('retry');
+      expect(d.delayMs!).toBeGreaterThanOrEqual(1000);
+      expect(d.delayMs!).toBeLessThan(1040);
+    }
+  });
+  it('not read for statuses the policy does not list, nor when honor is false', () => {
+    expect(decide(createPolicy(spec), opAt(spec).state, { status: 500, headers: { 'retry-after': '3' }, elapsedMs: 1 }, ctx(1))).toMatchObject({ delayMs: 50, retryAfterValid: null });
+    const s: PolicySpec = { ...spec, retryAfter: { honor: false } };
+    expect(run429({ 'retry-after': '3' }, s)).toMatchObject({ delayMs: 50, retryAfterValid: null });
+  });
+});
+
+describe('R9 budgets', () => {
+  it('an empty shared budget ends with budget_exhausted, without touching attempts', () => {
+    const spec: PolicySpec = { maxAttempts: 10, backoff: { kind: 'constant', delayMs: 1 } };
+    const policy = createPolicy(spec);
+    const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 2 });
+    const results: string[] = [];
+    for (let op = 0; op < 4; op++) {
+      const state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
+      results.push(decide(policy, state, { status: 503, elapsedMs: 1 }, { now: 1, random: rnd, budget }).decision);
+    }
+    expect(results).toEqual(['retry', 'retry', 'budget_exhausted', 'budget_exhausted']);
+  });
+  it('a fleet of failing operations cannot exceed ratio × operations + floor in retries', () => {
+    const policy = createPolicy({ maxAttempts: 3, backoff: { kind: 'constant', delayMs: 1 } });
+    const budget = createRetryBudget({ kind: 'ratio', ratio: 0.1, minPerSecond: 1, maxTokens: 10 });
+    let retries = 0;
+    const ops = 10_000;
+    for (let op = 0; op < ops; op++) {
+      const now = op; // 1 operation per ms for 10 s
+      let state = beginAttempt(startOperation(policy, { now, method: 'GET' }));
+      for (;;) {
+        const d = decide(policy, state, { status: 503, elapsedMs: 0 }, { now, random: rnd, budget });
+        if (d.decision !== 'retry') break;
+        retries++;
+        state = beginAttempt(afterRetry(state, d));
+      }
+    }
+    expect(retries).toBeLessThanOrEqual(0.1 * ops + 1 * 10 + 10);
+    expect(retries).toBeGreaterThan(0.09 * ops);
+  });
+  it('the budget is charged only for retries that would happen', () => {
+    const policy = createPolicy({ maxAttempts: 1 });
+    const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 1 });
+    const state = beginAttempt(startOperation(policy, { now: 0 }));
+    decide(policy, state, { status: 503, elapsedMs: 1 }, { now: 1, random: rnd, budget });
+    expect(budget.available(1)).toBe(1);
+  });
+});
+
+describe('R10 cancellation', () => {
+  it('an aborted attempt ends with cancelled, even when retryable otherwise', () => {
+    const { policy, state } = opAt({});
+    expect(decide(policy, state, { errorClass: 'aborted', elapsedMs: 1 }, ctx(1)).decision).toBe('cancelled');
+  });
+  it('"aborted" cannot be made retryable', () => {
+    expect(() => createPolicy({ retryOn: { errors: ['aborted'] } })).toThrow(/retryOn\.errors\[0\]/);
+  });
+});
+
+describe('properties', () => {
+  const obsArb: fc.Arbitrary<Observation> = fc.oneof(
+    fc.record({ status: fc.integer({ min: 100, max: 999 }), elapsedMs: fc.nat(100_000), headers: fc.option(fc.record({ 'retry-after': fc.oneof(fc.string(), fc.nat(100_000).map(String)) }), { nil: undefined }) }),
+    fc.record({ errorClass: fc.constantFrom('connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed', 'protocol', 'aborted', 'error' as const), elapsedMs: fc.nat(100_000) }),
+  );
+  it('a retry wait is always within [0, policy.maxDelayMs + jitter] and ends before the deadline', () => {
+    fc.assert(fc.property(obsArb, fc.integer({ min: 1, max: 10_000 }), fc.nat(200_000), fc.integer({ min: 1, max: 300_000 }), fc.integer(), (obs, attempt, now, deadlineMs, seed) => {
+      const policy = createPolicy({ deadlineMs, maxAttempts: 10_000 });
+      let state: OperationState = startOperation(policy, { now: 0, method: 'GET' });
+      state = { ...state, attempt };
+      const d = decide(policy, state, obs, { now, wallNow: WALL, random: createSeededRandom(seed) });
+      if (d.decision === 'retry') {
+        expect(Number.isInteger(d.delayMs)).toBe(true);
+        expect(d.delayMs!).toBeGreaterThanOrEqual(0);
+        expect(d.delayMs!).toBeLessThanOrEqual(policy.maxDelayMs);
+        expect(now + d.delayMs!).toBeLessThan(state.deadlineAt);
+      } else if (d.decision !== 'defer') {
+        expect(d.delayMs).toBeNull();
+      }
+    }), { numRuns: 3000 });
+  });
+});
