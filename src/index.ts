@@ -22,6 +22,11 @@ export { ERROR_CODE_CLASSES, errorClassOfCode } from './core/error-codes.js';
 export { RelentError, REASON_CODES } from './core/errors.js';
 export type { RelentErrorCode } from './core/errors.js';
 export { createSeededRandom } from './core/random.js';
+export { createCircuitBreaker, normalizeBreakerSpec, breakerOutcome, BREAKER_DEFAULTS } from './core/breaker.js';
+export type {
+  CircuitBreaker, BreakerSpec, ResolvedBreakerSpec, BreakerOptions, BreakerState, BreakerOutcome, BreakerStateChange, BreakerSnapshot,
+  BreakerTransitionReason,
+} from './core/breaker.js';
 
 // Presets: documented policies of real services.
 export { PRESETS, presetPolicy, resolvePolicy, withOverrides, mergeSpecs } from './presets/index.js';
@@ -30,6 +35,9 @@ export type { PresetDefinition } from './presets/index.js';
 // The executor and its drivers.
 export { run, execute, newOperationId } from './run/run.js';
 export type { RunOptions, RunResult, AttemptContext, Classified, RelentEvent } from './run/run.js';
+export type { Instrumentation, OperationInfo, OperationScope, AttemptScope } from './run/run.js';
+export { createBulkhead, BULKHEAD_DEFAULTS } from './run/bulkhead.js';
+export type { Bulkhead, BulkheadOptions, ResolvedBulkheadOptions } from './run/bulkhead.js';
 export { systemClock, systemRandom } from './run/clock.js';
 export { replay, parseTimeline, REPLAY_WALL_START } from './run/replay.js';
 export type { Timeline, TimelineObservation, ReplayOutput } from './run/replay.js';

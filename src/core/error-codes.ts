@@ -39,6 +39,26 @@ export const ERROR_CODE_CLASSES: Readonly<Record<string, ErrorClass>> = Object.f
   UNABLE_TO_GET_ISSUER_CERT_LOCALLY: 'tls',
   ERR_SSL_TLSV1_ALERT_UNKNOWN_CA: 'tls',
   ERR_SSL_SSLV3_ALERT_HANDSHAKE_FAILURE: 'tls',
+  // Added for the HTTP driver (src/http/classify.ts). No route or no local address: the
+  // connection never opened, so nothing was sent (the nearest class is connect_refused).
+  ENETUNREACH: 'connect_refused',
+  EHOSTUNREACH: 'connect_refused',
+  ENETDOWN: 'connect_refused',
+  EHOSTDOWN: 'connect_refused',
+  EADDRNOTAVAIL: 'connect_refused',
+  UND_ERR_HEADERS_OVERFLOW: 'protocol',
+  UND_ERR_RES_EXCEEDED_MAX_SIZE: 'protocol',
+  HPE_INVALID_CHUNK_SIZE: 'protocol',
+  HPE_HEADER_OVERFLOW: 'protocol',
+  HPE_INVALID_TRANSFER_ENCODING: 'protocol',
+  HPE_CLOSED_CONNECTION: 'socket_closed',
+  CERT_UNTRUSTED: 'tls',
+  CERT_SIGNATURE_FAILURE: 'tls',
+  CERT_REVOKED: 'tls',
+  CERT_REJECTED: 'tls',
+  HOSTNAME_MISMATCH: 'tls',
+  UNABLE_TO_GET_ISSUER_CERT: 'tls',
+  ERR_TLS_HANDSHAKE_TIMEOUT: 'tls',
 });
 
 /** The class of an error by its `code`, looking through `cause` chains (fetch wraps errors). */
@@ -50,6 +70,7 @@ export function errorClassOfCode(error: unknown): ErrorClass | null {
       const cls = ERROR_CODE_CLASSES[code];
       if (cls) return cls;
       if (code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_')) return 'tls';
+      if (code.startsWith('HPE_')) return 'protocol'; // llhttp parse errors (added for the HTTP driver)
     }
     e = (e as { cause?: unknown }).cause;
   }

@@ -1,11 +1,16 @@
 import type { Policy } from './policy.js';
+import { RATE_LIMIT_HEADERS, readRateLimitWait } from './ratelimit.js';
 import { parseRetryAfter } from './retry-after.js';
 import type { Observation } from './types.js';
 
 /** A server's request to wait, read from the response headers. */
 export interface ServerHint {
-  /** Where the hint came from. */
-  readonly source: 'retry-after';
+  /**
+   * Where the hint came from: the Retry-After header, the draft `RateLimit` field, the
+   * individual drafts' `RateLimit-Reset`, or the non-standard `X-RateLimit-Reset` family.
+   */
+  readonly source: 'retry-after' | 'ratelimit' | 'ratelimit-reset' | 'x-ratelimit-reset';
+  /** Always true for the rate-limit sources: an unusable rate-limit field is no hint at all. */
   readonly valid: boolean;
   /** The wait the server asked for (valid hints only; 0 otherwise). */
   readonly delayMs: number;
@@ -14,19 +19,40 @@ export interface ServerHint {
 }
 
 /**
+ * The response headers (lower case) that `readServerHint` reads. Drivers that copy
+ * headers into an observation need only these (and copying no others keeps cookies and
+ * other secrets out of observations).
+ */
+export const SERVER_HINT_HEADERS: readonly string[] = Object.freeze(['retry-after', 'date', ...RATE_LIMIT_HEADERS]);
+
+/**
  * The server's wait hint for a failed attempt, or null when there is none to read
  * (R8). Only statuses the policy lists (429 and 503 by default) are read, and only
  * when the policy honours hints.
+ *
+ * Precedence: a Retry-After header decides whenever it is present — a valid one gives
+ * the wait, an invalid one (negative, malformed, absurd) gives an invalid hint, so the
+ * policy's own backoff is used and the event says `retryAfterValid: false`. Only when
+ * there is no Retry-After are the rate-limit fields read (draft -11 §7: "the Retry-After
+ * field MUST take precedence"): `RateLimit` with `r=0` and a `t`, then `RateLimit-Reset`,
+ * then `X-RateLimit-Reset` and its variants (see ratelimit.ts). Those give a valid hint
+ * or none; `retryAfterValid` stays about the Retry-After header (null without one).
  */
 export function readServerHint(policy: Policy, obs: Observation, wallNow: number | undefined): ServerHint | null {
   const headers = obs.headers;
   const status = obs.status;
   if (!headers || status === undefined || status === null) return null;
   if (!policy.retryAfter.honor || !policy.retryAfter.statuses.has(status)) return null;
+  const ctx = { wallNowMs: wallNow ?? Number.NaN, dateHeader: headers['date'] ?? null };
   const value = headers['retry-after'];
-  if (value === undefined) return null;
-  const parsed = parseRetryAfter(value, { wallNowMs: wallNow ?? Number.NaN, dateHeader: headers['date'] ?? null });
-  if (!parsed.present) return null;
-  if (!parsed.valid) return { source: 'retry-after', valid: false, delayMs: 0, noRetry: false };
-  return { source: 'retry-after', valid: true, delayMs: parsed.delayMs, noRetry: false };
+  if (value !== undefined) {
+    const parsed = parseRetryAfter(value, ctx);
+    if (parsed.present) {
+      if (!parsed.valid) return { source: 'retry-after', valid: false, delayMs: 0, noRetry: false };
+      return { source: 'retry-after', valid: true, delayMs: parsed.delayMs, noRetry: false };
+    }
+  }
+  const rl = readRateLimitWait(headers, ctx);
+  if (rl.kind !== 'wait') return null;
+  return { source: rl.source, valid: true, delayMs: rl.delayMs, noRetry: false };
 }

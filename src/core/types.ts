@@ -119,8 +119,11 @@ export interface Clock {
   now(): number;
   /** Milliseconds since the Unix epoch; only for HTTP dates. */
   wallNow(): number;
-  /** Calls `fn` after `ms` (clamped to [0, 2^31-1]); returns a function that cancels it. */
-  setTimer(fn: () => void, ms: number): () => void;
+  /**
+   * Calls `fn` after `ms` (clamped to [0, 2^31-1]); returns a function that cancels it.
+   * `now`, when given, is the caller's reading of now() (saves a clock read).
+   */
+  setTimer(fn: () => void, ms: number, now?: number): () => void;
 }
 
 /** A source of uniform numbers in [0, 1). */

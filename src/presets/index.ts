@@ -1,4 +1,4 @@
-import { createPolicy, type Policy, type PolicySpec } from '../core/policy.js';
+import { createPolicy, DEFAULT_POLICY, type Policy, type PolicySpec } from '../core/policy.js';
 import { RelentError } from '../core/errors.js';
 import { adobeBestEffort, adobeConfigurable } from './adobe.js';
 import { awsStandard, envoyDefault, grpc, grpc2017 } from './extras.js';
@@ -61,8 +61,23 @@ function isPolicy(v: unknown): v is Policy {
  * to start from), or an already validated Policy — into a validated Policy.
  * Errors name the field that is wrong.
  */
+const fromSpec = new WeakMap<object, Policy>();
+
 export function resolvePolicy(input?: string | PolicySpec | Policy | null): Policy {
-  if (input === undefined || input === null) return createPolicy({});
+  if (input === undefined || input === null) return DEFAULT_POLICY;
+  if (typeof input === 'object') {
+    // A spec object reused across calls is validated once.
+    if (isPolicy(input)) return input;
+    const cached = fromSpec.get(input);
+    if (cached) return cached;
+    const p = resolveSpec(input);
+    fromSpec.set(input, p);
+    return p;
+  }
+  return resolveSpec(input);
+}
+
+function resolveSpec(input: string | PolicySpec): Policy {
   if (typeof input === 'string') return presetPolicy(input);
   if (isPolicy(input)) return input;
   if (!isPlainObject(input)) throw new RelentError('ERR_INVALID_POLICY', 'Expected `policy` to be a preset name or a policy object', { field: 'policy' });

@@ -1,3 +1,4 @@
+import { breakerOutcome, type CircuitBreaker } from '../core/breaker.js';
 import type { RetryBudget } from '../core/budget.js';
 import {
   afterRetry, attemptBudgetMs, beginAttempt, decide, preflight, startOperation, type OperationState,
@@ -9,6 +10,7 @@ import type {
   AttemptEvent, Clock, DecisionResult, ErrorClass, Observation, Random, ResultEvent, SendState, TerminalReason,
 } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
+import type { Bulkhead } from './bulkhead.js';
 import { systemClock, systemRandom } from './clock.js';
 
 /** What each attempt of an operation receives. */
@@ -33,6 +35,39 @@ export type Classified =
   | { readonly errorClass: ErrorClass; readonly sent?: SendState };
 
 export type RelentEvent = AttemptEvent | ResultEvent;
+
+/**
+ * Observes an operation from inside the executor, so that a tracer can open a span
+ * when a call starts and keep it active while the call runs (context propagation).
+ * Events arrive only when an attempt has ended; this hook is told before. Absent →
+ * nothing is called, built or allocated. relent/otel implements it.
+ */
+export interface Instrumentation {
+  /** At the operation's start (before the breaker, the bulkhead or the first call). */
+  operation(info: OperationInfo): OperationScope;
+}
+
+export interface OperationInfo {
+  readonly operationId: string;
+  readonly method: string | null;
+  readonly endpoint: string | null;
+}
+
+export interface OperationScope {
+  /** Just before call number `attempt` is made (after the breaker and the bulkhead let it through). */
+  attempt(attempt: number): AttemptScope;
+  /** Runs the state check (R6) in the operation's context. */
+  run<A, R>(fn: (arg: A) => R, arg: A): R;
+  /** Once, when the operation ends, with its result event. */
+  end(event: ResultEvent): void;
+}
+
+export interface AttemptScope {
+  /** Makes the call: `fn(arg)`, inside the attempt's context (e.g. with its span active). */
+  run<A, R>(fn: (arg: A) => R, arg: A): R;
+  /** Once, when the attempt has settled and been decided, with its R13 event. */
+  end(event: AttemptEvent): void;
+}
 
 export interface RunOptions<T> {
   /** A preset name, a policy spec, or a Policy. Default: relent's defaults. */
@@ -63,6 +98,19 @@ export interface RunOptions<T> {
   readonly classifyError?: (error: unknown) => Classified | undefined;
   /** Reads the operation's real state after an unknown outcome (R6); its value is returned. */
   readonly stateCheck?: (ctx: AttemptContext) => Promise<T>;
+  /**
+   * The dependency's circuit breaker (R11): asked before every call (refused → no call,
+   * terminal `circuit_open`, ERR_CIRCUIT_OPEN); told every call's outcome. Share one per dependency.
+   */
+  readonly breaker?: CircuitBreaker | null;
+  /**
+   * The dependency's bulkhead (R11): a slot is held for each call, waited for (abortable,
+   * within the deadline) when none is free. A full queue ends the operation with terminal
+   * `budget_exhausted` and ERR_BULKHEAD_FULL. Share one per dependency.
+   */
+  readonly bulkhead?: Bulkhead | null;
+  /** Tracing hooks (see relent/otel). Nothing is called when absent. */
+  readonly instrumentation?: Instrumentation | null;
 }
 
 /** Everything known when an operation ends. `run()` unwraps it; the CLI prints it. */
@@ -131,30 +179,94 @@ function classifyErrorDefault(error: unknown): Classified {
   return { errorClass: cls ?? 'error' };
 }
 
+type AttemptOutcome<T> =
+  | { readonly kind: 'value'; readonly value: T }
+  | { readonly kind: 'error'; readonly error: unknown }
+  | { readonly kind: 'timeout' }
+  | { readonly kind: 'aborted' };
+
+const TIMED_OUT: Classified = { errorClass: 'timeout', sent: 'unknown' };
+const ABORTED: Classified = { errorClass: 'aborted' };
+
 /**
- * One attempt in flight: the race between the operation, its timer and the caller's
- * signal. A class, so the success path allocates one object and no closures.
+ * An observation with every field present, in one order: decide() reads absent fields,
+ * and objects of one shape keep those reads fast (a spread-built object made decide()
+ * 40x slower on the success path).
  */
-class Attempt<T> implements AttemptContext {
+function observation(c: Classified, elapsedMs: number): Observation {
+  const r = c as { status?: number; errorClass?: ErrorClass; sent?: SendState; headers?: Readonly<Record<string, string>>; nbr?: number | null };
+  return {
+    status: r.status ?? null,
+    errorClass: r.errorClass ?? null,
+    sent: r.sent ?? undefined,
+    headers: r.headers ?? undefined,
+    nbr: r.nbr ?? null,
+    elapsedMs,
+  };
+}
+
+const round = (ms: number): number => Math.round(ms * 1000) / 1000;
+
+/** What the executor tells the caller when a protection refuses a call (no call made). */
+const CIRCUIT_OPEN: DecisionResult = Object.freeze({
+  decision: 'circuit_open', why: 'circuit_open', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
+});
+const DEADLINE_SPENT: DecisionResult = Object.freeze({
+  decision: 'deadline_exceeded', why: 'deadline_spent', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
+});
+
+/**
+ * Waits for a bulkhead slot (the slow path: every slot is taken), bounded by the
+ * remaining deadline and the caller's signal. Returns how the wait ended.
+ */
+async function waitForSlot(bulkhead: Bulkhead, clock: Clock, signal: AbortSignal | undefined, remainingMs: number): Promise<'ok' | 'full' | 'deadline' | 'cancelled'> {
+  if (signal?.aborted) return 'cancelled';
+  const controller = new AbortController();
+  let why: 'deadline' | 'cancelled' | null = null;
+  const onAbort = (): void => {
+    why ??= 'cancelled';
+    controller.abort();
+  };
+  signal?.addEventListener('abort', onAbort, { once: true });
+  const cancelTimer = clock.setTimer(() => {
+    why ??= 'deadline';
+    controller.abort();
+  }, remainingMs);
+  try {
+    await bulkhead.acquire(controller.signal);
+    return 'ok';
+  } catch (error) {
+    if (why !== null) return why;
+    if (RelentError.is(error) && error.code === 'ERR_BULKHEAD_FULL') return 'full';
+    throw error;
+  } finally {
+    cancelTimer();
+    signal?.removeEventListener('abort', onAbort);
+  }
+}
+
+/** The context one attempt receives. Its signal and requestId are built only when read. */
+class AttemptCtx implements AttemptContext {
+  readonly operationId: string;
   readonly attempt: number;
-  readonly requestId: string;
   readonly timeoutMs: number;
   readonly remainingMs: number;
-  readonly operationId: string;
-  private controller: AbortController | null = null;
   private readonly callerSignal: AbortSignal | undefined;
-  settled = false;
+  private controller: AbortController | null = null;
+  /** The attempt has settled (answered, failed, timed out or been cancelled). */
+  done = false;
   timedOut = false;
-  private resolve!: (o: AttemptOutcome<T>) => void;
-  private cancelTimer: (() => void) | null = null;
 
   constructor(operationId: string, attempt: number, timeoutMs: number, remainingMs: number, callerSignal: AbortSignal | undefined) {
     this.operationId = operationId;
     this.attempt = attempt;
-    this.requestId = `${operationId}/attempt-${attempt}`;
     this.timeoutMs = timeoutMs;
     this.remainingMs = remainingMs;
     this.callerSignal = callerSignal;
+  }
+
+  get requestId(): string {
+    return `${this.operationId}/attempt-${this.attempt}`;
   }
 
   /** Created on first use: an operation that never reads it costs no AbortController. */
@@ -167,184 +279,284 @@ class Attempt<T> implements AttemptContext {
     return this.controller.signal;
   }
 
-  run(fn: (ctx: AttemptContext) => Promise<T>, clock: Clock): Promise<AttemptOutcome<T>> {
-    return new Promise<AttemptOutcome<T>>((resolve) => {
-      this.resolve = resolve;
-      let p: Promise<T>;
-      try {
-        p = fn(this);
-      } catch (error) {
-        p = Promise.reject(error);
-      }
-      if (this.settled) return;
-      this.cancelTimer = clock.setTimer(this.onTimer, this.timeoutMs);
-      if (this.callerSignal) this.callerSignal.addEventListener('abort', this.onAbort);
-      p.then(this.onValue, this.onError);
+  abort(reason: unknown): void {
+    this.controller?.abort(reason);
+  }
+}
+
+const enum Phase { Idle, Calling, Waiting, Slot, Done }
+
+/**
+ * One operation in flight: a small state machine driven by callbacks rather than
+ * async/await, so that the success path costs the operation's own promise and one
+ * more, not a chain of them. Every decision comes from decide(); this class only
+ * carries decisions out on the clock it is given.
+ */
+class Runner<T> {
+  private readonly policy: Policy;
+  private readonly clock: Clock;
+  private readonly random: Random;
+  private readonly signal: AbortSignal | undefined;
+  private readonly budget: RetryBudget | null;
+  private readonly breaker: CircuitBreaker | null;
+  private readonly bulkhead: Bulkhead | null;
+  private readonly scope: OperationScope | null;
+  private readonly method: string | null;
+  private readonly endpoint: string | null;
+  private readonly operationId: string;
+  private state: OperationState;
+  private phase = Phase.Idle;
+  private ctx: AttemptCtx | null = null;
+  private aScope: AttemptScope | null = null;
+  private checking = false;
+  private attemptStart = 0;
+  private cancelTimer: (() => void) | null = null;
+  private last: Observation | null = null;
+  private lastOutcome: AttemptOutcome<T> | null = null;
+  private lastDecision: DecisionResult | null = null;
+  private listening = false;
+
+  constructor(
+    private readonly fn: (ctx: AttemptContext) => Promise<T>,
+    private readonly options: RunOptions<T>,
+    private readonly settleRun: (r: RunResult<T>) => void,
+  ) {
+    this.policy = resolvePolicy(options.policy);
+    this.clock = options.clock ?? systemClock;
+    this.random = options.random ?? systemRandom;
+    this.signal = options.signal;
+    this.budget = options.budget ?? null;
+    this.breaker = options.breaker ?? null;
+    this.bulkhead = options.bulkhead ?? null;
+    this.method = options.method ?? null;
+    this.endpoint = options.endpoint ?? null;
+    this.operationId = options.operationId ?? newOperationId();
+    this.scope = options.instrumentation ? options.instrumentation.operation({ operationId: this.operationId, method: this.method, endpoint: this.endpoint }) : null;
+    this.state = startOperation(this.policy, {
+      now: 0, // replaced in start()
+      method: this.method,
+      idempotencyKey: options.idempotencyKey ?? null,
+      idempotent: options.idempotent ?? null,
+      deadlineMs: options.deadlineMs ?? null,
     });
   }
 
-  private finish(o: AttemptOutcome<T>): void {
-    if (this.settled) return;
-    this.settled = true;
-    if (this.cancelTimer) this.cancelTimer();
-    if (this.callerSignal) this.callerSignal.removeEventListener('abort', this.onAbort);
-    this.resolve(o);
+  start(): void {
+    const now = this.clock.now();
+    const s = this.state;
+    this.state = {
+      attempt: 0, startedAt: now, deadlineAt: now + (s.deadlineAt - s.startedAt),
+      idempotent: s.idempotent, prevDelayMs: null, lastBudgetCost: 0,
+    };
+    this.next(now);
   }
 
-  private readonly onValue = (value: T): void => this.finish({ kind: 'value', value });
-  private readonly onError = (error: unknown): void => this.finish({ kind: 'error', error });
+  /** Makes the next attempt if nothing forbids it (R1, R10, R11). */
+  private next(now: number): void {
+    if (this.signal?.aborted) return this.end('cancelled', null);
+    const pre = preflight(this.state, now);
+    if (pre) return this.end(pre.decision as TerminalReason, pre);
+    // R11: an open circuit means no call at all (and no attempt event: nothing was attempted).
+    if (this.breaker !== null && !this.breaker.tryPass(this.clock.wallNow())) return this.end('circuit_open', CIRCUIT_OPEN);
+    if (this.bulkhead !== null && !this.bulkhead.tryAcquire()) {
+      // The slow path: every slot is taken. Wait in the queue, within the deadline.
+      this.phase = Phase.Slot;
+      waitForSlot(this.bulkhead, this.clock, this.signal, this.state.deadlineAt - now).then(this.afterSlot, this.crash);
+      return;
+    }
+    this.call(now);
+  }
+
+  private readonly afterSlot = (result: 'ok' | 'full' | 'deadline' | 'cancelled'): void => {
+    const now = this.clock.now();
+    let got = result;
+    if (got === 'ok' && (this.signal?.aborted || this.state.deadlineAt - now <= 0)) {
+      this.bulkhead!.release();
+      got = this.signal?.aborted ? 'cancelled' : 'deadline';
+    }
+    if (got === 'ok') return this.call(now);
+    // No call is made: hand a half-open trial back to the breaker.
+    if (this.breaker !== null) this.breaker.record('ignored', this.clock.wallNow());
+    if (got === 'cancelled') return this.end('cancelled', null);
+    if (got === 'deadline') return this.end('deadline_exceeded', DEADLINE_SPENT);
+    return this.end('budget_exhausted', null, bulkheadFullOutcome(this.bulkhead!, this.lastOutcome, this.last, this.operationId, this.state.attempt));
+  };
+
+  private readonly crash = (error: unknown): void => {
+    this.end('not_retryable', null, { outcome: { ok: false, error } });
+  };
+
+  /** Calls the operation (or the state check) with a timer and the caller's signal racing it. */
+  private call(now: number, check?: (ctx: AttemptContext) => Promise<T>, timeoutOverride?: number): void {
+    if (!check) this.state = beginAttempt(this.state);
+    const state = this.state;
+    const remaining = state.deadlineAt - now;
+    let timeoutMs = timeoutOverride ?? attemptBudgetMs(this.policy, state, now);
+    const own = this.options.attemptTimeoutMs;
+    if (timeoutOverride === undefined && own !== undefined && own > 0 && own < timeoutMs) timeoutMs = own;
+    const ctx = new AttemptCtx(this.operationId, state.attempt, timeoutMs, remaining, this.signal);
+    this.ctx = ctx;
+    this.checking = check !== undefined;
+    this.attemptStart = now;
+    this.phase = Phase.Calling;
+    const aScope = !check && this.scope !== null ? this.scope.attempt(state.attempt) : null;
+    this.aScope = aScope;
+    const fn = check ?? this.fn;
+    let p: Promise<T>;
+    try {
+      p = aScope !== null ? aScope.run(fn, ctx) : check && this.scope !== null ? this.scope.run(fn, ctx) : fn(ctx);
+    } catch (error) {
+      p = Promise.reject(error);
+    }
+    if (ctx.done) return;
+    this.cancelTimer = this.clock.setTimer(this.onTimer, timeoutMs, now);
+    if (this.signal !== undefined && !this.listening) {
+      this.listening = true;
+      this.signal.addEventListener('abort', this.onCallerAbort);
+    }
+    p.then((value) => this.settle(ctx, { kind: 'value', value }), (error: unknown) => this.settle(ctx, { kind: 'error', error }));
+  }
+
   private readonly onTimer = (): void => {
-    if (this.settled) return;
-    this.timedOut = true;
-    this.controller?.abort(new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON));
-    this.finish({ kind: 'timeout' });
+    this.cancelTimer = null;
+    if (this.phase === Phase.Waiting) return this.afterWait();
+    const ctx = this.ctx;
+    if (ctx === null || ctx.done) return;
+    ctx.timedOut = true;
+    ctx.abort(new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON));
+    this.settle(ctx, TIMEOUT_OUTCOME);
   };
-  private readonly onAbort = (): void => {
-    if (this.settled) return;
-    this.controller?.abort(this.callerSignal?.reason);
-    this.finish({ kind: 'aborted' });
+
+  private readonly onCallerAbort = (): void => {
+    if (this.phase === Phase.Calling && this.ctx !== null && !this.ctx.done) {
+      this.ctx.abort(this.signal?.reason);
+      this.settle(this.ctx, ABORTED_OUTCOME);
+    } else if (this.phase === Phase.Waiting) {
+      if (this.cancelTimer) this.cancelTimer();
+      this.cancelTimer = null;
+      this.end('cancelled', null);
+    }
   };
+
+  /** One attempt has settled: observe, decide (the core), report, carry the decision out. */
+  private settle(ctx: AttemptCtx, outcome: AttemptOutcome<T>): void {
+    if (ctx.done) return;
+    ctx.done = true;
+    if (this.cancelTimer !== null) {
+      this.cancelTimer();
+      this.cancelTimer = null;
+    }
+    if (this.checking) return this.settleCheck(outcome);
+    // The slot is freed when the attempt settles, timeouts included: an operation that
+    // ignores its signal cannot hold the slot past its time.
+    if (this.bulkhead !== null) this.bulkhead.release();
+    this.lastOutcome = outcome;
+    const clock = this.clock;
+    const now = clock.now();
+    const elapsedMs = now - this.attemptStart;
+    const options = this.options;
+    let obs: Observation;
+    switch (outcome.kind) {
+      case 'value':
+        obs = observation((options.classifyValue?.(outcome.value)) ?? classifyValueDefault(outcome.value), elapsedMs);
+        break;
+      case 'error':
+        // An error after the caller's abort is the cancellation, not a new fact.
+        obs = observation(this.signal?.aborted ? ABORTED : ((options.classifyError?.(outcome.error)) ?? classifyErrorDefault(outcome.error)), elapsedMs);
+        break;
+      case 'timeout':
+        obs = observation(TIMED_OUT, elapsedMs);
+        break;
+      case 'aborted':
+        obs = observation(ABORTED, elapsedMs);
+        break;
+    }
+    this.last = obs;
+    const state = this.state;
+    // The wall clock is read only when something needs it (HTTP dates, the breaker).
+    const wallNow = this.breaker !== null || obs.headers !== undefined ? clock.wallNow() : undefined;
+    if (this.breaker !== null) this.breaker.record(breakerOutcome(obs), wallNow!);
+    const d = decide(this.policy, state, obs, { now, wallNow, random: this.random, budget: this.budget });
+    this.lastDecision = d;
+    const aScope = this.aScope;
+    if (options.onEvent || aScope !== null) {
+      const ev = attemptEvent(this.operationId, state.attempt, this.method, this.endpoint, obs, ctx.remainingMs, d);
+      if (options.onEvent) options.onEvent(ev);
+      if (aScope !== null) aScope.end(ev);
+    }
+    switch (d.decision) {
+      case 'return':
+        return this.end('return', d);
+      case 'retry': {
+        this.state = afterRetry(state, d);
+        const delay = d.delayMs!;
+        if (delay <= 0) return this.next(now);
+        this.phase = Phase.Waiting;
+        if (this.signal?.aborted) return this.end('cancelled', null);
+        this.cancelTimer = clock.setTimer(this.onTimer, delay, now);
+        return;
+      }
+      case 'check_state': {
+        const check = options.stateCheck;
+        if (!check) return this.end('check_state', d);
+        const remaining = state.deadlineAt - now;
+        // The state must be read even when the deadline is spent: give it at least one attempt timeout.
+        const timeoutMs = remaining > 0 ? attemptBudgetMs(this.policy, state, now) : (this.policy.attemptTimeoutMs ?? 1000);
+        return this.call(now, check, timeoutMs);
+      }
+      default:
+        return this.end(d.decision as TerminalReason, d);
+    }
+  }
+
+  private afterWait(): void {
+    this.phase = Phase.Idle;
+    this.next(this.clock.now());
+  }
+
+  private settleCheck(o: AttemptOutcome<T>): void {
+    const options = this.options;
+    if (o.kind === 'value') {
+      const c = (options.classifyValue?.(o.value)) ?? classifyValueDefault(o.value);
+      return this.end('check_state', this.lastDecision, { outcome: { ok: true, value: o.value }, stateCheck: c });
+    }
+    const c: Classified = o.kind === 'timeout' ? { errorClass: 'timeout' } : o.kind === 'aborted' ? { errorClass: 'aborted' }
+      : ((options.classifyError?.(o.error)) ?? classifyErrorDefault(o.error));
+    const attempts = this.state.attempt;
+    const error = new RelentError('ERR_UNKNOWN_OUTCOME', `Outcome unknown after attempt ${attempts}, and the state check failed (${'errorClass' in c ? c.errorClass : c.status})`, {
+      reason: 'check_state', attempts, operationId: this.operationId, cause: o.kind === 'error' ? o.error : undefined,
+    });
+    return this.end('check_state', this.lastDecision, { outcome: { ok: false, error }, stateCheck: c });
+  }
+
+  private end(reason: TerminalReason, d: DecisionResult | null, extra: Partial<RunResult<T>> = {}): void {
+    if (this.phase === Phase.Done) return;
+    this.phase = Phase.Done;
+    if (this.listening) this.signal!.removeEventListener('abort', this.onCallerAbort);
+    const last = this.last;
+    const attempts = this.state.attempt;
+    const outcome = extra.outcome ?? outcomeFor(reason, d, this.lastOutcome, last, this.operationId, attempts, this.signal);
+    if (this.options.onEvent || this.scope !== null) {
+      const ev: ResultEvent & { stateCheck?: Classified } = {
+        type: 'result', operationId: this.operationId, status: last?.status ?? null, errorClass: last?.errorClass ?? null, reason, attempts,
+      };
+      if (extra.stateCheck) ev.stateCheck = extra.stateCheck;
+      if (this.options.onEvent) this.options.onEvent(ev);
+      if (this.scope !== null) this.scope.end(ev);
+    }
+    this.settleRun({ operationId: this.operationId, reason, attempts, last, outcome, stateCheck: extra.stateCheck ?? null, delayMs: d?.delayMs ?? null });
+  }
 }
 
-type AttemptOutcome<T> =
-  | { readonly kind: 'value'; readonly value: T }
-  | { readonly kind: 'error'; readonly error: unknown }
-  | { readonly kind: 'timeout' }
-  | { readonly kind: 'aborted' };
-
-/** Sleeps `ms` unless the signal aborts first; resolves true when it slept, false when cancelled. */
-function wait(clock: Clock, ms: number, signal: AbortSignal | undefined): Promise<boolean> {
-  if (signal?.aborted) return Promise.resolve(false);
-  return new Promise<boolean>((resolve) => {
-    const onAbort = (): void => {
-      cancel();
-      resolve(false);
-    };
-    const cancel = clock.setTimer(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve(true);
-    }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
-}
-
-const round = (ms: number): number => Math.round(ms * 1000) / 1000;
+const TIMEOUT_OUTCOME = { kind: 'timeout' } as const;
+const ABORTED_OUTCOME = { kind: 'aborted' } as const;
 
 /**
  * Runs an operation under a policy and reports how it ended, without throwing for
  * operation failures. `run()` is the same with the outcome unwrapped.
  */
-export async function execute<T>(fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T> = {}): Promise<RunResult<T>> {
-  const policy = resolvePolicy(options.policy);
-  const clock = options.clock ?? systemClock;
-  const random = options.random ?? systemRandom;
-  const onEvent = options.onEvent;
-  const signal = options.signal;
-  const budget = options.budget ?? null;
-  const operationId = options.operationId ?? newOperationId();
-  const method = options.method ?? null;
-  const endpoint = options.endpoint ?? null;
-  const attemptTimeoutMs = options.attemptTimeoutMs;
-
-  let state: OperationState = startOperation(policy, {
-    now: clock.now(),
-    method,
-    idempotencyKey: options.idempotencyKey ?? null,
-    idempotent: options.idempotent ?? null,
-    deadlineMs: options.deadlineMs ?? null,
-  });
-  let last: Observation | null = null;
-  let lastOutcome: AttemptOutcome<T> | null = null;
-
-  const end = (reason: TerminalReason, d: DecisionResult | null, extra: Partial<RunResult<T>> = {}): RunResult<T> => {
-    const outcome = extra.outcome ?? outcomeFor(reason, d, lastOutcome, last, operationId, state.attempt, signal);
-    if (onEvent) {
-      const ev: ResultEvent & { stateCheck?: Classified } = {
-        type: 'result', operationId, status: last?.status ?? null, errorClass: last?.errorClass ?? null, reason, attempts: state.attempt,
-      };
-      if (extra.stateCheck) ev.stateCheck = extra.stateCheck;
-      onEvent(ev);
-    }
-    return { operationId, reason, attempts: state.attempt, last, outcome, stateCheck: extra.stateCheck ?? null, delayMs: d?.delayMs ?? null };
-  };
-
-  for (;;) {
-    if (signal?.aborted) return end('cancelled', null);
-    let now = clock.now();
-    const pre = preflight(state, now);
-    if (pre) return end(pre.decision as TerminalReason, pre);
-    state = beginAttempt(state);
-    const remaining = state.deadlineAt - now;
-    let timeoutMs = attemptBudgetMs(policy, state, now);
-    if (attemptTimeoutMs !== undefined && attemptTimeoutMs > 0 && attemptTimeoutMs < timeoutMs) timeoutMs = attemptTimeoutMs;
-
-    const attempt = new Attempt<T>(operationId, state.attempt, timeoutMs, remaining, signal);
-    const outcome = await attempt.run(fn, clock);
-    lastOutcome = outcome;
-    now = clock.now();
-    const elapsedMs = now - (state.deadlineAt - remaining);
-
-    let obs: Observation;
-    switch (outcome.kind) {
-      case 'value': {
-        const c = (options.classifyValue?.(outcome.value)) ?? classifyValueDefault(outcome.value);
-        obs = { ...c, elapsedMs };
-        break;
-      }
-      case 'error': {
-        // An error after our own abort is the timeout or the cancellation, not a new fact.
-        const c = signal?.aborted ? { errorClass: 'aborted' as const } : ((options.classifyError?.(outcome.error)) ?? classifyErrorDefault(outcome.error));
-        obs = { ...c, elapsedMs };
-        break;
-      }
-      case 'timeout':
-        obs = { errorClass: 'timeout', sent: 'unknown', elapsedMs };
-        break;
-      case 'aborted':
-        obs = { errorClass: 'aborted', elapsedMs };
-        break;
-    }
-    last = obs;
-    const d = decide(policy, state, obs, { now, wallNow: clock.wallNow(), random, budget });
-    if (onEvent) onEvent(attemptEvent(operationId, state.attempt, method, endpoint, obs, remaining, d));
-
-    switch (d.decision) {
-      case 'return':
-        return end('return', d);
-      case 'retry': {
-        state = afterRetry(state, d);
-        if (d.delayMs! > 0 && !(await wait(clock, d.delayMs!, signal))) return end('cancelled', null);
-        continue;
-      }
-      case 'check_state': {
-        if (!options.stateCheck) return end('check_state', d);
-        return end('check_state', d, await runStateCheck(options.stateCheck, options, policy, state, clock, operationId));
-      }
-      default:
-        return end(d.decision as TerminalReason, d);
-    }
-  }
-}
-
-async function runStateCheck<T>(
-  check: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T>, policy: Policy, state: OperationState, clock: Clock, operationId: string,
-): Promise<Partial<RunResult<T>>> {
-  const now = clock.now();
-  const remaining = state.deadlineAt - now;
-  // The state must be read even when the deadline is spent: give it at least one attempt timeout.
-  const timeoutMs = remaining > 0 ? attemptBudgetMs(policy, state, now) : (policy.attemptTimeoutMs ?? 1000);
-  const a = new Attempt<T>(operationId, state.attempt, timeoutMs, remaining, options.signal);
-  const o = await a.run(check, clock);
-  if (o.kind === 'value') {
-    const c = (options.classifyValue?.(o.value)) ?? classifyValueDefault(o.value);
-    return { outcome: { ok: true, value: o.value }, stateCheck: c };
-  }
-  const c: Classified = o.kind === 'timeout' ? { errorClass: 'timeout' } : o.kind === 'aborted' ? { errorClass: 'aborted' }
-    : ((options.classifyError?.(o.error)) ?? classifyErrorDefault(o.error));
-  const error = new RelentError('ERR_UNKNOWN_OUTCOME', `Outcome unknown after attempt ${state.attempt}, and the state check failed (${'errorClass' in c ? c.errorClass : c.status})`, {
-    reason: 'check_state', attempts: state.attempt, operationId, cause: o.kind === 'error' ? o.error : undefined,
-  });
-  return { outcome: { ok: false, error }, stateCheck: c };
+export function execute<T>(fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T> = {}): Promise<RunResult<T>> {
+  return new Promise<RunResult<T>>((resolve) => new Runner(fn, options, resolve).start());
 }
 
 function attemptEvent(operationId: string, attempt: number, method: string | null, endpoint: string | null, obs: Observation, remaining: number, d: DecisionResult): AttemptEvent {
@@ -379,7 +591,24 @@ const MESSAGES: Partial<Record<string, string>> = {
   unknown_outcome: 'the request may have been applied; read the state before trying again',
   defer_long_wait: 'the wait is handed to a durable queue',
   retry_after_no_retry: 'the server said not to retry',
+  circuit_open: 'the circuit breaker is open; calls fail fast until a trial call succeeds',
 };
+
+/**
+ * The outcome when the bulkhead's queue is full: the last real answer or error when a
+ * call was made (as when retries run out), else ERR_BULKHEAD_FULL.
+ */
+function bulkheadFullOutcome<T>(
+  bulkhead: Bulkhead, lastOutcome: AttemptOutcome<T> | null, last: Observation | null, operationId: string, attempts: number,
+): Partial<RunResult<T>> {
+  if (lastOutcome?.kind === 'value') return { outcome: { ok: true, value: lastOutcome.value } };
+  if (lastOutcome?.kind === 'error') return { outcome: { ok: false, error: lastOutcome.error } };
+  const what = last ? (last.status ?? last.errorClass) : 'no call made';
+  const { maxConcurrent, maxQueue } = bulkhead.options;
+  const message = `budget_exhausted: the bulkhead is full (${maxConcurrent} calls in flight, ${maxQueue} queued) `
+    + `(operation ${operationId}, ${attempts} attempt${attempts === 1 ? '' : 's'}, last: ${what})`;
+  return { outcome: { ok: false, error: new RelentError('ERR_BULKHEAD_FULL', message, { reason: 'budget_exhausted', attempts, operationId }) } };
+}
 
 /**
  * How an operation ends for the caller (never a synthetic success): the last value
@@ -412,8 +641,8 @@ function outcomeFor<T>(
  * Resolves with the operation's value (the last real one when retries ran out);
  * rejects with the operation's own error, or a RelentError with a stable `code`.
  */
-export async function run<T>(fn: (ctx: AttemptContext) => Promise<T>, options?: RunOptions<T>): Promise<T> {
-  const r = await execute(fn, options);
-  if (r.outcome.ok) return r.outcome.value;
-  throw r.outcome.error;
+export function run<T>(fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T> = {}): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    new Runner(fn, options, (r) => (r.outcome.ok ? resolve(r.outcome.value) : reject(r.outcome.error))).start();
+  });
 }

@@ -1,0 +1,54 @@
+// run() success-path overhead vs peers, and decide() throughput.
+// Peers are the newest majors that run on Node 20: p-retry 7 (8+ need Node 22),
+// cockatiel 3 (4 needs Node 22), exponential-backoff 3, async-retry 1.
+import pRetry from 'p-retry';
+import { retry, handleAll, ExponentialBackoff } from 'cockatiel';
+import { backOff } from 'exponential-backoff';
+import asyncRetry from 'async-retry';
+import { run, resolvePolicy, decide, startOperation, beginAttempt, createSeededRandom } from '../dist/index.js';
+import { compare, printTable } from './harness.mjs';
+import { readFileSync } from 'node:fs';
+
+const versions = Object.fromEntries(['p-retry', 'cockatiel', 'exponential-backoff', 'async-retry'].map((n) =>
+  [n, JSON.parse(readFileSync(new URL(`../node_modules/${n}/package.json`, import.meta.url), 'utf8')).version]));
+
+export async function main({ quick = false } = {}) {
+  const work = async () => 42;
+  const policy = resolvePolicy({}); // relent's defaults, validated once
+  const noop = () => {};
+  const pRetryOptions = { retries: 2 };
+  const cockatielPolicy = retry(handleAll, { maxAttempts: 2, backoff: new ExponentialBackoff() });
+  const ebOptions = { numOfAttempts: 3 };
+
+  const rows = await compare([
+    { name: 'bare await fn()', fn: () => work() },
+    { name: 'relent run()', fn: () => run(work, { policy }) },
+    { name: 'relent run() + onEvent', fn: () => run(work, { policy, onEvent: noop }) },
+    { name: `p-retry ${versions['p-retry']} (options reused)`, fn: () => pRetry(work, pRetryOptions) },
+    { name: `p-retry ${versions['p-retry']} (fresh options)`, fn: () => pRetry(work, { retries: 2 }), iterations: 20_000 },
+    { name: `cockatiel ${versions.cockatiel} retry`, fn: () => cockatielPolicy.execute(work) },
+    { name: `exponential-backoff ${versions['exponential-backoff']}`, fn: () => backOff(work, ebOptions), iterations: 20_000 },
+    { name: `async-retry ${versions['async-retry']}`, fn: () => asyncRetry(work, { retries: 2 }), iterations: 20_000 },
+  ], quick ? { iterations: 20_000, rounds: 3, warmup: 1 } : {});
+  printTable('Success-path overhead: one call that succeeds (sequential awaits)', rows, { baseline: 'bare await fn()', note: 'Lower ns/op is better. Each library retries up to 2 times on failure; no retry happens here.' });
+
+  const fastest = rows.filter((r) => !r.name.startsWith('relent') && r.name !== 'bare await fn()').sort((a, b) => a.nsPerOp - b.nsPerOp)[0];
+  const ours = rows.find((r) => r.name === 'relent run()');
+  console.log(`\nrelent run() vs the fastest peer (${fastest.name}): ${(fastest.nsPerOp / ours.nsPerOp).toFixed(2)}x faster`);
+
+  const random = createSeededRandom(1);
+  const state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
+  const ok = { status: 200, elapsedMs: 5 };
+  const busy = { status: 503, elapsedMs: 5 };
+  const limited = { status: 429, elapsedMs: 5, headers: { 'retry-after': '2' } };
+  const ctx = { now: 5, wallNow: Date.UTC(2026, 0, 1), random };
+  const d = await compare([
+    { name: 'decide(): 200 → return', fn: () => decide(policy, state, ok, ctx), sync: true },
+    { name: 'decide(): 503 → retry (full jitter)', fn: () => decide(policy, state, busy, ctx), sync: true },
+    { name: 'decide(): 429 + Retry-After → retry', fn: () => decide(policy, state, limited, ctx), sync: true },
+  ], quick ? { iterations: 200_000, rounds: 3, warmup: 1 } : { iterations: 1_000_000, rounds: 5 });
+  printTable('decide() throughput (pure function, no I/O)', d);
+  return { rows, decide: d };
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) await main({ quick: process.argv.includes('--quick') });

@@ -1,0 +1,53 @@
+// A small benchmark harness for nanosecond-scale async calls. Libraries like tinybench
+// time every iteration (≈50–100 ns of timer overhead each), which would swamp what we
+// compare here; this one times batches, interleaves candidates round by round so that
+// machine noise hits them alike, and reports the median.
+
+/** Runs `fn` n times sequentially (awaiting each), returns ns per call. */
+async function batch(fn, n) {
+  const t0 = process.hrtime.bigint();
+  for (let i = 0; i < n; i++) await fn();
+  return Number(process.hrtime.bigint() - t0) / n;
+}
+
+function batchSync(fn, n) {
+  const t0 = process.hrtime.bigint();
+  for (let i = 0; i < n; i++) fn();
+  return Number(process.hrtime.bigint() - t0) / n;
+}
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+};
+
+/**
+ * candidates: [{ name, fn, sync? }]. Returns rows { name, nsPerOp, opsPerSec } (median of rounds).
+ */
+export async function compare(candidates, { iterations = 100_000, rounds = 9, warmup = 2 } = {}) {
+  const samples = new Map(candidates.map((c) => [c.name, []]));
+  for (let r = 0; r < warmup + rounds; r++) {
+    for (const c of candidates) {
+      const ns = c.sync ? batchSync(c.fn, c.iterations ?? iterations) : await batch(c.fn, c.iterations ?? iterations);
+      if (r >= warmup) samples.get(c.name).push(ns);
+    }
+  }
+  return candidates.map((c) => {
+    const ns = median(samples.get(c.name));
+    return { name: c.name, nsPerOp: ns, opsPerSec: 1e9 / ns };
+  });
+}
+
+/** Prints a table with a ratio column against `baseline` (by name). */
+export function printTable(title, rows, { baseline, note } = {}) {
+  const base = baseline ? rows.find((r) => r.name === baseline) : null;
+  const w = Math.max(...rows.map((r) => r.name.length), 10);
+  console.log(`\n${title}`);
+  if (note) console.log(note);
+  console.log(`${'candidate'.padEnd(w)}  ${'ns/op'.padStart(10)}  ${'ops/s'.padStart(12)}${base ? `  ${`vs ${baseline}`.padStart(16)}` : ''}`);
+  console.log(`${'-'.repeat(w)}  ${'-'.repeat(10)}  ${'-'.repeat(12)}${base ? `  ${'-'.repeat(16)}` : ''}`);
+  for (const r of rows) {
+    const ratio = base ? `${(r.nsPerOp / base.nsPerOp).toFixed(2)}x time` : '';
+    console.log(`${r.name.padEnd(w)}  ${r.nsPerOp.toFixed(1).padStart(10)}  ${Math.round(r.opsPerSec).toLocaleString('en-US').padStart(12)}${base ? `  ${ratio.padStart(16)}` : ''}`);
+  }
+}

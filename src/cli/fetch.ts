@@ -1,0 +1,211 @@
+import { readFile } from 'node:fs/promises';
+import { parseArgs } from 'node:util';
+import { RelentError } from '../core/errors.js';
+import type { PolicySpec } from '../core/policy.js';
+import type { ResultEvent } from '../core/types.js';
+import { createClient } from '../http/client.js';
+import { RelentFetchError } from '../http/errors.js';
+import { resolvePolicy } from '../presets/index.js';
+import { formatHuman } from '../run/format.js';
+import type { RelentEvent } from '../run/run.js';
+import { createJsonlSink, type JsonlSink } from '../run/sinks.js';
+import { EXIT, exitFor, jsonErrorWhere, parseDuration, processIo, type Io } from './args.js';
+
+export const FETCH_HELP = `relent fetch URL [options]
+
+Makes one HTTP request through relent's client: retries, waits and stops as the
+policy decides, prints the response body to standard output, and the attempt
+events as JSON lines (the same shape as \`relent replay\`).
+
+  -X, --request METHOD        the method (default GET, or POST with -d)
+  -H, --header 'Name: value'  a request header (repeatable)
+  -d, --data DATA             the request body; @FILE reads a file, @- standard input
+                              (repeatable: joined with &)
+      --preset NAME           start from a preset (see relent presets)
+      --policy JSON|@FILE     a policy object, as in a timeline (may name a preset)
+      --deadline D            the whole operation's deadline, waits included
+      --attempt-timeout D     each attempt's timeout
+      --max-attempts N        calls in all, the first included
+      --idempotency-key KEY   sent as Idempotency-Key on every attempt (makes POST retryable)
+      --events FILE|-         write the events as JSON lines to FILE (- for standard error)
+  -v, --verbose               a human-readable attempt log on standard error
+
+Flags override --policy, which overrides --preset. Durations: 250ms, 2s, 30m (a bare
+number is ms). Header values, the query string and the body are never printed.
+
+Exit status: 0 when the operation returned; otherwise the status of its terminal
+reason (3 deadline_exceeded, 4 max_attempts, 5 not_retryable — e.g. a 404 —,
+6 budget_exhausted, 7 circuit_open, 8 cancelled, 9 check_state, 10 defer), with one
+line on standard error naming it; 2 for a malformed flag, JSON or URL; 1 otherwise.
+`;
+
+function usage(message: string, field: string): RelentError {
+  return new RelentError('ERR_INVALID_INPUT', message, { field });
+}
+
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
+/** `Name: value` → [name, value]; the message never shows the value. */
+function parseHeader(h: string, i: number): [string, string] {
+  const colon = h.indexOf(':');
+  const name = colon > 0 ? h.slice(0, colon).trim() : '';
+  if (!TOKEN.test(name)) throw usage(`-H #${i + 1}: expected 'Name: value' with a header name made of token characters`, '-H');
+  const value = h.slice(colon + 1).trim();
+  if (/[\r\n\0]/.test(value)) throw usage(`-H ${name}: the value must not contain CR, LF or NUL (not shown)`, '-H');
+  return [name, value];
+}
+
+async function readStdin(): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+}
+
+async function readAt(arg: string, flag: string): Promise<Buffer> {
+  const path = arg.slice(1);
+  if (path === '-') return readStdin();
+  try {
+    return await readFile(path);
+  } catch (e) {
+    const code = (e as { code?: string }).code;
+    throw usage(`${flag}: cannot read ${JSON.stringify(path)} (${code === 'ENOENT' ? 'no such file' : code ?? 'error'})`, flag);
+  }
+}
+
+async function policyFrom(text: string): Promise<PolicySpec> {
+  const raw = text.startsWith('@') ? (await readAt(text, '--policy')).toString('utf8') : text;
+  let value: unknown;
+  try {
+    value = JSON.parse(raw);
+  } catch {
+    throw usage(`--policy: invalid JSON at ${jsonErrorWhere(raw)}`, '--policy');
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw usage('--policy: expected a JSON object (a policy, as in a timeline)', '--policy');
+  return value as PolicySpec;
+}
+
+function parseFlags(argv: string[]) {
+  try {
+    return parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: {
+        request: { type: 'string', short: 'X' },
+        header: { type: 'string', short: 'H', multiple: true },
+        data: { type: 'string', short: 'd', multiple: true },
+        preset: { type: 'string' },
+        policy: { type: 'string' },
+        deadline: { type: 'string' },
+        'attempt-timeout': { type: 'string' },
+        'max-attempts': { type: 'string' },
+        'idempotency-key': { type: 'string' },
+        events: { type: 'string' },
+        verbose: { type: 'boolean', short: 'v' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
+  } catch (e) {
+    // node:util's messages can span lines; the CLI prints one.
+    if (e instanceof TypeError && (e as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) throw usage(e.message.replace(/\s*\n\s*/g, ' '), 'flags');
+    throw e;
+  }
+}
+
+export async function fetchCommand(argv: string[], io: Io): Promise<number> {
+  const { values, positionals } = parseFlags(argv);
+  if (values.help) {
+    io.out(FETCH_HELP);
+    return EXIT.ok;
+  }
+  if (positionals.length !== 1) {
+    io.err(`relent fetch: expected one URL, got ${positionals.length} (try: relent fetch --help)\n`);
+    return EXIT.usage;
+  }
+  let url: URL;
+  try {
+    url = new URL(positionals[0]!);
+  } catch {
+    throw usage('URL: expected an absolute http:// or https:// URL (not shown: it may hold a token)', 'URL');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw usage(`URL: expected http:// or https://, got ${url.protocol}`, 'URL');
+
+  // Policy: --preset, then --policy on top, then the flags on top.
+  let spec: PolicySpec = values.policy !== undefined ? await policyFrom(values.policy) : {};
+  if (values.preset !== undefined) spec = { ...spec, preset: values.preset };
+  const over: { deadlineMs?: number; attemptTimeoutMs?: number; maxAttempts?: number } = {};
+  if (values.deadline !== undefined) over.deadlineMs = parseDuration(values.deadline, '--deadline');
+  if (values['attempt-timeout'] !== undefined) over.attemptTimeoutMs = parseDuration(values['attempt-timeout'], '--attempt-timeout');
+  if (values['max-attempts'] !== undefined) {
+    const n = Number(values['max-attempts']);
+    if (!/^\d+$/.test(values['max-attempts']) || !Number.isInteger(n) || n < 1 || n > 10_000) {
+      throw usage(`--max-attempts: expected an integer from 1 to 10000, got ${JSON.stringify(values['max-attempts'])}`, '--max-attempts');
+    }
+    over.maxAttempts = n;
+  }
+  try {
+    spec = { ...spec, ...over };
+    resolvePolicy(spec); // validate now: errors name the field
+  } catch (e) {
+    if (RelentError.is(e)) throw usage(`--policy: ${e.message}`, '--policy');
+    throw e;
+  }
+
+  const headers = (values.header ?? []).map(parseHeader);
+  let body: Buffer | undefined;
+  if (values.data !== undefined && values.data.length > 0) {
+    const parts = await Promise.all(values.data.map((d) => (d.startsWith('@') ? readAt(d, '-d') : Promise.resolve(Buffer.from(d, 'utf8')))));
+    body = Buffer.concat(parts.flatMap((p, i) => (i === 0 ? [p] : [Buffer.from('&'), p])));
+    if (!headers.some(([n]) => n.toLowerCase() === 'content-type')) headers.push(['content-type', 'application/x-www-form-urlencoded']);
+  }
+  const method = (values.request ?? (body !== undefined ? 'POST' : 'GET'));
+  if (!TOKEN.test(method)) throw usage(`-X: expected an HTTP method, got ${JSON.stringify(method)}`, '-X');
+
+  let sink: JsonlSink | null = null;
+  if (values.events !== undefined) {
+    try {
+      sink = createJsonlSink(values.events);
+    } catch (e) {
+      throw usage(`--events: cannot open ${JSON.stringify(values.events)} (${(e as { code?: string }).code ?? 'error'})`, '--events');
+    }
+  }
+  let result: ResultEvent | null = null;
+  const onEvent = (e: RelentEvent): void => {
+    if (e.type === 'result') result = e;
+    if (sink !== null) sink.onEvent(e);
+    if (values.verbose) io.err(`${formatHuman(e)}\n`);
+  };
+
+  const client = createClient({ policy: spec });
+  const decoder = new TextDecoder();
+  const write = io === processIo ? (c: Uint8Array) => void process.stdout.write(c) : (c: Uint8Array) => io.out(decoder.decode(c, { stream: true }));
+  const pipe = async (res: Response): Promise<void> => {
+    if (res.body === null) return;
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) write(chunk);
+    if (io !== processIo) io.out(decoder.decode());
+  };
+  try {
+    const res = await client.fetch(url, {
+      method,
+      headers,
+      ...(body !== undefined ? { body } : {}),
+      ...(values['idempotency-key'] !== undefined ? { idempotencyKey: values['idempotency-key'] } : {}),
+      onEvent,
+    });
+    await pipe(res);
+    const r = result as ResultEvent | null;
+    const reason = r?.reason ?? 'return';
+    const code = exitFor(reason);
+    if (code !== EXIT.ok) io.err(`relent fetch: ${reason} after ${r?.attempts ?? 1} attempt${r?.attempts === 1 ? '' : 's'} (status ${res.status})\n`);
+    return code;
+  } catch (e) {
+    if (e instanceof RelentFetchError && e.reason !== null) {
+      if (e.response !== null) await pipe(e.response).catch(() => undefined);
+      io.err(`relent fetch: ${e.message}\n`);
+      return exitFor(e.reason);
+    }
+    throw e;
+  } finally {
+    sink?.close();
+    await client.close();
+  }
+}

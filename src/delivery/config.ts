@@ -1,0 +1,266 @@
+import { RelentError } from '../core/errors.js';
+import type { Policy, PolicySpec } from '../core/policy.js';
+import { resolvePolicy } from '../presets/index.js';
+import { DeliveryError, invalidConfig } from './errors.js';
+import type { BatchLimits } from './types.js';
+
+/** How a batch becomes a request body. */
+export type BodyFormat =
+  /** `{"key":<batch key>,"items":[{"key":<item key>,"payload":<payload>},…]}` (default) */
+  | 'envelope'
+  /** `[<payload>,…]` */
+  | 'array'
+  /** one payload per line (application/x-ndjson) */
+  | 'ndjson'
+  /** the payload itself (batches of one item only) */
+  | 'single';
+
+export const BODY_FORMATS: readonly BodyFormat[] = Object.freeze(['envelope', 'array', 'ndjson', 'single']);
+
+export interface RateLimitOptions {
+  /** At most this many requests in any window of `perMs` (a sliding window, per worker process). */
+  readonly requests: number;
+  readonly perMs?: number;
+}
+
+export interface ConcurrencyOptions {
+  /** Requests in flight at the start. */
+  readonly initial?: number;
+  readonly min?: number;
+  readonly max?: number;
+  /** AIMD: halve (×decrease) on a throttling answer, +1 per `limit` successes. false: fixed at `initial`. */
+  readonly adaptive?: boolean;
+  readonly decrease?: number;
+  /** Statuses that make the limit shrink. */
+  readonly backoffOn?: readonly number[];
+}
+
+/** One destination: where batches go and with which policy. Every field but `url` is optional. */
+export interface DestinationOptions {
+  readonly url: string;
+  readonly method?: 'POST' | 'PUT' | 'PATCH';
+  /** Extra request headers (e.g. authorization). Never logged. */
+  readonly headers?: Readonly<Record<string, string>>;
+  /** A preset name, a policy spec (may name a `preset` to start from) or a Policy. */
+  readonly policy?: string | PolicySpec | Policy;
+  readonly batch?: Partial<BatchLimits>;
+  readonly format?: BodyFormat;
+  /** Requests per window; null/absent: no limit. */
+  readonly rateLimit?: RateLimitOptions | null;
+  readonly concurrency?: ConcurrencyOptions;
+  /**
+   * A throttling answer with a valid Retry-After pauses the whole destination for that
+   * long (at most this many ms); 0: never pause.
+   */
+  readonly maxPauseMs?: number;
+}
+
+/** A destination with every default filled in and its policy compiled. */
+export interface ResolvedDestination {
+  readonly name: string;
+  readonly url: URL;
+  readonly method: 'POST' | 'PUT' | 'PATCH';
+  readonly headers: Readonly<Record<string, string>>;
+  readonly policy: Policy;
+  readonly batch: BatchLimits;
+  readonly format: BodyFormat;
+  readonly rateLimit: Required<RateLimitOptions> | null;
+  readonly concurrency: Required<ConcurrencyOptions>;
+  readonly maxPauseMs: number;
+}
+
+/** The defaults of a destination, written once (docs/delivery.md's table is tested against it). */
+export const DESTINATION_DEFAULTS = Object.freeze({
+  method: 'POST' as const,
+  policy: 'adobe-best-effort',
+  batch: Object.freeze({ maxItems: 100, maxBytes: 1_048_576, maxAgeMs: 1_000 }),
+  format: 'envelope' as BodyFormat,
+  rateLimit: null,
+  rateLimitPerMs: 60_000,
+  concurrency: Object.freeze({ initial: 8, min: 1, max: 64, adaptive: true, decrease: 0.5, backoffOn: Object.freeze([429, 503]) as readonly number[] }),
+  maxPauseMs: 60_000,
+});
+
+const DEST_KEYS = ['url', 'method', 'headers', 'policy', 'batch', 'format', 'rateLimit', 'concurrency', 'maxPauseMs'];
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function onlyKeys(obj: Record<string, unknown>, keys: readonly string[], field: string): void {
+  for (const k of Object.keys(obj)) {
+    if (!keys.includes(k)) throw new DeliveryError('ERR_INVALID_CONFIG', `Unknown field \`${field}.${k}\` (known: ${keys.join(', ')})`, { field: `${field}.${k}` });
+  }
+}
+
+export function intIn(v: unknown, field: string, min: number, max: number): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) throw invalidConfig(field, `an integer in [${min}, ${max}]`, v);
+  return v;
+}
+
+function numIn(v: unknown, field: string, min: number, max: number): number {
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < min || v > max) throw invalidConfig(field, `a number in [${min}, ${max}]`, v);
+  return v;
+}
+
+/** A destination name: letters, digits and `._:-`, 1–100 characters (it is stored and shown). */
+export function checkDestinationName(name: unknown, field = 'destination'): string {
+  if (typeof name !== 'string' || !/^[A-Za-z0-9._:-]{1,100}$/.test(name)) {
+    throw invalidConfig(field, 'a name of 1-100 letters, digits, ".", "_", ":" or "-"', name);
+  }
+  return name;
+}
+
+/** Validates one destination and fills its defaults; errors name the field (`destinations.adobe.batch.maxItems`). */
+export function resolveDestination(name: string, input: unknown, field = `destinations.${name}`): ResolvedDestination {
+  checkDestinationName(name, field);
+  if (!isObject(input)) throw invalidConfig(field, 'an object with at least `url`', input);
+  onlyKeys(input, DEST_KEYS, field);
+  const d = DESTINATION_DEFAULTS;
+
+  let url: URL;
+  try {
+    if (typeof input.url !== 'string') throw new Error('not a string');
+    url = new URL(input.url);
+  } catch {
+    throw invalidConfig(`${field}.url`, 'an absolute http:// or https:// URL', input.url);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw invalidConfig(`${field}.url`, 'an absolute http:// or https:// URL', input.url);
+
+  const method = input.method ?? d.method;
+  if (method !== 'POST' && method !== 'PUT' && method !== 'PATCH') throw invalidConfig(`${field}.method`, '"POST", "PUT" or "PATCH"', method);
+
+  const headersIn = input.headers ?? {};
+  if (!isObject(headersIn)) throw invalidConfig(`${field}.headers`, 'an object of header names to strings', headersIn);
+  const headers: Record<string, string> = {};
+  for (const [k, v] of Object.entries(headersIn)) {
+    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(k)) throw invalidConfig(`${field}.headers`, 'valid header names', k);
+    if (typeof v !== 'string' || /[\r\n\0]/.test(v)) throw invalidConfig(`${field}.headers.${k}`, 'a string without line breaks', v === undefined ? v : typeof v === 'string' ? '(a string with a line break)' : v);
+    const lower = k.toLowerCase();
+    if (lower === 'idempotency-key' || lower === 'content-length') throw invalidConfig(`${field}.headers.${k}`, 'absent (relent sets it)', '(set)');
+    headers[lower] = v;
+  }
+
+  let policy: Policy;
+  try {
+    policy = resolvePolicy((input.policy ?? d.policy) as string | PolicySpec | Policy);
+  } catch (e) {
+    if (RelentError.is(e)) {
+      throw new DeliveryError('ERR_INVALID_CONFIG', `${field}.policy: ${e.message}`, { field: `${field}.policy${e.field ? `.${e.field}` : ''}`, cause: e });
+    }
+    throw e;
+  }
+
+  const batchIn = input.batch ?? {};
+  if (!isObject(batchIn)) throw invalidConfig(`${field}.batch`, 'an object with maxItems, maxBytes, maxAgeMs', batchIn);
+  onlyKeys(batchIn, ['maxItems', 'maxBytes', 'maxAgeMs'], `${field}.batch`);
+  const batch = Object.freeze({
+    maxItems: intIn(batchIn.maxItems ?? d.batch.maxItems, `${field}.batch.maxItems`, 1, 100_000),
+    maxBytes: intIn(batchIn.maxBytes ?? d.batch.maxBytes, `${field}.batch.maxBytes`, 1, 256 * 1024 * 1024),
+    maxAgeMs: intIn(batchIn.maxAgeMs ?? d.batch.maxAgeMs, `${field}.batch.maxAgeMs`, 0, 2 ** 31 - 1),
+  });
+
+  const format = input.format ?? d.format;
+  if (!BODY_FORMATS.includes(format as BodyFormat)) throw invalidConfig(`${field}.format`, `one of ${BODY_FORMATS.join(', ')}`, format);
+  if (format === 'single' && batch.maxItems !== 1) throw invalidConfig(`${field}.batch.maxItems`, '1 with format "single"', batch.maxItems);
+
+  let rateLimit: Required<RateLimitOptions> | null = null;
+  if (input.rateLimit !== undefined && input.rateLimit !== null) {
+    const rl = input.rateLimit;
+    if (!isObject(rl)) throw invalidConfig(`${field}.rateLimit`, 'an object { requests, perMs } or null', rl);
+    onlyKeys(rl, ['requests', 'perMs'], `${field}.rateLimit`);
+    rateLimit = Object.freeze({
+      requests: intIn(rl.requests, `${field}.rateLimit.requests`, 1, 10_000_000),
+      perMs: intIn(rl.perMs ?? d.rateLimitPerMs, `${field}.rateLimit.perMs`, 1, 86_400_000),
+    });
+  }
+
+  const cIn = input.concurrency ?? {};
+  if (!isObject(cIn)) throw invalidConfig(`${field}.concurrency`, 'an object', cIn);
+  onlyKeys(cIn, ['initial', 'min', 'max', 'adaptive', 'decrease', 'backoffOn'], `${field}.concurrency`);
+  const max = intIn(cIn.max ?? Math.max(d.concurrency.max, typeof cIn.initial === 'number' ? cIn.initial : 0), `${field}.concurrency.max`, 1, 100_000);
+  const min = intIn(cIn.min ?? d.concurrency.min, `${field}.concurrency.min`, 1, max);
+  const initial = intIn(cIn.initial ?? Math.min(Math.max(d.concurrency.initial, min), max), `${field}.concurrency.initial`, min, max);
+  const adaptive = cIn.adaptive ?? d.concurrency.adaptive;
+  if (typeof adaptive !== 'boolean') throw invalidConfig(`${field}.concurrency.adaptive`, 'a boolean', adaptive);
+  const decrease = numIn(cIn.decrease ?? d.concurrency.decrease, `${field}.concurrency.decrease`, 0.05, 0.95);
+  const backoffIn = cIn.backoffOn ?? d.concurrency.backoffOn;
+  if (!Array.isArray(backoffIn)) throw invalidConfig(`${field}.concurrency.backoffOn`, 'an array of statuses', backoffIn);
+  const backoffOn = Object.freeze(backoffIn.map((s: unknown, i: number) => intIn(s, `${field}.concurrency.backoffOn[${i}]`, 100, 999)));
+  const concurrency = Object.freeze({ initial, min, max, adaptive, decrease, backoffOn });
+
+  const maxPauseMs = intIn(input.maxPauseMs ?? d.maxPauseMs, `${field}.maxPauseMs`, 0, 2 ** 31 - 1);
+
+  return Object.freeze({
+    name, url, method, headers: Object.freeze(headers), policy, batch, format: format as BodyFormat, rateLimit, concurrency, maxPauseMs,
+  });
+}
+
+export function resolveDestinations(input: unknown, field = 'destinations'): Map<string, ResolvedDestination> {
+  if (!isObject(input)) throw invalidConfig(field, 'an object of destination names to destinations', input);
+  const out = new Map<string, ResolvedDestination>();
+  for (const [name, value] of Object.entries(input)) out.set(name, resolveDestination(name, value, `${field}.${name}`));
+  return out;
+}
+
+/** Worker settings as a config file writes them (all optional). */
+export interface WorkerSettings {
+  /** How long a claim lasts without renewal; a dead worker's batches come back after this. */
+  readonly leaseMs?: number;
+  /** How often the worker looks for new or due work when idle. */
+  readonly pollMs?: number;
+  /** Batches claimed per store round trip. */
+  readonly claimChunk?: number;
+  /** How long a graceful stop waits for requests in flight before giving their claims back. */
+  readonly stopTimeoutMs?: number;
+  /** Delivered batches are deleted after this long (dropped ones are kept until requeued). */
+  readonly retainDeliveredMs?: number;
+}
+
+export const WORKER_DEFAULTS = Object.freeze({
+  leaseMs: 15_000,
+  pollMs: 500,
+  claimChunk: 200,
+  stopTimeoutMs: 10_000,
+  retainDeliveredMs: 7 * 86_400_000,
+});
+
+export function resolveWorkerSettings(input: unknown, field = 'worker'): Required<WorkerSettings> {
+  const w = input ?? {};
+  if (!isObject(w)) throw invalidConfig(field, 'an object', w);
+  onlyKeys(w, Object.keys(WORKER_DEFAULTS), field);
+  const d = WORKER_DEFAULTS;
+  return Object.freeze({
+    leaseMs: intIn(w.leaseMs ?? d.leaseMs, `${field}.leaseMs`, 100, 86_400_000),
+    pollMs: intIn(w.pollMs ?? d.pollMs, `${field}.pollMs`, 1, 3_600_000),
+    claimChunk: intIn(w.claimChunk ?? d.claimChunk, `${field}.claimChunk`, 1, 10_000),
+    stopTimeoutMs: intIn(w.stopTimeoutMs ?? d.stopTimeoutMs, `${field}.stopTimeoutMs`, 0, 3_600_000),
+    retainDeliveredMs: intIn(w.retainDeliveredMs ?? d.retainDeliveredMs, `${field}.retainDeliveredMs`, 0, 2 ** 31 - 1),
+  });
+}
+
+/** A whole configuration file: `{ "store"?, "worker"?, "destinations": {…} }`. */
+export interface DeliveryConfig {
+  readonly store: string | null;
+  readonly worker: Required<WorkerSettings>;
+  readonly destinations: ReadonlyMap<string, ResolvedDestination>;
+}
+
+export function parseDeliveryConfig(input: unknown, where = 'config'): DeliveryConfig {
+  if (!isObject(input)) throw new DeliveryError('ERR_INVALID_CONFIG', `${where}: expected a JSON object with \`destinations\``, { field: '' });
+  try {
+    onlyKeys(input, ['store', 'worker', 'destinations'], '');
+    const store = input.store ?? null;
+    if (store !== null && typeof store !== 'string') throw invalidConfig('store', 'a store URL (sqlite:FILE or postgres://…)', store);
+    if (input.destinations === undefined) throw new DeliveryError('ERR_INVALID_CONFIG', 'Missing field `destinations`', { field: 'destinations' });
+    const destinations = resolveDestinations(input.destinations);
+    if (destinations.size === 0) throw invalidConfig('destinations', 'an object with at least one destination', input.destinations);
+    return { store, worker: resolveWorkerSettings(input.worker), destinations };
+  } catch (e) {
+    if (DeliveryError.is(e)) {
+      const msg = e.message.replace('`.', '`'); // top-level fields have no leading dot
+      throw new DeliveryError('ERR_INVALID_CONFIG', `${where}: ${msg}`, { field: e.field?.replace(/^\./, '') ?? null, cause: e.cause });
+    }
+    throw e;
+  }
+}

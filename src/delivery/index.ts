@@ -1,0 +1,36 @@
+// relent/delivery: a persistent queue for retries that wait seconds to hours, driven by
+// the same decision core as run(). Every export is named here (no `export *`).
+
+export { openDeliveryQueue, prepareItem, MAX_ITEM_BYTES } from './queue.js';
+export type { DeliveryQueue, QueueOptions, EnqueueOptions } from './queue.js';
+export { createWorker, classifyThrown } from './worker.js';
+export type { DeliveryWorker, WorkerOptions, WorkerCounters, DeliveryEvent } from './worker.js';
+export {
+  resolveDestination, resolveDestinations, resolveWorkerSettings, parseDeliveryConfig, checkDestinationName,
+  DESTINATION_DEFAULTS, WORKER_DEFAULTS, BODY_FORMATS,
+} from './config.js';
+export type {
+  DestinationOptions, ResolvedDestination, RateLimitOptions, ConcurrencyOptions, BodyFormat, WorkerSettings, DeliveryConfig,
+} from './config.js';
+export { openStore } from './store.js';
+export { openSqliteStore, SQLITE_DEFAULTS } from './sqlite-store.js';
+export type { SqliteStoreOptions } from './sqlite-store.js';
+export { openPostgresStore, POSTGRES_DEFAULTS } from './postgres-store.js';
+export type { PostgresStoreOptions } from './postgres-store.js';
+export { SCHEMA_VERSION } from './store-common.js';
+export type {
+  DeliveryStore, BatchState, ListState, NewItem, EnqueueResult, BatchLimits, Lease, BatchItem, ClaimedBatch, AttemptRecord, Outcome,
+  CompleteResult, BatchSummary, StoredItem, BatchDetail, ListFilter, RequeueFilter, DestinationStats, DropStat,
+} from './types.js';
+export { cutBatches, batchKey, encodeBatch } from './batching.js';
+export type { PendingRow, Cut } from './batching.js';
+export { SlidingWindowLimiter, AimdLimiter } from './limits.js';
+export type { AimdOptions } from './limits.js';
+export { createHttpTransport, hintHeaders } from './transport.js';
+export type { Transport, HttpTransport, HttpTransportOptions, DeliveryRequest, TransportResult } from './transport.js';
+export { createIdempotencyCache, createIdempotentHandler, noticeKey, IDEMPOTENCY_CACHE_DEFAULTS } from './receiver.js';
+export type {
+  IdempotencyCache, IdempotencyCacheOptions, IdempotentHandler, IdempotentHandlerOptions, ReceiptStore, StoredResponse, BeginResult,
+} from './receiver.js';
+export { DeliveryError } from './errors.js';
+export type { DeliveryErrorCode } from './errors.js';

@@ -1,0 +1,408 @@
+import type BetterSqlite3 from 'better-sqlite3';
+import { cutBatches, type PendingRow } from './batching.js';
+import { DeliveryError } from './errors.js';
+import {
+  listCondition, mergeStats, rowToAttempt, rowToSummary, LIST_DEFAULT_LIMIT, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION, type AttemptRow, type BatchRow,
+} from './store-common.js';
+import type {
+  BatchDetail, BatchLimits, BatchSummary, ClaimedBatch, CompleteResult, DeliveryStore, DestinationStats, DropStat,
+  EnqueueResult, Lease, ListFilter, NewItem, Outcome, RequeueFilter,
+} from './types.js';
+
+type Db = BetterSqlite3.Database;
+type Stmt = BetterSqlite3.Statement;
+
+export interface SqliteStoreOptions {
+  /** A file path, or ':memory:' (tests; nothing survives the process). */
+  readonly file: string;
+  /** How long a write waits for another process's lock before ERR_STORE_LOCKED (ms). Default 5000. */
+  readonly busyTimeoutMs?: number;
+  /**
+   * `NORMAL` (default) survives a process crash (kill -9) in WAL mode; `FULL` also a
+   * power loss, at the cost of an fsync per transaction.
+   */
+  readonly synchronous?: 'NORMAL' | 'FULL';
+  /** Prefix of the table names (default `relent_`). */
+  readonly tablePrefix?: string;
+}
+
+export const SQLITE_DEFAULTS = Object.freeze({ busyTimeoutMs: 5_000, synchronous: 'NORMAL' as const, tablePrefix: 'relent_' });
+
+/** Maps a better-sqlite3 error to a DeliveryError that says what happened and what it means. */
+export function sqliteError(e: unknown, where: string, what: string): DeliveryError {
+  if (DeliveryError.is(e)) return e;
+  const code = typeof (e as { code?: unknown })?.code === 'string' ? (e as { code: string }).code : '';
+  const msg = e instanceof Error ? e.message : String(e);
+  if (code === 'SQLITE_FULL' || /disk is full|database or disk is full/i.test(msg)) {
+    return new DeliveryError('ERR_STORE_FULL', `${where}: the disk or the database size limit is full (${code || msg}); ${what} was rolled back, nothing stored earlier is lost`, { cause: e });
+  }
+  if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED')) {
+    return new DeliveryError('ERR_STORE_LOCKED', `${where}: the database file is locked by another process (${code}) for longer than the busy timeout; ${what} did not happen, nothing stored earlier is lost`, { cause: e });
+  }
+  if (code.startsWith('SQLITE_CANTOPEN') || code === 'SQLITE_NOTADB' || code.startsWith('SQLITE_READONLY') || code === 'SQLITE_PERM' || code === 'SQLITE_AUTH') {
+    return new DeliveryError('ERR_STORE_UNAVAILABLE', `${where}: cannot open the database (${code}: ${msg})`, { cause: e });
+  }
+  return new DeliveryError('ERR_STORE', `${where}: ${what} failed (${code || 'error'}: ${msg})`, { cause: e });
+}
+
+/**
+ * Opens the embedded store: one SQLite file in WAL mode (readers never block the
+ * writer), zero setup. `better-sqlite3` is loaded here, on first use, so users of the
+ * rest of relent never load it.
+ */
+export async function openSqliteStore(options: SqliteStoreOptions): Promise<DeliveryStore> {
+  let Ctor: typeof BetterSqlite3;
+  try {
+    Ctor = (await import('better-sqlite3')).default;
+  } catch (e) {
+    throw new DeliveryError('ERR_STORE_DRIVER_MISSING', 'The SQLite store needs the optional package better-sqlite3@12 (npm install better-sqlite3@12)', { cause: e });
+  }
+  const where = `sqlite:${options.file}`;
+  let db: Db;
+  try {
+    db = new Ctor(options.file, { timeout: options.busyTimeoutMs ?? SQLITE_DEFAULTS.busyTimeoutMs });
+  } catch (e) {
+    throw sqliteError(e, where, 'opening the database');
+  }
+  const store = new SqliteStore(db, where, options);
+  try {
+    await store.init();
+  } catch (e) {
+    db.close();
+    throw e;
+  }
+  return store;
+}
+
+class SqliteStore implements DeliveryStore {
+  readonly kind = 'sqlite' as const;
+  readonly description: string;
+  private readonly t: { items: string; batches: string; attempts: string; meta: string };
+  private s: Record<string, Stmt> = {};
+  private closed = false;
+
+  constructor(private readonly db: Db, where: string, private readonly options: SqliteStoreOptions) {
+    this.description = where;
+    const p = options.tablePrefix ?? SQLITE_DEFAULTS.tablePrefix;
+    if (!/^[A-Za-z_][A-Za-z0-9_]{0,40}$/.test(p)) throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`tablePrefix\` to be letters, digits and _, got ${JSON.stringify(p)}`, { field: 'tablePrefix' });
+    this.t = { items: `${p}items`, batches: `${p}batches`, attempts: `${p}attempts`, meta: `${p}meta` };
+  }
+
+  private guard<T>(what: string, fn: () => T): Promise<T> {
+    if (this.closed) return Promise.reject(new DeliveryError('ERR_STORE_CLOSED', `${this.description}: the store is closed`));
+    try {
+      return Promise.resolve(fn());
+    } catch (e) {
+      return Promise.reject(sqliteError(e, this.description, what));
+    }
+  }
+
+  init(): Promise<void> {
+    return this.guard('creating the tables', () => {
+      const { items, batches, attempts, meta } = this.t;
+      if (this.options.file !== ':memory:' && this.options.file !== '') this.db.pragma('journal_mode = WAL');
+      this.db.pragma(`synchronous = ${this.options.synchronous ?? SQLITE_DEFAULTS.synchronous}`);
+      this.db.exec(`
+        CREATE TABLE IF NOT EXISTS ${meta} (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS ${items} (
+          id INTEGER PRIMARY KEY,
+          destination TEXT NOT NULL,
+          key TEXT NOT NULL,
+          payload TEXT NOT NULL,
+          bytes INTEGER NOT NULL,
+          enqueued_at INTEGER NOT NULL,
+          batch_id INTEGER,
+          UNIQUE (destination, key)
+        );
+        CREATE INDEX IF NOT EXISTS ${items}_pending ON ${items} (destination, id) WHERE batch_id IS NULL;
+        CREATE INDEX IF NOT EXISTS ${items}_batch ON ${items} (batch_id);
+        CREATE TABLE IF NOT EXISTS ${batches} (
+          id INTEGER PRIMARY KEY,
+          destination TEXT NOT NULL,
+          key TEXT NOT NULL,
+          state TEXT NOT NULL,
+          items INTEGER NOT NULL,
+          bytes INTEGER NOT NULL,
+          created_at INTEGER NOT NULL,
+          not_before INTEGER NOT NULL,
+          due_at INTEGER NOT NULL,
+          lease_owner TEXT,
+          lease_until INTEGER NOT NULL DEFAULT 0,
+          lease_token INTEGER NOT NULL DEFAULT 0,
+          claims INTEGER NOT NULL DEFAULT 0,
+          round INTEGER NOT NULL DEFAULT 1,
+          attempt INTEGER NOT NULL DEFAULT 0,
+          op_started_at INTEGER,
+          op_deadline_at INTEGER,
+          prev_delay_ms INTEGER,
+          last_status INTEGER,
+          last_error_class TEXT,
+          last_decision TEXT,
+          last_why TEXT,
+          finished_at INTEGER
+        );
+        CREATE INDEX IF NOT EXISTS ${batches}_due ON ${batches} (destination, due_at, id) WHERE state = 'queued';
+        CREATE INDEX IF NOT EXISTS ${batches}_dropped ON ${batches} (destination, id) WHERE state = 'dropped';
+        CREATE INDEX IF NOT EXISTS ${batches}_key ON ${batches} (key);
+        CREATE TABLE IF NOT EXISTS ${attempts} (
+          batch_id INTEGER NOT NULL,
+          round INTEGER NOT NULL,
+          attempt INTEGER NOT NULL,
+          at INTEGER NOT NULL,
+          status INTEGER,
+          error_class TEXT,
+          elapsed_ms INTEGER NOT NULL,
+          decision TEXT NOT NULL,
+          why TEXT,
+          delay_ms INTEGER,
+          retry_after_ms INTEGER,
+          worker TEXT,
+          PRIMARY KEY (batch_id, round, attempt)
+        );
+      `);
+      const v = this.db.prepare(`SELECT v FROM ${meta} WHERE k = 'schema'`).get() as { v: string } | undefined;
+      if (v === undefined) this.db.prepare(`INSERT INTO ${meta} (k, v) VALUES ('schema', ?)`).run(String(SCHEMA_VERSION));
+      else if (v.v !== String(SCHEMA_VERSION)) {
+        throw new DeliveryError('ERR_STORE', `${this.description}: schema version ${v.v}, this relent knows ${SCHEMA_VERSION}`);
+      }
+      this.prepare();
+    });
+  }
+
+  private prepare(): void {
+    const { items, batches, attempts } = this.t;
+    const p = (sql: string): Stmt => this.db.prepare(sql);
+    this.s = {
+      insertItem: p(`INSERT INTO ${items} (destination, key, payload, bytes, enqueued_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (destination, key) DO NOTHING RETURNING id`),
+      findItem: p(`SELECT id FROM ${items} WHERE destination = ? AND key = ?`),
+      anyPending: p(`SELECT 1 FROM ${items} WHERE destination = ? AND batch_id IS NULL LIMIT 1`),
+      pending: p(`SELECT id, key, bytes, enqueued_at AS enqueuedAt FROM ${items} WHERE destination = ? AND batch_id IS NULL ORDER BY id LIMIT ?`),
+      insertBatch: p(`INSERT INTO ${batches} (destination, key, state, items, bytes, created_at, not_before, due_at) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?) RETURNING id`),
+      setBatch: p(`UPDATE ${items} SET batch_id = m.b FROM (SELECT value ->> 0 AS i, value ->> 1 AS b FROM json_each(?)) AS m
+        WHERE ${items}.id = m.i AND +${items}.batch_id IS NULL`), // `+`: look rows up by id, never scan the index
+      // One statement for the whole claim; the subquery picks the oldest due batches.
+      lease: p(`UPDATE ${batches} SET lease_token = lease_token + 1, lease_owner = ?, lease_until = ?, due_at = ?, claims = claims + 1
+        WHERE id IN (SELECT id FROM ${batches} WHERE state = 'queued' AND destination = ? AND due_at <= ? ORDER BY due_at, id LIMIT ?)
+        RETURNING id, destination, key, lease_token, round, attempt, op_started_at, op_deadline_at, prev_delay_ms, created_at, not_before, bytes, due_at`),
+      batchItems: p(`SELECT batch_id, key, payload FROM ${items} WHERE batch_id IN (SELECT value FROM json_each(?)) ORDER BY batch_id, id`),
+      renew: p(`UPDATE ${batches} SET lease_until = ?, due_at = ? WHERE id = ? AND lease_token = ? AND state = 'queued'`),
+      // Fenced: a row is written only while its lease token still matches. Outcomes come as one JSON array.
+      complete: p(`UPDATE ${batches} SET state = o.state, not_before = o.nb, due_at = o.nb, lease_owner = NULL, lease_until = 0, attempt = o.att,
+          op_started_at = o.os, op_deadline_at = o.od, prev_delay_ms = o.pd, last_status = o.ls, last_error_class = o.le, last_decision = o.ld,
+          last_why = o.lw, finished_at = o.fa
+        FROM (SELECT value ->> 0 AS id, value ->> 1 AS token, value ->> 2 AS state, value ->> 3 AS nb, value ->> 4 AS att, value ->> 5 AS os,
+                     value ->> 6 AS od, value ->> 7 AS pd, value ->> 8 AS ls, value ->> 9 AS le, value ->> 10 AS ld, value ->> 11 AS lw,
+                     value ->> 12 AS fa FROM json_each(?)) AS o
+        WHERE ${batches}.id = o.id AND ${batches}.lease_token = o.token AND +${batches}.state = 'queued'
+        RETURNING ${batches}.id AS id, ${batches}.round AS round`),
+      insertAttempts: p(`INSERT INTO ${attempts} (batch_id, round, attempt, at, status, error_class, elapsed_ms, decision, why, delay_ms, retry_after_ms, worker)
+        SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7, value ->> 8, value ->> 9,
+               value ->> 10, value ->> 11 FROM json_each(?) WHERE true
+        ON CONFLICT DO NOTHING`),
+      release: p(`UPDATE ${batches} SET lease_owner = NULL, lease_until = 0, due_at = not_before WHERE id = ? AND lease_token = ? AND state = 'queued'`),
+      getBatch: p(`SELECT * FROM ${batches} WHERE id = ?`),
+      getItems: p(`SELECT id, key, payload, enqueued_at AS enqueuedAt FROM ${items} WHERE batch_id = ? ORDER BY id`),
+      getAttempts: p(`SELECT * FROM ${attempts} WHERE batch_id = ? ORDER BY round, attempt`),
+      requeueOne: p(`UPDATE ${batches} SET state = 'queued', round = round + 1, attempt = 0, op_started_at = NULL, op_deadline_at = NULL,
+        prev_delay_ms = NULL, not_before = ?, due_at = ?, lease_owner = NULL, lease_until = 0, lease_token = lease_token + 1, finished_at = NULL
+        WHERE id = ? AND state = 'dropped'`),
+    };
+  }
+
+  enqueue(list: readonly NewItem[], now: number): Promise<EnqueueResult[]> {
+    return this.guard(`enqueueing ${list.length} item${list.length === 1 ? '' : 's'}`, () => this.db.transaction(() => {
+      const out: EnqueueResult[] = [];
+      for (const it of list) {
+        const row = this.s.insertItem!.get(it.destination, it.key, it.payload, Buffer.byteLength(it.payload), now) as { id: number } | undefined;
+        if (row) out.push({ id: row.id, key: it.key, duplicate: false });
+        else out.push({ id: (this.s.findItem!.get(it.destination, it.key) as { id: number }).id, key: it.key, duplicate: true });
+      }
+      return out;
+    }).immediate());
+  }
+
+  formBatches(destination: string, limits: BatchLimits, now: number, maxBatches: number): Promise<number> {
+    return this.guard('forming batches', () => {
+      // A read first, without the write lock: most cycles find nothing to aggregate.
+      if (this.s.anyPending!.get(destination) === undefined) return 0;
+      return this.formLocked(destination, limits, now, maxBatches);
+    });
+  }
+
+  private formLocked(destination: string, limits: BatchLimits, now: number, maxBatches: number): number {
+    return this.db.transaction(() => {
+      const rows = this.s.pending!.all(destination, Math.max(1, maxBatches * limits.maxItems)) as PendingRow[];
+      if (rows.length === 0) return 0;
+      const cuts = cutBatches(destination, rows, limits, now, maxBatches);
+      const pairs: [number, number][] = [];
+      for (const cut of cuts) {
+        const { id } = this.s.insertBatch!.get(destination, cut.key, cut.rows.length, cut.bytes, now, now, now) as { id: number };
+        for (const r of cut.rows) pairs.push([r.id, id]);
+      }
+      this.s.setBatch!.run(JSON.stringify(pairs));
+      return cuts.length;
+    }).immediate();
+  }
+
+  claim(destination: string, limit: number, now: number, leaseMs: number, owner: string): Promise<ClaimedBatch[]> {
+    return this.guard('claiming batches', () => this.db.transaction(() => {
+      const until = now + leaseMs;
+      const rows = this.s.lease!.all(owner, until, until, destination, now, limit) as BatchRow[];
+      if (rows.length === 0) return [];
+      rows.sort((a, b) => a.due_at - b.due_at || a.id - b.id);
+      const byBatch = new Map<number, { key: string; payload: string }[]>();
+      for (const r of rows) byBatch.set(r.id, []);
+      for (const it of this.s.batchItems!.all(JSON.stringify(rows.map((r) => r.id))) as { batch_id: number; key: string; payload: string }[]) {
+        byBatch.get(it.batch_id)!.push({ key: it.key, payload: it.payload });
+      }
+      return rows.map((b) => ({
+        id: b.id, token: b.lease_token, destination: b.destination, key: b.key, round: b.round, attempt: b.attempt,
+        opStartedAt: b.op_started_at, opDeadlineAt: b.op_deadline_at, prevDelayMs: b.prev_delay_ms,
+        createdAt: b.created_at, notBefore: b.not_before, bytes: b.bytes, items: byBatch.get(b.id)!,
+      }));
+    }).immediate());
+  }
+
+  renew(leases: readonly Lease[], now: number, leaseMs: number): Promise<number[]> {
+    if (leases.length === 0) return Promise.resolve([]);
+    return this.guard('renewing leases', () => this.db.transaction(() => {
+      const until = now + leaseMs;
+      const lost: number[] = [];
+      for (const l of leases) if (this.s.renew!.run(until, until, l.id, l.token).changes === 0) lost.push(l.id);
+      return lost;
+    }).immediate());
+  }
+
+  complete(outcomes: readonly Outcome[]): Promise<CompleteResult> {
+    if (outcomes.length === 0) return Promise.resolve({ applied: [], lost: [] });
+    return this.guard('recording outcomes', () => this.db.transaction(() => {
+      const rows = outcomes.map((o) => [o.id, o.token, o.state, o.notBefore, o.attempt, o.opStartedAt, o.opDeadlineAt, o.prevDelayMs,
+        o.lastStatus, o.lastErrorClass, o.lastDecision, o.lastWhy, o.finishedAt]);
+      const done = this.s.complete!.all(JSON.stringify(rows)) as { id: number; round: number }[];
+      const roundOf = new Map(done.map((r) => [r.id, r.round]));
+      const records: unknown[] = [];
+      for (const o of outcomes) {
+        const round = roundOf.get(o.id);
+        const r = o.record;
+        if (round === undefined || !r) continue;
+        records.push([o.id, round, r.attempt, r.at, r.status, r.errorClass, r.elapsedMs, r.decision, r.why, r.delayMs, r.retryAfterMs, r.worker]);
+      }
+      if (records.length > 0) this.s.insertAttempts!.run(JSON.stringify(records));
+      return { applied: outcomes.filter((o) => roundOf.has(o.id)).map((o) => o.id), lost: outcomes.filter((o) => !roundOf.has(o.id)).map((o) => o.id) };
+    }).immediate());
+  }
+
+  release(leases: readonly Lease[], _now: number): Promise<number> {
+    if (leases.length === 0) return Promise.resolve(0);
+    return this.guard('releasing claims', () => this.db.transaction(() => {
+      let n = 0;
+      for (const l of leases) n += this.s.release!.run(l.id, l.token).changes;
+      return n;
+    }).immediate());
+  }
+
+  stats(now: number): Promise<DestinationStats[]> {
+    return this.guard('reading statistics', () => {
+      const { items, batches } = this.t;
+      const pending = this.db.prepare(`SELECT destination, count(*) AS n FROM ${items} WHERE batch_id IS NULL GROUP BY destination`).all() as { destination: string; n: number }[];
+      const rows = this.db.prepare(`SELECT destination,
+          sum(state = 'queued' AND lease_until <= @now AND not_before <= @now) AS rb,
+          sum(CASE WHEN state = 'queued' AND lease_until <= @now AND not_before <= @now THEN items ELSE 0 END) AS ri,
+          sum(state = 'queued' AND lease_until > @now) AS fb,
+          sum(CASE WHEN state = 'queued' AND lease_until > @now THEN items ELSE 0 END) AS fi,
+          sum(state = 'queued' AND lease_until <= @now AND not_before > @now) AS db,
+          sum(CASE WHEN state = 'queued' AND lease_until <= @now AND not_before > @now THEN items ELSE 0 END) AS di,
+          sum(state = 'delivered') AS vb, sum(CASE WHEN state = 'delivered' THEN items ELSE 0 END) AS vi,
+          sum(state = 'dropped') AS xb, sum(CASE WHEN state = 'dropped' THEN items ELSE 0 END) AS xi
+        FROM ${batches} GROUP BY destination`).all({ now }) as Record<string, number | string>[];
+      return mergeStats(pending, rows);
+    });
+  }
+
+  list(filter: ListFilter, now: number): Promise<BatchSummary[]> {
+    return this.guard('listing batches', () => {
+      const where: string[] = [];
+      const params: Record<string, unknown> = { now, after: filter.afterId ?? 0, limit: filter.limit ?? LIST_DEFAULT_LIMIT };
+      const cond = listCondition(filter.state, '@now');
+      if (cond) where.push(cond);
+      if (filter.destination !== undefined) {
+        where.push('destination = @destination');
+        params.destination = filter.destination;
+      }
+      if (filter.reason !== undefined) {
+        where.push('last_decision = @reason');
+        params.reason = filter.reason;
+      }
+      where.push('id > @after');
+      const rows = this.db.prepare(`SELECT * FROM ${this.t.batches} WHERE ${where.join(' AND ')} ORDER BY id LIMIT @limit`).all(params) as BatchRow[];
+      return rows.map(rowToSummary);
+    });
+  }
+
+  get(id: number): Promise<BatchDetail | null> {
+    return this.guard('reading a batch', () => {
+      const b = this.s.getBatch!.get(id) as BatchRow | undefined;
+      if (!b) return null;
+      return {
+        ...rowToSummary(b),
+        itemList: this.s.getItems!.all(id) as BatchDetail['itemList'],
+        attempts: (this.s.getAttempts!.all(id) as AttemptRow[]).map(rowToAttempt),
+      };
+    });
+  }
+
+  requeue(filter: RequeueFilter, now: number): Promise<number> {
+    return this.guard('requeueing batches', () => this.db.transaction(() => {
+      const where = [`state = 'dropped'`];
+      const params: unknown[] = [];
+      if (filter.ids !== undefined) {
+        if (filter.ids.length === 0) return 0;
+        where.push(`id IN (${filter.ids.map(() => '?').join(',')})`);
+        params.push(...filter.ids);
+      }
+      if (filter.destination !== undefined) {
+        where.push('destination = ?');
+        params.push(filter.destination);
+      }
+      if (filter.reason !== undefined) {
+        where.push('last_decision = ?');
+        params.push(filter.reason);
+      }
+      params.push(filter.limit ?? REQUEUE_DEFAULT_LIMIT);
+      const ids = this.db.prepare(`SELECT id FROM ${this.t.batches} WHERE ${where.join(' AND ')} ORDER BY id LIMIT ?`).all(...params) as { id: number }[];
+      let n = 0;
+      for (const { id } of ids) n += this.s.requeueOne!.run(now, now, id).changes;
+      return n;
+    }).immediate());
+  }
+
+  dropStats(): Promise<DropStat[]> {
+    return this.guard('reading drop statistics', () => (this.db.prepare(`SELECT destination, last_decision AS reason, last_why AS why, last_status AS lastStatus,
+        last_error_class AS lastErrorClass, count(*) AS batches, sum(items) AS items
+      FROM ${this.t.batches} WHERE state = 'dropped'
+      GROUP BY destination, last_decision, last_why, last_status, last_error_class
+      ORDER BY batches DESC, destination`).all() as DropStat[]).map((r) => ({ ...r, reason: r.reason ?? 'unknown' })));
+  }
+
+  purgeDelivered(before: number): Promise<number> {
+    return this.guard('purging delivered batches', () => this.db.transaction(() => {
+      const { items, batches, attempts } = this.t;
+      const cond = `SELECT id FROM ${batches} WHERE state = 'delivered' AND finished_at < ?`;
+      this.db.prepare(`DELETE FROM ${items} WHERE batch_id IN (${cond})`).run(before);
+      this.db.prepare(`DELETE FROM ${attempts} WHERE batch_id IN (${cond})`).run(before);
+      return this.db.prepare(`DELETE FROM ${batches} WHERE state = 'delivered' AND finished_at < ?`).run(before).changes;
+    }).immediate());
+  }
+
+  close(): Promise<void> {
+    if (!this.closed) {
+      this.closed = true;
+      try {
+        this.db.close();
+      } catch {
+        // closing twice or after a failure: nothing left to release
+      }
+    }
+    return Promise.resolve();
+  }
+}

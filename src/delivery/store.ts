@@ -1,0 +1,64 @@
+import { DeliveryError } from './errors.js';
+import type { DeliveryStore } from './types.js';
+
+/**
+ * Opens a store from a URL:
+ * - `sqlite:./relent.db`, `sqlite:/var/lib/app/relent.db`, `sqlite::memory:` — the
+ *   embedded store (query parameters: `busyTimeoutMs`, `synchronous=FULL`, `tablePrefix`);
+ * - `postgres://user@host:5432/db?schema=relent` (or `postgresql://`) — the shared
+ *   store for several workers (query parameters: `schema`, `tablePrefix`, `poolSize`;
+ *   the rest goes to `pg`).
+ *
+ * The driver of each store is imported only when that store is opened.
+ */
+export async function openStore(url: string): Promise<DeliveryStore> {
+  if (typeof url !== 'string' || url.length === 0) {
+    throw new DeliveryError('ERR_INVALID_CONFIG', 'Expected `store` to be sqlite:FILE or postgres://…', { field: 'store' });
+  }
+  if (url.startsWith('sqlite:')) {
+    const rest = url.slice('sqlite:'.length);
+    const q = rest.indexOf('?');
+    const file = (q >= 0 ? rest.slice(0, q) : rest).replace(/^\/\/(?=\/)/, '');
+    const params = new URLSearchParams(q >= 0 ? rest.slice(q + 1) : '');
+    if (file.length === 0) throw new DeliveryError('ERR_INVALID_CONFIG', 'Expected `store` to name a file: sqlite:./relent.db (or sqlite::memory:)', { field: 'store' });
+    const busy = params.get('busyTimeoutMs');
+    const sync = params.get('synchronous');
+    const busyTimeoutMs = busy === null ? undefined : Number(busy);
+    if (busyTimeoutMs !== undefined && !(Number.isInteger(busyTimeoutMs) && busyTimeoutMs >= 0)) {
+      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`busyTimeoutMs\` in the store URL to be an integer >= 0, got ${JSON.stringify(busy)}`, { field: 'store.busyTimeoutMs' });
+    }
+    if (sync !== null && sync !== 'NORMAL' && sync !== 'FULL') {
+      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`synchronous\` in the store URL to be NORMAL or FULL, got ${JSON.stringify(sync)}`, { field: 'store.synchronous' });
+    }
+    const { openSqliteStore } = await import('./sqlite-store.js');
+    return openSqliteStore({
+      file,
+      ...(busyTimeoutMs !== undefined ? { busyTimeoutMs } : {}),
+      ...(sync !== null ? { synchronous: sync } : {}),
+      ...(params.get('tablePrefix') !== null ? { tablePrefix: params.get('tablePrefix')! } : {}),
+    });
+  }
+  if (url.startsWith('postgres://') || url.startsWith('postgresql://')) {
+    let u: URL;
+    try {
+      u = new URL(url);
+    } catch {
+      throw new DeliveryError('ERR_INVALID_CONFIG', 'Expected `store` to be a URL like postgres://user@host:5432/db', { field: 'store' });
+    }
+    const prefix = u.searchParams.get('tablePrefix');
+    const pool = u.searchParams.get('poolSize');
+    u.searchParams.delete('tablePrefix');
+    u.searchParams.delete('poolSize');
+    const poolSize = pool === null ? undefined : Number(pool);
+    if (poolSize !== undefined && !(Number.isInteger(poolSize) && poolSize >= 1 && poolSize <= 100)) {
+      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`poolSize\` in the store URL to be an integer in [1, 100], got ${JSON.stringify(pool)}`, { field: 'store.poolSize' });
+    }
+    const { openPostgresStore } = await import('./postgres-store.js');
+    return openPostgresStore({
+      connectionString: u.toString(),
+      ...(prefix !== null ? { tablePrefix: prefix } : {}),
+      ...(poolSize !== undefined ? { poolSize } : {}),
+    });
+  }
+  throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`store\` to start with sqlite: or postgres://, got ${JSON.stringify(url.replace(/\/\/[^@/]*@/, '//…@'))}`, { field: 'store' });
+}

@@ -1,0 +1,226 @@
+import type { Decision, DecisionWhy, ErrorClass } from '../core/types.js';
+
+/**
+ * The store contract: what the worker, the queue and the CLI need from a database.
+ * Two implementations keep it, SQLite (embedded default) and PostgreSQL (many workers),
+ * and one test suite (test/delivery/store-contract.test.ts) runs against both.
+ *
+ * Time is always passed in (`now`, epoch ms from the caller's clock), never read by a
+ * store: the contract is driven by the test clock, and every worker of a fleet agrees
+ * on what "due" means as far as their clocks agree (keep them NTP-synced; the lease
+ * is far longer than any sane skew).
+ */
+
+/** A batch's lifecycle. `queued` covers waiting, deferred and in flight (a live lease). */
+export type BatchState = 'queued' | 'delivered' | 'dropped';
+
+/** What `queue ls --state` filters on (derived from state, lease and not_before). */
+export type ListState = BatchState | 'ready' | 'inflight' | 'deferred';
+
+export interface NewItem {
+  readonly destination: string;
+  /** Unique per destination while the item is retained: enqueueing a known key is a no-op. */
+  readonly key: string;
+  /** The payload as JSON text (validated by the queue). */
+  readonly payload: string;
+}
+
+export interface EnqueueResult {
+  readonly id: number;
+  readonly key: string;
+  /** True when an item with this key was already queued (nothing new was stored). */
+  readonly duplicate: boolean;
+}
+
+/** Aggregation limits: a batch is sealed at maxItems or maxBytes, or when its oldest item is maxAgeMs old. */
+export interface BatchLimits {
+  readonly maxItems: number;
+  readonly maxBytes: number;
+  readonly maxAgeMs: number;
+}
+
+/** A claimed lease: the fencing token must match on every later write. */
+export interface Lease {
+  readonly id: number;
+  readonly token: number;
+}
+
+export interface BatchItem {
+  readonly key: string;
+  readonly payload: string;
+}
+
+/** A batch handed to a worker by `claim`, with what the core needs to resume its operation. */
+export interface ClaimedBatch extends Lease {
+  readonly destination: string;
+  /** The batch's idempotency key: the same on every attempt, sent as `Idempotency-Key`. */
+  readonly key: string;
+  /** 1 + the number of requeues. */
+  readonly round: number;
+  /** Attempts made in this round (the core's OperationState.attempt). */
+  readonly attempt: number;
+  readonly opStartedAt: number | null;
+  readonly opDeadlineAt: number | null;
+  readonly prevDelayMs: number | null;
+  readonly createdAt: number;
+  readonly notBefore: number;
+  readonly bytes: number;
+  readonly items: readonly BatchItem[];
+}
+
+/** One attempt as kept in a batch's history. */
+export interface AttemptRecord {
+  readonly round: number;
+  readonly attempt: number;
+  /** Epoch ms when the attempt ended. */
+  readonly at: number;
+  readonly status: number | null;
+  readonly errorClass: ErrorClass | null;
+  readonly elapsedMs: number;
+  readonly decision: Decision;
+  readonly why: DecisionWhy | null;
+  /** The wait chosen by the core (retry), ms. */
+  readonly delayMs: number | null;
+  /** What the server asked for (Retry-After or a RateLimit field), ms. */
+  readonly retryAfterMs: number | null;
+  /** The worker that made the attempt. */
+  readonly worker: string | null;
+}
+
+/** The core's decision for a claimed batch, written only if the lease still holds. */
+export interface Outcome extends Lease {
+  readonly state: BatchState;
+  /** For `queued`: when the next attempt may start (now + the core's delayMs). */
+  readonly notBefore: number;
+  readonly attempt: number;
+  readonly opStartedAt: number | null;
+  readonly opDeadlineAt: number | null;
+  readonly prevDelayMs: number | null;
+  readonly lastStatus: number | null;
+  readonly lastErrorClass: ErrorClass | null;
+  readonly lastDecision: Decision;
+  readonly lastWhy: DecisionWhy | null;
+  readonly finishedAt: number | null;
+  /** The attempt's history row; null when no call was made (the deadline had passed). */
+  readonly record: AttemptRecord | null;
+}
+
+export interface CompleteResult {
+  /** Outcomes written. */
+  readonly applied: readonly number[];
+  /** Outcomes refused by the fence: the lease had expired and the batch was claimed again (or requeued). */
+  readonly lost: readonly number[];
+}
+
+export interface BatchSummary {
+  readonly id: number;
+  readonly destination: string;
+  readonly key: string;
+  readonly state: BatchState;
+  readonly items: number;
+  readonly bytes: number;
+  readonly createdAt: number;
+  readonly notBefore: number;
+  readonly round: number;
+  readonly attempt: number;
+  /** Times the batch was claimed (claims > attempts reveals a lease lost mid-delivery). */
+  readonly claims: number;
+  readonly leaseOwner: string | null;
+  readonly leaseUntil: number;
+  readonly lastStatus: number | null;
+  readonly lastErrorClass: ErrorClass | null;
+  readonly lastDecision: Decision | null;
+  readonly lastWhy: DecisionWhy | null;
+  readonly finishedAt: number | null;
+}
+
+export interface StoredItem {
+  readonly id: number;
+  readonly key: string;
+  readonly payload: string;
+  readonly enqueuedAt: number;
+}
+
+export interface BatchDetail extends BatchSummary {
+  readonly itemList: readonly StoredItem[];
+  /** Every attempt of every round, oldest first. */
+  readonly attempts: readonly AttemptRecord[];
+}
+
+export interface ListFilter {
+  readonly state?: ListState;
+  readonly destination?: string;
+  /** Dropped batches whose last decision is this (max_attempts, not_retryable, …). */
+  readonly reason?: string;
+  readonly limit?: number;
+  /** Only ids greater than this (paging). */
+  readonly afterId?: number;
+}
+
+export interface RequeueFilter {
+  readonly ids?: readonly number[];
+  readonly destination?: string;
+  readonly reason?: string;
+  /** At most this many batches (oldest first); default 1000. */
+  readonly limit?: number;
+}
+
+export interface DestinationStats {
+  readonly destination: string;
+  /** Items enqueued and not yet aggregated into a batch. */
+  readonly pendingItems: number;
+  /** Batches due now and not leased. */
+  readonly readyBatches: number;
+  readonly readyItems: number;
+  readonly inflightBatches: number;
+  readonly inflightItems: number;
+  /** Batches waiting for a retry (not_before in the future after at least one attempt). */
+  readonly deferredBatches: number;
+  readonly deferredItems: number;
+  readonly deliveredBatches: number;
+  readonly deliveredItems: number;
+  readonly droppedBatches: number;
+  readonly droppedItems: number;
+}
+
+export interface DropStat {
+  readonly destination: string;
+  readonly reason: string;
+  readonly why: string | null;
+  readonly lastStatus: number | null;
+  readonly lastErrorClass: string | null;
+  readonly batches: number;
+  readonly items: number;
+}
+
+export interface DeliveryStore {
+  readonly kind: 'sqlite' | 'postgres';
+  /** Where the store is, for messages (never a password). */
+  readonly description: string;
+  /** Creates the tables if needed (idempotent). */
+  init(): Promise<void>;
+  /** Stores items (one transaction: all or none). Known keys come back with `duplicate: true`. */
+  enqueue(items: readonly NewItem[], now: number): Promise<EnqueueResult[]>;
+  /** Seals due batches of a destination's pending items (at most `maxBatches`); returns how many. */
+  formBatches(destination: string, limits: BatchLimits, now: number, maxBatches: number): Promise<number>;
+  /**
+   * Leases up to `limit` due batches of a destination (`queued`, not_before <= now, no live
+   * lease), oldest due first. Every claim increments the batch's fencing token.
+   */
+  claim(destination: string, limit: number, now: number, leaseMs: number, owner: string): Promise<ClaimedBatch[]>;
+  /** Extends live leases; returns the ids whose lease was lost (fence mismatch). */
+  renew(leases: readonly Lease[], now: number, leaseMs: number): Promise<number[]>;
+  /** Writes the core's decisions, each only if its lease token still matches (fenced). */
+  complete(outcomes: readonly Outcome[]): Promise<CompleteResult>;
+  /** Gives leases back (graceful stop): due again at their not_before. Fenced. Returns how many. */
+  release(leases: readonly Lease[], now: number): Promise<number>;
+  stats(now: number): Promise<DestinationStats[]>;
+  list(filter: ListFilter, now: number): Promise<BatchSummary[]>;
+  get(id: number): Promise<BatchDetail | null>;
+  /** Puts dropped batches back (new round, fresh attempts, history kept, same key). Returns how many. */
+  requeue(filter: RequeueFilter, now: number): Promise<number>;
+  dropStats(): Promise<DropStat[]>;
+  /** Deletes delivered batches finished before `before` (with their items and history). Returns batches deleted. */
+  purgeDelivered(before: number): Promise<number>;
+  close(): Promise<void>;
+}

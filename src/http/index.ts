@@ -1,0 +1,13 @@
+// relent/http: the HTTP driver of the decision core. Every export is named here.
+
+export { createClient, CLIENT_DEFAULTS } from './client.js';
+export type { ClientOptions, RelentClient, RelentRequestInit, HeadersLike, RequestBody } from './client.js';
+export { RelentFetchError } from './errors.js';
+export { relentInterceptor, INTERCEPTOR_DEFAULTS } from './interceptor.js';
+export type { InterceptorOptions, RelentDispatchOptions, RelentInterceptor } from './interceptor.js';
+export type { ProtectionOptions } from './operation.js';
+export { WIRE_ERROR_TABLE, classifyWireError, WireError } from './classify.js';
+export type { RequestPhase, WireClass } from './classify.js';
+export { normalizeEndpoint, originKey } from './endpoint.js';
+export { formatIdempotencyKey, newIdempotencyKey, IDEMPOTENCY_KEY_HEADER, AUTO_KEY_METHODS } from './idempotency.js';
+export { DRAIN_LIMIT_BYTES } from './attempt.js';

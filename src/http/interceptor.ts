@@ -1,0 +1,404 @@
+import type { Dispatcher } from 'undici';
+import { SERVER_HINT_HEADERS } from '../core/hints.js';
+import type { Policy, PolicySpec } from '../core/policy.js';
+import type { Clock, Random } from '../core/types.js';
+import { resolvePolicy } from '../presets/index.js';
+import { systemClock } from '../run/clock.js';
+import { execute, newOperationId, type AttemptContext, type Classified, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
+import { pickHeaders, type AttemptHandler, type BodySink } from './attempt.js';
+import { checkRouteTemplate } from './endpoint.js';
+import { failureError, notReplayableError, tooLongError, waitTooLong, whereOf } from './errors.js';
+import { AUTO_KEY_METHODS, formatIdempotencyKey, IDEMPOTENCY_KEY_HEADER, keyFromHeader, newIdempotencyKey } from './idempotency.js';
+import { asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, invalid, type ProtectionOptions } from './operation.js';
+
+type IncomingHttpHeaders = Record<string, string | string[] | undefined>;
+type Dispatch = (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler) => boolean;
+
+/** relentInterceptor(options): every field optional (see INTERCEPTOR_DEFAULTS). */
+export interface InterceptorOptions extends ProtectionOptions {
+  /** The policy: a preset name, a spec or a Policy. Default: relent's defaults. */
+  readonly policy?: string | PolicySpec | Policy;
+  /** One event per attempt, then the result (R13). */
+  readonly onEvent?: ((event: RelentEvent) => void) | null;
+  /** The dependency key of a request (budget, breaker, bulkhead are shared per key). Default: its origin. */
+  readonly key?: ((origin: string, path: string) => string) | null;
+  /** Create a random Idempotency-Key for POST and PATCH requests without one. Default false. */
+  readonly autoIdempotencyKey?: boolean;
+  /** The route template (e.g. `/users/:id`) of a request path for events; null/undefined → the path. */
+  readonly routeTemplate?: ((path: string) => string | null | undefined) | null;
+  /** Injected time and randomness. Default: the system clock and Math.random. */
+  readonly clock?: Clock | null;
+  readonly random?: Random | null;
+}
+
+export const INTERCEPTOR_DEFAULTS = Object.freeze({
+  policy: null, onEvent: null, key: null, autoIdempotencyKey: false, routeTemplate: null, clock: null, random: null,
+  budget: true, breaker: false as const, breakerState: null, onBreakerStateChange: null, bulkhead: false as const,
+});
+
+/** Per-request options, passed as `relent` in undici's request/dispatch options (removed before sending). */
+export interface RelentDispatchOptions {
+  readonly deadlineMs?: number;
+  readonly attemptTimeoutMs?: number;
+  /** Sent as `Idempotency-Key` (quoted) on every attempt; makes POST/PATCH retryable. */
+  readonly idempotencyKey?: string;
+  readonly idempotent?: boolean;
+  readonly operationId?: string;
+  readonly policy?: string | PolicySpec | Policy;
+  readonly routeTemplate?: string;
+  readonly onEvent?: (event: RelentEvent) => void;
+}
+
+/** The interceptor as undici's `compose` takes it, with its breakers, bulkheads and budgets by key. */
+export interface RelentInterceptor {
+  (dispatch: Dispatch): Dispatch;
+  readonly breakers: Dependencies['breakers'];
+  readonly bulkheads: Dependencies['bulkheads'];
+  readonly budgets: Dependencies['budgets'];
+  breakerSnapshot(): ReturnType<Dependencies['snapshot']>;
+}
+
+const DEFAULT_PORTS: Readonly<Record<string, string>> = { 'http:': '80', 'https:': '443' };
+
+/** `http://host` → `http://host:80` (cached: a process talks to few origins). */
+const originCache = new Map<string, string>();
+function normalizedOrigin(origin: string): string {
+  let o = originCache.get(origin);
+  if (o === undefined) {
+    const u = new URL(origin);
+    o = `${u.protocol}//${u.hostname}:${u.port || DEFAULT_PORTS[u.protocol] || ''}`;
+    if (originCache.size > 1000) originCache.clear();
+    originCache.set(origin, o);
+  }
+  return o;
+}
+
+function pathOnly(path: string): string {
+  let end = path.length;
+  const q = path.indexOf('?');
+  if (q >= 0) end = q;
+  const h = path.indexOf('#');
+  if (h >= 0 && h < end) end = h;
+  return end === path.length ? path : path.slice(0, end);
+}
+
+/** Whether undici can send this body again (strings, bytes, Blob and FormData are re-encoded per dispatch). */
+function replayable(body: unknown): boolean {
+  if (body === undefined || body === null || typeof body === 'string' || body instanceof Uint8Array || ArrayBuffer.isView(body) || body instanceof ArrayBuffer) return true;
+  if (typeof Blob !== 'undefined' && body instanceof Blob) return true;
+  if (typeof FormData !== 'undefined' && body instanceof FormData) return true;
+  return false;
+}
+
+/** The Idempotency-Key of undici request headers (object, flat array, pairs or iterable), if any. */
+function headerKey(headers: unknown): string | null {
+  if (headers === null || headers === undefined) return null;
+  if (Array.isArray(headers)) {
+    if (headers.length > 0 && Array.isArray(headers[0])) {
+      for (const [k, v] of headers as [string, string][]) if (String(k).toLowerCase() === IDEMPOTENCY_KEY_HEADER) return keyFromHeader(String(v));
+      return null;
+    }
+    for (let i = 0; i + 1 < headers.length; i += 2) if (String(headers[i]).toLowerCase() === IDEMPOTENCY_KEY_HEADER) return keyFromHeader(String(headers[i + 1]));
+    return null;
+  }
+  if (typeof headers === 'object') {
+    if (typeof (headers as { [Symbol.iterator]?: unknown })[Symbol.iterator] === 'function') {
+      for (const [k, v] of headers as Iterable<[string, string]>) if (String(k).toLowerCase() === IDEMPOTENCY_KEY_HEADER) return keyFromHeader(String(v));
+      return null;
+    }
+    for (const k of Object.keys(headers)) {
+      if (k.toLowerCase() === IDEMPOTENCY_KEY_HEADER) {
+        const v = (headers as Record<string, unknown>)[k];
+        return keyFromHeader(Array.isArray(v) ? String(v[0]) : String(v));
+      }
+    }
+  }
+  return null;
+}
+
+/** undici request headers plus one header, in the flat-array form. */
+function withHeader(headers: unknown, name: string, value: string): string[] {
+  const out: string[] = [];
+  if (Array.isArray(headers)) {
+    if (headers.length > 0 && Array.isArray(headers[0])) for (const [k, v] of headers as [string, string][]) out.push(String(k), String(v));
+    else for (const x of headers) out.push(String(x));
+  } else if (headers !== null && typeof headers === 'object') {
+    if (typeof (headers as { [Symbol.iterator]?: unknown })[Symbol.iterator] === 'function') {
+      for (const [k, v] of headers as Iterable<[string, string]>) out.push(String(k), String(v));
+    } else {
+      for (const [k, v] of Object.entries(headers as Record<string, unknown>)) {
+        if (v === undefined) continue;
+        if (Array.isArray(v)) for (const x of v) out.push(k, String(x));
+        else out.push(k, String(v));
+      }
+    }
+  }
+  out.push(name, value);
+  return out;
+}
+
+/**
+ * Cancellation signals for the executor, reused across operations: creating an
+ * AbortSignal costs ~5 µs in Node 20, more than the rest of the interceptor. A
+ * controller goes back to the pool only if it was never aborted, and the executor
+ * removes every listener it adds once an operation ends.
+ */
+const signalPool: AbortController[] = [];
+function takeController(): AbortController {
+  return signalPool.pop() ?? new AbortController();
+}
+function giveBack(c: AbortController): void {
+  if (!c.signal.aborted && signalPool.length < 256) signalPool.push(c);
+}
+
+/**
+ * An undici interceptor that runs every request it sees as a relent operation: each
+ * attempt is dispatched to the next dispatcher, every retry/stop decision comes from
+ * relent's decision core (`execute()` → `decide()`), and the wrapped handler sees one
+ * request: `onRequestStart` at once, then the final response (or one error).
+ *
+ *     const agent = new Agent().compose(relentInterceptor({ policy: 'http-429' }));
+ *     const { statusCode, body } = await request(url, { dispatcher: agent });
+ *
+ * How a request ends is the same as for `client.fetch` (see createClient): the final
+ * response is handed on as is — including the last 503 when retries run out — except
+ * that a server wait longer than relent will sleep (ERR_RETRY_AFTER_TOO_LONG) and a
+ * stream body that would need a retry (ERR_BODY_NOT_REPLAYABLE) become errors; a call
+ * that ends without a response fails with a RelentFetchError whose `cause` is undici's
+ * error. Failed attempts' bodies are read (up to 64 KiB) so their sockets are reused.
+ *
+ * Compose order: undici's `compose(a, b)` wraps `b` around `a`, so the LAST interceptor
+ * listed runs FIRST (outermost). Put relent last:
+ * - `compose(interceptors.redirect(), relentInterceptor())`: one operation per request;
+ *   each attempt follows the redirects, and the deadline covers them all (recommended).
+ * - `compose(relentInterceptor(), interceptors.redirect())`: every redirect hop is a
+ *   separate relent operation with its own deadline and events.
+ * - Do not combine with `interceptors.retry()`: whichever is outer repeats the inner
+ *   one's whole retry loop, so calls multiply (3 × 3 = 9 calls for two 3-attempt
+ *   policies), and undici's retry knows nothing of deadlines, budgets or idempotency keys.
+ */
+export function relentInterceptor(options: InterceptorOptions = {}): RelentInterceptor {
+  if (typeof options !== 'object' || options === null) throw invalid('options', 'Expected `options` to be an object');
+  const basePolicy = resolvePolicy(options.policy ?? null);
+  const deps = new Dependencies(options);
+  const onInterceptorEvent = options.onEvent ?? null;
+  const keyOf = options.key ?? null;
+  const autoKey = options.autoIdempotencyKey ?? INTERCEPTOR_DEFAULTS.autoIdempotencyKey;
+  const routeOf = options.routeTemplate ?? null;
+  const clock = options.clock ?? undefined;
+  const random = options.random ?? undefined;
+  const timers: Clock = clock ?? systemClock;
+  const policyCache = new WeakMap<object, Policy>();
+
+  const interceptor = ((dispatch: Dispatch): Dispatch => (opts, handler) => {
+    const op = new InterceptedOperation(handler);
+    try {
+      op.start(dispatch, opts);
+    } catch (e) {
+      op.fail(asError(e));
+    }
+    return true;
+  }) as RelentInterceptor;
+
+  class InterceptedOperation implements Dispatcher.DispatchController {
+    aborted = false;
+    paused = false;
+    reason: Error | null = null;
+    private committed: AttemptHandler | null = null;
+    private ctl: AbortController | null = null;
+    private done = false;
+
+    constructor(private readonly handler: Dispatcher.DispatchHandler) {}
+
+    start(dispatch: Dispatch, optsIn: Dispatcher.DispatchOptions): void {
+      let opts = optsIn;
+      const own = (opts as { relent?: RelentDispatchOptions }).relent;
+      if (own !== undefined) {
+        const { relent: _ignored, ...rest } = opts as Dispatcher.DispatchOptions & { relent?: unknown };
+        opts = rest;
+      }
+      const per: RelentDispatchOptions = own ?? {};
+      const origin = typeof opts.origin === 'string' ? opts.origin : opts.origin instanceof URL ? opts.origin.origin : '';
+      if (origin === '') throw invalid('origin', 'relentInterceptor needs `origin` in the dispatch options');
+      const method = String(opts.method).toUpperCase();
+
+      let key = per.idempotencyKey ?? null;
+      if (key !== null) formatIdempotencyKey(key);
+      const inHeader = headerKey(opts.headers);
+      if (inHeader !== null) {
+        if (key !== null && key !== inHeader) throw invalid('idempotencyKey', '`idempotencyKey` and the Idempotency-Key header disagree');
+        key = inHeader;
+      } else if (key !== null) {
+        opts = { ...opts, headers: withHeader(opts.headers, IDEMPOTENCY_KEY_HEADER, formatIdempotencyKey(key)) };
+      } else if (autoKey && AUTO_KEY_METHODS.has(method) && per.idempotent !== false) {
+        key = newIdempotencyKey();
+        opts = { ...opts, headers: withHeader(opts.headers, IDEMPOTENCY_KEY_HEADER, formatIdempotencyKey(key)) };
+      }
+
+      const stream = !replayable(opts.body);
+      const lim = callLimits(callPolicy(basePolicy, per.policy, policyCache), { deadlineMs: per.deadlineMs, attemptTimeoutMs: per.attemptTimeoutMs, stream });
+      const policy = lim.policy;
+      const path = pathOnly(opts.path);
+      let template = per.routeTemplate;
+      if (template === undefined && routeOf !== null) template = routeOf(path) ?? undefined;
+      const endpoint = normalizedOrigin(origin) + (template === undefined ? path : checkRouteTemplate(template));
+      const dep = deps.get(keyOf !== null ? keyOf(origin, opts.path) : origin, policy);
+      const call = new Call(onInterceptorEvent, per.onEvent ?? null);
+      const ctl = takeController();
+      this.ctl = ctl;
+      call.listen(ctl.signal);
+
+      this.handler.onRequestStart?.(this, {});
+      if (this.aborted) {
+        // The wrapped handler aborted at once.
+        call.release();
+        this.fail(this.reason ?? new Error('aborted'));
+        return;
+      }
+
+      const sendOpts = opts;
+      const attempt = (ctx: AttemptContext): Promise<AttemptHandler> => dispatchAttempt(dispatch, sendOpts, ctx, call, timers, null);
+      const classifyValue = (v: AttemptHandler): Classified => {
+        const status = v.status;
+        if (status < 400 && !policy.retryOnStatus.has(status)) return { status };
+        const headers = pickHeaders(v.headers, SERVER_HINT_HEADERS);
+        return headers ? { status, headers } : { status };
+      };
+      const runOptions: RunOptions<AttemptHandler> = {
+        policy,
+        operationId: per.operationId ?? newOperationId(),
+        method,
+        endpoint,
+        onEvent: call.onEvent,
+        classifyValue,
+        signal: ctl.signal,
+        budget: dep.budget,
+        breaker: dep.breaker,
+        bulkhead: dep.bulkhead,
+        idempotencyKey: key ?? undefined,
+        idempotent: per.idempotent,
+        deadlineMs: lim.deadlineMs,
+        attemptTimeoutMs: lim.attemptTimeoutMs,
+        clock,
+        random,
+      };
+      execute<AttemptHandler>(attempt, runOptions).then(
+        (r) => {
+          this.release(call);
+          this.settle(r, call, policy, whereOf(method, endpoint, r), lim.streamLimited);
+        },
+        (e: unknown) => {
+          this.release(call);
+          this.fail(asError(e));
+        },
+      );
+    }
+
+    private release(call: Call): void {
+      call.release();
+      if (this.ctl !== null) {
+        giveBack(this.ctl);
+        this.ctl = null;
+      }
+    }
+
+    private settle(r: RunResult<AttemptHandler>, call: Call, policy: Policy, where: string, streamLimited: boolean): void {
+      if (this.aborted) {
+        call.current?.drain();
+        this.fail(this.reason ?? new Error('aborted'));
+        return;
+      }
+      if (!r.outcome.ok) {
+        call.current?.drain();
+        this.fail(failureError(r, r.outcome.error, where, streamLimited));
+        return;
+      }
+      const v = r.outcome.value;
+      const last = call.lastAttempt;
+      if (waitTooLong(last, policy)) {
+        v.drain();
+        this.fail(tooLongError(r, last!, policy, where, v.status, null));
+        return;
+      }
+      if (streamLimited && r.reason === 'max_attempts') {
+        v.drain();
+        this.fail(notReplayableError(r, where, { status: v.status }));
+        return;
+      }
+      this.commit(v);
+    }
+
+    /** Hands the final response to the wrapped handler, body and all, with its backpressure. */
+    private commit(h: AttemptHandler): void {
+      this.committed = h;
+      const handler = this.handler;
+      try {
+        handler.onResponseStart?.(this, h.status, h.headers as IncomingHttpHeaders, h.statusText);
+      } catch (e) {
+        h.abort(asError(e));
+        this.fail(asError(e));
+        return;
+      }
+      if (this.aborted) {
+        h.abort(this.reason ?? new Error('aborted'));
+        return;
+      }
+      const sink: BodySink = {
+        data: (chunk) => {
+          if (this.done) return;
+          try {
+            handler.onResponseData?.(this, chunk);
+          } catch (e) {
+            h.abort(asError(e));
+          }
+        },
+        end: (trailers) => {
+          if (this.done) return;
+          try {
+            handler.onResponseEnd?.(this, trailers as IncomingHttpHeaders);
+            this.done = true;
+          } catch (e) {
+            // As undici's core does: a handler that throws at the end gets its own error
+            // (undici's retry handler throws there to ask for a retry).
+            this.fail(asError(e));
+          }
+        },
+        error: (e) => this.fail(e),
+      };
+      h.attach(sink);
+      if (this.paused) h.pause();
+    }
+
+    fail(error: Error): void {
+      if (this.done) return;
+      this.done = true;
+      this.handler.onResponseError?.(this, error);
+    }
+
+    abort(reason: Error): void {
+      if (this.aborted || this.done) return;
+      this.aborted = true;
+      this.reason = reason;
+      if (this.committed !== null) this.committed.abort(reason);
+      else this.ctl?.abort(reason); // the executor ends the operation; the Call aborts the attempt in flight
+    }
+
+    pause(): void {
+      this.paused = true;
+      this.committed?.pause();
+    }
+
+    resume(): void {
+      this.paused = false;
+      this.committed?.resume();
+    }
+  }
+
+  Object.defineProperties(interceptor, {
+    breakers: { value: deps.breakers, enumerable: true },
+    bulkheads: { value: deps.bulkheads, enumerable: true },
+    budgets: { value: deps.budgets, enumerable: true },
+    breakerSnapshot: { value: () => deps.snapshot(), enumerable: true },
+  });
+  return interceptor;
+}

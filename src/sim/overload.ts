@@ -1,0 +1,501 @@
+import { attemptBudgetMs, boundObservation, decide, isIdempotent, preflight, startOperation } from '../core/decide.js';
+import type { RetryBudget } from '../core/budget.js';
+import type { Decision } from '../core/types.js';
+import { budgetFor, quantile, resolveSimPolicy, round, simContext, statusObservation, type ProgressFn, type ResolvedSimPolicy, type SimObservation } from './common.js';
+import { EventQueue, Sampler, streamSeed } from './engine.js';
+import { MEASURED_OVERLOAD, PEER_POLICIES, RELENT_POLICIES, type SimPolicy } from './policies.js';
+import { nextAttempt, ownState, recordRetry, type SimState } from './state.js';
+
+/**
+ * The dependency a fleet calls: a loopback HTTP server limited to C requests/s.
+ *
+ * The model, chosen to reproduce what the real libraries did against a real loopback
+ * server (docs/simulator.md, "The dependency model"):
+ * - Every request first costs the server a fixed `overheadMs` on one event loop
+ *   (accept, parse, answer), served first come, first served. This is what bounds a
+ *   client that retries with no delay at all: at ~16 000 requests/s the loop is full
+ *   and each call waits its turn.
+ * - Then a token bucket admits C(t) requests/s (bucket size `burst`). A request with a
+ *   token is served in `serviceMs`; one without is answered `rejectStatus` (503) at
+ *   once, unless `queueLimit` > 0, in which case it may wait in line for a future token
+ *   while fewer than `queueLimit` requests are waiting.
+ * - Each direction of the network takes `networkMs`.
+ */
+export interface DependencyModel {
+  /** Requests per second the dependency serves (tokens per second). */
+  readonly capacityPerSec: number;
+  /** Token bucket size: how many requests above the rate a quiet moment lets through. */
+  readonly burst: number;
+  /** Requests that may wait for a token; 0 rejects at once (the calibrated model). */
+  readonly queueLimit: number;
+  /** How long an admitted request takes to serve (ms). */
+  readonly serviceMs: number;
+  /** How long a rejection takes beyond the front-end cost (ms). */
+  readonly rejectMs: number;
+  /** Front-end cost of every request on the server's one event loop (ms). */
+  readonly overheadMs: number;
+  /** One-way network delay (ms). */
+  readonly networkMs: number;
+  /** The status of a rejection. */
+  readonly rejectStatus: number;
+  /** A Retry-After (seconds) sent with rejections, or null for none. */
+  readonly retryAfterSec: number | null;
+}
+
+/** A window in which the dependency's capacity drops. */
+export interface Fault {
+  readonly startMs: number;
+  readonly endMs: number;
+  readonly capacityPerSec: number;
+}
+
+export interface OverloadConfig {
+  readonly seed: number | string;
+  /** Runs per policy, pooled (each run draws its own arrivals; all policies see the same ones). */
+  readonly runs: number;
+  /** Operations arrive over [0, durationMs); the run ends when the last one has ended. */
+  readonly durationMs: number;
+  /** Operations started per second, over the whole fleet. */
+  readonly arrivalsPerSec: number;
+  /** `poisson` (exponential gaps) or `uniform` (evenly spaced). */
+  readonly arrival: 'poisson' | 'uniform';
+  /** Client processes sharing the arrivals round-robin; each keeps its own retry budget. */
+  readonly clients: number;
+  /** One deadline per operation (the caller's), ms. */
+  readonly deadlineMs: number;
+  readonly method: string;
+  readonly dependency: DependencyModel;
+  readonly faults: readonly Fault[];
+  /** Length of the window after the (first) fault that is reported separately (ms). */
+  readonly afterMs: number;
+  readonly policies: readonly SimPolicy[];
+}
+
+export const DEPENDENCY_DEFAULTS: DependencyModel = Object.freeze({
+  capacityPerSec: 400,
+  burst: 20,
+  queueLimit: 0,
+  serviceMs: 2,
+  rejectMs: 0,
+  overheadMs: 0.06,
+  networkMs: 0.1,
+  rejectStatus: 503,
+  retryAfterSec: null,
+});
+
+/** The calibration set-up of issue 6: 400/s, 320 operations/s, 80/s for 10 s, 503, 2 s deadline. */
+export const OVERLOAD_DEFAULTS: OverloadConfig = Object.freeze({
+  seed: 1,
+  runs: 3,
+  durationMs: 30_000,
+  arrivalsPerSec: 320,
+  arrival: 'poisson' as const,
+  clients: 10,
+  deadlineMs: 2000,
+  method: 'GET',
+  dependency: DEPENDENCY_DEFAULTS,
+  faults: Object.freeze([Object.freeze({ startMs: 10_000, endMs: 20_000, capacityPerSec: 80 })]),
+  afterMs: 5000,
+  policies: Object.freeze([...PEER_POLICIES, ...RELENT_POLICIES]),
+});
+
+/** How the operations of one window fared. */
+export interface WindowStats {
+  /** Operations started in the window. */
+  readonly operations: number;
+  /** Requests the dependency received in the window ÷ operations started in it. */
+  readonly amplification: number;
+  /** Share of the operations started in the window that succeeded. */
+  readonly successShare: number;
+  /** Successful operations ending in the window, per second. */
+  readonly goodput: number;
+  /** Operation latency (start to final answer, any outcome) of operations started in the window, ms. */
+  readonly p50Ms: number;
+  readonly p99Ms: number;
+  /** Terminal reasons of the operations started in the window, as shares. */
+  readonly reasons: Readonly<Partial<Record<Decision, number>>>;
+}
+
+export interface OverloadRow {
+  readonly policy: string;
+  readonly summary: string;
+  /** The fault window. */
+  readonly fault: WindowStats;
+  /** Before the fault (from 2 s in, after the start-up). */
+  readonly before: WindowStats;
+  /** The `afterMs` after the fault. */
+  readonly after: WindowStats;
+  /** Every operation from 2 s in to the end of the arrivals. */
+  readonly overall: WindowStats;
+  /** Requests in the busiest second after the fault (rolling, 100 ms steps), ÷ operations arriving per second. */
+  readonly peakLoadAfter: number;
+  /** From the fault's end to the end of the last 100 ms in which > 1 % of requests were rejected (ms). */
+  readonly recoveryMs: number;
+  /** Requests sent in all runs (each a decide() call). */
+  readonly attempts: number;
+  /** The figures measured with the real library, when there are any. */
+  readonly measured: { readonly amplification: number; readonly amplificationMax?: number; readonly successShare: number; readonly successShareMax?: number } | null;
+  /** Simulated ÷ measured fault-window amplification (against the range's nearest end). */
+  readonly calibration: number | null;
+}
+
+export interface OverloadResult {
+  readonly rows: OverloadRow[];
+  readonly attempts: number;
+}
+
+const ARRIVAL = 0;
+const ATTEMPT = 1;
+const ANSWER = 2;
+const BIN_MS = 100;
+const TERMINALS: readonly Decision[] = ['return', 'max_attempts', 'deadline_exceeded', 'not_retryable', 'budget_exhausted', 'check_state', 'circuit_open', 'cancelled', 'defer'];
+const TERMINAL_INDEX = Object.fromEntries(TERMINALS.map((d, i) => [d, i])) as Record<Decision, number>;
+
+/** Piecewise-constant capacity: the base rate, overridden inside each fault. */
+class Capacity {
+  private readonly bounds: number[];
+  private readonly rates: number[];
+
+  constructor(base: number, faults: readonly Fault[]) {
+    // Segment i is [bounds[i], bounds[i+1]) with rate rates[i]; faults may not overlap.
+    const sorted = [...faults].sort((a, b) => a.startMs - b.startMs);
+    this.bounds = [0];
+    this.rates = [base];
+    for (const f of sorted) {
+      this.bounds.push(f.startMs, f.endMs);
+      this.rates.push(f.capacityPerSec, base);
+    }
+  }
+
+  /** Tokens accrued over [a, b). */
+  integrate(a: number, b: number): number {
+    const bounds = this.bounds;
+    const rates = this.rates;
+    let sum = 0;
+    for (let i = 0; i < bounds.length; i++) {
+      const lo = Math.max(a, bounds[i]!);
+      const hi = Math.min(b, i + 1 < bounds.length ? bounds[i + 1]! : Infinity);
+      if (hi > lo) sum += ((hi - lo) * rates[i]!) / 1000;
+    }
+    return sum;
+  }
+
+  /** The time from `t` until `amount` tokens have accrued (Infinity if never). */
+  timeToAccrue(t: number, amount: number): number {
+    const bounds = this.bounds;
+    const rates = this.rates;
+    let need = amount;
+    for (let i = 0; i < bounds.length; i++) {
+      const end = i + 1 < bounds.length ? bounds[i + 1]! : Infinity;
+      if (end <= t) continue;
+      const lo = Math.max(t, bounds[i]!);
+      const rate = rates[i]! / 1000;
+      if (rate > 0) {
+        const span = end - lo;
+        if (need <= span * rate) return lo + need / rate - t;
+        need -= span * rate;
+      }
+    }
+    return Infinity;
+  }
+}
+
+/** Runs every policy of the scenario; rows in the policies' order. */
+export function runOverload(config: Partial<OverloadConfig> = {}, onProgress?: ProgressFn): OverloadResult {
+  const c: OverloadConfig = { ...OVERLOAD_DEFAULTS, ...config, dependency: { ...DEPENDENCY_DEFAULTS, ...config.dependency } };
+  const policies = c.policies.map((p, i) => resolveSimPolicy(p, `policies[${i}]`));
+  const rows: OverloadRow[] = [];
+  let attempts = 0;
+  const total = policies.length * c.runs;
+  let done = 0;
+  const queue = new EventQueue(4096);
+  for (const p of policies) {
+    const acc = new Accumulator(c);
+    for (let run = 0; run < c.runs; run++) {
+      overloadRun(queue, p, c, run, acc);
+      done++;
+      onProgress?.(done, total, `overload ${p.name}, run ${run + 1}`);
+    }
+    const row = acc.row(p);
+    attempts += row.attempts;
+    rows.push(row);
+  }
+  return { rows, attempts };
+}
+
+/** Per-window tallies, pooled over runs. */
+class WindowTally {
+  operations = 0;
+  requests = 0;
+  successes = 0;
+  successEnds = 0;
+  latencies = new Float64Array(1024);
+  n = 0;
+  reasons = new Float64Array(TERMINALS.length);
+
+  constructor(readonly startMs: number, readonly endMs: number) {}
+
+  inside(t: number): boolean {
+    return t >= this.startMs && t < this.endMs;
+  }
+
+  /** An operation started at t0 ended at `now`. */
+  end(t0: number, now: number, success: boolean, reason: number): void {
+    if (t0 >= this.startMs && t0 < this.endMs) {
+      if (success) this.successes++;
+      this.reasons[reason] = this.reasons[reason]! + 1;
+      this.addLatency(now - t0);
+    }
+    if (success && now >= this.startMs && now < this.endMs) this.successEnds++;
+  }
+
+  addLatency(ms: number): void {
+    if (this.n === this.latencies.length) {
+      const next = new Float64Array(this.latencies.length * 2);
+      next.set(this.latencies);
+      this.latencies = next;
+    }
+    this.latencies[this.n++] = ms;
+  }
+
+  stats(runs: number): WindowStats {
+    const reasons: Partial<Record<Decision, number>> = {};
+    TERMINALS.forEach((r, i) => {
+      const v = this.reasons[i]!;
+      if (v > 0) reasons[r] = round(v / Math.max(1, this.operations), 4);
+    });
+    const seconds = ((this.endMs - this.startMs) / 1000) * runs;
+    return {
+      operations: round(this.operations / runs, 1),
+      amplification: round(this.requests / Math.max(1, this.operations), 3),
+      successShare: round(this.successes / Math.max(1, this.operations), 4),
+      goodput: round(this.successEnds / seconds, 1),
+      p50Ms: round(quantile(this.latencies, this.n, 0.5), 1),
+      p99Ms: round(quantile(this.latencies, this.n, 0.99), 1),
+      reasons,
+    };
+  }
+}
+
+class Accumulator {
+  readonly fault: WindowTally;
+  readonly before: WindowTally;
+  readonly after: WindowTally;
+  readonly overall: WindowTally;
+  attempts = 0;
+  peakAfter = 0;
+  recovery = 0;
+  runs = 0;
+
+  /** An operation started at t0 ended at `now` with `decision`. */
+  end(t0: number, now: number, decision: Decision): void {
+    const success = decision === 'return';
+    const r = TERMINAL_INDEX[decision];
+    this.before.end(t0, now, success, r);
+    this.fault.end(t0, now, success, r);
+    this.after.end(t0, now, success, r);
+    this.overall.end(t0, now, success, r);
+  }
+
+  constructor(readonly c: OverloadConfig) {
+    const f = c.faults[0];
+    const fs = f ? f.startMs : c.durationMs / 3;
+    const fe = f ? f.endMs : (2 * c.durationMs) / 3;
+    this.before = new WindowTally(Math.min(2000, fs / 2), fs);
+    this.fault = new WindowTally(fs, fe);
+    this.after = new WindowTally(fe, fe + c.afterMs);
+    this.overall = new WindowTally(this.before.startMs, c.durationMs);
+  }
+
+  row(p: ResolvedSimPolicy): OverloadRow {
+    const runs = Math.max(1, this.runs);
+    const measured = MEASURED_OVERLOAD[p.name] ?? null;
+    const fault = this.fault.stats(runs);
+    let calibration: number | null = null;
+    if (measured) {
+      const hi = measured.amplificationMax ?? measured.amplification;
+      const target = fault.amplification > hi ? hi : fault.amplification < measured.amplification ? measured.amplification : fault.amplification;
+      calibration = round(fault.amplification / target, 3);
+    }
+    return {
+      policy: p.name,
+      summary: p.source.summary ?? '',
+      fault,
+      before: this.before.stats(runs),
+      after: this.after.stats(runs),
+      overall: this.overall.stats(runs),
+      peakLoadAfter: round(this.peakAfter / runs, 2),
+      recoveryMs: round(this.recovery / runs, 0),
+      attempts: this.attempts,
+      measured,
+      calibration,
+    };
+  }
+}
+
+/**
+ * The dependency's state during one run (see DependencyModel). `request()` must be
+ * called in non-decreasing time order, which the event loop guarantees: it computes,
+ * at send time, when the one front-end loop handles the request, whether the bucket
+ * admits it, and when the answer is back at the client.
+ */
+class Dependency {
+  private frontFree = 0;
+  private tokens: number;
+  private refillAt = 0;
+  /** The last request's answer: its status and when the client has it. */
+  status = 0;
+  answerAt = 0;
+  /** When the last request reached the dependency. */
+  arriveAt = 0;
+  readonly binRequests: Float64Array;
+  readonly binRejected: Float64Array;
+
+  constructor(private readonly m: DependencyModel, private readonly capacity: Capacity, bins: number) {
+    this.tokens = m.burst;
+    this.binRequests = new Float64Array(bins);
+    this.binRejected = new Float64Array(bins);
+  }
+
+  request(now: number): void {
+    const m = this.m;
+    const arrive = now + m.networkMs;
+    this.arriveAt = arrive;
+    // Front end: one event loop, first come first served.
+    const start = arrive > this.frontFree ? arrive : this.frontFree;
+    const at = start + m.overheadMs;
+    this.frontFree = at;
+    // Admission: the token bucket at the moment the loop handles the request.
+    let tokens = this.tokens;
+    if (at > this.refillAt) {
+      tokens += this.capacity.integrate(this.refillAt, at);
+      if (tokens > m.burst) tokens = m.burst;
+      this.refillAt = at;
+    }
+    const left = tokens - 1;
+    const bin = Math.floor(arrive / BIN_MS);
+    const inBins = bin < this.binRequests.length;
+    if (inBins) this.binRequests[bin]!++;
+    if (left >= 0 || (m.queueLimit > 0 && -left <= m.queueLimit)) {
+      tokens = left;
+      const wait = left >= 0 ? 0 : this.capacity.timeToAccrue(at, -left);
+      this.answerAt = at + wait + m.serviceMs + m.networkMs;
+      this.status = 200;
+    } else {
+      this.answerAt = at + m.rejectMs + m.networkMs;
+      this.status = m.rejectStatus;
+      if (inBins) this.binRejected[bin]!++;
+    }
+    this.tokens = tokens;
+  }
+}
+
+/** One run of one policy. */
+function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig, run: number, acc: Accumulator): void {
+  const policy = p.policy;
+  const arrivals = new Sampler(streamSeed(c.seed, 'overload', 'arrivals', run));
+  const rng = new Sampler(streamSeed(c.seed, 'overload', 'decide', p.name, run));
+  const bins = Math.ceil((c.durationMs + c.deadlineMs + 1000) / BIN_MS) + 1;
+  const dep = new Dependency(c.dependency, new Capacity(c.dependency.capacityPerSec, c.faults), bins);
+  const clients = Math.max(1, Math.floor(c.clients));
+  const budgets: (RetryBudget | null)[] = Array.from({ length: clients }, () => budgetFor(p));
+  const ctx = simContext(rng.uniform, null);
+  // The operation's safety (R5) for the scenario's method, as the core decides it; computed once.
+  const idempotent = isIdempotent(policy, { method: c.method });
+  const ok = statusObservation(200);
+  const rejected: SimObservation = statusObservation(c.dependency.rejectStatus);
+  if (c.dependency.retryAfterSec !== null) rejected.headers = { 'retry-after': String(c.dependency.retryAfterSec) };
+  // A timed-out attempt: the core's own rule turns an answer later than the bound into a timeout.
+  const timedOut = boundObservation({ status: 200, elapsedMs: 1 }, 0);
+  const { fault, before, after, overall } = acc;
+  const deadlineMs = c.deadlineMs;
+  const meanGap = 1000 / c.arrivalsPerSec;
+  const poisson = c.arrival === 'poisson';
+
+  // Per operation (index = arrival order).
+  const states: SimState[] = [];
+  const startAt: number[] = [];
+  const seen: number[] = []; // the pending attempt's status as the client sees it; 0 = timeout
+  let requests = 0;
+
+  queue.clear();
+  queue.push(poisson ? arrivals.exponential(meanGap) : 0, ARRIVAL, 0);
+  while (queue.pop()) {
+    const now = queue.time;
+    const kind = queue.kind;
+    let i = queue.id;
+    if (kind === ARRIVAL) {
+      i = states.length;
+      states.push(ownState(startOperation(policy, { now, idempotent, deadlineMs })));
+      startAt.push(now);
+      seen.push(0);
+      if (before.inside(now)) before.operations++;
+      if (fault.inside(now)) fault.operations++;
+      if (after.inside(now)) after.operations++;
+      if (overall.inside(now)) overall.operations++;
+      const next = now + (poisson ? arrivals.exponential(meanGap) : meanGap);
+      if (next < c.durationMs) queue.push(next, ARRIVAL, 0);
+    }
+    const state = states[i]!;
+    if (kind !== ANSWER) {
+      // Send an attempt (the first, or a retry whose wait is over).
+      const stop = preflight(state, now);
+      if (stop !== null) {
+        acc.end(startAt[i]!, now, stop.decision);
+        continue;
+      }
+      nextAttempt(state);
+      const bound = attemptBudgetMs(policy, state, now);
+      requests++;
+      dep.request(now);
+      const arrive = dep.arriveAt;
+      if (fault.inside(arrive)) fault.requests++;
+      else if (before.inside(arrive)) before.requests++;
+      if (after.inside(arrive)) after.requests++;
+      if (overall.inside(arrive)) overall.requests++;
+      // What the client sees: the answer, or a timeout at the attempt's bound.
+      if (dep.answerAt - now > bound) {
+        seen[i] = 0;
+        queue.push(now + bound, ANSWER, i);
+      } else {
+        seen[i] = dep.status;
+        queue.push(dep.answerAt, ANSWER, i);
+      }
+      continue;
+    }
+    // ANSWER: the client decides.
+    const status = seen[i]!;
+    ctx.now = now;
+    ctx.budget = budgets[i % clients]!;
+    const d = decide(policy, state, status === 200 ? ok : status === 0 ? timedOut : rejected, ctx);
+    if (d.decision === 'retry') {
+      recordRetry(state, d);
+      queue.push(now + d.delayMs!, ATTEMPT, i);
+    } else {
+      acc.end(startAt[i]!, now, d.decision);
+    }
+  }
+
+  // Load after the fault: peak rate and the end of the last bin with > 1 % rejections.
+  const fe = after.startMs;
+  const feBin = Math.floor(fe / BIN_MS);
+  const endBin = Math.min(bins, Math.floor(c.durationMs / BIN_MS));
+  const perSecond = Math.round(1000 / BIN_MS);
+  const afterEndBin = Math.min(endBin, Math.floor(after.endMs / BIN_MS));
+  let peak = 0;
+  let lastBad = -1;
+  let rolling = 0;
+  for (let b = feBin; b < endBin; b++) {
+    const r = dep.binRequests[b]!;
+    if (b < afterEndBin) {
+      // The busiest second (rolling, in 100 ms steps) after the fault.
+      rolling += r - (b - perSecond >= feBin ? dep.binRequests[b - perSecond]! : 0);
+      if (b - feBin + 1 >= perSecond && rolling > peak) peak = rolling;
+    }
+    if (r > 0 && dep.binRejected[b]! / r > 0.01) lastBad = b;
+  }
+  acc.peakAfter += peak / c.arrivalsPerSec;
+  acc.recovery += lastBad < 0 ? 0 : (lastBad + 1) * BIN_MS - fe;
+  acc.attempts += requests;
+  acc.runs++;
+}

@@ -1,0 +1,207 @@
+// The store contract, one suite for both stores, driven by the test clock: every `now`
+// comes from createTestClock(), so leases expire and retries fall due without sleeping.
+import { afterAll, describe, expect, it } from 'vitest';
+import { batchKey } from '../../src/delivery/batching.js';
+import type { ClaimedBatch, DeliveryStore, Outcome } from '../../src/delivery/types.js';
+import { createTestClock } from '../../src/testing/index.js';
+import { pgEnabled, postgresFactory, sqliteFactory, type StoreFactory } from './support.js';
+
+const factories: StoreFactory[] = [sqliteFactory()];
+if (await pgEnabled()) factories.push(postgresFactory());
+
+afterAll(async () => {
+  for (const f of factories) await f.cleanup();
+});
+
+const LIMITS = { maxItems: 3, maxBytes: 1_000_000, maxAgeMs: 5_000 };
+const LEASE = 10_000;
+
+function items(dest: string, keys: string[]) {
+  return keys.map((key, i) => ({ destination: dest, key, payload: JSON.stringify({ n: i, key }) }));
+}
+
+/** An outcome written by the holder of `b`'s lease. */
+function outcome(b: ClaimedBatch, o: Partial<Outcome> & Pick<Outcome, 'state'>, at: number): Outcome {
+  return {
+    id: b.id, token: b.token, notBefore: at, attempt: b.attempt + 1, opStartedAt: at, opDeadlineAt: at + 60_000, prevDelayMs: null,
+    lastStatus: 200, lastErrorClass: null, lastDecision: 'return', lastWhy: 'success', finishedAt: o.state === 'queued' ? null : at,
+    record: {
+      round: b.round, attempt: b.attempt + 1, at, status: o.lastStatus === undefined ? 200 : o.lastStatus, errorClass: null, elapsedMs: 12,
+      decision: o.lastDecision ?? 'return', why: o.lastWhy ?? 'success', delayMs: o.state === 'queued' ? o.notBefore! - at : null, retryAfterMs: null, worker: 'w1',
+    },
+    ...o,
+  };
+}
+
+for (const f of factories) {
+  describe(`store contract: ${f.name}`, () => {
+    const fresh = async (): Promise<{ s: DeliveryStore; clock: ReturnType<typeof createTestClock> }> => ({ s: await f.open(), clock: createTestClock() });
+
+    it('enqueue stores items once per (destination, key); a known key is a duplicate, not a second item', async () => {
+      const { s, clock } = await fresh();
+      const a = await s.enqueue(items('d1', ['a', 'b']), clock.wallNow());
+      expect(a.map((r) => r.duplicate)).toEqual([false, false]);
+      const b = await s.enqueue([...items('d1', ['a', 'c']), ...items('d2', ['a'])], clock.wallNow());
+      expect(b.map((r) => r.duplicate)).toEqual([true, false, false]);
+      expect(b[0]!.id).toBe(a[0]!.id);
+      const stats = await s.stats(clock.wallNow());
+      expect(stats.map((x) => [x.destination, x.pendingItems])).toEqual([['d1', 3], ['d2', 1]]);
+    });
+
+    it('forms batches at maxItems, at maxBytes, and a partial one only when its oldest item is maxAgeMs old', async () => {
+      const { s, clock } = await fresh();
+      await s.enqueue(items('d', ['k1', 'k2', 'k3', 'k4', 'k5']), clock.wallNow());
+      expect(await s.formBatches('d', LIMITS, clock.wallNow(), 10)).toBe(1); // k1..k3 full; k4,k5 too young
+      clock.advance(4_999);
+      expect(await s.formBatches('d', LIMITS, clock.wallNow(), 10)).toBe(0);
+      clock.advance(1);
+      expect(await s.formBatches('d', LIMITS, clock.wallNow(), 10)).toBe(1);
+      const all = await s.list({}, clock.wallNow());
+      expect(all.map((b) => b.items)).toEqual([3, 2]);
+      expect(all[0]!.key).toBe(batchKey('d', ['k1', 'k2', 'k3']));
+      // bytes: each payload is ~20 bytes; a 50-byte limit makes batches of two
+      await s.enqueue(items('e', ['x1', 'x2', 'x3']), clock.wallNow());
+      expect(await s.formBatches('e', { maxItems: 100, maxBytes: 50, maxAgeMs: 0 }, clock.wallNow(), 10)).toBe(2);
+      expect((await s.list({ destination: 'e' }, clock.wallNow())).map((b) => b.items)).toEqual([2, 1]);
+    });
+
+    it('claims due batches with their items in order; a live lease hides a batch; an expired one comes back with a new token', async () => {
+      const { s, clock } = await fresh();
+      await s.enqueue(items('d', ['a', 'b', 'c', 'd', 'e', 'f']), clock.wallNow());
+      await s.formBatches('d', LIMITS, clock.wallNow(), 10);
+      const first = await s.claim('d', 10, clock.wallNow(), LEASE, 'w1');
+      expect(first.map((b) => b.items.map((i) => i.key))).toEqual([['a', 'b', 'c'], ['d', 'e', 'f']]);
+      expect(first[0]!.items[0]!.payload).toBe(JSON.stringify({ n: 0, key: 'a' }));
+      expect(first.every((b) => b.attempt === 0 && b.round === 1)).toBe(true);
+      expect(await s.claim('d', 10, clock.wallNow(), LEASE, 'w2')).toEqual([]);
+      expect((await s.stats(clock.wallNow()))[0]!.inflightBatches).toBe(2);
+      clock.advance(LEASE - 1);
+      expect(await s.claim('d', 10, clock.wallNow(), LEASE, 'w2')).toEqual([]);
+      clock.advance(1); // the first worker died: its leases expire
+      const again = await s.claim('d', 1, clock.wallNow(), LEASE, 'w2');
+      expect(again).toHaveLength(1);
+      expect(again[0]!.id).toBe(first[0]!.id);
+      expect(again[0]!.token).toBeGreaterThan(first[0]!.token);
+      expect((await s.get(first[0]!.id))!.claims).toBe(2);
+    });
+
+    it('fences every write: a worker whose lease expired cannot overwrite the batch after another worker claimed it', async () => {
+      const { s, clock } = await fresh();
+      await s.enqueue(items('d', ['a']), clock.wallNow());
+      await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 10);
+      const [stale] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w1');
+      clock.advance(LEASE);
+      const [live] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w2');
+      // the stale worker wakes up: its renew, its outcome and its release are all refused
+      expect(await s.renew([stale!], clock.wallNow(), LEASE)).toEqual([stale!.id]);
+      const staleWrite = await s.complete([outcome(stale!, { state: 'dropped', lastStatus: 400, lastDecision: 'not_retryable', lastWhy: 'status_not_retryable' }, clock.wallNow())]);
+      expect(staleWrite).toEqual({ applied: [], lost: [stale!.id] });
+      expect(await s.release([stale!], clock.wallNow())).toBe(0);
+      // the live holder renews and writes
+      expect(await s.renew([live!], clock.wallNow(), LEASE)).toEqual([]);
+      expect(await s.complete([outcome(live!, { state: 'delivered' }, clock.wallNow())])).toEqual({ applied: [live!.id], lost: [] });
+      const d = (await s.get(live!.id))!;
+      expect(d.state).toBe('delivered');
+      expect(d.leaseOwner).toBeNull();
+      expect(d.attempts.map((a) => [a.attempt, a.status, a.worker])).toEqual([[1, 200, 'w1']]);
+      // and once finished, nothing can claim it again
+      clock.advance(LEASE * 2);
+      expect(await s.claim('d', 10, clock.wallNow(), LEASE, 'w3')).toEqual([]);
+    });
+
+    it('a retry is stored as not_before: hidden until then, with the attempt in its history; stats and list tell deferred from ready', async () => {
+      const { s, clock } = await fresh();
+      await s.enqueue(items('d', ['a', 'b']), clock.wallNow());
+      await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 10);
+      const [b1, b2] = await s.claim('d', 2, clock.wallNow(), LEASE, 'w1');
+      const now = clock.wallNow();
+      await s.complete([
+        outcome(b1!, { state: 'queued', notBefore: now + 1_800_000, lastStatus: 429, lastDecision: 'retry', lastWhy: 'retryable' }, now),
+        outcome(b2!, { state: 'dropped', lastStatus: 400, lastDecision: 'not_retryable', lastWhy: 'status_not_retryable' }, now),
+      ]);
+      let st = (await s.stats(clock.wallNow()))[0]!;
+      expect([st.deferredBatches, st.readyBatches, st.droppedBatches, st.inflightBatches]).toEqual([1, 0, 1, 0]);
+      expect((await s.list({ state: 'deferred' }, clock.wallNow())).map((b) => b.id)).toEqual([b1!.id]);
+      clock.advance(1_800_000 - 1);
+      expect(await s.claim('d', 10, clock.wallNow(), LEASE, 'w1')).toEqual([]);
+      clock.advance(1);
+      st = (await s.stats(clock.wallNow()))[0]!;
+      expect(st.readyBatches).toBe(1);
+      const [again] = await s.claim('d', 10, clock.wallNow(), LEASE, 'w1');
+      expect(again!.id).toBe(b1!.id);
+      expect(again!.attempt).toBe(1);
+      expect(again!.opStartedAt).toBe(now);
+      expect(again!.opDeadlineAt).toBe(now + 60_000);
+      const hist = (await s.get(b1!.id))!.attempts;
+      expect(hist).toEqual([{ round: 1, attempt: 1, at: now, status: 429, errorClass: null, elapsedMs: 12, decision: 'retry', why: 'retryable', delayMs: 1_800_000, retryAfterMs: null, worker: 'w1' }]);
+    });
+
+    it('dropped batches are listed, counted by reason and requeued with their history (new round, same key)', async () => {
+      const { s, clock } = await fresh();
+      await s.enqueue([...items('d', ['a', 'b', 'c']), ...items('e', ['z'])], clock.wallNow());
+      await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 10);
+      await s.formBatches('e', { ...LIMITS, maxItems: 1, maxAgeMs: 0 }, clock.wallNow(), 10);
+      const claimed = [...await s.claim('d', 10, clock.wallNow(), LEASE, 'w'), ...await s.claim('e', 10, clock.wallNow(), LEASE, 'w')];
+      const now = clock.wallNow();
+      const drop = (b: ClaimedBatch, status: number, decision: Outcome['lastDecision'], why: Outcome['lastWhy']): Outcome => outcome(b, { state: 'dropped', lastStatus: status, lastDecision: decision, lastWhy: why }, now);
+      await s.complete([
+        drop(claimed[0]!, 400, 'not_retryable', 'status_not_retryable'),
+        drop(claimed[1]!, 503, 'max_attempts', 'attempts_exhausted'),
+        drop(claimed[2]!, 503, 'max_attempts', 'attempts_exhausted'),
+        drop(claimed[3]!, 503, 'max_attempts', 'attempts_exhausted'),
+      ]);
+      const stats = await s.dropStats();
+      expect(stats.map((r) => [r.destination, r.reason, r.lastStatus, Number(r.batches), Number(r.items)])).toEqual([
+        ['d', 'max_attempts', 503, 2, 2], ['d', 'not_retryable', 400, 1, 1], ['e', 'max_attempts', 503, 1, 1],
+      ]);
+      expect((await s.list({ state: 'dropped', reason: 'max_attempts', destination: 'd' }, now)).map((b) => b.id)).toEqual([claimed[1]!.id, claimed[2]!.id]);
+      expect(await s.requeue({ destination: 'd', reason: 'max_attempts', limit: 1 }, now)).toBe(1);
+      expect(await s.requeue({ ids: [claimed[0]!.id, claimed[3]!.id] }, now)).toBe(2);
+      expect(await s.requeue({ ids: [claimed[0]!.id] }, now)).toBe(0); // no longer dropped
+      const back = await s.claim('d', 10, clock.wallNow(), LEASE, 'w2');
+      expect(back.map((b) => b.id)).toEqual([claimed[0]!.id, claimed[1]!.id]);
+      expect(back.every((b) => b.round === 2 && b.attempt === 0 && b.opStartedAt === null)).toBe(true);
+      expect(back[0]!.key).toBe(claimed[0]!.key);
+      await s.complete([outcome(back[0]!, { state: 'delivered' }, clock.wallNow())]);
+      const d = (await s.get(claimed[0]!.id))!;
+      expect(d.attempts.map((a) => [a.round, a.attempt, a.status])).toEqual([[1, 1, 400], [2, 1, 200]]);
+      expect(d.itemList.map((i) => i.key)).toEqual(['a']);
+    });
+
+    it('release gives claims back at once (graceful stop); stats count items and batches per state', async () => {
+      const { s, clock } = await fresh();
+      await s.enqueue(items('d', ['a', 'b', 'c', 'd']), clock.wallNow());
+      await s.formBatches('d', { ...LIMITS, maxItems: 2 }, clock.wallNow(), 10);
+      const claimed = await s.claim('d', 10, clock.wallNow(), LEASE, 'w1');
+      expect((await s.stats(clock.wallNow()))[0]).toMatchObject({ inflightBatches: 2, inflightItems: 4, readyBatches: 0, pendingItems: 0 });
+      expect(await s.release(claimed, clock.wallNow())).toBe(2);
+      expect((await s.stats(clock.wallNow()))[0]).toMatchObject({ inflightBatches: 0, readyBatches: 2, readyItems: 4 });
+      expect(await s.claim('d', 10, clock.wallNow(), LEASE, 'w2')).toHaveLength(2);
+    });
+
+    it('concurrent claims never hand the same batch to two workers', async () => {
+      const { s, clock } = await fresh();
+      await s.enqueue(items('d', Array.from({ length: 60 }, (_, i) => `k${i}`)), clock.wallNow());
+      await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 100);
+      const got = await Promise.all(Array.from({ length: 6 }, (_, w) => s.claim('d', 15, clock.wallNow(), LEASE, `w${w}`)));
+      const ids = got.flat().map((b) => b.id);
+      expect(ids).toHaveLength(60);
+      expect(new Set(ids).size).toBe(60);
+    });
+
+    it('purges delivered batches past retention, never dropped or queued ones', async () => {
+      const { s, clock } = await fresh();
+      await s.enqueue(items('d', ['a', 'b', 'c']), clock.wallNow());
+      await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 10);
+      const [a, b] = await s.claim('d', 2, clock.wallNow(), LEASE, 'w');
+      await s.complete([outcome(a!, { state: 'delivered' }, clock.wallNow()), outcome(b!, { state: 'dropped', lastDecision: 'max_attempts' }, clock.wallNow())]);
+      clock.advance(1000);
+      expect(await s.purgeDelivered(clock.wallNow())).toBe(1);
+      const left = await s.list({}, clock.wallNow());
+      expect(left.map((x) => x.state).sort()).toEqual(['dropped', 'queued']);
+      expect(await s.get(a!.id)).toBeNull();
+      // the key can be enqueued again once its delivered item is gone
+      expect((await s.enqueue(items('d', ['a']), clock.wallNow()))[0]!.duplicate).toBe(false);
+    });
+  });
+}

@@ -1,0 +1,102 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { main } from '../../src/cli/main.js';
+
+async function cli(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  let out = '';
+  let err = '';
+  const code = await main(['simulate', ...argv], { out: (t) => (out += t), err: (t) => (err += t) });
+  return { code, out, err };
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'relent-sim-'));
+
+describe('relent simulate', () => {
+  it('brooker --json prints {"rows":[{clients, strategy, work, completionTime}, …]}', async () => {
+    const r = await cli('brooker', '--json', '--runs', '2', '--clients', '10,20');
+    expect(r.code).toBe(0);
+    expect(r.err).toBe('');
+    const doc = JSON.parse(r.out) as { rows: Record<string, unknown>[] };
+    expect(Object.keys(doc)).toEqual(['rows']);
+    expect(doc.rows).toHaveLength(10);
+    expect(doc.rows.map((x) => x.strategy)).toEqual(['none', 'exponential', 'full', 'equal', 'decorrelated', 'none', 'exponential', 'full', 'equal', 'decorrelated']);
+    for (const row of doc.rows) {
+      expect(typeof row.clients).toBe('number');
+      expect(typeof row.work).toBe('number');
+      expect(typeof row.completionTime).toBe('number');
+    }
+  });
+
+  it('the same seed prints the same output; another seed other numbers', async () => {
+    const a = await cli('brooker', '--json', '--runs', '1', '--clients', '15', '--seed', '9');
+    const b = await cli('brooker', '--json', '--runs', '1', '--clients', '15', '--seed', '9');
+    const c = await cli('brooker', '--json', '--runs', '1', '--clients', '15', '--seed', 'other');
+    expect(b.out).toBe(a.out);
+    expect(c.out).not.toBe(a.out);
+  });
+
+  it('prints tables by default; --policy adds a contender (name, JSON or @FILE)', async () => {
+    const file = join(dir, 'careful.json');
+    writeFileSync(file, JSON.stringify({ maxAttempts: 2, backoff: { kind: 'equal-jitter', baseMs: 500, capMs: 5000 } }));
+    const scenario = join(dir, 'short.json');
+    writeFileSync(scenario, JSON.stringify({ scenario: 'overload', runs: 1, durationMs: 8000, faults: [{ startMs: 3000, endMs: 6000, capacityPerSec: 80 }], policies: ['none', 'cockatiel'] }));
+    const r = await cli(scenario, '--policy', `@${file}`, '--policy', '{"name":"two","policy":{"maxAttempts":2}}');
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/^relent simulate overload/);
+    expect(r.out).toMatch(/\ncareful +\d/);
+    expect(r.out).toMatch(/\ntwo +\d/);
+    expect(r.out).toMatch(/\ncockatiel +\d+\.\d+x +49\.70x/);
+    expect(r.out).not.toMatch(/\np-retry/);
+  });
+
+  it('layers prints the calls per layer', async () => {
+    const file = join(dir, 'layers.json');
+    writeFileSync(file, JSON.stringify({ scenario: 'layers', durationMs: 3000 }));
+    const r = await cli(file, '--seed', '2');
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/no budgets +4\.00 +16\.00 +64\.00 +64\.00x/);
+  });
+
+  it('runs a scenario file; a malformed one exits 2 naming the field', async () => {
+    const good = join(dir, 'brooker.json');
+    writeFileSync(good, JSON.stringify({ scenario: 'brooker', runs: 1, clients: [5], strategies: ['none', 'full'] }));
+    const ok = await cli(good, '--json');
+    expect(ok.code).toBe(0);
+    expect((JSON.parse(ok.out) as { rows: unknown[] }).rows).toHaveLength(2);
+
+    const bad = join(dir, 'bad.json');
+    writeFileSync(bad, JSON.stringify({ scenario: 'overload', faults: [{ startMs: 10, endMs: 5, capacityPerSec: 1 }] }));
+    const r = await cli(bad);
+    expect(r.code).toBe(2);
+    expect(r.out).toBe('');
+    expect(r.err).toMatch(/faults\[0\]\.endMs/);
+
+    const broken = join(dir, 'broken.json');
+    writeFileSync(broken, '{"scenario": ');
+    const b = await cli(broken);
+    expect(b.code).toBe(2);
+    expect(b.err).toMatch(/broken\.json: invalid JSON/);
+  });
+
+  it('usage errors exit 2 with one line on stderr', async () => {
+    for (const argv of [[], ['nope'], ['brooker', '--runs', 'x'], ['overload', '--clients', '10'], ['overload', '--policy', '{"maxAttempts": 0}'], ['layers', '--policy', 'none', '--policy', 'got'], ['overload', '--policy', 'relent']]) {
+      const r = await cli(...argv);
+      expect(r.code, argv.join(' ')).toBe(2);
+      expect(r.err.trim().split('\n'), argv.join(' ')).toHaveLength(1);
+    }
+  });
+
+  it('--html is not there yet: a clear error, exit 2', async () => {
+    const r = await cli('brooker', '--html', join(dir, 'x.html'));
+    expect(r.code).toBe(2);
+    expect(r.err).toMatch(/--html is not yet available/);
+  });
+
+  it('help', async () => {
+    const r = await cli('--help');
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/relent simulate SCENARIO/);
+  });
+});

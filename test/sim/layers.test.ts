@@ -1,0 +1,38 @@
+import { describe, expect, it } from 'vitest';
+import { runLayers } from '../../src/sim/layers.js';
+
+describe('layers: retries at every layer (SRE book ch. 22)', () => {
+  const r = runLayers({ runs: 1, seed: 1, durationMs: 10_000 });
+  const row = (name: string) => r.rows.find((x) => x.variant === name)!;
+
+  it('3 layers × 4 attempts without budgets: 4, 16, 64 calls per user action', () => {
+    expect(row('no budgets').callsPerAction).toEqual([4, 16, 64]);
+    expect(row('no budgets').amplification).toBe(64);
+    expect(row('no budgets').reasons).toEqual({ max_attempts: 1 });
+  });
+
+  it('with a 10 % budget per layer and the overload passed up: at most ~1.1^3 at the bottom', () => {
+    const b = row('budgets');
+    expect(b.amplification).toBeGreaterThan(1.2);
+    expect(b.amplification).toBeLessThan(1.45);
+    expect(b.callsPerAction[0]!).toBeLessThan(1.15);
+  });
+
+  it('with budgets and a layer that gives up answering "do not retry": ~1.1x at the bottom', () => {
+    const b = row('budgets, give-up not retried');
+    expect(b.amplification).toBeGreaterThan(1.05);
+    expect(b.amplification).toBeLessThan(1.2);
+    expect(b.callsPerAction.slice(0, 2)).toEqual([1, 1]);
+  });
+
+  it('is deterministic', () => {
+    expect(runLayers({ runs: 1, seed: 1, durationMs: 10_000 })).toEqual(r);
+  });
+
+  it('a deadline propagated down the stack bounds the calls when time runs out first', () => {
+    const t = runLayers({ runs: 1, durationMs: 5000, deadlineMs: 400, variants: [{ name: 'tight', budget: false, giveUpStatus: 503 }] });
+    const x = t.rows[0]!;
+    expect(x.amplification).toBeLessThan(64);
+    expect(x.reasons.deadline_exceeded ?? 0).toBeGreaterThan(0.5);
+  });
+});

@@ -1,0 +1,115 @@
+import { describe, expect, it } from 'vitest';
+import { RATIO_BUDGET_DEFAULTS } from '../../src/core/budget.js';
+import { POLICY_DEFAULTS } from '../../src/core/policy.js';
+import { MEASURED_OVERLOAD, PEER_POLICIES, RELENT_POLICIES } from '../../src/sim/policies.js';
+import { OVERLOAD_DEFAULTS, runOverload, type OverloadResult, type OverloadRow } from '../../src/sim/overload.js';
+
+// The calibration set-up of issue 6 (400/s, 320 operations/s, 80/s for 10 s, 503, 2 s deadline), one run.
+const calibration: OverloadResult = runOverload({ runs: 1, seed: 1 });
+const row = (r: OverloadResult, name: string): OverloadRow => {
+  const x = r.rows.find((y) => y.policy === name);
+  if (!x) throw new Error(`no row ${name}`);
+  return x;
+};
+
+describe('overload: the modelled peers land within ±20 % of the measured amplification', () => {
+  it.each(Object.keys(MEASURED_OVERLOAD))('%s', (name) => {
+    const r = row(calibration, name);
+    const m = MEASURED_OVERLOAD[name]!;
+    expect(r.fault.amplification).toBeGreaterThanOrEqual(0.8 * m.amplification);
+    expect(r.fault.amplification).toBeLessThanOrEqual(1.2 * (m.amplificationMax ?? m.amplification));
+    expect(r.calibration).toBeGreaterThanOrEqual(0.8);
+    expect(r.calibration).toBeLessThanOrEqual(1.2);
+  });
+
+  it('every peer default is modelled and compared', () => {
+    const names = calibration.rows.map((r) => r.policy);
+    for (const p of [...PEER_POLICIES, ...RELENT_POLICIES]) expect(names).toContain(p.name);
+  });
+
+  it('before the fault nobody retries (capacity 400/s > 320/s)', () => {
+    for (const r of calibration.rows) expect(r.before.amplification).toBeLessThan(1.01);
+  });
+
+  it('no retries: success share = capacity ÷ demand = 25 %', () => {
+    const none = row(calibration, 'none');
+    expect(none.fault.amplification).toBe(1);
+    expect(none.fault.successShare).toBeGreaterThan(0.23);
+    expect(none.fault.successShare).toBeLessThan(0.27);
+  });
+});
+
+describe('overload: relent\'s defaults with the shared budget', () => {
+  const relent = row(calibration, 'relent');
+
+  it('keeps amplification ≤ 1.2x through the fault window', () => {
+    expect(relent.fault.amplification).toBeLessThanOrEqual(1.2);
+    expect(row(calibration, 'http-429').fault.amplification).toBeLessThanOrEqual(1.2);
+  });
+
+  it('causes no storm after the fault ends', () => {
+    expect(relent.after.amplification).toBeLessThan(1.05);
+    expect(relent.peakLoadAfter).toBeLessThan(1.3);
+    // no retries at all need ~100 ms too: the token bucket refills from empty when the fault ends
+    expect(relent.recoveryMs).toBeLessThanOrEqual(row(calibration, 'none').recoveryMs + 100);
+    expect(row(calibration, 'undici').recoveryMs).toBeGreaterThan(1000);
+  });
+
+  it('loses no success against no retries at all, and the budget is what holds the load', () => {
+    expect(relent.fault.successShare).toBeGreaterThanOrEqual(row(calibration, 'none').fault.successShare - 0.005);
+    expect(row(calibration, 'relent-no-budget').fault.amplification).toBeGreaterThan(2);
+    expect(relent.fault.reasons.budget_exhausted).toBeGreaterThan(0.5);
+  });
+
+  // The bound the ratio budget promises (src/core/budget.ts): over a window of T seconds,
+  // retries <= ratio × operations + clients × (minPerSecond × T + maxTokens).
+  it.each([
+    { clients: 1, arrivalsPerSec: 320, capacity: 80 },
+    { clients: 10, arrivalsPerSec: 320, capacity: 80 },
+    { clients: 25, arrivalsPerSec: 500, capacity: 0 },
+    { clients: 4, arrivalsPerSec: 100, capacity: 20 },
+  ])('holds the budget bound: %o', ({ clients, arrivalsPerSec, capacity }) => {
+    const f = { startMs: 6000, endMs: 14_000, capacityPerSec: capacity };
+    const r = runOverload({ runs: 1, seed: 5, clients, arrivalsPerSec, durationMs: 20_000, faults: [f], policies: RELENT_POLICIES.filter((p) => p.budget) });
+    const b = { ...RATIO_BUDGET_DEFAULTS, ...POLICY_DEFAULTS.budget };
+    const seconds = (f.endMs - f.startMs) / 1000;
+    for (const x of r.rows) {
+      const ops = x.fault.operations;
+      const bound = 1 + b.ratio + (clients * (b.minPerSecond * seconds + b.maxTokens)) / ops;
+      expect(x.fault.amplification).toBeLessThanOrEqual(bound);
+    }
+  });
+});
+
+describe('overload: model and determinism', () => {
+  const policies = [PEER_POLICIES[1]!, RELENT_POLICIES[0]!];
+
+  it('the same seed gives identical results; another seed different ones', () => {
+    const a = runOverload({ runs: 1, seed: 11, durationMs: 12_000, faults: [{ startMs: 4000, endMs: 8000, capacityPerSec: 80 }], policies });
+    const b = runOverload({ runs: 1, seed: 11, durationMs: 12_000, faults: [{ startMs: 4000, endMs: 8000, capacityPerSec: 80 }], policies });
+    const c = runOverload({ runs: 1, seed: 12, durationMs: 12_000, faults: [{ startMs: 4000, endMs: 8000, capacityPerSec: 80 }], policies });
+    expect(b).toEqual(a);
+    expect(c).not.toEqual(a);
+  });
+
+  it('a queue in front of the dependency turns rejections into waits (and timeouts)', () => {
+    const r = runOverload({
+      runs: 1, durationMs: 12_000, faults: [{ startMs: 4000, endMs: 8000, capacityPerSec: 80 }], policies: [PEER_POLICIES[0]!],
+      dependency: { ...OVERLOAD_DEFAULTS.dependency, queueLimit: 1000 },
+    });
+    const none = r.rows[0]!;
+    expect(none.fault.p99Ms).toBeGreaterThan(1000);
+    expect(none.fault.reasons.deadline_exceeded ?? 0).toBeGreaterThan(0.3);
+  });
+
+  it('a Retry-After on the rejections is honoured by the policies that read it', () => {
+    const r = runOverload({
+      runs: 1, durationMs: 12_000, faults: [{ startMs: 4000, endMs: 8000, capacityPerSec: 80 }],
+      policies: PEER_POLICIES.filter((p) => p.name === 'ky' || p.name === 'p-retry'),
+      dependency: { ...OVERLOAD_DEFAULTS.dependency, retryAfterSec: 1 },
+    });
+    // ky waits the 1 s the server asks (afterStatusCodes has 503): at most 2 attempts fit in 2 s
+    expect(row(r, 'ky').fault.amplification).toBeLessThan(2.05);
+    expect(row(r, 'p-retry').fault.amplification).toBeGreaterThan(1.5);
+  });
+});
