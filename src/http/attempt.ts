@@ -19,11 +19,12 @@ export const DRAIN_LIMIT_BYTES = 64 * 1024;
  *
  * It settles once per attempt, at the response head (status and headers) or at the
  * failure, and records whether undici started writing the request (`onRequestStart`):
- * that is what makes a failure `not_sent` or `unknown` (see classify.ts). At the head
- * it pauses the response; the driver then either commits to it (`attach` a sink: the
- * body flows with backpressure) or drains it (`drain`: the body is read into memory up
- * to DRAIN_LIMIT_BYTES so the connection goes back to the pool, and is still there if
- * the executor ends up returning this response after all).
+ * that is what makes a failure `not_sent` or `unknown` (see classify.ts). Body chunks
+ * that arrive before the driver decides are queued; the driver then either commits to
+ * the response (`attach` a sink: the body flows with backpressure) or drains it
+ * (`drain`: the body is read into memory up to DRAIN_LIMIT_BYTES so the connection goes
+ * back to the pool, and is still there if the executor ends up returning this response
+ * after all).
  */
 export class AttemptHandler implements Dispatcher.DispatchHandler {
   /** undici handed the request to a connected socket and began writing it. */
@@ -44,9 +45,11 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   private trailers: Headers = {};
   private failure: Error | null = null;
   private sink: BodySink | null = null;
-  private draining = false;
-  /** The body was cut short while draining (over the limit). */
+  private discarded = false;
+  /** The body was cut short (discarded while over the drain limit). */
   truncated = false;
+  /** Cancels the attempt's own timer (set by the driver); called when the attempt settles. */
+  cancelTimer: (() => void) | null = null;
 
   constructor(
     private readonly resolveHead: (h: AttemptHandler) => void,
@@ -75,8 +78,19 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     this.status = statusCode;
     this.statusText = statusMessage ?? '';
     this.headers = headers;
-    controller.pause();
+    this.stopTimer();
+    // No pause here: the driver commits or drains in the same macrotask (only microtasks
+    // pass between the head and its decision), so at most the rest of the socket chunk
+    // being parsed is queued. (A pause/resume cycle of undici's parser costs ~2 µs.)
     this.resolveHead(this);
+  }
+
+  private stopTimer(): void {
+    const c = this.cancelTimer;
+    if (c !== null) {
+      this.cancelTimer = null;
+      c();
+    }
   }
 
   onResponseData(controller: Controller, chunk: Buffer): void {
@@ -84,18 +98,14 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
       this.sink.data(chunk);
       return;
     }
-    this.queued += chunk.length;
-    if (this.draining && this.queued > DRAIN_LIMIT_BYTES) {
-      // Too much to keep for a response that is probably thrown away: drop the connection.
-      this.truncated = true;
-      this.queue = null;
-      controller.abort(new Error('relent: discarded the body of a failed attempt'));
-      return;
-    }
     (this.queue ??= []).push(chunk);
+    this.queued += chunk.length;
+    // Not committed: keep memory bounded (attach resumes; a retry discards).
+    if (this.queued >= DRAIN_LIMIT_BYTES) controller.pause();
   }
 
   onResponseEnd(_controller: Controller, trailers: Headers): void {
+    if (this.discarded) return;
     this.ended = true;
     this.trailers = trailers;
     if (this.sink !== null) this.sink.end(trailers);
@@ -103,6 +113,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
 
   onResponseError(_controller: Controller, error: Error): void {
     if (!this.headed) {
+      this.stopTimer();
       this.rejectHead(new WireError(error, classifyWireError(error, this.started ? 'after_request' : 'before_request')));
       return;
     }
@@ -131,26 +142,22 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   }
 
   /**
-   * Reads the rest of the body into memory (up to DRAIN_LIMIT_BYTES, more drops the
-   * connection) so the socket is released for the next attempt.
+   * Reads the rest of the body into memory, up to DRAIN_LIMIT_BYTES, so that the socket
+   * is released before the next attempt (a body that is still arriving when the next
+   * attempt starts is discarded then, see `discard`).
    */
   drain(): void {
-    if (this.sink !== null || this.draining || this.settledBody) return;
-    this.draining = true;
-    const len = Number(this.headers['content-length']);
-    if (Number.isFinite(len) && len > DRAIN_LIMIT_BYTES) {
-      this.truncated = true;
-      this.queue = null;
-      this.controller?.abort(new Error('relent: discarded the body of a failed attempt'));
-      return;
-    }
-    if (this.queued > DRAIN_LIMIT_BYTES) {
-      this.truncated = true;
-      this.queue = null;
-      this.controller?.abort(new Error('relent: discarded the body of a failed attempt'));
-      return;
-    }
-    this.controller?.resume();
+    if (this.sink !== null || this.settledBody) return;
+    if (this.queued < DRAIN_LIMIT_BYTES && this.controller?.paused) this.controller.resume();
+  }
+
+  /** Gives up a response nobody will read: an unfinished body drops its connection. */
+  discard(): void {
+    if (this.sink !== null || this.settledBody || this.discarded) return;
+    this.discarded = true;
+    this.truncated = true;
+    this.queue = null;
+    this.controller?.abort(new Error('relent: discarded the body of a failed attempt'));
   }
 
   /** Commits to this response: queued chunks first, then the rest with backpressure. */
@@ -165,7 +172,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     }
     if (this.ended) sink.end(this.trailers);
     else if (this.failure !== null) sink.error(this.failure);
-    else this.controller?.resume();
+    else if (this.controller?.paused) this.controller.resume();
   }
 }
 

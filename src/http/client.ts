@@ -1,20 +1,19 @@
 import { Agent, interceptors, type Dispatcher } from 'undici';
 import type { BreakerSnapshot, CircuitBreaker } from '../core/breaker.js';
 import type { RetryBudget } from '../core/budget.js';
-import { SERVER_HINT_HEADERS } from '../core/hints.js';
 import type { Policy, PolicySpec } from '../core/policy.js';
 import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import type { Bulkhead } from '../run/bulkhead.js';
 import { systemClock } from '../run/clock.js';
 import { execute, newOperationId, type AttemptContext, type Classified, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
-import { AttemptHandler, headerPairs, pickHeaders } from './attempt.js';
+import { AttemptHandler, headerPairs } from './attempt.js';
 import { prepareBody, type PreparedBody } from './body.js';
 import { checkRouteTemplate, normalizeEndpoint, originKey } from './endpoint.js';
 import { failureError, notReplayableError, RelentFetchError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { AUTO_KEY_METHODS, formatIdempotencyKey, IDEMPOTENCY_KEY_HEADER, keyFromHeader, newIdempotencyKey } from './idempotency.js';
 import {
-  asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, invalid, type ProtectionOptions,
+  asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, invalid, listenerOf, observeResponse, type ProtectionOptions,
 } from './operation.js';
 
 /** Header values as fetch accepts them. */
@@ -287,7 +286,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
     if (template === undefined && routeOf !== null) template = routeOf(req.url) ?? undefined;
     const endpoint = normalizeEndpoint(req.url, template === undefined ? null : checkRouteTemplate(template));
     const dep = deps.get(keyOf(req.url), policy);
-    const call = new Call(onClientEvent, init.onEvent ?? null);
+    const call = new Call();
 
     const dispatchOpts: Dispatcher.DispatchOptions & { maxRedirections: number } = {
       origin: req.url.origin,
@@ -298,18 +297,13 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       maxRedirections: req.redirect === 'follow' ? maxRedirections : 0,
     };
     const attempt = (ctx: AttemptContext): Promise<AttemptHandler> => dispatchAttempt(dispatch, dispatchOpts, ctx, call, timers, validStatus);
-    const classifyValue = (v: AttemptHandler | Response): Classified => {
-      const status = v.status;
-      if (!(v instanceof AttemptHandler) || (status < 400 && !policy.retryOnStatus.has(status))) return { status };
-      const headers = pickHeaders(v.headers, SERVER_HINT_HEADERS);
-      return headers ? { status, headers } : { status };
-    };
+    const classifyValue = (v: AttemptHandler | Response): Classified => (v instanceof AttemptHandler ? observeResponse(v, policy) : { status: v.status });
     const runOptions: RunOptions<AttemptHandler | Response> = {
       policy,
       operationId: init.operationId ?? newOperationId(),
       method: req.method,
       endpoint,
-      onEvent: call.onEvent,
+      onEvent: listenerOf(onClientEvent, init.onEvent),
       classifyValue,
       budget: dep.budget,
       breaker: dep.breaker,
@@ -331,7 +325,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       call.release();
       throw e;
     }
-    return settle(result, call, req, policy, endpoint, lim.streamLimited);
+    return settle(result, call, req, policy, endpoint, lim.streamLimited, timers.wallNow);
   };
 
   return {
@@ -348,7 +342,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
 }
 
 function settle(
-  r: RunResult<AttemptHandler | Response>, call: Call, req: Prepared, policy: Policy, endpoint: string, streamLimited: boolean,
+  r: RunResult<AttemptHandler | Response>, call: Call, req: Prepared, policy: Policy, endpoint: string, streamLimited: boolean, wallNow: () => number,
 ): Response {
   const where = whereOf(req.method, endpoint, r);
   if (r.outcome.ok) {
@@ -358,11 +352,11 @@ function settle(
       return v; // the state check's Response
     }
     call.current = v;
-    const last = call.lastAttempt;
-    if (waitTooLong(last, policy)) throw tooLongError(r, last!, policy, where, v.status, toResponse(v, req, call));
+    const tooLong = waitTooLong(r, policy, wallNow());
+    if (tooLong !== null) throw tooLongError(r, tooLong, policy, where, v.status, toResponse(v, req, call));
     if (streamLimited && r.reason === 'max_attempts') throw notReplayableError(r, where, { status: v.status, response: toResponse(v, req, call) });
     if (req.redirect === 'error' && REDIRECT_STATUSES.has(v.status)) {
-      v.drain();
+      v.discard();
       call.release();
       throw new RelentFetchError('ERR_NOT_RETRYABLE', `return: unexpected redirect (${v.status}) with redirect: "error" (${where})`, {
         reason: r.reason, attempts: r.attempts, operationId: r.operationId, status: v.status,
@@ -371,7 +365,7 @@ function settle(
     return toResponse(v, req, call);
   }
   // Nothing of a response is handed over: let its connection go.
-  call.current?.drain();
+  call.current?.discard();
   call.release();
   throw failureError(r, r.outcome.error, where, streamLimited);
 }

@@ -1,6 +1,7 @@
 import { RelentError, REASON_CODES, type RelentErrorCode } from '../core/errors.js';
 import type { Policy } from '../core/policy.js';
-import type { AttemptEvent, ErrorClass, SendState, TerminalReason } from '../core/types.js';
+import { readServerHint } from '../core/hints.js';
+import type { ErrorClass, SendState, TerminalReason } from '../core/types.js';
 import type { RunResult } from '../run/run.js';
 import { WireError } from './classify.js';
 
@@ -28,15 +29,19 @@ export class RelentFetchError extends RelentError {
 }
 
 /**
- * The last attempt was stopped because the server's wait was longer than relent would
- * sleep: over the policy's `retryAfter.maxMs` (decision not_retryable) or past the
- * deadline (decision deadline_exceeded). Read from the attempt event (retryAfterMs is set
- * only for a valid Retry-After or RateLimit wait).
+ * The server's wait that relent would not sleep, or null: the operation ended on a
+ * response whose valid hint (Retry-After or a RateLimit field, read by the core's own
+ * `readServerHint`) was over the policy's `retryAfter.maxMs` (reason not_retryable) or
+ * did not fit the deadline (reason deadline_exceeded).
  */
-export function waitTooLong(last: AttemptEvent | null, policy: Policy): boolean {
-  if (last === null || last.retryAfterMs === null) return false;
-  if (last.decision === 'deadline_exceeded') return last.retryAfterMs > 0;
-  return last.decision === 'not_retryable' && last.retryAfterMs > policy.retryAfter.maxMs;
+export function waitTooLong(r: RunResult<unknown>, policy: Policy, wallNow: number): number | null {
+  const last = r.last;
+  if (last === null || last.status === null || last.status === undefined || !last.headers) return null;
+  if (r.reason !== 'not_retryable' && r.reason !== 'deadline_exceeded') return null;
+  const hint = readServerHint(policy, last, wallNow);
+  if (hint === null || !hint.valid) return null;
+  if (r.reason === 'deadline_exceeded') return hint.delayMs > 0 ? hint.delayMs : null;
+  return hint.delayMs > policy.retryAfter.maxMs ? hint.delayMs : null;
 }
 
 const plural = (n: number): string => `${n} attempt${n === 1 ? '' : 's'}`;
@@ -46,9 +51,9 @@ export function whereOf(method: string, endpoint: string, r: { operationId: stri
   return `${method} ${endpoint}, operation ${r.operationId}, ${plural(r.attempts)}`;
 }
 
-export function tooLongError(r: RunResult<unknown>, last: AttemptEvent, policy: Policy, where: string, status: number, response: Response | null): RelentFetchError {
-  const over = last.decision === 'not_retryable';
-  const msg = `${r.reason}: the server asked to wait ${last.retryAfterMs} ms, ${over ? `over the policy's cap of ${policy.retryAfter.maxMs} ms` : 'past the deadline'}; not waiting (${where}, last: ${status})`;
+export function tooLongError(r: RunResult<unknown>, waitMs: number, policy: Policy, where: string, status: number, response: Response | null): RelentFetchError {
+  const over = r.reason === 'not_retryable';
+  const msg = `${r.reason}: the server asked to wait ${waitMs} ms, ${over ? `over the policy's cap of ${policy.retryAfter.maxMs} ms` : 'past the deadline'}; not waiting (${where}, last: ${status})`;
   return new RelentFetchError('ERR_RETRY_AFTER_TOO_LONG', msg, { reason: r.reason, attempts: r.attempts, operationId: r.operationId, status, response });
 }
 

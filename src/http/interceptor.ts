@@ -1,15 +1,14 @@
 import type { Dispatcher } from 'undici';
-import { SERVER_HINT_HEADERS } from '../core/hints.js';
 import type { Policy, PolicySpec } from '../core/policy.js';
 import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import { systemClock } from '../run/clock.js';
-import { execute, newOperationId, type AttemptContext, type Classified, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
-import { pickHeaders, type AttemptHandler, type BodySink } from './attempt.js';
+import { execute, type AttemptContext, type Classified, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
+import type { AttemptHandler } from './attempt.js';
 import { checkRouteTemplate } from './endpoint.js';
 import { failureError, notReplayableError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { AUTO_KEY_METHODS, formatIdempotencyKey, IDEMPOTENCY_KEY_HEADER, keyFromHeader, newIdempotencyKey } from './idempotency.js';
-import { asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, invalid, type ProtectionOptions } from './operation.js';
+import { asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, invalid, listenerOf, observeResponse, type ProtectionOptions } from './operation.js';
 
 type IncomingHttpHeaders = Record<string, string | string[] | undefined>;
 type Dispatch = (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler) => boolean;
@@ -59,6 +58,9 @@ export interface RelentInterceptor {
 }
 
 const DEFAULT_PORTS: Readonly<Record<string, string>> = { 'http:': '80', 'https:': '443' };
+const NO_OPTIONS: RelentDispatchOptions = Object.freeze({});
+const EMPTY_CONTEXT = Object.freeze({});
+const UPPER = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'TRACE']);
 
 /** `http://host` → `http://host:80` (cached: a process talks to few origins). */
 const originCache = new Map<string, string>();
@@ -84,7 +86,8 @@ function pathOnly(path: string): string {
 
 /** Whether undici can send this body again (strings, bytes, Blob and FormData are re-encoded per dispatch). */
 function replayable(body: unknown): boolean {
-  if (body === undefined || body === null || typeof body === 'string' || body instanceof Uint8Array || ArrayBuffer.isView(body) || body instanceof ArrayBuffer) return true;
+  if (body === undefined || body === null || typeof body === 'string') return true;
+  if (body instanceof Uint8Array || ArrayBuffer.isView(body) || body instanceof ArrayBuffer) return true;
   if (typeof Blob !== 'undefined' && body instanceof Blob) return true;
   if (typeof FormData !== 'undefined' && body instanceof FormData) return true;
   return false;
@@ -189,6 +192,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
   const random = options.random ?? undefined;
   const timers: Clock = clock ?? systemClock;
   const policyCache = new WeakMap<object, Policy>();
+  const baseClassify = (v: AttemptHandler): Classified => observeResponse(v, basePolicy);
 
   const interceptor = ((dispatch: Dispatch): Dispatch => (opts, handler) => {
     const op = new InterceptedOperation(handler);
@@ -205,6 +209,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
     paused = false;
     reason: Error | null = null;
     private committed: AttemptHandler | null = null;
+    private call: Call | null = null;
     private ctl: AbortController | null = null;
     private done = false;
 
@@ -217,14 +222,14 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         const { relent: _ignored, ...rest } = opts as Dispatcher.DispatchOptions & { relent?: unknown };
         opts = rest;
       }
-      const per: RelentDispatchOptions = own ?? {};
+      const per: RelentDispatchOptions = own ?? NO_OPTIONS;
       const origin = typeof opts.origin === 'string' ? opts.origin : opts.origin instanceof URL ? opts.origin.origin : '';
       if (origin === '') throw invalid('origin', 'relentInterceptor needs `origin` in the dispatch options');
-      const method = String(opts.method).toUpperCase();
+      const method = opts.method.length <= 7 && UPPER.has(opts.method) ? opts.method : String(opts.method).toUpperCase();
 
       let key = per.idempotencyKey ?? null;
       if (key !== null) formatIdempotencyKey(key);
-      const inHeader = headerKey(opts.headers);
+      const inHeader = opts.headers === undefined || opts.headers === null ? null : headerKey(opts.headers);
       if (inHeader !== null) {
         if (key !== null && key !== inHeader) throw invalid('idempotencyKey', '`idempotencyKey` and the Idempotency-Key header disagree');
         key = inHeader;
@@ -235,41 +240,43 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         opts = { ...opts, headers: withHeader(opts.headers, IDEMPOTENCY_KEY_HEADER, formatIdempotencyKey(key)) };
       }
 
-      const stream = !replayable(opts.body);
-      const lim = callLimits(callPolicy(basePolicy, per.policy, policyCache), { deadlineMs: per.deadlineMs, attemptTimeoutMs: per.attemptTimeoutMs, stream });
-      const policy = lim.policy;
-      const path = pathOnly(opts.path);
-      let template = per.routeTemplate;
-      if (template === undefined && routeOf !== null) template = routeOf(path) ?? undefined;
-      const endpoint = normalizedOrigin(origin) + (template === undefined ? path : checkRouteTemplate(template));
-      const dep = deps.get(keyOf !== null ? keyOf(origin, opts.path) : origin, policy);
-      const call = new Call(onInterceptorEvent, per.onEvent ?? null);
+      const body = opts.body;
+      const stream = body !== undefined && body !== null && !replayable(body);
+      const lim = per === NO_OPTIONS && !stream ? null : callLimits(callPolicy(basePolicy, per.policy, policyCache), { deadlineMs: per.deadlineMs, attemptTimeoutMs: per.attemptTimeoutMs, stream });
+      const policy = lim === null ? basePolicy : lim.policy;
+      const path = opts.path;
+      // The endpoint is built only when someone listens (events); errors build it when they happen.
+      const endpointOf = (): string => {
+        const p = pathOnly(path);
+        let template = per.routeTemplate;
+        if (template === undefined && routeOf !== null) template = routeOf(p) ?? undefined;
+        return normalizedOrigin(origin) + (template === undefined ? p : checkRouteTemplate(template));
+      };
+      const listened = onInterceptorEvent !== null || per.onEvent !== undefined;
+      const endpoint = listened ? endpointOf() : undefined;
+      const dep = deps.get(keyOf !== null ? keyOf(origin, path) : origin, policy);
+      const call = new Call();
+      this.call = call;
       const ctl = takeController();
       this.ctl = ctl;
-      call.listen(ctl.signal);
 
-      this.handler.onRequestStart?.(this, {});
+      this.handler.onRequestStart?.(this, EMPTY_CONTEXT);
       if (this.aborted) {
         // The wrapped handler aborted at once.
-        call.release();
+        this.release();
         this.fail(this.reason ?? new Error('aborted'));
         return;
       }
 
       const sendOpts = opts;
       const attempt = (ctx: AttemptContext): Promise<AttemptHandler> => dispatchAttempt(dispatch, sendOpts, ctx, call, timers, null);
-      const classifyValue = (v: AttemptHandler): Classified => {
-        const status = v.status;
-        if (status < 400 && !policy.retryOnStatus.has(status)) return { status };
-        const headers = pickHeaders(v.headers, SERVER_HINT_HEADERS);
-        return headers ? { status, headers } : { status };
-      };
+      const classifyValue = policy === basePolicy ? baseClassify : (v: AttemptHandler): Classified => observeResponse(v, policy);
       const runOptions: RunOptions<AttemptHandler> = {
         policy,
-        operationId: per.operationId ?? newOperationId(),
+        operationId: per.operationId,
         method,
         endpoint,
-        onEvent: call.onEvent,
+        onEvent: listened ? listenerOf(onInterceptorEvent, per.onEvent) : undefined,
         classifyValue,
         signal: ctl.signal,
         budget: dep.budget,
@@ -277,52 +284,52 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         bulkhead: dep.bulkhead,
         idempotencyKey: key ?? undefined,
         idempotent: per.idempotent,
-        deadlineMs: lim.deadlineMs,
-        attemptTimeoutMs: lim.attemptTimeoutMs,
+        deadlineMs: lim?.deadlineMs,
+        attemptTimeoutMs: lim?.attemptTimeoutMs,
         clock,
         random,
       };
+      const streamLimited = lim !== null && lim.streamLimited;
       execute<AttemptHandler>(attempt, runOptions).then(
         (r) => {
-          this.release(call);
-          this.settle(r, call, policy, whereOf(method, endpoint, r), lim.streamLimited);
+          this.release();
+          this.settle(r, call, policy, () => whereOf(method, endpoint ?? endpointOf(), r), streamLimited);
         },
         (e: unknown) => {
-          this.release(call);
+          this.release();
           this.fail(asError(e));
         },
       );
     }
 
-    private release(call: Call): void {
-      call.release();
+    private release(): void {
       if (this.ctl !== null) {
         giveBack(this.ctl);
         this.ctl = null;
       }
     }
 
-    private settle(r: RunResult<AttemptHandler>, call: Call, policy: Policy, where: string, streamLimited: boolean): void {
+    private settle(r: RunResult<AttemptHandler>, call: Call, policy: Policy, where: () => string, streamLimited: boolean): void {
       if (this.aborted) {
-        call.current?.drain();
+        call.current?.discard();
         this.fail(this.reason ?? new Error('aborted'));
         return;
       }
       if (!r.outcome.ok) {
-        call.current?.drain();
-        this.fail(failureError(r, r.outcome.error, where, streamLimited));
+        call.current?.discard();
+        this.fail(failureError(r, r.outcome.error, where(), streamLimited));
         return;
       }
       const v = r.outcome.value;
-      const last = call.lastAttempt;
-      if (waitTooLong(last, policy)) {
-        v.drain();
-        this.fail(tooLongError(r, last!, policy, where, v.status, null));
+      const tooLong = waitTooLong(r, policy, timers.wallNow());
+      if (tooLong !== null) {
+        v.discard();
+        this.fail(tooLongError(r, tooLong, policy, where(), v.status, null));
         return;
       }
       if (streamLimited && r.reason === 'max_attempts') {
-        v.drain();
-        this.fail(notReplayableError(r, where, { status: v.status }));
+        v.discard();
+        this.fail(notReplayableError(r, where(), { status: v.status }));
         return;
       }
       this.commit(v);
@@ -343,30 +350,34 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         h.abort(this.reason ?? new Error('aborted'));
         return;
       }
-      const sink: BodySink = {
-        data: (chunk) => {
-          if (this.done) return;
-          try {
-            handler.onResponseData?.(this, chunk);
-          } catch (e) {
-            h.abort(asError(e));
-          }
-        },
-        end: (trailers) => {
-          if (this.done) return;
-          try {
-            handler.onResponseEnd?.(this, trailers as IncomingHttpHeaders);
-            this.done = true;
-          } catch (e) {
-            // As undici's core does: a handler that throws at the end gets its own error
-            // (undici's retry handler throws there to ask for a retry).
-            this.fail(asError(e));
-          }
-        },
-        error: (e) => this.fail(e),
-      };
-      h.attach(sink);
+      h.attach(this);
       if (this.paused) h.pause();
+    }
+
+    // BodySink: the committed response's body, passed on to the wrapped handler.
+    data(chunk: Buffer): void {
+      if (this.done) return;
+      try {
+        this.handler.onResponseData?.(this, chunk);
+      } catch (e) {
+        this.committed?.abort(asError(e));
+      }
+    }
+
+    end(trailers: Record<string, string | string[] | undefined>): void {
+      if (this.done) return;
+      try {
+        this.handler.onResponseEnd?.(this, trailers as IncomingHttpHeaders);
+        this.done = true;
+      } catch (e) {
+        // As undici's core does: a handler that throws at the end gets its own error
+        // (undici's retry handler throws there to ask for a retry).
+        this.fail(asError(e));
+      }
+    }
+
+    error(e: Error): void {
+      this.fail(e);
     }
 
     fail(error: Error): void {
@@ -379,8 +390,14 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       if (this.aborted || this.done) return;
       this.aborted = true;
       this.reason = reason;
-      if (this.committed !== null) this.committed.abort(reason);
-      else this.ctl?.abort(reason); // the executor ends the operation; the Call aborts the attempt in flight
+      if (this.committed !== null) {
+        this.committed.abort(reason);
+        return;
+      }
+      // Before the response: cancel the attempt in flight, and end the operation (also
+      // during a backoff wait) through the executor's signal.
+      this.call?.current?.abort(reason);
+      this.ctl?.abort(reason);
     }
 
     pause(): void {

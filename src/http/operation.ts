@@ -7,11 +7,12 @@ import {
 import { createRetryBudget, type RetryBudget } from '../core/budget.js';
 import { RelentError } from '../core/errors.js';
 import type { Policy, PolicySpec } from '../core/policy.js';
-import type { AttemptEvent, Clock } from '../core/types.js';
+import type { Clock } from '../core/types.js';
 import { resolvePolicy, withOverrides } from '../presets/index.js';
 import { createBulkhead, type Bulkhead, type BulkheadOptions } from '../run/bulkhead.js';
-import type { AttemptContext, RelentEvent } from '../run/run.js';
-import { AttemptHandler } from './attempt.js';
+import type { AttemptContext, Classified, RelentEvent } from '../run/run.js';
+import { AttemptHandler, pickHeaders } from './attempt.js';
+import { SERVER_HINT_HEADERS } from '../core/hints.js';
 import { WireError } from './classify.js';
 
 export function invalid(field: string, message: string): RelentError {
@@ -68,9 +69,18 @@ export class Dependencies {
     if (this.bulkheadOpts !== false) createBulkhead(this.bulkheadOpts);
   }
 
+  private lastKey: string | null = null;
+  private lastDep: Dependency | null = null;
+
   get(key: string, policy: Policy): Dependency {
+    // Most clients call one dependency over and over: compare before hashing.
+    if (key === this.lastKey && this.lastDep !== null) return this.lastDep;
     let d = this.deps.get(key);
-    if (d !== undefined) return d;
+    if (d !== undefined) {
+      this.lastKey = key;
+      this.lastDep = d;
+      return d;
+    }
     if (this.deps.size >= MAX_DEPENDENCIES) {
       const oldest = this.deps.keys().next().value as string;
       this.deps.delete(oldest);
@@ -78,6 +88,8 @@ export class Dependencies {
       this.bulkheads.delete(oldest);
       this.budgets.delete(oldest);
     }
+    this.lastKey = null;
+    this.lastDep = null;
     const budget = this.shareBudget && policy.budget !== null ? createRetryBudget(policy.budget) : null;
     const breaker = this.breakerSpec === false ? null : createCircuitBreaker(this.breakerSpec, {
       name: key,
@@ -100,27 +112,20 @@ export class Dependencies {
   }
 }
 
+/** The events listener of a call: the client's (or interceptor's) and the call's own, or none. */
+export function listenerOf(a: ((e: RelentEvent) => void) | null, b: ((e: RelentEvent) => void) | null | undefined): ((e: RelentEvent) => void) | undefined {
+  if (a !== null && b) return (e) => {
+    a(e);
+    b(e);
+  };
+  return a ?? b ?? undefined;
+}
+
 /** The state of one call while the executor runs it. */
 export class Call {
   /** The attempt in flight, or the last one that produced a response. */
   current: AttemptHandler | null = null;
-  lastAttempt: AttemptEvent | null = null;
   private signal: AbortSignal | null = null;
-
-  constructor(
-    readonly onClientEvent: ((e: RelentEvent) => void) | null,
-    readonly onCallEvent: ((e: RelentEvent) => void) | null,
-  ) {}
-
-  readonly onEvent = (e: RelentEvent): void => {
-    if (e.type === 'attempt') {
-      this.lastAttempt = e;
-      // A retry: read the failed response's body now so its connection goes back to the pool.
-      if (e.decision === 'retry' && this.current !== null) this.current.drain();
-    }
-    if (this.onClientEvent !== null) this.onClientEvent(e);
-    if (this.onCallEvent !== null) this.onCallEvent(e);
-  };
 
   /**
    * One listener on the caller's signal for the whole call (attempts and body): it aborts
@@ -128,17 +133,31 @@ export class Call {
    */
   listen(signal: AbortSignal): void {
     this.signal = signal;
+    this.onAbort = () => this.current?.abort(asError(signal.reason));
     signal.addEventListener('abort', this.onAbort);
   }
 
-  private readonly onAbort = (): void => {
-    this.current?.abort(asError(this.signal?.reason));
-  };
+  private onAbort: (() => void) | null = null;
 
   release(): void {
-    if (this.signal !== null) this.signal.removeEventListener('abort', this.onAbort);
+    if (this.signal !== null && this.onAbort !== null) this.signal.removeEventListener('abort', this.onAbort);
     this.signal = null;
+    this.onAbort = null;
   }
+}
+
+/**
+ * How a response is observed (the executor's classifyValue): its status, and for a
+ * failure status its hint headers — and a failure's body starts draining at once (read
+ * into memory, up to 64 KiB), so its connection is free again before any backoff; if the
+ * executor returns it after all, the drained body is handed over intact.
+ */
+export function observeResponse(h: AttemptHandler, policy: Policy): Classified {
+  const status = h.status;
+  if (status < 400 && !policy.retryOnStatus.has(status)) return { status };
+  h.drain();
+  const headers = pickHeaders(h.headers, SERVER_HINT_HEADERS);
+  return headers ? { status, headers } : { status };
 }
 
 /**
@@ -158,22 +177,18 @@ export function dispatchAttempt(
   acceptStatus: ((status: number) => boolean) | null,
 ): Promise<AttemptHandler> {
   return new Promise<AttemptHandler>((resolve, reject) => {
-    let cancelTimer: (() => void) | null = null;
-    const h = new AttemptHandler((x) => {
-      if (cancelTimer !== null) cancelTimer();
-      resolve(x);
-    }, (e) => {
-      if (cancelTimer !== null) cancelTimer();
-      reject(e);
-    }, acceptStatus);
+    const h = new AttemptHandler(resolve, reject, acceptStatus);
+    // A failed attempt whose body is still arriving (over the drain limit) is given up now.
+    call.current?.discard();
     call.current = h;
-    cancelTimer = timers.setTimer(() => {
-      cancelTimer = null;
+    const ms = ctx.timeoutMs;
+    h.cancelTimer = timers.setTimer(() => {
+      h.cancelTimer = null;
       if (h.headed) return;
-      const why = Object.assign(new Error(`relent: attempt timed out after ${Math.round(ctx.timeoutMs)} ms`), { code: 'ERR_RELENT_ATTEMPT_TIMEOUT' });
+      const why = Object.assign(new Error(`relent: attempt timed out after ${Math.round(ms)} ms`), { code: 'ERR_RELENT_ATTEMPT_TIMEOUT' });
       reject(new WireError(why, h.started ? { errorClass: 'timeout', sent: 'unknown' } : { errorClass: 'connect_timeout', sent: 'not_sent' }));
       h.abort(why);
-    }, ctx.timeoutMs > 1 ? ctx.timeoutMs - 1 : ctx.timeoutMs); // 1 ms early: always before the executor's own timer
+    }, ms > 1 ? ms - 1 : ms); // 1 ms early: always before the executor's own timer
     dispatch(opts, h);
   });
 }

@@ -109,6 +109,47 @@ describe('retries decided by the core', () => {
   });
 });
 
+describe('bodies of failed attempts', () => {
+  it('a failed body over 64 KiB is given up when the next attempt starts; the final response is whole', async () => {
+    const big = 'x'.repeat(200 * 1024);
+    const s = await server((_q, res, n) => {
+      res.writeHead(503, { 'content-type': 'text/plain' });
+      res.end(`${n}:${big}`);
+    });
+    const c = client({ policy: { maxAttempts: 2, backoff: { kind: 'constant', delayMs: 5 } } });
+    const res = await c.fetch(s.url);
+    expect(res.status).toBe(503);
+    const text = await res.text();
+    expect(text.length).toBe(big.length + 2);
+    expect(text.startsWith('2:')).toBe(true);
+    expect(s.count()).toBe(2);
+  });
+
+  it('small failed bodies are read at once, so one connection serves every attempt', async () => {
+    const s = await server((_q, res, n) => {
+      res.writeHead(n < 4 ? 500 : 200);
+      res.end(n < 4 ? 'e'.repeat(4000) : 'ok');
+    });
+    const c = client({ policy: { maxAttempts: 4, backoff: { kind: 'constant', delayMs: 5 } } });
+    expect(await (await c.fetch(s.url)).text()).toBe('ok');
+    expect(s.connections()).toBe(1);
+  });
+
+  it('a Request object as input: method, headers and body are taken from it (the body buffered, so replayable)', async () => {
+    const s = await server((_q, res, n) => {
+      res.writeHead(n === 1 ? 503 : 200);
+      res.end();
+    });
+    const c = client({ policy: { backoff: { kind: 'constant', delayMs: 5 } } });
+    const req = new Request(`${s.origin}/r`, { method: 'POST', body: 'payload', headers: { 'x-a': '1', 'idempotency-key': '"rk"' } });
+    expect((await c.fetch(req)).status).toBe(200);
+    expect(s.seen.map((x) => [x.method, x.body, x.headers['x-a'], x.headers['idempotency-key']])).toEqual([
+      ['POST', 'payload', '1', '"rk"'],
+      ['POST', 'payload', '1', '"rk"'],
+    ]);
+  });
+});
+
 describe('server hints', () => {
   it('429 Retry-After: 1 → the second request arrives no earlier than 1 s after the first response', async () => {
     let firstResponseAt = 0;
@@ -234,7 +275,7 @@ describe('timeouts and the deadline', () => {
     const t0 = performance.now();
     const e = await fail(c.fetch(s.url, { attemptTimeoutMs: 100, deadlineMs: 350 }));
     const took = performance.now() - t0;
-    expect(took).toBeLessThan(450);
+    expect(took).toBeLessThan(600); // not 10 × (100 ms + 20 ms): the deadline ends it
     expect(took).toBeGreaterThanOrEqual(300);
     expect(s.count()).toBeLessThanOrEqual(3);
     expect(e.code).toBe('ERR_DEADLINE_EXCEEDED');
@@ -408,7 +449,7 @@ describe('cancellation', () => {
     const t0 = performance.now();
     ac.abort();
     const e = await p;
-    expect(performance.now() - t0).toBeLessThan(50);
+    expect(performance.now() - t0).toBeLessThan(100); // not the 2 s backoff
     expect(e.code).toBe('ERR_CANCELLED');
     expect(e.reason).toBe('cancelled');
     await sleep(200);
