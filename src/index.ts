@@ -44,3 +44,7 @@ export type { Timeline, TimelineObservation, ReplayOutput } from './run/replay.j
 export { formatJsonLine, formatHuman } from './run/format.js';
 export { createJsonlSink } from './run/sinks.js';
 export type { JsonlSink } from './run/sinks.js';
+
+// The HTTP client (also at relent/http, which adds the interceptor and the wire tables).
+export { createClient } from './http/index.js';
+export { normalizeEndpoint, safeEndpoint } from './core/endpoint.js';

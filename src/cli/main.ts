@@ -13,6 +13,9 @@ Commands:
   replay FILE|-     replay observation timelines against a policy in virtual time (JSON lines)
   presets [NAME]    list the documented retry policies of real services
   demo              replay the bundled example timelines (what \`npm start\` runs)
+  deliver           run a durable delivery worker (--store URL --config FILE)
+  enqueue DEST      store items for a destination in the delivery queue
+  queue SUB         inspect the delivery queue: ls, show, requeue, drop-stats, stats
   simulate SCENARIO simulate a fleet of clients: brooker, overload, layers, or a scenario file
   fetch URL         one HTTP request through relent's client: body to stdout, events as JSON lines
   help [COMMAND]    this text, or a command's own
@@ -21,7 +24,7 @@ Durations: 250ms, 2s, 30m, 1h (a bare number is ms). Exit status 0 only on succe
 `;
 
 type Command = (argv: string[], io: Io) => Promise<number>;
-const COMMANDS: Record<string, Command> = { replay: replayCommand, presets: presetsCommand, demo: demoCommand, simulate: async (argv, io) => (await import('./simulate.js')).simulateCommand(argv, io), fetch: async (argv, io) => (await import('./fetch.js')).fetchCommand(argv, io) };
+const COMMANDS: Record<string, Command> = { replay: replayCommand, presets: presetsCommand, demo: demoCommand, simulate: async (argv, io) => (await import('./simulate.js')).simulateCommand(argv, io), fetch: async (argv, io) => (await import('./fetch.js')).fetchCommand(argv, io), deliver: async (argv, io) => (await import('./deliver.js')).deliverCommand(argv, io), enqueue: async (argv, io) => (await import('./deliver.js')).enqueueCommand(argv, io) , queue: async (argv, io) => (await import('./queue.js')).queueCommand(argv, io) };
 
 /** Runs one command; returns the exit status. Never throws. */
 export async function main(argv: string[], io: Io = processIo): Promise<number> {

@@ -17,31 +17,45 @@ export interface Cut {
   readonly key: string;
 }
 
+/** What `cutBatches` sealed, and when the rest is due. */
+export interface CutResult {
+  readonly cuts: Cut[];
+  /**
+   * When the items left over must be looked at again: `now` if more batches can be
+   * sealed at once (maxBatches was reached, or more rows than were read may wait), the
+   * time the oldest left-over item reaches maxAgeMs, or null when nothing is left.
+   */
+  readonly nextAt: number | null;
+}
+
 /**
  * Cuts pending items (in enqueue order) into batches: a batch is sealed when it holds
  * `maxItems`, or when the next item would take it past `maxBytes` (an item larger than
  * maxBytes travels alone), whichever comes first; the last, partial batch is sealed
  * only when its oldest item is `maxAgeMs` old. Both stores call this inside the
  * transaction that locked the rows, so a batch's content is fixed once, forever.
+ * `readAll` says whether `rows` holds every pending item (false: a LIMIT cut the read).
  */
-export function cutBatches(destination: string, rows: readonly PendingRow[], limits: BatchLimits, now: number, maxBatches: number): Cut[] {
-  const out: Cut[] = [];
+export function cutBatches(destination: string, rows: readonly PendingRow[], limits: BatchLimits, now: number, maxBatches: number, readAll = true): CutResult {
+  const cuts: Cut[] = [];
   let cur: PendingRow[] = [];
   let bytes = 0;
   for (const r of rows) {
     if (cur.length > 0 && (cur.length >= limits.maxItems || bytes + r.bytes > limits.maxBytes)) {
-      out.push(seal(destination, cur, bytes));
-      if (out.length >= maxBatches) return out;
+      cuts.push(seal(destination, cur, bytes));
       cur = [];
       bytes = 0;
+      if (cuts.length >= maxBatches) return { cuts, nextAt: now };
     }
     cur.push(r);
     bytes += r.bytes;
   }
   if (cur.length > 0 && (cur.length >= limits.maxItems || bytes >= limits.maxBytes || now - cur[0]!.enqueuedAt >= limits.maxAgeMs)) {
-    out.push(seal(destination, cur, bytes));
+    cuts.push(seal(destination, cur, bytes));
+    cur = [];
   }
-  return out;
+  if (!readAll) return { cuts, nextAt: now };
+  return { cuts, nextAt: cur.length > 0 ? cur[0]!.enqueuedAt + limits.maxAgeMs : null };
 }
 
 function seal(destination: string, rows: PendingRow[], bytes: number): Cut {
@@ -54,12 +68,10 @@ function seal(destination: string, rows: PendingRow[], bytes: number): Cut {
  * crash, a requeue) is recognised by an idempotent receiver.
  */
 export function batchKey(destination: string, itemKeys: readonly string[]): string {
+  // Length-prefixed, so no two different key lists hash the same input.
   const h = createHash('sha256');
-  h.update(destination);
-  for (const k of itemKeys) {
-    h.update('\0');
-    h.update(k);
-  }
+  h.update(`${destination.length}:${destination}`);
+  for (const k of itemKeys) h.update(`\n${k.length}:${k}`);
   return `rb-${h.digest('hex').slice(0, 40)}`;
 }
 

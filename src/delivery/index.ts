@@ -20,10 +20,10 @@ export type { PostgresStoreOptions } from './postgres-store.js';
 export { SCHEMA_VERSION } from './store-common.js';
 export type {
   DeliveryStore, BatchState, ListState, NewItem, EnqueueResult, BatchLimits, Lease, BatchItem, ClaimedBatch, AttemptRecord, Outcome,
-  CompleteResult, BatchSummary, StoredItem, BatchDetail, ListFilter, RequeueFilter, DestinationStats, DropStat,
+  CompleteResult, FormResult, BatchSummary, StoredItem, BatchDetail, ListFilter, RequeueFilter, DestinationStats, DropStat,
 } from './types.js';
 export { cutBatches, batchKey, encodeBatch } from './batching.js';
-export type { PendingRow, Cut } from './batching.js';
+export type { PendingRow, Cut, CutResult } from './batching.js';
 export { SlidingWindowLimiter, AimdLimiter } from './limits.js';
 export type { AimdOptions } from './limits.js';
 export { createHttpTransport, hintHeaders } from './transport.js';

@@ -2,11 +2,11 @@ import type * as Pg from 'pg';
 import { cutBatches, type PendingRow } from './batching.js';
 import { DeliveryError } from './errors.js';
 import {
-  listCondition, mergeStats, rowToAttempt, rowToSummary, LIST_DEFAULT_LIMIT, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION, type AttemptRow, type BatchRow,
+  listCondition, mergeStats, rowToAttempt, rowToSummary, LIST_DEFAULT_LIMIT, PURGE_CHUNK, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION, type AttemptRow, type BatchRow,
 } from './store-common.js';
 import type {
   BatchDetail, BatchLimits, BatchSummary, ClaimedBatch, CompleteResult, DeliveryStore, DestinationStats, DropStat,
-  EnqueueResult, Lease, ListFilter, NewItem, Outcome, RequeueFilter,
+  EnqueueResult, FormResult, Lease, ListFilter, NewItem, Outcome, RequeueFilter,
 } from './types.js';
 
 export interface PostgresStoreOptions {
@@ -266,16 +266,17 @@ class PostgresStore implements DeliveryStore {
     });
   }
 
-  async formBatches(destination: string, limits: BatchLimits, now: number, maxBatches: number): Promise<number> {
+  async formBatches(destination: string, limits: BatchLimits, now: number, maxBatches: number): Promise<FormResult> {
     return this.tx('forming batches', async (c) => {
+      const limit = Math.max(1, maxBatches * limits.maxItems);
       const rows = (await c.query(
         `SELECT id, key, bytes, enqueued_at AS "enqueuedAt" FROM ${this.t.items}
          WHERE destination = $1 AND batch_id IS NULL ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`,
-        [destination, Math.max(1, maxBatches * limits.maxItems)],
+        [destination, limit],
       )).rows as PendingRow[];
-      if (rows.length === 0) return 0;
-      const cuts = cutBatches(destination, rows, limits, now, maxBatches);
-      if (cuts.length === 0) return 0;
+      if (rows.length === 0) return { formed: 0, nextAt: null };
+      const { cuts, nextAt } = cutBatches(destination, rows, limits, now, maxBatches, rows.length < limit);
+      if (cuts.length === 0) return { formed: 0, nextAt };
       const made = (await c.query(
         `INSERT INTO ${this.t.batches} (destination, key, state, items, bytes, created_at, not_before, due_at)
          SELECT $1, k, 'queued', n, b, $5, $5, $5 FROM unnest($2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY AS u(k, n, b, o) ORDER BY o
@@ -296,7 +297,7 @@ class PostgresStore implements DeliveryStore {
         `UPDATE ${this.t.items} i SET batch_id = m.b FROM unnest($1::bigint[], $2::bigint[]) AS m(i, b) WHERE i.id = m.i`,
         [itemIds, batchIds],
       );
-      return cuts.length;
+      return { formed: cuts.length, nextAt };
     });
   }
 
@@ -467,7 +468,7 @@ class PostgresStore implements DeliveryStore {
 
   async purgeDelivered(before: number): Promise<number> {
     return this.tx('purging delivered batches', async (c) => {
-      const ids = (await c.query(`SELECT id FROM ${this.t.batches} WHERE state = 'delivered' AND finished_at < $1 FOR UPDATE SKIP LOCKED`, [before])).rows.map((r: { id: number }) => r.id);
+      const ids = (await c.query(`SELECT id FROM ${this.t.batches} WHERE state = 'delivered' AND finished_at < $1 LIMIT ${PURGE_CHUNK} FOR UPDATE SKIP LOCKED`, [before])).rows.map((r: { id: number }) => r.id);
       if (ids.length === 0) return 0;
       await c.query(`DELETE FROM ${this.t.items} WHERE batch_id = ANY($1::bigint[])`, [ids]);
       await c.query(`DELETE FROM ${this.t.attempts} WHERE batch_id = ANY($1::bigint[])`, [ids]);

@@ -113,7 +113,11 @@ export async function openDeliveryQueue(options: QueueOptions): Promise<Delivery
     stats: () => store.stats(clock.wallNow()),
     list: (filter = {}) => store.list(filter, clock.wallNow()),
     show: (id) => store.get(id),
-    requeue: (filter) => store.requeue(filter, clock.wallNow()),
+    async requeue(filter) {
+      const n = await store.requeue(filter, clock.wallNow());
+      if (n > 0) wakeAll();
+      return n;
+    },
     dropStats: () => store.dropStats(),
     close: () => store.close(),
   };

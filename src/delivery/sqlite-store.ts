@@ -2,12 +2,14 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { cutBatches, type PendingRow } from './batching.js';
 import { DeliveryError } from './errors.js';
 import {
-  listCondition, mergeStats, rowToAttempt, rowToSummary, LIST_DEFAULT_LIMIT, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION, type AttemptRow, type BatchRow,
+  listCondition, mergeStats, rowToAttempt, rowToSummary, LIST_DEFAULT_LIMIT, PURGE_CHUNK, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION, type AttemptRow, type BatchRow,
 } from './store-common.js';
 import type {
   BatchDetail, BatchLimits, BatchSummary, ClaimedBatch, CompleteResult, DeliveryStore, DestinationStats, DropStat,
-  EnqueueResult, Lease, ListFilter, NewItem, Outcome, RequeueFilter,
+  EnqueueResult, FormResult, Lease, ListFilter, NewItem, Outcome, RequeueFilter,
 } from './types.js';
+
+const NOTHING_PENDING: FormResult = Object.freeze({ formed: 0, nextAt: null });
 
 type Db = BetterSqlite3.Database;
 type Stmt = BetterSqlite3.Statement;
@@ -24,6 +26,11 @@ export interface SqliteStoreOptions {
   readonly synchronous?: 'NORMAL' | 'FULL';
   /** Prefix of the table names (default `relent_`). */
   readonly tablePrefix?: string;
+  /**
+   * A cap on the database file (bytes, rounded down to whole pages): past it, writes
+   * fail with ERR_STORE_FULL and are rolled back — backpressure before the disk fills.
+   */
+  readonly maxSizeBytes?: number;
 }
 
 export const SQLITE_DEFAULTS = Object.freeze({ busyTimeoutMs: 5_000, synchronous: 'NORMAL' as const, tablePrefix: 'relent_' });
@@ -62,7 +69,10 @@ export async function openSqliteStore(options: SqliteStoreOptions): Promise<Deli
   try {
     db = new Ctor(options.file, { timeout: options.busyTimeoutMs ?? SQLITE_DEFAULTS.busyTimeoutMs });
   } catch (e) {
-    throw sqliteError(e, where, 'opening the database');
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && code.startsWith('SQLITE_')) throw sqliteError(e, where, 'opening the database');
+    // better-sqlite3's own checks (e.g. "the directory does not exist")
+    throw new DeliveryError('ERR_STORE_UNAVAILABLE', `${where}: cannot open the database (${e instanceof Error ? e.message : String(e)})`, { cause: e });
   }
   const store = new SqliteStore(db, where, options);
   try {
@@ -102,6 +112,10 @@ class SqliteStore implements DeliveryStore {
       const { items, batches, attempts, meta } = this.t;
       if (this.options.file !== ':memory:' && this.options.file !== '') this.db.pragma('journal_mode = WAL');
       this.db.pragma(`synchronous = ${this.options.synchronous ?? SQLITE_DEFAULTS.synchronous}`);
+      if (this.options.maxSizeBytes !== undefined) {
+        const pageSize = Number(this.db.pragma('page_size', { simple: true }));
+        this.db.pragma(`max_page_count = ${Math.max(1, Math.floor(this.options.maxSizeBytes / pageSize))}`);
+      }
       this.db.exec(`
         CREATE TABLE IF NOT EXISTS ${meta} (k TEXT PRIMARY KEY, v TEXT NOT NULL);
         CREATE TABLE IF NOT EXISTS ${items} (
@@ -221,26 +235,27 @@ class SqliteStore implements DeliveryStore {
     }).immediate());
   }
 
-  formBatches(destination: string, limits: BatchLimits, now: number, maxBatches: number): Promise<number> {
+  formBatches(destination: string, limits: BatchLimits, now: number, maxBatches: number): Promise<FormResult> {
     return this.guard('forming batches', () => {
       // A read first, without the write lock: most cycles find nothing to aggregate.
-      if (this.s.anyPending!.get(destination) === undefined) return 0;
+      if (this.s.anyPending!.get(destination) === undefined) return NOTHING_PENDING;
       return this.formLocked(destination, limits, now, maxBatches);
     });
   }
 
-  private formLocked(destination: string, limits: BatchLimits, now: number, maxBatches: number): number {
+  private formLocked(destination: string, limits: BatchLimits, now: number, maxBatches: number): FormResult {
     return this.db.transaction(() => {
-      const rows = this.s.pending!.all(destination, Math.max(1, maxBatches * limits.maxItems)) as PendingRow[];
-      if (rows.length === 0) return 0;
-      const cuts = cutBatches(destination, rows, limits, now, maxBatches);
+      const limit = Math.max(1, maxBatches * limits.maxItems);
+      const rows = this.s.pending!.all(destination, limit) as PendingRow[];
+      if (rows.length === 0) return NOTHING_PENDING;
+      const { cuts, nextAt } = cutBatches(destination, rows, limits, now, maxBatches, rows.length < limit);
       const pairs: [number, number][] = [];
       for (const cut of cuts) {
         const { id } = this.s.insertBatch!.get(destination, cut.key, cut.rows.length, cut.bytes, now, now, now) as { id: number };
         for (const r of cut.rows) pairs.push([r.id, id]);
       }
-      this.s.setBatch!.run(JSON.stringify(pairs));
-      return cuts.length;
+      if (pairs.length > 0) this.s.setBatch!.run(JSON.stringify(pairs));
+      return { formed: cuts.length, nextAt };
     }).immediate();
   }
 
@@ -387,10 +402,13 @@ class SqliteStore implements DeliveryStore {
   purgeDelivered(before: number): Promise<number> {
     return this.guard('purging delivered batches', () => this.db.transaction(() => {
       const { items, batches, attempts } = this.t;
-      const cond = `SELECT id FROM ${batches} WHERE state = 'delivered' AND finished_at < ?`;
-      this.db.prepare(`DELETE FROM ${items} WHERE batch_id IN (${cond})`).run(before);
-      this.db.prepare(`DELETE FROM ${attempts} WHERE batch_id IN (${cond})`).run(before);
-      return this.db.prepare(`DELETE FROM ${batches} WHERE state = 'delivered' AND finished_at < ?`).run(before).changes;
+      // At most PURGE_CHUNK batches per call, so one purge never holds the write lock for long.
+      const ids = JSON.stringify((this.db.prepare(`SELECT id FROM ${batches} WHERE state = 'delivered' AND finished_at < ? LIMIT ${PURGE_CHUNK}`)
+        .all(before) as { id: number }[]).map((r) => r.id));
+      const sub = 'SELECT value FROM json_each(?)';
+      this.db.prepare(`DELETE FROM ${items} WHERE batch_id IN (${sub})`).run(ids);
+      this.db.prepare(`DELETE FROM ${attempts} WHERE batch_id IN (${sub})`).run(ids);
+      return this.db.prepare(`DELETE FROM ${batches} WHERE id IN (${sub})`).run(ids).changes;
     }).immediate());
   }
 

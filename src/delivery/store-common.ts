@@ -6,6 +6,8 @@ import type { AttemptRecord, BatchState, BatchSummary, DestinationStats, ListFil
 export const SCHEMA_VERSION = 1;
 export const LIST_DEFAULT_LIMIT = 100;
 export const REQUEUE_DEFAULT_LIMIT = 1000;
+/** Delivered batches deleted per purge call. */
+export const PURGE_CHUNK = 10_000;
 
 /** A batches row as both stores read it (snake_case columns; numbers already numbers). */
 export interface BatchRow {

@@ -4,7 +4,7 @@ import type { DeliveryStore } from './types.js';
 /**
  * Opens a store from a URL:
  * - `sqlite:./relent.db`, `sqlite:/var/lib/app/relent.db`, `sqlite::memory:` — the
- *   embedded store (query parameters: `busyTimeoutMs`, `synchronous=FULL`, `tablePrefix`);
+ *   embedded store (query parameters: `busyTimeoutMs`, `synchronous=FULL`, `tablePrefix`, `maxSizeBytes`);
  * - `postgres://user@host:5432/db?schema=relent` (or `postgresql://`) — the shared
  *   store for several workers (query parameters: `schema`, `tablePrefix`, `poolSize`;
  *   the rest goes to `pg`).
@@ -22,6 +22,11 @@ export async function openStore(url: string): Promise<DeliveryStore> {
     const params = new URLSearchParams(q >= 0 ? rest.slice(q + 1) : '');
     if (file.length === 0) throw new DeliveryError('ERR_INVALID_CONFIG', 'Expected `store` to name a file: sqlite:./relent.db (or sqlite::memory:)', { field: 'store' });
     const busy = params.get('busyTimeoutMs');
+    const maxSize = params.get('maxSizeBytes');
+    const maxSizeBytes = maxSize === null ? undefined : Number(maxSize);
+    if (maxSizeBytes !== undefined && !(Number.isInteger(maxSizeBytes) && maxSizeBytes > 0)) {
+      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`maxSizeBytes\` in the store URL to be an integer > 0, got ${JSON.stringify(maxSize)}`, { field: 'store.maxSizeBytes' });
+    }
     const sync = params.get('synchronous');
     const busyTimeoutMs = busy === null ? undefined : Number(busy);
     if (busyTimeoutMs !== undefined && !(Number.isInteger(busyTimeoutMs) && busyTimeoutMs >= 0)) {
@@ -34,6 +39,7 @@ export async function openStore(url: string): Promise<DeliveryStore> {
     return openSqliteStore({
       file,
       ...(busyTimeoutMs !== undefined ? { busyTimeoutMs } : {}),
+      ...(maxSizeBytes !== undefined ? { maxSizeBytes } : {}),
       ...(sync !== null ? { synchronous: sync } : {}),
       ...(params.get('tablePrefix') !== null ? { tablePrefix: params.get('tablePrefix')! } : {}),
     });

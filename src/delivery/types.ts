@@ -39,6 +39,12 @@ export interface BatchLimits {
   readonly maxAgeMs: number;
 }
 
+export interface FormResult {
+  readonly formed: number;
+  /** When pending items of the destination must be looked at again; null: none waits. */
+  readonly nextAt: number | null;
+}
+
 /** A claimed lease: the fencing token must match on every later write. */
 export interface Lease {
   readonly id: number;
@@ -201,8 +207,11 @@ export interface DeliveryStore {
   init(): Promise<void>;
   /** Stores items (one transaction: all or none). Known keys come back with `duplicate: true`. */
   enqueue(items: readonly NewItem[], now: number): Promise<EnqueueResult[]>;
-  /** Seals due batches of a destination's pending items (at most `maxBatches`); returns how many. */
-  formBatches(destination: string, limits: BatchLimits, now: number, maxBatches: number): Promise<number>;
+  /**
+   * Seals due batches of a destination's pending items (at most `maxBatches`): how many,
+   * and when to look again (see `CutResult.nextAt`: null when no item is left waiting).
+   */
+  formBatches(destination: string, limits: BatchLimits, now: number, maxBatches: number): Promise<FormResult>;
   /**
    * Leases up to `limit` due batches of a destination (`queued`, not_before <= now, no live
    * lease), oldest due first. Every claim increments the batch's fencing token.
@@ -220,7 +229,7 @@ export interface DeliveryStore {
   /** Puts dropped batches back (new round, fresh attempts, history kept, same key). Returns how many. */
   requeue(filter: RequeueFilter, now: number): Promise<number>;
   dropStats(): Promise<DropStat[]>;
-  /** Deletes delivered batches finished before `before` (with their items and history). Returns batches deleted. */
+  /** Deletes delivered batches finished before `before` (with their items and history), at most 10,000 a call. Returns batches deleted. */
   purgeDelivered(before: number): Promise<number>;
   close(): Promise<void>;
 }

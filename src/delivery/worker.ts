@@ -184,6 +184,8 @@ class Worker implements DeliveryWorker {
   private cancelRenew: (() => void) | null = null;
   private cancelPurge: (() => void) | null = null;
   private storeFailures = 0;
+  /** not_before times this worker stored and has not reached yet: a cycle runs at each, not a poll later. */
+  private readonly wakeTimes = new Set<number>();
   /** Attempt deadlines (monotonic), swept by one timer instead of a timer per request. */
   private readonly deadlines = new Map<Held, number>();
   private cancelSweep: (() => void) | null = null;
@@ -307,6 +309,10 @@ class Worker implements DeliveryWorker {
     if (this.stopping) return this.settings.pollMs;
     const now = this.clock.wallNow();
     let wait = this.settings.pollMs;
+    for (const at of this.wakeTimes) {
+      if (at <= now) this.wakeTimes.delete(at); // due: this cycle claims it
+      else if (at - now < wait) wait = at - now;
+    }
     let more = false;
     for (const dest of this.dests.values()) {
       if (this.stopping) break;
@@ -326,7 +332,12 @@ class Worker implements DeliveryWorker {
         room = Math.min(room, allowed);
       }
       room = Math.min(room, this.settings.claimChunk);
-      await this.store.formBatches(d.name, d.batch, now, this.settings.claimChunk);
+      const formed = await this.store.formBatches(d.name, d.batch, now, this.settings.claimChunk);
+      // A partial batch falls due by age: look again exactly then (or at once if more can be sealed now).
+      if (formed.nextAt !== null) {
+        if (formed.nextAt <= now) more = true;
+        else wait = Math.min(wait, formed.nextAt - now);
+      }
       const claimed = await this.store.claim(d.name, room, now, this.settings.leaseMs, this.id);
       if (claimed.length === 0) continue;
       dest.rate?.take(claimed.length, now);
@@ -464,9 +475,10 @@ class Worker implements DeliveryWorker {
         retryAfterMs: res.retryAfterMs, retryAfterValid: res.retryAfterValid,
       });
       this.shed(dest, status, res, generation, now);
+      const whole = (v: number | null): number | null => (v === null ? null : Math.round(v));
       const record: AttemptRecord = {
-        round: b.round, attempt: state.attempt, at: now, status, errorClass, elapsedMs, decision: res.decision, why: res.why,
-        delayMs: res.delayMs, retryAfterMs: res.retryAfterMs, worker: this.id,
+        round: b.round, attempt: state.attempt, at: Math.round(now), status, errorClass, elapsedMs, decision: res.decision, why: res.why,
+        delayMs: whole(res.delayMs), retryAfterMs: whole(res.retryAfterMs), worker: this.id,
       };
       const last = { lastStatus: status, lastErrorClass: errorClass, lastDecision: res.decision, lastWhy: res.why, record };
       if (res.decision === 'return') {
@@ -477,10 +489,11 @@ class Worker implements DeliveryWorker {
       } else if ((res.decision === 'retry' || res.decision === 'defer') && res.delayMs !== null) {
         // The core chose the wait; the queue only stores it (seconds to hours).
         const next = afterRetry(state, res);
-        const notBefore = now + res.delayMs;
+        const notBefore = Math.round(now + res.delayMs);
         this.settle(h, { ...base, ...last, state: 'queued', notBefore, attempt: next.attempt, prevDelayMs: next.prevDelayMs, finishedAt: null });
         this.c.deferredBatches++;
         this.emit({ type: 'deferred', ...ref, notBefore, delayMs: res.delayMs });
+        this.wakeAt(notBefore);
       } else {
         this.settle(h, { ...base, ...last, state: 'dropped', notBefore: b.notBefore, attempt: state.attempt, prevDelayMs: state.prevDelayMs, finishedAt: now });
         this.countDrop(ref, res.decision, res.why, status, errorClass, state.attempt);
@@ -493,6 +506,12 @@ class Worker implements DeliveryWorker {
       this.notifyIdle();
       this.schedule(0);
     }
+  }
+
+  /** Makes sure a cycle runs at wall time `at` (a retry this worker scheduled falls due). */
+  private wakeAt(at: number): void {
+    if (this.wakeTimes.size < 10_000) this.wakeTimes.add(at); // past that, polling finds the rest
+    if (!this.cycling) this.schedule(Math.max(0, at - this.clock.wallNow()));
   }
 
   /** Aborts the attempt of `h` at `due` (monotonic ms). */

@@ -1,4 +1,6 @@
 import { breakerOutcome, type CircuitBreaker } from '../core/breaker.js';
+import { safeEndpoint } from '../core/endpoint.js';
+import { SERVER_HINT_HEADERS } from '../core/hints.js';
 import type { RetryBudget } from '../core/budget.js';
 import {
   afterRetry, attemptBudgetMs, beginAttempt, decide, preflight, startOperation, type OperationState,
@@ -96,6 +98,12 @@ export interface RunOptions<T> {
   readonly classifyValue?: (value: T) => Classified | undefined;
   /** Maps a thrown error to an observation; `undefined` → the default (error codes, else `error`). */
   readonly classifyError?: (error: unknown) => Classified | undefined;
+  /**
+   * Classifies an attempt that hit its timeout; `undefined` → `timeout` with an unknown
+   * outcome. A driver that knows the request was never written (still connecting) can
+   * say `{ errorClass: 'connect_timeout', sent: 'not_sent' }`.
+   */
+  readonly classifyTimeout?: (ctx: AttemptContext) => Classified | undefined;
   /** Reads the operation's real state after an unknown outcome (R6); its value is returned. */
   readonly stateCheck?: (ctx: AttemptContext) => Promise<T>;
   /**
@@ -152,7 +160,7 @@ function classifyValueDefault(value: unknown): Classified {
 /** The hint headers of a Headers object or a plain record, lower-cased. */
 function pickHeaders(h: unknown): Record<string, string> {
   const out: Record<string, string> = {};
-  const names = ['retry-after', 'date', 'ratelimit', 'ratelimit-reset', 'x-ratelimit-reset', 'ratelimit-policy'];
+  const names = SERVER_HINT_HEADERS;
   if (typeof (h as { get?: unknown }).get === 'function') {
     for (const n of names) {
       const v = (h as { get(name: string): string | null }).get(n);
@@ -329,7 +337,8 @@ class Runner<T> {
     this.breaker = options.breaker ?? null;
     this.bulkhead = options.bulkhead ?? null;
     this.method = options.method ?? null;
-    this.endpoint = options.endpoint ?? null;
+    // R14: whatever the caller passed, events never carry a query, userinfo or fragment.
+    this.endpoint = options.endpoint != null ? safeEndpoint(options.endpoint) : null;
     this.operationId = options.operationId ?? newOperationId();
     this.scope = options.instrumentation ? options.instrumentation.operation({ operationId: this.operationId, method: this.method, endpoint: this.endpoint }) : null;
     this.state = startOperation(this.policy, {
@@ -465,7 +474,7 @@ class Runner<T> {
         obs = observation(this.signal?.aborted ? ABORTED : ((options.classifyError?.(outcome.error)) ?? classifyErrorDefault(outcome.error)), elapsedMs);
         break;
       case 'timeout':
-        obs = observation(TIMED_OUT, elapsedMs);
+        obs = observation((options.classifyTimeout?.(ctx)) ?? TIMED_OUT, elapsedMs);
         break;
       case 'aborted':
         obs = observation(ABORTED, elapsedMs);

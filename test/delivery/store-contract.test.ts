@@ -51,17 +51,22 @@ for (const f of factories) {
     it('forms batches at maxItems, at maxBytes, and a partial one only when its oldest item is maxAgeMs old', async () => {
       const { s, clock } = await fresh();
       await s.enqueue(items('d', ['k1', 'k2', 'k3', 'k4', 'k5']), clock.wallNow());
-      expect(await s.formBatches('d', LIMITS, clock.wallNow(), 10)).toBe(1); // k1..k3 full; k4,k5 too young
+      const t0 = clock.wallNow();
+      expect(await s.formBatches('d', LIMITS, clock.wallNow(), 10)).toEqual({ formed: 1, nextAt: t0 + 5_000 }); // k1..k3 full; k4,k5 too young
       clock.advance(4_999);
-      expect(await s.formBatches('d', LIMITS, clock.wallNow(), 10)).toBe(0);
+      expect(await s.formBatches('d', LIMITS, clock.wallNow(), 10)).toEqual({ formed: 0, nextAt: t0 + 5_000 });
       clock.advance(1);
-      expect(await s.formBatches('d', LIMITS, clock.wallNow(), 10)).toBe(1);
+      expect(await s.formBatches('d', LIMITS, clock.wallNow(), 10)).toEqual({ formed: 1, nextAt: null });
+      expect(await s.formBatches('d', LIMITS, clock.wallNow(), 10)).toEqual({ formed: 0, nextAt: null });
       const all = await s.list({}, clock.wallNow());
       expect(all.map((b) => b.items)).toEqual([3, 2]);
       expect(all[0]!.key).toBe(batchKey('d', ['k1', 'k2', 'k3']));
       // bytes: each payload is ~20 bytes; a 50-byte limit makes batches of two
       await s.enqueue(items('e', ['x1', 'x2', 'x3']), clock.wallNow());
-      expect(await s.formBatches('e', { maxItems: 100, maxBytes: 50, maxAgeMs: 0 }, clock.wallNow(), 10)).toBe(2);
+      expect((await s.formBatches('e', { maxItems: 100, maxBytes: 50, maxAgeMs: 0 }, clock.wallNow(), 10)).formed).toBe(2);
+      // maxBatches reached: more can be sealed at once
+      await s.enqueue(items('f', ['f1', 'f2', 'f3']), clock.wallNow());
+      expect(await s.formBatches('f', { maxItems: 1, maxBytes: 100, maxAgeMs: 0 }, clock.wallNow(), 2)).toEqual({ formed: 2, nextAt: clock.wallNow() });
       expect((await s.list({ destination: 'e' }, clock.wallNow())).map((b) => b.items)).toEqual([2, 1]);
     });
 

@@ -207,6 +207,25 @@ describe('outcomes for the caller', () => {
   });
 });
 
+describe('drivers\' hooks and scrubbing', () => {
+  it('classifyTimeout lets a driver say a timed-out attempt was never sent (then POST may retry)', async () => {
+    const clock = createTestClock();
+    const events: RelentEvent[] = [];
+    const calls: AttemptContext[] = [];
+    const op = scripted(clock, [{ status: 201, ms: 500 }, { status: 201, ms: 5 }], calls);
+    await drive(clock, run(op, { clock, random: createSeededRandom(5), method: 'POST', policy: { deadlineMs: 1000, attemptTimeoutMs: 100 },
+      classifyTimeout: (ctx) => (ctx.attempt === 1 ? { errorClass: 'connect_timeout', sent: 'not_sent' } : undefined), onEvent: (e) => events.push(e) }));
+    expect(calls).toHaveLength(2);
+    expect(events[0]).toMatchObject({ errorClass: 'connect_timeout', decision: 'retry' });
+  });
+  it('an endpoint with a query, userinfo or fragment never reaches an event (R14)', async () => {
+    const events: RelentEvent[] = [];
+    await run(async () => ({ status: 200 }), { endpoint: 'https://user:secret@api.example.com/v1/items?token=s3cr3t#frag', onEvent: (e) => events.push(e) });
+    expect(JSON.stringify(events)).not.toMatch(/secret|s3cr3t|frag|user/);
+    expect(events[0]).toMatchObject({ endpoint: 'https://api.example.com:443/v1/items' });
+  });
+});
+
 describe('determinism and event shape (R13, R15)', () => {
   const obsArb = fc.oneof(
     fc.record({ status: fc.constantFrom(200, 204, 400, 404, 408, 429, 500, 503), elapsedMs: fc.nat(300) }),

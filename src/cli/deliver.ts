@@ -1,0 +1,263 @@
+import { closeSync, openSync, writeSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { openDeliveryQueue, prepareItem, type DeliveryQueue } from '../delivery/queue.js';
+import type { DeliveryConfig } from '../delivery/config.js';
+import { DeliveryError } from '../delivery/errors.js';
+import type { DeliveryEvent } from '../delivery/worker.js';
+import type { DestinationStats } from '../delivery/types.js';
+import { systemClock } from '../run/clock.js';
+import { EXIT, parseDuration, type Io } from './args.js';
+import { int, readConfig, reportError, storeUrl } from './delivery-common.js';
+
+export const DELIVER_HELP = `relent deliver --config FILE [--store URL] [options]
+
+Runs a delivery worker: aggregates queued items into batches per destination, sends
+them with each destination's retry policy (the same decision core as run()), and
+stores every decision (retry at not_before, dropped, delivered). Several workers may
+share a PostgreSQL store.
+
+  --config FILE       destinations and worker settings (JSON; see docs/delivery.md)
+  --store URL         sqlite:./relent.db (default) or postgres://user@host/db[?schema=NAME]
+  --lease D           claim lease (default 15s; a dead worker's batches return after it)
+  --poll D            how often an idle worker looks for work (default 500ms)
+  --exit-when-idle    stop (exit 0) once nothing is queued, deferred or in flight
+  --events FILE|-     write every event as a JSON line (- for stderr)
+  --progress / --no-progress   the live progress line on stderr (default: when a TTY)
+  --worker-id ID      the name written into leases and attempt history
+
+SIGINT/SIGTERM stop gracefully: requests in flight finish (up to stopTimeoutMs), the
+rest give their claims back. A second signal exits at once (claims then expire).
+Exit status: 0 after a graceful stop; 2 for a malformed config; 1 when the store
+cannot be used (unreachable, full, locked).
+`;
+
+export const ENQUEUE_HELP = `relent enqueue DESTINATION [--data JSON | --file FILE|-] [--key KEY] [--store URL] [--config FILE] [--json]
+
+Stores items durably for a destination (one transaction per 1000 items; nothing is
+stored from a chunk that fails).
+
+  --data JSON      one item: this payload
+  --key KEY        its dedupe key (default: a random UUID); a known key is not stored twice
+  --file FILE|-    JSON lines, each {"key"?: "...", "payload": ...}
+  --config FILE    check DESTINATION against the config's destinations (and take its store)
+`;
+
+function formatStats(stats: readonly DestinationStats[], limits: string): string {
+  let queued = 0;
+  let inflight = 0;
+  let deferred = 0;
+  let delivered = 0;
+  let dropped = 0;
+  for (const s of stats) {
+    queued += s.pendingItems + s.readyItems;
+    deferred += s.deferredItems;
+    inflight += s.inflightItems;
+    delivered += s.deliveredItems;
+    dropped += s.droppedItems;
+  }
+  return `queued ${int(queued)} · in flight ${int(inflight)} · delivered ${int(delivered)} · deferred ${int(deferred)} · dropped ${int(dropped)}${limits}`;
+}
+
+export async function deliverCommand(argv: string[], io: Io): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      config: { type: 'string' }, store: { type: 'string' }, lease: { type: 'string' }, poll: { type: 'string' },
+      'exit-when-idle': { type: 'boolean' }, events: { type: 'string' }, progress: { type: 'boolean' }, 'no-progress': { type: 'boolean' },
+      'worker-id': { type: 'string' }, help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) {
+    io.out(DELIVER_HELP);
+    return EXIT.ok;
+  }
+  if (!values.config) {
+    io.err('relent deliver: missing --config FILE (the destinations to deliver to)\n');
+    return EXIT.usage;
+  }
+  let config: DeliveryConfig;
+  let queue: DeliveryQueue;
+  try {
+    config = await readConfig(values.config);
+    queue = await openDeliveryQueue({ store: storeUrl(values.store, config), destinations: config.destinations });
+  } catch (e) {
+    return reportError('deliver', e, io);
+  }
+  const progress = values['no-progress'] ? false : values.progress ?? Boolean(process.stderr.isTTY);
+  const fd = values.events === undefined ? null : values.events === '-' ? 2 : openSync(values.events, 'a');
+  let lastError = '';
+  const onEvent = (e: DeliveryEvent): void => {
+    if (fd !== null) writeSync(fd, JSON.stringify(e.type === 'store_error' ? { type: e.type, during: e.during, code: e.error.code, message: e.error.message } : e) + '\n');
+    if (e.type === 'store_error' && e.error.message !== lastError) {
+      lastError = e.error.message;
+      io.err(`${progress ? '\r\x1b[2K' : ''}relent deliver: ${e.error.message}\n`);
+    }
+  };
+  const worker = queue.createWorker({
+    ...config.worker,
+    ...(values.lease !== undefined ? { leaseMs: parseDuration(values.lease, '--lease') } : {}),
+    ...(values.poll !== undefined ? { pollMs: parseDuration(values.poll, '--poll') } : {}),
+    ...(values['worker-id'] !== undefined ? { workerId: values['worker-id'] } : {}),
+    onEvent,
+  });
+  worker.start();
+  const names = [...config.destinations.keys()];
+  const limits = (): string => (names.length <= 4 ? ` · concurrency ${names.map((n) => `${n}=${worker.concurrency(n)}`).join(' ')}` : '');
+
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    let cancelTick: (() => void) | null = null;
+    const finish = async (code: number, why: string): Promise<void> => {
+      if (stopping) return;
+      stopping = true;
+      cancelTick?.();
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+      process.once('SIGINT', () => process.exit(130));
+      process.once('SIGTERM', () => process.exit(143));
+      const r = await worker.stop();
+      let summary = '';
+      try {
+        summary = formatStats((await queue.stats()).filter((s) => names.includes(s.destination)), '');
+      } catch {
+        // the store may be the reason we stop
+      }
+      await queue.close();
+      if (fd !== null && fd !== 2) closeSync(fd);
+      if (progress) io.err('\r\x1b[2K');
+      io.err(`relent deliver: ${why}; released ${r.released} claim${r.released === 1 ? '' : 's'}${summary ? ` — ${summary}` : ''}\n`);
+      resolve(code);
+    };
+    const onSignal = (signal: NodeJS.Signals): void => {
+      void finish(EXIT.ok, `stopped by ${signal}`);
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+    const tick = (): void => {
+      cancelTick = null;
+      void (async () => {
+        try {
+          const stats = (await queue.stats()).filter((s) => names.includes(s.destination));
+          const c = worker.counters();
+          if (progress) io.err(`\r\x1b[2K${formatStats(stats, limits())}`);
+          if (values['exit-when-idle'] && c.inflight === 0 && stats.every((s) => s.pendingItems + s.readyBatches + s.inflightBatches + s.deferredBatches === 0)) {
+            await finish(EXIT.ok, 'idle');
+            return;
+          }
+        } catch (e) {
+          if (DeliveryError.is(e) && e.message !== lastError) {
+            lastError = e.message;
+            io.err(`${progress ? '\r\x1b[2K' : ''}relent deliver: ${e.message}\n`);
+          }
+        }
+        if (!stopping) cancelTick = systemClock.setTimer(tick, values['exit-when-idle'] ? 250 : 1_000);
+      })();
+    };
+    cancelTick = systemClock.setTimer(tick, 250);
+  });
+}
+
+interface FileItem { readonly key?: string; readonly payload: unknown }
+
+async function readItems(source: string): Promise<FileItem[]> {
+  let text: string;
+  if (source === '-') {
+    const chunks: Buffer[] = [];
+    for await (const c of process.stdin) chunks.push(c as Buffer);
+    text = Buffer.concat(chunks).toString('utf8');
+  } else {
+    const { readFile } = await import('node:fs/promises');
+    try {
+      text = await readFile(source, 'utf8');
+    } catch (e) {
+      throw new DeliveryError('ERR_INVALID_ITEM', `${source}: cannot read (${(e as { code?: string }).code ?? String(e)})`);
+    }
+  }
+  const out: FileItem[] = [];
+  const lines = text.split('\n');
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i]!.trim();
+    if (line === '') continue;
+    let v: unknown;
+    try {
+      v = JSON.parse(line);
+    } catch {
+      throw new DeliveryError('ERR_INVALID_ITEM', `${source}:${i + 1}: invalid JSON`, { field: `line ${i + 1}` });
+    }
+    if (typeof v !== 'object' || v === null || Array.isArray(v) || !('payload' in v)) {
+      throw new DeliveryError('ERR_INVALID_ITEM', `${source}:${i + 1}: expected {"key"?: "...", "payload": ...}`, { field: `line ${i + 1}` });
+    }
+    const o = v as { key?: unknown; payload: unknown };
+    if (o.key !== undefined && typeof o.key !== 'string') throw new DeliveryError('ERR_INVALID_ITEM', `${source}:${i + 1}: expected \`key\` to be a string`, { field: `line ${i + 1}.key` });
+    out.push(o.key === undefined ? { payload: o.payload } : { key: o.key, payload: o.payload });
+  }
+  return out;
+}
+
+export async function enqueueCommand(argv: string[], io: Io): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      data: { type: 'string' }, key: { type: 'string' }, file: { type: 'string' }, store: { type: 'string' }, config: { type: 'string' },
+      json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) {
+    io.out(ENQUEUE_HELP);
+    return EXIT.ok;
+  }
+  const destination = positionals[0];
+  if (destination === undefined || positionals.length > 1) {
+    io.err('relent enqueue: expected one DESTINATION (try: relent enqueue --help)\n');
+    return EXIT.usage;
+  }
+  if ((values.data === undefined) === (values.file === undefined)) {
+    io.err('relent enqueue: give exactly one of --data JSON and --file FILE\n');
+    return EXIT.usage;
+  }
+  let queue: DeliveryQueue | null = null;
+  try {
+    const config = values.config ? await readConfig(values.config) : null;
+    let items: FileItem[];
+    if (values.data !== undefined) {
+      let payload: unknown;
+      try {
+        payload = JSON.parse(values.data);
+      } catch {
+        throw new DeliveryError('ERR_INVALID_ITEM', '--data: invalid JSON', { field: '--data' });
+      }
+      items = [values.key === undefined ? { payload } : { key: values.key, payload }];
+    } else {
+      if (values.key !== undefined) throw new DeliveryError('ERR_INVALID_ITEM', '--key goes with --data (in --file, each line has its own key)', { field: '--key' });
+      items = await readItems(values.file!);
+    }
+    // Validate everything before storing anything.
+    items.forEach((it, i) => prepareItem(destination, it.payload, it.key, `items[${i}]`));
+    queue = await openDeliveryQueue({ store: storeUrl(values.store, config), ...(config ? { destinations: config.destinations } : {}) });
+    let stored = 0;
+    let duplicates = 0;
+    for (let i = 0; i < items.length; i += 1000) {
+      let res;
+      try {
+        res = await queue.enqueueMany(destination, items.slice(i, i + 1000));
+      } catch (e) {
+        if (DeliveryError.is(e) && i > 0) {
+          throw new DeliveryError(e.code, `${e.message} (items 1-${i} were stored; items ${i + 1}-${items.length} were not)`, { cause: e });
+        }
+        throw e;
+      }
+      for (const r of res) {
+        if (r.duplicate) duplicates++;
+        else stored++;
+      }
+    }
+    if (values.json) io.out(JSON.stringify({ destination, stored, duplicates }) + '\n');
+    else io.out(`enqueued ${int(stored)} item${stored === 1 ? '' : 's'} for ${destination}${duplicates ? ` (${int(duplicates)} already queued)` : ''}\n`);
+    return EXIT.ok;
+  } catch (e) {
+    return reportError('enqueue', e, io);
+  } finally {
+    await queue?.close();
+  }
+}

@@ -1,0 +1,184 @@
+import { parseArgs } from 'node:util';
+import { openDeliveryQueue, type DeliveryQueue } from '../delivery/queue.js';
+import { DeliveryError } from '../delivery/errors.js';
+import type { BatchSummary, ListState } from '../delivery/types.js';
+import { EXIT, type Io } from './args.js';
+import { int, readConfig, relative, reportError, storeUrl } from './delivery-common.js';
+
+export const QUEUE_HELP = `relent queue <ls|show|requeue|drop-stats|stats> [--store URL] [--config FILE] [--json]
+
+Inspects the delivery queue.
+
+  ls [--state S] [--destination D] [--reason R] [--limit N] [--after ID]
+        batches, oldest first; S is queued, ready, inflight, deferred, delivered or dropped
+  show ID
+        one batch: its items and every attempt of every round
+  requeue (ID… | --destination D [--reason R] | --all) [--limit N]
+        puts dropped batches back: a new round with fresh attempts, history and key kept
+  drop-stats
+        dropped batches counted by destination, reason and last status
+  stats
+        items and batches per destination and state
+
+The store is --store, else the config's "store", else $RELENT_STORE, else sqlite:./relent.db.
+`;
+
+const STATES: readonly ListState[] = ['queued', 'ready', 'inflight', 'deferred', 'delivered', 'dropped'];
+
+function lastOf(b: { lastStatus: number | null; lastErrorClass: string | null }): string {
+  return b.lastStatus !== null ? String(b.lastStatus) : b.lastErrorClass ?? '-';
+}
+
+function stateOf(b: BatchSummary, now: number): string {
+  if (b.state !== 'queued') return b.state;
+  if (b.leaseUntil > now) return 'inflight';
+  return b.notBefore > now ? 'deferred' : 'ready';
+}
+
+function table(rows: string[][]): string {
+  const w = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(w[i]!))).join('  ').trimEnd()).join('\n') + '\n';
+}
+
+function positiveInt(v: string | undefined, flag: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0) throw new DeliveryError('ERR_INVALID_CONFIG', `${flag}: expected a whole number, got ${JSON.stringify(v)}`, { field: flag });
+  return n;
+}
+
+export async function queueCommand(argv: string[], io: Io): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      store: { type: 'string' }, config: { type: 'string' }, json: { type: 'boolean' }, state: { type: 'string' }, destination: { type: 'string' },
+      reason: { type: 'string' }, limit: { type: 'string' }, after: { type: 'string' }, all: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
+    },
+  });
+  const [sub, ...args] = positionals;
+  if (values.help || sub === undefined) {
+    (values.help ? io.out : io.err)(QUEUE_HELP);
+    return values.help ? EXIT.ok : EXIT.usage;
+  }
+  if (!['ls', 'show', 'requeue', 'drop-stats', 'stats'].includes(sub)) {
+    io.err(`relent queue: unknown subcommand ${JSON.stringify(sub)} (ls, show, requeue, drop-stats, stats)\n`);
+    return EXIT.usage;
+  }
+  let queue: DeliveryQueue | null = null;
+  try {
+    const state = values.state as ListState | undefined;
+    if (state !== undefined && !STATES.includes(state)) {
+      throw new DeliveryError('ERR_INVALID_CONFIG', `--state: expected one of ${STATES.join(', ')}, got ${JSON.stringify(state)}`, { field: '--state' });
+    }
+    const limit = positiveInt(values.limit, '--limit');
+    const after = positiveInt(values.after, '--after');
+    const ids = sub === 'show' || sub === 'requeue' ? args.map((a) => positiveInt(a, 'ID')!) : [];
+    if (sub === 'show' && ids.length !== 1) throw new DeliveryError('ERR_INVALID_CONFIG', 'queue show: expected one batch ID', { field: 'ID' });
+    if (sub === 'requeue' && ids.length === 0 && values.destination === undefined && values.reason === undefined && !values.all) {
+      throw new DeliveryError('ERR_INVALID_CONFIG', 'queue requeue: name batch IDs, or --destination/--reason, or --all', { field: 'ID' });
+    }
+    const config = values.config ? await readConfig(values.config) : null;
+    queue = await openDeliveryQueue({ store: storeUrl(values.store, config) });
+    const now = Date.now();
+    switch (sub) {
+      case 'ls': {
+        const rows = await queue.list({
+          ...(state ? { state } : {}), ...(values.destination ? { destination: values.destination } : {}),
+          ...(values.reason ? { reason: values.reason } : {}), ...(limit !== undefined ? { limit } : {}), ...(after !== undefined ? { afterId: after } : {}),
+        });
+        if (values.json) {
+          io.out(rows.map((r) => JSON.stringify(r)).join('\n') + (rows.length ? '\n' : ''));
+          break;
+        }
+        if (rows.length === 0) {
+          io.out('no batches\n');
+          break;
+        }
+        io.out(table([
+          ['ID', 'DESTINATION', 'STATE', 'ITEMS', 'ROUND', 'ATTEMPTS', 'LAST', 'DECISION', 'NEXT', 'KEY'],
+          ...rows.map((b) => {
+            const st = stateOf(b, now);
+            return [String(b.id), b.destination, st, int(b.items), String(b.round), String(b.attempt), lastOf(b), b.lastDecision ?? '-',
+              st === 'deferred' || st === 'ready' ? relative(b.notBefore, now) : st === 'inflight' ? `lease ${relative(b.leaseUntil, now)}` : '-', b.key];
+          }),
+        ]));
+        break;
+      }
+      case 'show': {
+        const b = await queue.show(ids[0]!);
+        if (!b) {
+          io.err(`relent queue show: no batch ${ids[0]}\n`);
+          return EXIT.failure;
+        }
+        if (values.json) {
+          io.out(JSON.stringify({ ...b, itemList: b.itemList.map((i) => ({ ...i, payload: JSON.parse(i.payload) as unknown })) }, null, 2) + '\n');
+          break;
+        }
+        const iso = (t: number | null): string => (t === null ? '-' : new Date(t).toISOString());
+        io.out(`batch ${b.id} → ${b.destination}: ${stateOf(b, now)}${b.lastDecision ? ` (${b.lastDecision}${b.lastWhy ? `: ${b.lastWhy}` : ''})` : ''}\n`);
+        io.out(`  key ${b.key}\n  items ${b.items} (${int(b.bytes)} bytes), created ${iso(b.createdAt)}, round ${b.round}, claims ${b.claims}\n`);
+        if (b.state === 'queued') io.out(`  next attempt ${iso(b.notBefore)} (${relative(b.notBefore, now)})\n`);
+        if (b.finishedAt !== null) io.out(`  finished ${iso(b.finishedAt)}\n`);
+        io.out('attempts:\n');
+        if (b.attempts.length === 0) io.out('  none\n');
+        else {
+          io.out(table([
+            ['  ROUND', 'ATTEMPT', 'AT', 'RESULT', 'ELAPSED', 'DECISION', 'WHY', 'DELAY', 'RETRY-AFTER', 'WORKER'],
+            ...b.attempts.map((a) => [`  ${a.round}`, String(a.attempt), iso(a.at), a.status !== null ? String(a.status) : a.errorClass ?? '-', `${a.elapsedMs}ms`,
+              a.decision, a.why ?? '-', a.delayMs === null ? '-' : `${a.delayMs}ms`, a.retryAfterMs === null ? '-' : `${a.retryAfterMs}ms`, a.worker ?? '-']),
+          ]));
+        }
+        io.out('items:\n');
+        for (const i of b.itemList) io.out(`  ${i.key}  ${i.payload.length > 120 ? `${i.payload.slice(0, 117)}...` : i.payload}\n`);
+        break;
+      }
+      case 'requeue': {
+        const n = await queue.requeue({
+          ...(ids.length ? { ids } : {}), ...(values.destination ? { destination: values.destination } : {}),
+          ...(values.reason ? { reason: values.reason } : {}), ...(limit !== undefined ? { limit } : {}),
+        });
+        if (values.json) io.out(JSON.stringify({ requeued: n }) + '\n');
+        else io.out(`requeued ${int(n)} dropped batch${n === 1 ? '' : 'es'}\n`);
+        break;
+      }
+      case 'drop-stats': {
+        const rows = await queue.dropStats();
+        if (values.json) {
+          io.out(JSON.stringify({ dropped: rows }) + '\n');
+          break;
+        }
+        if (rows.length === 0) {
+          io.out('nothing dropped\n');
+          break;
+        }
+        io.out(table([
+          ['DESTINATION', 'REASON', 'WHY', 'LAST', 'BATCHES', 'ITEMS'],
+          ...rows.map((r) => [r.destination, r.reason, r.why ?? '-', lastOf(r), int(Number(r.batches)), int(Number(r.items))]),
+        ]));
+        break;
+      }
+      case 'stats': {
+        const rows = await queue.stats();
+        if (values.json) {
+          io.out(JSON.stringify({ destinations: rows }) + '\n');
+          break;
+        }
+        if (rows.length === 0) {
+          io.out('the queue is empty\n');
+          break;
+        }
+        io.out(table([
+          ['DESTINATION', 'PENDING', 'READY', 'IN FLIGHT', 'DEFERRED', 'DELIVERED', 'DROPPED'],
+          ...rows.map((r) => [r.destination, int(r.pendingItems), int(r.readyItems), int(r.inflightItems), int(r.deferredItems), int(r.deliveredItems), int(r.droppedItems)]),
+        ]));
+        break;
+      }
+    }
+    return EXIT.ok;
+  } catch (e) {
+    return reportError(`queue ${sub}`, e, io);
+  } finally {
+    await queue?.close();
+  }
+}

@@ -1,0 +1,302 @@
+// The worker in virtual time: every attempt's observation goes to decide(), and what is
+// stored (not_before, dropped, delivered) is the core's decision. In-memory SQLite and
+// an in-process destination: these tests are about scheduling, not sockets.
+import { describe, expect, it } from 'vitest';
+import type { DestinationOptions } from '../../src/delivery/config.js';
+import { openDeliveryQueue, type DeliveryQueue } from '../../src/delivery/queue.js';
+import type { DeliveryRequest, TransportResult } from '../../src/delivery/transport.js';
+import type { DeliveryEvent, DeliveryWorker, WorkerOptions } from '../../src/delivery/worker.js';
+import { createSeededRandom, createTestClock, type TestClock } from '../../src/testing/index.js';
+
+interface Seen { at: number; key: string; attempt: number; items: number; body: string; headers: Readonly<Record<string, string>> }
+
+async function setup(dest: Partial<DestinationOptions>, answer: (req: DeliveryRequest, n: number) => TransportResult | Promise<TransportResult>, worker: Partial<WorkerOptions> = {}, clock: TestClock = createTestClock()) {
+  const seen: Seen[] = [];
+  const events: DeliveryEvent[] = [];
+  const queue = await openDeliveryQueue({
+    store: 'sqlite::memory:', clock,
+    destinations: { d: { url: 'https://receiver.example/in?token=secret', batch: { maxItems: 1, maxAgeMs: 0 }, ...dest } },
+  });
+  const start = clock.wallNow();
+  const transport = async (req: DeliveryRequest): Promise<TransportResult> => {
+    seen.push({ at: clock.wallNow() - start, key: req.batchKey, attempt: req.attempt, items: req.items.length, body: req.body, headers: req.headers });
+    return answer(req, seen.length);
+  };
+  const w = queue.createWorker({ clock, random: createSeededRandom(7), transport, pollMs: 5_000, leaseMs: 30_000, onEvent: (e) => events.push(e), ...worker });
+  w.start();
+  return { queue, worker: w, clock, seen, events, start };
+}
+
+async function finish(q: DeliveryQueue, w: DeliveryWorker): Promise<void> {
+  await w.stop();
+  await q.close();
+}
+
+describe('adobe-best-effort: 15 s, then 30 s, then dropped with its last status', () => {
+  it('503 three times: attempts at 0 s, 15 s and 45 s, then dropped (max_attempts) with status 503 and its history', async () => {
+    const t = await setup({ policy: 'adobe-best-effort' }, () => ({ status: 503 }));
+    await t.queue.enqueue('d', { profile: 1 }, { key: 'p1' });
+    await t.clock.advanceAsync(10 * 60_000);
+    expect(t.seen.map((s) => [s.at, s.attempt])).toEqual([[0, 1], [15_000, 2], [45_000, 3]]);
+    expect(new Set(t.seen.map((s) => s.headers['idempotency-key'])).size).toBe(1); // the same key on every attempt
+    const [dropped] = await t.queue.list({ state: 'dropped' });
+    expect(dropped).toMatchObject({ lastStatus: 503, lastDecision: 'max_attempts', lastWhy: 'attempts_exhausted', attempt: 3, items: 1 });
+    const detail = (await t.queue.show(dropped!.id))!;
+    expect(detail.attempts.map((a) => [a.attempt, a.status, a.decision, a.delayMs, a.at - t.start])).toEqual([
+      [1, 503, 'retry', 15_000, 0], [2, 503, 'retry', 30_000, 15_000], [3, 503, 'max_attempts', null, 45_000],
+    ]);
+    expect(detail.itemList.map((i) => [i.key, JSON.parse(i.payload)])).toEqual([['p1', { profile: 1 }]]);
+    expect(t.events.filter((e) => e.type === 'dropped')).toEqual([expect.objectContaining({ reason: 'max_attempts', status: 503, attempts: 3 })]);
+    await finish(t.queue, t.worker);
+  });
+
+  it('400 is dropped at once (not_retryable), one call, nothing more later', async () => {
+    const t = await setup({ policy: 'adobe-best-effort' }, () => ({ status: 400 }));
+    await t.queue.enqueue('d', { profile: 1 }, { key: 'p1' });
+    await t.clock.advanceAsync(10 * 60_000);
+    expect(t.seen).toHaveLength(1);
+    const [dropped] = await t.queue.list({ state: 'dropped' });
+    expect(dropped).toMatchObject({ lastStatus: 400, lastDecision: 'not_retryable', lastWhy: 'status_not_retryable', attempt: 1 });
+    expect((await t.queue.dropStats()).map((r) => [r.reason, r.lastStatus, Number(r.items)])).toEqual([['not_retryable', 400, 1]]);
+    await finish(t.queue, t.worker);
+  });
+
+  it('503 then 200: delivered on the second attempt, 15 s later, with the same Idempotency-Key', async () => {
+    const t = await setup({ policy: 'adobe-best-effort' }, (_r, n) => ({ status: n === 1 ? 503 : 200 }));
+    await t.queue.enqueue('d', { profile: 1 }, { key: 'p1' });
+    await t.clock.advanceAsync(60_000);
+    expect(t.seen.map((s) => s.at)).toEqual([0, 15_000]);
+    expect(t.seen[0]!.headers['idempotency-key']).toBe(t.seen[1]!.headers['idempotency-key']);
+    expect(t.seen[0]!.headers['idempotency-key']).toMatch(/^"rb-[0-9a-f]{40}"$/);
+    expect((await t.queue.stats())[0]).toMatchObject({ deliveredItems: 1, droppedItems: 0, deferredBatches: 0 });
+    await finish(t.queue, t.worker);
+  });
+});
+
+describe('Retry-After is honoured as asked, within the policy cap, never shortened', () => {
+  it('adobe-configurable: a 429 asking for 20 minutes is retried after 20 minutes (plus a small positive jitter)', async () => {
+    const t = await setup({ policy: 'adobe-configurable', maxPauseMs: 0 }, (_r, n) => (n === 1 ? { status: 429, headers: { 'retry-after': '1200' } } : { status: 200 }));
+    await t.queue.enqueue('d', { x: 1 });
+    await t.clock.advanceAsync(40 * 60_000);
+    expect(t.seen).toHaveLength(2);
+    expect(t.seen[1]!.at).toBeGreaterThanOrEqual(1_200_000);
+    expect(t.seen[1]!.at).toBeLessThanOrEqual(1_210_000); // jitter at most 10 s (the core's retryAfter.jitterMaxMs)
+    const b = (await t.queue.list({ state: 'delivered' }))[0]!;
+    expect((await t.queue.show(b.id))!.attempts[0]).toMatchObject({ status: 429, decision: 'retry', retryAfterMs: 1_200_000 });
+    await finish(t.queue, t.worker);
+  });
+
+  it('adobe-configurable: a Retry-After of 2 hours is over the cap (1 h): dropped at once, kept with its reason', async () => {
+    const t = await setup({ policy: 'adobe-configurable', maxPauseMs: 0 }, () => ({ status: 429, headers: { 'retry-after': '7200' } }));
+    await t.queue.enqueue('d', { x: 1 });
+    await t.clock.advanceAsync(3 * 3_600_000);
+    expect(t.seen).toHaveLength(1);
+    expect((await t.queue.list({ state: 'dropped' }))[0]).toMatchObject({ lastStatus: 429, lastDecision: 'not_retryable', lastWhy: 'retry_after_over_cap' });
+    await finish(t.queue, t.worker);
+  });
+
+  it('adobe-best-effort: a 503 asking for 45 s waits 45 s, not the schedule\'s 15 s', async () => {
+    const t = await setup({ policy: 'adobe-best-effort', maxPauseMs: 0 }, (_r, n) => (n === 1 ? { status: 503, headers: { 'retry-after': '45' } } : { status: 200 }));
+    await t.queue.enqueue('d', { x: 1 });
+    await t.clock.advanceAsync(5 * 60_000);
+    expect(t.seen[1]!.at).toBeGreaterThanOrEqual(45_000);
+    await finish(t.queue, t.worker);
+  });
+
+  it('adobe-configurable without Retry-After: 429 waits exactly the preset\'s 30 minutes; the 429 uses up an attempt (3 in all)', async () => {
+    const t = await setup({ policy: 'adobe-configurable' }, () => ({ status: 429 }));
+    await t.queue.enqueue('d', { x: 1 });
+    await t.clock.advanceAsync(3 * 3_600_000);
+    expect(t.seen.map((s) => s.at)).toEqual([0, 1_800_000, 3_600_000]);
+    expect((await t.queue.list({ state: 'dropped' }))[0]).toMatchObject({ lastStatus: 429, lastDecision: 'max_attempts', attempt: 3 });
+    await finish(t.queue, t.worker);
+  });
+});
+
+describe('aggregation: max items, max bytes, max age — whichever comes first', () => {
+  it('25 items, 10 per batch, 1 s max age: two full batches at once, the last 5 after 1 s; one stable key per batch', async () => {
+    const t = await setup({ policy: 'adobe-best-effort', batch: { maxItems: 10, maxAgeMs: 1_000 } }, (_r, n) => ({ status: n === 2 ? 503 : 200 }));
+    await t.queue.enqueueMany('d', Array.from({ length: 25 }, (_, i) => ({ key: `k${i}`, payload: { i } })));
+    await t.clock.advanceAsync(999);
+    expect(t.seen.map((s) => [s.at, s.items])).toEqual([[0, 10], [0, 10]]);
+    await t.clock.advanceAsync(30_000);
+    expect(t.seen.map((s) => [s.at, s.items])).toEqual([[0, 10], [0, 10], [1_000, 5], [15_000, 10]]);
+    // the retried batch went out with the same key and the same body
+    expect(t.seen[3]!.key).toBe(t.seen[1]!.key);
+    expect(t.seen[3]!.body).toBe(t.seen[1]!.body);
+    const body = JSON.parse(t.seen[0]!.body) as { key: string; items: { key: string; payload: unknown }[] };
+    expect(body.key).toBe(t.seen[0]!.key);
+    expect(body.items.map((i) => i.key)).toEqual(['k0', 'k1', 'k2', 'k3', 'k4', 'k5', 'k6', 'k7', 'k8', 'k9']);
+    expect(body.items[3]!.payload).toEqual({ i: 3 });
+    await finish(t.queue, t.worker);
+  });
+});
+
+describe('load shedding', () => {
+  it('rate limit: 250 requests under a 100/min limit never put more than 100 in any 60 s window', async () => {
+    const t = await setup({ policy: 'adobe-best-effort', rateLimit: { requests: 100, perMs: 60_000 } }, () => ({ status: 200 }));
+    await t.queue.enqueueMany('d', Array.from({ length: 250 }, (_, i) => ({ key: `k${i}`, payload: i })));
+    await t.clock.advanceAsync(5 * 60_000);
+    expect(t.seen).toHaveLength(250);
+    const at = t.seen.map((s) => s.at);
+    let worst = 0;
+    for (let i = 0; i < at.length; i++) worst = Math.max(worst, at.filter((x) => x >= at[i]! && x < at[i]! + 60_000).length);
+    expect(worst).toBe(100);
+    expect([at.filter((x) => x < 60_000).length, at.filter((x) => x >= 60_000 && x < 120_000).length, at.filter((x) => x >= 120_000).length]).toEqual([100, 100, 50]);
+    await finish(t.queue, t.worker);
+  });
+
+  it('the seed 001 destination with a local limit of 50,000/min: it sees its limit, no 429 at all (scaled 1/1000)', async () => {
+    const clock = createTestClock();
+    const perMinute = new Map<number, { ok: number; throttled: number }>();
+    const t = await setup({ policy: 'adobe-configurable', rateLimit: { requests: 50, perMs: 60_000 }, concurrency: { initial: 100, adaptive: false } }, () => {
+      const m = Math.floor((clock.wallNow() - t0) / 60_000) + 1;
+      const c = perMinute.get(m) ?? { ok: 0, throttled: 0 };
+      perMinute.set(m, c);
+      if (c.ok >= 50) {
+        c.throttled++;
+        return { status: 429 };
+      }
+      c.ok++;
+      return { status: 200 };
+    }, {}, clock);
+    const t0 = t.start;
+    await t.queue.enqueueMany('d', Array.from({ length: 40 }, (_, i) => ({ key: `a${i}`, payload: i })));
+    await clock.advanceAsync(60_000);
+    await t.queue.enqueueMany('d', Array.from({ length: 70 }, (_, i) => ({ key: `b${i}`, payload: i })));
+    await clock.advanceAsync(60_000);
+    await t.queue.enqueueMany('d', Array.from({ length: 30 }, (_, i) => ({ key: `c${i}`, payload: i })));
+    await clock.advanceAsync(5 * 60_000);
+    expect([...perMinute.values()].reduce((a, c) => a + c.throttled, 0)).toBe(0);
+    expect((await t.queue.stats())[0]!.deliveredItems).toBe(140); // all out by minute 4, not minute 32
+    expect(Math.max(...[...perMinute.keys()])).toBeLessThanOrEqual(4);
+    await finish(t.queue, t.worker);
+  });
+
+  it('adaptive concurrency (AIMD): a destination that takes 4 requests at a time sees far fewer 429s, and the limit comes down to it', async () => {
+    const run = async (adaptive: boolean) => {
+      const clock = createTestClock();
+      let inFlight = 0;
+      let throttled = 0;
+      const t = await setup({
+        policy: { maxAttempts: 50, deadlineMs: 3_600_000, backoff: { kind: 'constant', delayMs: 1_000 }, retryOn: { status: [429] }, retryAfter: { honor: false }, idempotent: true, budget: null },
+        concurrency: { initial: 32, min: 1, max: 32, adaptive },
+      }, () => {
+        if (inFlight >= 4) {
+          throttled++;
+          return { status: 429 };
+        }
+        inFlight++;
+        return new Promise<TransportResult>((resolve) => clock.setTimer(() => {
+          inFlight--;
+          resolve({ status: 200 });
+        }, 100));
+      }, { pollMs: 50 }, clock);
+      await t.queue.enqueueMany('d', Array.from({ length: 300 }, (_, i) => ({ key: `k${i}`, payload: i })));
+      await clock.advanceAsync(10 * 60_000);
+      const st = (await t.queue.stats())[0]!;
+      const limit = t.worker.concurrency('d');
+      const shrinks = t.events.filter((e) => e.type === 'concurrency' && e.cause === 'throttled').length;
+      await finish(t.queue, t.worker);
+      return { delivered: st.deliveredItems, dropped: st.droppedItems, throttled, limit, shrinks };
+    };
+    const fixed = await run(false);
+    const aimd = await run(true);
+    console.log(`AIMD vs a fixed limit of 32 against a destination that takes 4 at a time: fixed ${JSON.stringify(fixed)}, adaptive ${JSON.stringify(aimd)}`);
+    expect(fixed.delivered + fixed.dropped).toBe(300); // the storm: retries run out (max_attempts), kept as dropped
+    expect(aimd.delivered).toBe(300);
+    expect(aimd.shrinks).toBeGreaterThan(0);
+    expect(aimd.limit).toBeLessThanOrEqual(8);
+    expect(aimd.throttled * 4).toBeLessThan(fixed.throttled); // at least 4x fewer 429s than a fixed limit of 32
+  });
+
+  it('a 429 with Retry-After pauses the whole destination for that long (capped by maxPauseMs)', async () => {
+    const t = await setup({ policy: 'adobe-best-effort', maxPauseMs: 60_000, concurrency: { initial: 1, adaptive: false } }, (_r, n) => (n === 1 ? { status: 429, headers: { 'retry-after': '20' } } : { status: 200 }));
+    await t.queue.enqueueMany('d', Array.from({ length: 5 }, (_, i) => ({ key: `k${i}`, payload: i })));
+    await t.clock.advanceAsync(60_000);
+    expect(t.seen).toHaveLength(6);
+    expect(t.seen.slice(1).every((s) => s.at >= 20_000)).toBe(true);
+    expect(t.events.some((e) => e.type === 'paused')).toBe(true);
+    await finish(t.queue, t.worker);
+  });
+});
+
+describe('nothing is silently discarded', () => {
+  it('a refused connection is retried, then dropped with its error class; requeue delivers it with both rounds in its history', async () => {
+    let up = false;
+    const t = await setup({ policy: 'adobe-best-effort' }, () => {
+      if (!up) throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:9'), { code: 'ECONNREFUSED' });
+      return { status: 200 };
+    });
+    await t.queue.enqueue('d', { x: 1 }, { key: 'only' });
+    await t.clock.advanceAsync(5 * 60_000);
+    const [dropped] = await t.queue.list({ state: 'dropped' });
+    expect(dropped).toMatchObject({ lastErrorClass: 'connect_refused', lastStatus: null, lastDecision: 'max_attempts' });
+    up = true;
+    expect(await t.queue.requeue({ ids: [dropped!.id] })).toBe(1);
+    await t.clock.advanceAsync(1_000);
+    const d = (await t.queue.show(dropped!.id))!;
+    expect(d.state).toBe('delivered');
+    expect(d.attempts.map((a) => [a.round, a.attempt, a.errorClass ?? a.status])).toEqual([[1, 1, 'connect_refused'], [1, 2, 'connect_refused'], [1, 3, 'connect_refused'], [2, 1, 200]]);
+    expect(t.seen.at(-1)!.key).toBe(t.seen[0]!.key); // same key after the requeue
+    await finish(t.queue, t.worker);
+  });
+
+  it('an attempt that outlives its timeout is a timeout observation (at the bound), decided by the core', async () => {
+    const clock = createTestClock();
+    const t = await setup({ policy: { preset: 'adobe-best-effort', attemptTimeoutMs: 2_000 } }, (req, n) => n === 1
+      ? new Promise<TransportResult>((_resolve, reject) => req.signal.addEventListener('abort', () => reject(req.signal.reason)))
+      : { status: 200 }, {}, clock);
+    await t.queue.enqueue('d', { x: 1 });
+    await clock.advanceAsync(60_000);
+    const b = (await t.queue.list({ state: 'delivered' }))[0]!;
+    expect((await t.queue.show(b.id))!.attempts.map((a) => [a.errorClass ?? a.status, a.elapsedMs, a.decision])).toEqual([['timeout', 2_000, 'retry'], [200, 0, 'return']]);
+    expect(t.seen[1]!.at).toBe(17_000); // 2 s timeout + the schedule's 15 s
+    await finish(t.queue, t.worker);
+  });
+});
+
+describe('leases', () => {
+  it('fencing: a worker frozen past its lease cannot overwrite the batch after another worker claimed and delivered it', async () => {
+    const frozen = createTestClock(); // worker A's timers never fire while frozen: a stop-the-world pause
+    const live = createTestClock();
+    let releaseA: (r: TransportResult) => void = () => {};
+    const queue = await openDeliveryQueue({ store: 'sqlite::memory:', clock: live, destinations: { d: { url: 'https://r.example/', policy: 'adobe-best-effort', batch: { maxItems: 1, maxAgeMs: 0 } } } });
+    const eventsA: DeliveryEvent[] = [];
+    const a = queue.createWorker({ clock: frozen, leaseMs: 10_000, transport: () => new Promise((r) => { releaseA = r; }), onEvent: (e) => eventsA.push(e), workerId: 'A' });
+    await queue.enqueue('d', { x: 1 });
+    a.start();
+    await frozen.advanceAsync(0); // A claims and sends; its request hangs
+    expect((await queue.stats())[0]!.inflightBatches).toBe(1);
+    live.advance(10_000); // A's lease expires (A is frozen: no renewal)
+    const b = queue.createWorker({ clock: live, leaseMs: 10_000, transport: () => Promise.resolve({ status: 200 }), workerId: 'B' });
+    b.start();
+    await live.advanceAsync(1_000);
+    expect((await queue.stats())[0]!.deliveredBatches).toBe(1);
+    releaseA({ status: 400 }); // A wakes up with an answer that would drop the batch
+    await frozen.advanceAsync(1_000);
+    const [batch] = await queue.list({});
+    expect(batch).toMatchObject({ state: 'delivered', claims: 2, leaseOwner: null });
+    expect(eventsA.some((e) => e.type === 'lease_lost')).toBe(true);
+    expect((await queue.show(batch!.id))!.attempts.map((x) => [x.worker, x.status])).toEqual([['B', 200]]);
+    await b.stop();
+    await a.stop();
+    await queue.close();
+  });
+
+  it('graceful stop waits for requests in flight up to stopTimeoutMs, then gives the claims back: another worker takes them at once', async () => {
+    const clock = createTestClock();
+    const t = await setup({ policy: 'adobe-best-effort', concurrency: { initial: 3, adaptive: false } },
+      (req) => new Promise<TransportResult>((_r, reject) => req.signal.addEventListener('abort', () => reject(req.signal.reason))), { stopTimeoutMs: 500 }, clock);
+    await t.queue.enqueueMany('d', Array.from({ length: 5 }, (_, i) => ({ key: `k${i}`, payload: i })));
+    await clock.advanceAsync(100);
+    expect((await t.queue.stats())[0]!.inflightBatches).toBe(3);
+    const stopping = t.worker.stop();
+    await clock.advanceAsync(500);
+    expect(await stopping).toEqual({ released: 3, abandoned: 3 });
+    const st = (await t.queue.stats())[0]!;
+    expect([st.inflightBatches, st.readyBatches + st.pendingItems, st.droppedBatches]).toEqual([0, 5, 0]);
+    expect((await t.queue.list({ state: 'queued' })).every((b) => b.attempt === 0)).toBe(true); // abandoned attempts are not recorded
+    await t.queue.close();
+  });
+});
