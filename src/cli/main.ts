@@ -18,13 +18,14 @@ Commands:
   queue SUB         inspect the delivery queue: ls, show, requeue, drop-stats, stats
   simulate SCENARIO simulate a fleet of clients: brooker, overload, layers, or a scenario file
   fetch URL         one HTTP request through relent's client: body to stdout, events as JSON lines
+  report LOG|-      read an event log (JSONL): do retries help? tables, --json, or --html FILE with charts
   help [COMMAND]    this text, or a command's own
 
 Durations: 250ms, 2s, 30m, 1h (a bare number is ms). Exit status 0 only on success.
 `;
 
 type Command = (argv: string[], io: Io) => Promise<number>;
-const COMMANDS: Record<string, Command> = { replay: replayCommand, presets: presetsCommand, demo: demoCommand, simulate: async (argv, io) => (await import('./simulate.js')).simulateCommand(argv, io), fetch: async (argv, io) => (await import('./fetch.js')).fetchCommand(argv, io), deliver: async (argv, io) => (await import('./deliver.js')).deliverCommand(argv, io), enqueue: async (argv, io) => (await import('./deliver.js')).enqueueCommand(argv, io) , queue: async (argv, io) => (await import('./queue.js')).queueCommand(argv, io) };
+const COMMANDS: Record<string, Command> = { replay: replayCommand, presets: presetsCommand, demo: demoCommand, simulate: async (argv, io) => (await import('./simulate.js')).simulateCommand(argv, io), fetch: async (argv, io) => (await import('./fetch.js')).fetchCommand(argv, io), report: async (argv, io) => (await import('./report.js')).reportCommand(argv, io), deliver: async (argv, io) => (await import('./deliver.js')).deliverCommand(argv, io), enqueue: async (argv, io) => (await import('./deliver.js')).enqueueCommand(argv, io), queue: async (argv, io) => (await import('./queue.js')).queueCommand(argv, io) };
 
 /** Runs one command; returns the exit status. Never throws. */
 export async function main(argv: string[], io: Io = processIo): Promise<number> {

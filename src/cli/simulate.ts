@@ -1,4 +1,4 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { basename, extname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { RelentError } from '../core/errors.js';
@@ -32,7 +32,7 @@ Options:
   --seed S       seed (number or text); the same seed prints the same numbers
   --clients L    brooker only: client counts, e.g. 10,50,100
   --json         JSON on stdout instead of tables
-  --html FILE    an HTML report (not yet available)
+  --html FILE    also write the tables and charts as one self-contained HTML page
 `;
 
 async function readText(path: string, what: string): Promise<string> {
@@ -132,10 +132,7 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
     io.err(`relent simulate: ${positionals.length === 0 ? 'missing' : 'one'} SCENARIO (${SCENARIO_NAMES.join(', ')} or a scenario file)\n`);
     return EXIT.usage;
   }
-  if (values.html !== undefined) {
-    io.err('relent simulate: --html is not yet available (the HTML report comes with `relent report`); use --json or the tables\n');
-    return EXIT.usage;
-  }
+  if (values.html !== undefined && values.html.trim() === '') throw new RelentError('ERR_INVALID_INPUT', '--html: expected a file name', { field: '--html' });
   const target = positionals[0]!;
   let scenario: Scenario;
   if ((SCENARIO_NAMES as readonly string[]).includes(target)) {
@@ -176,6 +173,15 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
   const bar = progressBar(io);
   const result = runScenario(scenario, bar ? bar.update : undefined);
   bar?.clear();
+  if (values.html !== undefined) {
+    const { renderSimulationHtml } = await import('../report/sim-html.js');
+    try {
+      await writeFile(values.html, renderSimulationHtml(result, header(scenario)));
+    } catch (e) {
+      const code = (e as { code?: string }).code;
+      throw new RelentError('ERR_INVALID_INPUT', `--html ${values.html}: cannot write (${code === 'ENOENT' ? 'no such directory' : code ?? String(e)})`, { field: '--html' });
+    }
+  }
 
   if (values.json) {
     io.out(JSON.stringify({ rows: result.result.rows }) + '\n');

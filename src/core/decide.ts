@@ -127,6 +127,16 @@ function terminal(decision: Decision, why: DecisionWhy, hint: { ms: number | nul
 }
 
 /**
+ * A status the policy takes as the answer, no questions asked (below 400 and not in
+ * retryOn). For such an attempt decide() needs neither the time nor randomness, so a
+ * driver with nothing else to do (no events, budget or breaker) may skip reading the
+ * clock.
+ */
+export function isPlainAnswer(policy: Policy, status: number): boolean {
+  return status < 400 && !policy.retryOnStatus.has(status);
+}
+
+/**
  * The one answer to "retry, stop, or check state, and after how long?" (R1–R12).
  *
  * Pure: reads no clock and draws no randomness of its own (both come in `ctx`), does
@@ -144,7 +154,7 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
   const budget = ctx.budget ?? null;
 
   // Fast path: an answer the policy does not retry.
-  if (status !== null && !policy.retryOnStatus.has(status) && status < 400) {
+  if (status !== null && isPlainAnswer(policy, status)) {
     if (budget) budget.observe({ attempt: state.attempt, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost: state.lastBudgetCost }, ctx.now);
     return obs.nbr !== undefined && obs.nbr !== null ? { ...RETURN_SUCCESS, why: 'no_bid' } : RETURN_SUCCESS;
   }

@@ -3,7 +3,7 @@ import { safeEndpoint } from '../core/endpoint.js';
 import { SERVER_HINT_HEADERS } from '../core/hints.js';
 import type { RetryBudget } from '../core/budget.js';
 import {
-  afterRetry, attemptBudgetMs, beginAttempt, decide, preflight, startOperation, type OperationState,
+  afterRetry, attemptBudgetMs, beginAttempt, decide, isPlainAnswer, preflight, startOperation, type OperationState,
 } from '../core/decide.js';
 import { errorClassOfCode } from '../core/error-codes.js';
 import { RelentError, REASON_CODES } from '../core/errors.js';
@@ -154,8 +154,10 @@ function classifyValueDefault(value: unknown): Classified {
       return status >= 400 && h ? { status, headers: pickHeaders(h) } : { status };
     }
   }
-  return { status: 200 };
+  return OK_200;
 }
+
+const OK_200: Classified = Object.freeze({ status: 200 });
 
 /** The hint headers of a Headers object or a plain record, lower-cased. */
 function pickHeaders(h: unknown): Record<string, string> {
@@ -255,7 +257,7 @@ async function waitForSlot(bulkhead: Bulkhead, clock: Clock, signal: AbortSignal
 
 /** The context one attempt receives. Its signal and requestId are built only when read. */
 class AttemptCtx implements AttemptContext {
-  readonly operationId: string;
+  private readonly owner: { readonly operationId: string };
   readonly attempt: number;
   readonly timeoutMs: number;
   readonly remainingMs: number;
@@ -265,12 +267,16 @@ class AttemptCtx implements AttemptContext {
   done = false;
   timedOut = false;
 
-  constructor(operationId: string, attempt: number, timeoutMs: number, remainingMs: number, callerSignal: AbortSignal | undefined) {
-    this.operationId = operationId;
+  constructor(owner: { readonly operationId: string }, attempt: number, timeoutMs: number, remainingMs: number, callerSignal: AbortSignal | undefined) {
+    this.owner = owner;
     this.attempt = attempt;
     this.timeoutMs = timeoutMs;
     this.remainingMs = remainingMs;
     this.callerSignal = callerSignal;
+  }
+
+  get operationId(): string {
+    return this.owner.operationId;
   }
 
   get requestId(): string {
@@ -311,8 +317,8 @@ class Runner<T> {
   private readonly scope: OperationScope | null;
   private readonly method: string | null;
   private readonly endpoint: string | null;
-  private readonly operationId: string;
-  private state: OperationState;
+  private opId: string | null;
+  private state!: OperationState;
   private phase = Phase.Idle;
   private ctx: AttemptCtx | null = null;
   private aScope: AttemptScope | null = null;
@@ -322,12 +328,14 @@ class Runner<T> {
   private last: Observation | null = null;
   private lastOutcome: AttemptOutcome<T> | null = null;
   private lastDecision: DecisionResult | null = null;
-  private listening = false;
+  private abortListener: (() => void) | null = null;
 
   constructor(
     private readonly fn: (ctx: AttemptContext) => Promise<T>,
     private readonly options: RunOptions<T>,
-    private readonly settleRun: (r: RunResult<T>) => void,
+    private readonly settleRun: ((r: RunResult<T>) => void) | null,
+    private readonly resolveValue: ((v: T) => void) | null = null,
+    private readonly rejectValue: ((e: unknown) => void) | null = null,
   ) {
     this.policy = resolvePolicy(options.policy);
     this.clock = options.clock ?? systemClock;
@@ -339,24 +347,25 @@ class Runner<T> {
     this.method = options.method ?? null;
     // R14: whatever the caller passed, events never carry a query, userinfo or fragment.
     this.endpoint = options.endpoint != null ? safeEndpoint(options.endpoint) : null;
-    this.operationId = options.operationId ?? newOperationId();
+    this.opId = options.operationId ?? null;
     this.scope = options.instrumentation ? options.instrumentation.operation({ operationId: this.operationId, method: this.method, endpoint: this.endpoint }) : null;
+  }
+
+  /** Fixed for the operation; made on first use (nothing reads it on a quiet success path). */
+  get operationId(): string {
+    return (this.opId ??= newOperationId());
+  }
+
+  start(): void {
+    const now = this.clock.now();
+    const options = this.options;
     this.state = startOperation(this.policy, {
-      now: 0, // replaced in start()
+      now,
       method: this.method,
       idempotencyKey: options.idempotencyKey ?? null,
       idempotent: options.idempotent ?? null,
       deadlineMs: options.deadlineMs ?? null,
     });
-  }
-
-  start(): void {
-    const now = this.clock.now();
-    const s = this.state;
-    this.state = {
-      attempt: 0, startedAt: now, deadlineAt: now + (s.deadlineAt - s.startedAt),
-      idempotent: s.idempotent, prevDelayMs: null, lastBudgetCost: 0,
-    };
     this.next(now);
   }
 
@@ -370,13 +379,13 @@ class Runner<T> {
     if (this.bulkhead !== null && !this.bulkhead.tryAcquire()) {
       // The slow path: every slot is taken. Wait in the queue, within the deadline.
       this.phase = Phase.Slot;
-      waitForSlot(this.bulkhead, this.clock, this.signal, this.state.deadlineAt - now).then(this.afterSlot, this.crash);
+      waitForSlot(this.bulkhead, this.clock, this.signal, this.state.deadlineAt - now).then((r) => this.afterSlot(r), (e: unknown) => this.crash(e));
       return;
     }
     this.call(now);
   }
 
-  private readonly afterSlot = (result: 'ok' | 'full' | 'deadline' | 'cancelled'): void => {
+  private afterSlot(result: 'ok' | 'full' | 'deadline' | 'cancelled'): void {
     const now = this.clock.now();
     let got = result;
     if (got === 'ok' && (this.signal?.aborted || this.state.deadlineAt - now <= 0)) {
@@ -389,11 +398,11 @@ class Runner<T> {
     if (got === 'cancelled') return this.end('cancelled', null);
     if (got === 'deadline') return this.end('deadline_exceeded', DEADLINE_SPENT);
     return this.end('budget_exhausted', null, bulkheadFullOutcome(this.bulkhead!, this.lastOutcome, this.last, this.operationId, this.state.attempt));
-  };
+  }
 
-  private readonly crash = (error: unknown): void => {
+  private crash(error: unknown): void {
     this.end('not_retryable', null, { outcome: { ok: false, error } });
-  };
+  }
 
   /** Calls the operation (or the state check) with a timer and the caller's signal racing it. */
   private call(now: number, check?: (ctx: AttemptContext) => Promise<T>, timeoutOverride?: number): void {
@@ -403,7 +412,7 @@ class Runner<T> {
     let timeoutMs = timeoutOverride ?? attemptBudgetMs(this.policy, state, now);
     const own = this.options.attemptTimeoutMs;
     if (timeoutOverride === undefined && own !== undefined && own > 0 && own < timeoutMs) timeoutMs = own;
-    const ctx = new AttemptCtx(this.operationId, state.attempt, timeoutMs, remaining, this.signal);
+    const ctx = new AttemptCtx(this, state.attempt, timeoutMs, remaining, this.signal);
     this.ctx = ctx;
     this.checking = check !== undefined;
     this.attemptStart = now;
@@ -419,9 +428,9 @@ class Runner<T> {
     }
     if (ctx.done) return;
     this.cancelTimer = this.clock.setTimer(this.onTimer, timeoutMs, now);
-    if (this.signal !== undefined && !this.listening) {
-      this.listening = true;
-      this.signal.addEventListener('abort', this.onCallerAbort);
+    if (this.signal !== undefined && this.abortListener === null) {
+      this.abortListener = () => this.onCallerAbort();
+      this.signal.addEventListener('abort', this.abortListener);
     }
     p.then((value) => this.settle(ctx, { kind: 'value', value }), (error: unknown) => this.settle(ctx, { kind: 'error', error }));
   }
@@ -436,7 +445,7 @@ class Runner<T> {
     this.settle(ctx, TIMEOUT_OUTCOME);
   };
 
-  private readonly onCallerAbort = (): void => {
+  private onCallerAbort(): void {
     if (this.phase === Phase.Calling && this.ctx !== null && !this.ctx.done) {
       this.ctx.abort(this.signal?.reason);
       this.settle(this.ctx, ABORTED_OUTCOME);
@@ -445,7 +454,7 @@ class Runner<T> {
       this.cancelTimer = null;
       this.end('cancelled', null);
     }
-  };
+  }
 
   /** One attempt has settled: observe, decide (the core), report, carry the decision out. */
   private settle(ctx: AttemptCtx, outcome: AttemptOutcome<T>): void {
@@ -461,25 +470,29 @@ class Runner<T> {
     if (this.bulkhead !== null) this.bulkhead.release();
     this.lastOutcome = outcome;
     const clock = this.clock;
-    const now = clock.now();
-    const elapsedMs = now - this.attemptStart;
     const options = this.options;
-    let obs: Observation;
+    let c: Classified;
     switch (outcome.kind) {
       case 'value':
-        obs = observation((options.classifyValue?.(outcome.value)) ?? classifyValueDefault(outcome.value), elapsedMs);
+        c = (options.classifyValue?.(outcome.value)) ?? classifyValueDefault(outcome.value);
         break;
       case 'error':
         // An error after the caller's abort is the cancellation, not a new fact.
-        obs = observation(this.signal?.aborted ? ABORTED : ((options.classifyError?.(outcome.error)) ?? classifyErrorDefault(outcome.error)), elapsedMs);
+        c = this.signal?.aborted ? ABORTED : ((options.classifyError?.(outcome.error)) ?? classifyErrorDefault(outcome.error));
         break;
       case 'timeout':
-        obs = observation((options.classifyTimeout?.(ctx)) ?? TIMED_OUT, elapsedMs);
+        c = (options.classifyTimeout?.(ctx)) ?? TIMED_OUT;
         break;
       case 'aborted':
-        obs = observation(ABORTED, elapsedMs);
+        c = ABORTED;
         break;
     }
+    // A plain answer that nobody watches needs no clock reading (decide() ignores the time then).
+    const status = (c as { status?: number }).status;
+    const untimed = status !== undefined && this.settleRun === null && this.budget === null && this.breaker === null && !options.onEvent && this.aScope === null
+      && isPlainAnswer(this.policy, status);
+    const now = untimed ? this.attemptStart : clock.now();
+    const obs = observation(c, now - this.attemptStart);
     this.last = obs;
     const state = this.state;
     // The wall clock is read only when something needs it (HTTP dates, the breaker).
@@ -541,9 +554,13 @@ class Runner<T> {
   private end(reason: TerminalReason, d: DecisionResult | null, extra: Partial<RunResult<T>> = {}): void {
     if (this.phase === Phase.Done) return;
     this.phase = Phase.Done;
-    if (this.listening) this.signal!.removeEventListener('abort', this.onCallerAbort);
+    if (this.abortListener !== null) this.signal!.removeEventListener('abort', this.abortListener);
     const last = this.last;
     const attempts = this.state.attempt;
+    const quiet = !this.options.onEvent && this.scope === null;
+    if (quiet && this.resolveValue !== null && reason === 'return' && extra.outcome === undefined && this.lastOutcome?.kind === 'value') {
+      return this.resolveValue(this.lastOutcome.value); // run()'s success path: nothing else to build
+    }
     const outcome = extra.outcome ?? outcomeFor(reason, d, this.lastOutcome, last, this.operationId, attempts, this.signal);
     if (this.options.onEvent || this.scope !== null) {
       const ev: ResultEvent & { stateCheck?: Classified } = {
@@ -552,6 +569,11 @@ class Runner<T> {
       if (extra.stateCheck) ev.stateCheck = extra.stateCheck;
       if (this.options.onEvent) this.options.onEvent(ev);
       if (this.scope !== null) this.scope.end(ev);
+    }
+    if (this.settleRun === null) {
+      if (outcome.ok) this.resolveValue!(outcome.value);
+      else this.rejectValue!(outcome.error);
+      return;
     }
     this.settleRun({ operationId: this.operationId, reason, attempts, last, outcome, stateCheck: extra.stateCheck ?? null, delayMs: d?.delayMs ?? null });
   }
@@ -652,6 +674,6 @@ function outcomeFor<T>(
  */
 export function run<T>(fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T> = {}): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    new Runner(fn, options, (r) => (r.outcome.ok ? resolve(r.outcome.value) : reject(r.outcome.error))).start();
+    new Runner(fn, options, null, resolve, reject).start();
   });
 }

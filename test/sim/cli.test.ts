@@ -88,12 +88,6 @@ describe('relent simulate', () => {
     }
   });
 
-  it('--html is not there yet: a clear error, exit 2', async () => {
-    const r = await cli('brooker', '--html', join(dir, 'x.html'));
-    expect(r.code).toBe(2);
-    expect(r.err).toMatch(/--html is not yet available/);
-  });
-
   it('help', async () => {
     const r = await cli('--help');
     expect(r.code).toBe(0);

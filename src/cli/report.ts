@@ -1,0 +1,97 @@
+import { createReadStream } from 'node:fs';
+import { stat, writeFile } from 'node:fs/promises';
+import { parseArgs } from 'node:util';
+import { RelentError } from '../core/errors.js';
+import { analyzeEventStream, REPORT_DEFAULTS, type EventReport } from '../report/analyze.js';
+import { formatReport } from '../report/format.js';
+import { renderReportHtml } from '../report/html.js';
+import { EXIT, type Io } from './args.js';
+
+export const REPORT_HELP = `relent report EVENTS.jsonl|- [options]
+
+Reads an event log (one {"type":"attempt",…} line per attempt, one {"type":"result",…}
+per operation, as relent's JSONL sinks, \`replay\` and \`fetch --events\` write it) and
+reports whether retries help: attempts per operation, terminal reasons, statuses and
+error classes, delays, timeouts, load sent, retry success per endpoint with a verdict,
+and load vs retries over time (by the events' "ts"/"time" field, else by line order).
+
+Any size of log: it is streamed in constant memory. A malformed line is counted and
+reported with its line number, never fatal. \`-\` reads standard input.
+
+Options:
+  --json           the report as one JSON object on stdout instead of tables
+  --html FILE      also write the report as one self-contained HTML page with charts
+  --max-open N     operations held between their first attempt and their result line
+                   (default ${REPORT_DEFAULTS.maxOpenOperations}; the oldest is evicted beyond and counted)
+  --endpoints N    endpoints with their own row (default ${REPORT_DEFAULTS.maxEndpoints}; later ones share a row)
+`;
+
+function positiveInt(text: string | undefined, flag: string, max: number): number | undefined {
+  if (text === undefined) return undefined;
+  const n = Number(text);
+  if (!/^\d+$/.test(text.trim()) || !Number.isInteger(n) || n < 1 || n > max) {
+    throw new RelentError('ERR_INVALID_INPUT', `${flag}: expected an integer from 1 to ${max}, got ${JSON.stringify(text)}`, { field: flag });
+  }
+  return n;
+}
+
+function cannot(what: string, path: string, e: unknown): RelentError {
+  const code = (e as { code?: string }).code;
+  const why = code === 'ENOENT' ? 'no such file or directory' : code === 'EISDIR' ? 'is a directory' : code === 'EACCES' ? 'permission denied' : code ?? (e instanceof Error ? e.message : String(e));
+  return new RelentError('ERR_INVALID_INPUT', `${what} ${path}: ${why}`, { field: what });
+}
+
+export async function reportCommand(argv: string[], io: Io): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      json: { type: 'boolean' },
+      html: { type: 'string' },
+      'max-open': { type: 'string' },
+      endpoints: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) {
+    io.out(REPORT_HELP);
+    return EXIT.ok;
+  }
+  if (positionals.length !== 1) {
+    io.err(`relent report: ${positionals.length === 0 ? 'missing the event log (a JSONL file, or - for standard input)' : 'one event log at a time'}\n`);
+    return EXIT.usage;
+  }
+  if (values.html !== undefined && values.html.trim() === '') throw new RelentError('ERR_INVALID_INPUT', '--html: expected a file name', { field: '--html' });
+  const maxOpenOperations = positiveInt(values['max-open'], '--max-open', 10_000_000);
+  const maxEndpoints = positiveInt(values.endpoints, '--endpoints', 1_000_000);
+  const path = positionals[0]!;
+
+  let report: EventReport;
+  const options = { source: path === '-' ? 'standard input' : path, ...(maxOpenOperations ? { maxOpenOperations } : {}), ...(maxEndpoints ? { maxEndpoints } : {}) };
+  if (path === '-') {
+    report = await analyzeEventStream(process.stdin, options);
+  } else {
+    try {
+      const st = await stat(path);
+      if (st.isDirectory()) throw Object.assign(new Error('is a directory'), { code: 'EISDIR' });
+    } catch (e) {
+      throw cannot('event log', path, e);
+    }
+    try {
+      report = await analyzeEventStream(createReadStream(path, { highWaterMark: 1024 * 1024 }), options);
+    } catch (e) {
+      if ((e as { code?: string }).code !== undefined) throw cannot('event log', path, e);
+      throw e;
+    }
+  }
+
+  if (values.html !== undefined) {
+    try {
+      await writeFile(values.html, renderReportHtml(report));
+    } catch (e) {
+      throw cannot('--html', values.html, e);
+    }
+  }
+  io.out(values.json ? JSON.stringify(report) + '\n' : formatReport(report));
+  return EXIT.ok;
+}

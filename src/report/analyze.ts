@@ -1,0 +1,662 @@
+import { createReadStream } from 'node:fs';
+import type { Decision, TerminalReason } from '../core/types.js';
+import { safeEndpoint } from '../core/endpoint.js';
+import { LineSplitter } from './lines.js';
+import { AdaptiveSeries, type SeriesBucket } from './series.js';
+import { LogSketch, type SketchBin, type SketchSummary } from './sketch.js';
+import { retryVerdict, VERDICT_THRESHOLDS, type RetryVerdict } from './verdict.js';
+
+/** relent's decisions (a closed set, SPEC §1), in the order reports list them. */
+export const REPORT_DECISIONS: readonly Decision[] = Object.freeze([
+  'return', 'retry', 'check_state', 'deadline_exceeded', 'max_attempts', 'not_retryable', 'budget_exhausted', 'circuit_open', 'cancelled', 'defer',
+] as const);
+/** The reasons an operation ends with: every decision but `retry`. */
+export const REPORT_REASONS: readonly TerminalReason[] = Object.freeze(REPORT_DECISIONS.filter((d): d is TerminalReason => d !== 'retry'));
+
+const DECISION_INDEX = new Map<string, number>(REPORT_DECISIONS.map((d, i) => [d, i]));
+const RETRY = DECISION_INDEX.get('retry')!;
+const RETURN = DECISION_INDEX.get('return')!;
+
+/** Limits that keep the memory of a report constant, whatever the size of the log. */
+export const REPORT_DEFAULTS = Object.freeze({
+  /** Operations between their first attempt and their result line held at once; the oldest is evicted beyond. */
+  maxOpenOperations: 50_000,
+  /** Endpoints with their own row; later new endpoints share the row "(other endpoints)". */
+  maxEndpoints: 1000,
+  /** Malformed lines whose number (and what is wrong) the report keeps. */
+  malformedLinesKept: 20,
+  /** A longer line is malformed (and never held in memory whole). */
+  maxLineBytes: 1024 * 1024,
+  /** Buckets of the load-vs-retries series. */
+  seriesBuckets: 120,
+  /** Distinct names kept per list (error classes, other event types); further ones are counted as "(other)". */
+  maxNames: 64,
+  /** Attempts per operation counted one by one up to here; larger counts share one bar. */
+  maxAttemptsBar: 100,
+});
+
+export interface ReportOptions {
+  readonly maxOpenOperations?: number;
+  readonly maxEndpoints?: number;
+  readonly malformedLinesKept?: number;
+  readonly maxLineBytes?: number;
+  readonly seriesBuckets?: number;
+  /** What the log is called in the report (a file name); not read. */
+  readonly source?: string | null;
+}
+
+export interface MalformedLine {
+  readonly line: number;
+  /** What is wrong, in words; never the line's content (it may hold what must not leak, R14). */
+  readonly reason: string;
+}
+
+/** Retry figures of one endpoint (or of all: `retrySuccess.overall`). */
+export interface EndpointReport {
+  /** Normalised: no query, fragment or userinfo, whatever the log held. */
+  readonly endpoint: string;
+  /** Operations that ended (by a result line, or by their last attempt's terminal decision). */
+  readonly operations: number;
+  /** Attempt lines seen. */
+  readonly attempts: number;
+  /** Load sent: attempts ÷ operations seen (ended or not); null without operations. */
+  readonly attemptsPerOperation: number | null;
+  /** Operations that ended with `return`. */
+  readonly returned: number;
+  /** Operations that needed at least one retry (2 attempts or more). */
+  readonly retried: number;
+  /** …of which ended with `return`. */
+  readonly retriedReturned: number;
+  /** retriedReturned ÷ retried; null without retried operations. */
+  readonly retrySuccessRate: number | null;
+  /** Attempts that timed out (`timeout` or `connect_timeout`). */
+  readonly timeouts: number;
+  readonly timeoutShare: number | null;
+  /** Operations seen whose end is not in the log. */
+  readonly unfinished: number;
+  readonly reasons: Readonly<Partial<Record<TerminalReason, number>>>;
+  readonly verdict: RetryVerdict;
+}
+
+export interface Distribution extends SketchSummary {
+  /** One bar per doubling (ms): see LogSketch.bins. */
+  readonly bins: readonly SketchBin[];
+}
+
+/** Everything `relent report` prints; plain JSON (what `--json` writes). */
+export interface EventReport {
+  readonly source: string | null;
+  readonly lines: number;
+  readonly blankLines: number;
+  readonly events: { readonly attempt: number; readonly result: number; readonly other: Readonly<Record<string, number>> };
+  readonly malformed: { readonly count: number; readonly lines: readonly MalformedLine[]; readonly byReason: Readonly<Record<string, number>> };
+  readonly operations: {
+    /** Operations that ended: withResult + inferred. */
+    readonly ended: number;
+    /** Ended by their result line. */
+    readonly withResult: number;
+    /** No result line, but their last attempt's decision ended them (logs of attempts only, e.g. the delivery worker's). */
+    readonly inferred: number;
+    /** Seen, but their last attempt decided `retry` and nothing followed (open at the end, or evicted). */
+    readonly unfinished: number;
+    /** Operations dropped from the open set to keep memory bounded (counted as inferred or unfinished). */
+    readonly evicted: number;
+    /** The bound on operations held open at once. */
+    readonly maxOpen: number;
+  };
+  /** Load sent to the dependencies: attempts ÷ operations seen. */
+  readonly load: { readonly attempts: number; readonly operations: number; readonly attemptsPerOperation: number | null; readonly retries: number; readonly retryShare: number | null };
+  readonly attemptsPerOperation: {
+    /** Operations that ended, by their number of attempts (only counts that occur). */
+    readonly histogram: readonly { readonly attempts: number; readonly operations: number; readonly share: number }[];
+    /** Operations with more attempts than maxAttemptsBar, together. */
+    readonly more: { readonly from: number; readonly operations: number } | null;
+    readonly mean: number | null;
+    readonly max: number | null;
+  };
+  /** Share of ended operations per terminal reason (only reasons that occur, in vocabulary order). */
+  readonly reasons: readonly { readonly reason: TerminalReason; readonly operations: number; readonly share: number }[];
+  /** How ended operations ended: `2xx`…`5xx` of the final status, the final error class, or `no call`. */
+  readonly outcomes: Readonly<Record<string, number>>;
+  /** Per attempt: status classes, statuses, error classes, decisions. */
+  readonly perAttempt: {
+    readonly statusClasses: Readonly<Record<string, number>>;
+    readonly statuses: readonly { readonly status: number; readonly attempts: number }[];
+    readonly errorClasses: readonly { readonly errorClass: string; readonly attempts: number }[];
+    readonly decisions: readonly { readonly decision: Decision; readonly attempts: number }[];
+  };
+  readonly timeouts: { readonly attempts: number; readonly share: number | null };
+  /** The chosen waits (`delayMs` of attempts that set one), ms. */
+  readonly delays: Distribution;
+  /** How long attempts took (`elapsedMs`), ms. */
+  readonly elapsed: Distribution;
+  readonly retryAfter: { readonly seen: number; readonly valid: number; readonly invalid: number };
+  readonly retrySuccess: {
+    readonly overall: EndpointReport;
+    /** By operations, most first. */
+    readonly endpoints: readonly EndpointReport[];
+    /** Operations of endpoints beyond maxEndpoints, counted in the row "(other endpoints)". */
+    readonly endpointsFolded: boolean;
+    readonly thresholds: typeof VERDICT_THRESHOLDS;
+  };
+  /** Load vs retries over time (or over the log's lines when events carry no time). */
+  readonly series: {
+    readonly basis: 'time' | 'line';
+    /** The event field the times came from, or null (line order). */
+    readonly field: 'ts' | 'time' | null;
+    readonly unit: 'ms' | 'lines';
+    readonly bucketWidth: number;
+    readonly buckets: readonly SeriesBucket[];
+    /** In time mode: attempts without a usable time, counted at the last time seen. */
+    readonly attemptsWithoutTime: number;
+    readonly note: string;
+  };
+}
+
+interface EndpointAcc {
+  readonly key: string;
+  operations: number;
+  attempts: number;
+  returned: number;
+  retried: number;
+  retriedReturned: number;
+  timeouts: number;
+  unfinished: number;
+  readonly reasons: Float64Array;
+}
+
+interface OpenOp {
+  readonly ep: EndpointAcc;
+  maxAttempt: number;
+  last: number;
+  status: number | null;
+  errorClass: string | null;
+}
+
+type Json = Record<string, unknown>;
+
+const NO_ENDPOINT = '(no endpoint)';
+const OTHER_ENDPOINTS = '(other endpoints)';
+const OTHER = '(other)';
+const MAX_NAME = 60;
+const MAX_ENDPOINT = 300;
+const MAX_ID = 200;
+
+/** A short stable key for an over-long operation id (its head, its length and a 53-bit hash). */
+function idKey(id: string): string {
+  if (id.length <= MAX_ID) return id;
+  let h1 = 0xdeadbeef;
+  let h2 = 0x41c6ce57;
+  for (let i = 0; i < id.length; i++) {
+    const c = id.charCodeAt(i);
+    h1 = Math.imul(h1 ^ c, 2654435761);
+    h2 = Math.imul(h2 ^ c, 1597334677);
+  }
+  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+  return `${id.slice(0, 64)}…${id.length}:${(4294967296 * (2097151 & h2) + (h1 >>> 0)).toString(36)}`;
+}
+
+/**
+ * Names from the log are untrusted: control characters (terminal escapes) and bidi
+ * overrides become U+FFFD so that no output — text, JSON or HTML — can carry them.
+ */
+// eslint-disable-next-line no-control-regex
+const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+export function printable(s: string): string {
+  return s.replace(UNPRINTABLE, '\ufffd');
+}
+
+function clip(s: string, max: number): string {
+  return s.length <= max ? s : `${s.slice(0, max - 1)}…`;
+}
+
+/** A bounded name → count table: after `max` names, new ones count as "(other)". */
+class NameCounts {
+  private readonly m = new Map<string, number>();
+  constructor(private readonly max: number) {}
+  add(name: string, n = 1): void {
+    let key = clip(name, MAX_NAME);
+    if (!this.m.has(key) && this.m.size >= this.max) key = OTHER;
+    this.m.set(key, (this.m.get(key) ?? 0) + n);
+  }
+  entries(): [string, number][] {
+    return [...this.m.entries()].map(([k, v]): [string, number] => [printable(k), v]).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
+  }
+  record(): Record<string, number> {
+    return Object.fromEntries(this.entries());
+  }
+}
+
+function statusClass(status: number): string {
+  return `${Math.floor(status / 100)}xx`;
+}
+
+/** A finite number ≥ 0, or undefined for absent/null; NaN marks a wrong value. */
+function optNonNeg(v: unknown): number | undefined {
+  if (v === undefined || v === null) return undefined;
+  return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : Number.NaN;
+}
+
+/** The event's time in ms from `ts` or `time` (a number of ms, or a date text), or null. */
+function timeOf(o: Json): { at: number; field: 'ts' | 'time' } | null {
+  for (const field of ['ts', 'time'] as const) {
+    const v = o[field];
+    if (v === undefined || v === null) continue;
+    if (typeof v === 'number' && Number.isFinite(v)) return { at: v, field };
+    if (typeof v === 'string' && v.length <= 64) {
+      const t = Date.parse(v);
+      if (Number.isFinite(t)) return { at: t, field };
+    }
+  }
+  return null;
+}
+
+/**
+ * Reads relent's JSONL event log (R13: one `{"type":"attempt",…}` per attempt, one
+ * `{"type":"result",…}` per operation) in constant memory and computes R16's figures:
+ * attempts per operation, terminal reasons, status and error classes, delays, timeouts,
+ * load, retry success per endpoint with a verdict, and load vs retries over time.
+ *
+ * Memory: fixed-size counters and sketches, plus the operations between their first
+ * attempt and their result line (at most `maxOpenOperations`; the oldest is evicted
+ * beyond, and counted) and at most `maxEndpoints` endpoint rows. Nothing is kept of an
+ * operation once its result line is read. A line that is not a valid event is counted
+ * with its number (the first `malformedLinesKept` numbers are kept), never fatal.
+ *
+ * Feed bytes with `push` (or lines with `pushLine`), then call `finish` once.
+ */
+export class EventLogAnalyzer {
+  private readonly maxOpen: number;
+  private readonly maxEndpoints: number;
+  private readonly keepMalformed: number;
+  private readonly source: string | null;
+  private readonly splitter: LineSplitter;
+  private done = false;
+
+  private lineCount = 0;
+  private blank = 0;
+  private attemptLines = 0;
+  private resultLines = 0;
+  private readonly otherTypes = new NameCounts(REPORT_DEFAULTS.maxNames);
+  private malformedCount = 0;
+  private readonly malformedLines: MalformedLine[] = [];
+  private readonly malformedReasons = new NameCounts(REPORT_DEFAULTS.maxNames);
+
+  private readonly open = new Map<string, OpenOp>();
+  private readonly endpoints = new Map<string, EndpointAcc>();
+  private endpointsFolded = false;
+
+  private withResult = 0;
+  private inferred = 0;
+  private unfinished = 0;
+  private evicted = 0;
+  private readonly perOp = new Float64Array(REPORT_DEFAULTS.maxAttemptsBar + 1);
+  private perOpMore = 0;
+  private perOpMax = -1;
+  private perOpSum = 0;
+  private readonly reasons = new Float64Array(REPORT_DECISIONS.length);
+  private readonly outcomes = new NameCounts(REPORT_DEFAULTS.maxNames);
+
+  private retries = 0;
+  private readonly statuses = new Float64Array(600);
+  private readonly errorClasses = new NameCounts(REPORT_DEFAULTS.maxNames);
+  private readonly decisions = new Float64Array(REPORT_DECISIONS.length);
+  private timeouts = 0;
+  private readonly delays = new LogSketch();
+  private readonly elapsed = new LogSketch();
+  private raSeen = 0;
+  private raValid = 0;
+  private raInvalid = 0;
+
+  private readonly seriesBuckets: number;
+  private series: AdaptiveSeries | null = null;
+  private timeField: 'ts' | 'time' | null = null;
+  private lastTime = 0;
+  private withoutTime = 0;
+
+  constructor(options: ReportOptions = {}) {
+    const int = (v: number | undefined, def: number, min: number, name: string): number => {
+      if (v === undefined) return def;
+      if (!Number.isInteger(v) || v < min) throw new RangeError(`EventLogAnalyzer: ${name} must be an integer ≥ ${min}, got ${String(v)}`);
+      return v;
+    };
+    this.maxOpen = int(options.maxOpenOperations, REPORT_DEFAULTS.maxOpenOperations, 1, 'maxOpenOperations');
+    this.maxEndpoints = int(options.maxEndpoints, REPORT_DEFAULTS.maxEndpoints, 1, 'maxEndpoints');
+    this.keepMalformed = int(options.malformedLinesKept, REPORT_DEFAULTS.malformedLinesKept, 0, 'malformedLinesKept');
+    this.seriesBuckets = int(options.seriesBuckets, REPORT_DEFAULTS.seriesBuckets, 10, 'seriesBuckets');
+    const maxLineBytes = int(options.maxLineBytes, REPORT_DEFAULTS.maxLineBytes, 16, 'maxLineBytes');
+    this.source = options.source ?? null;
+    this.splitter = new LineSplitter((text, n) => this.pushLine(text, n), maxLineBytes);
+  }
+
+  /** Feeds bytes of the log (chunks may split lines anywhere). */
+  push(chunk: Buffer | Uint8Array | string): void {
+    if (this.done) throw new Error('EventLogAnalyzer: push after finish');
+    this.splitter.push(chunk);
+  }
+
+  /** Feeds one line (without its newline); `null` is a line that was too long to read. */
+  pushLine(text: string | null, lineNo = this.lineCount + 1): void {
+    this.lineCount = lineNo;
+    if (text === null) {
+      this.bad(lineNo, 'line too long');
+      return;
+    }
+    let i = 0;
+    while (i < text.length && (text.charCodeAt(i) === 32 || text.charCodeAt(i) === 9)) i++;
+    if (i === text.length) {
+      this.blank++;
+      return;
+    }
+    if (text.charCodeAt(i) !== 123 /* { */) {
+      this.bad(lineNo, 'not a JSON object');
+      return;
+    }
+    let o: unknown;
+    try {
+      o = JSON.parse(text);
+    } catch {
+      this.bad(lineNo, 'not valid JSON');
+      return;
+    }
+    if (typeof o !== 'object' || o === null || Array.isArray(o)) {
+      this.bad(lineNo, 'not a JSON object');
+      return;
+    }
+    const ev = o as Json;
+    const type = ev.type;
+    if (type === 'attempt') this.attempt(ev, lineNo);
+    else if (type === 'result') this.result(ev, lineNo);
+    else if (typeof type === 'string') this.otherTypes.add(type);
+    else this.bad(lineNo, 'no "type"');
+  }
+
+  private bad(line: number, reason: string): void {
+    this.malformedCount++;
+    if (this.malformedLines.length < this.keepMalformed) this.malformedLines.push({ line, reason });
+    this.malformedReasons.add(reason);
+  }
+
+  private endpoint(raw: unknown): EndpointAcc {
+    const key = typeof raw === 'string' && raw.length > 0 ? clip(safeEndpoint(raw), MAX_ENDPOINT) : NO_ENDPOINT;
+    let acc = this.endpoints.get(key);
+    if (acc) return acc;
+    if (this.endpoints.size >= this.maxEndpoints) {
+      this.endpointsFolded = true;
+      acc = this.endpoints.get(OTHER_ENDPOINTS);
+      if (acc) return acc;
+      return this.newEndpoint(OTHER_ENDPOINTS);
+    }
+    return this.newEndpoint(key);
+  }
+
+  private newEndpoint(key: string): EndpointAcc {
+    const acc: EndpointAcc = { key: printable(key), operations: 0, attempts: 0, returned: 0, retried: 0, retriedReturned: 0, timeouts: 0, unfinished: 0, reasons: new Float64Array(REPORT_DECISIONS.length) };
+    this.endpoints.set(key, acc);
+    return acc;
+  }
+
+  private attempt(o: Json, lineNo: number): void {
+    const id = o.operationId;
+    if (typeof id !== 'string' || id.length === 0) return this.bad(lineNo, 'attempt: "operationId" is not a non-empty string');
+    const n = o.attempt;
+    if (typeof n !== 'number' || !Number.isInteger(n) || n < 1) return this.bad(lineNo, 'attempt: "attempt" is not a whole number ≥ 1');
+    const d = typeof o.decision === 'string' ? DECISION_INDEX.get(o.decision) : undefined;
+    if (d === undefined) return this.bad(lineNo, 'attempt: "decision" is not one of relent\'s decisions');
+    const status = o.status ?? null;
+    if (status !== null && (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 599)) return this.bad(lineNo, 'attempt: "status" is not an HTTP status');
+    const errorClass = o.errorClass ?? null;
+    if (errorClass !== null && (typeof errorClass !== 'string' || errorClass.length === 0)) return this.bad(lineNo, 'attempt: "errorClass" is not a non-empty string');
+    if ((status === null) === (errorClass === null)) return this.bad(lineNo, 'attempt: needs exactly one of "status" and "errorClass"');
+    if (o.endpoint !== undefined && o.endpoint !== null && typeof o.endpoint !== 'string') return this.bad(lineNo, 'attempt: "endpoint" is not a string');
+    const delay = optNonNeg(o.delayMs);
+    if (Number.isNaN(delay)) return this.bad(lineNo, 'attempt: "delayMs" is not a number ≥ 0');
+    const elapsed = optNonNeg(o.elapsedMs);
+    if (Number.isNaN(elapsed)) return this.bad(lineNo, 'attempt: "elapsedMs" is not a number ≥ 0');
+
+    this.attemptLines++;
+    const key = idKey(id);
+    let op = this.open.get(key);
+    if (op === undefined) {
+      if (this.open.size >= this.maxOpen) this.evictOldest();
+      op = { ep: this.endpoint(o.endpoint), maxAttempt: n, last: d, status: null, errorClass: null };
+      this.open.set(key, op);
+    }
+    if (n >= op.maxAttempt) {
+      op.maxAttempt = n;
+      op.last = d;
+      op.status = status as number | null;
+      op.errorClass = errorClass as string | null;
+    }
+    const ep = op.ep;
+    ep.attempts++;
+    if (n > 1) this.retries++;
+    this.decisions[d]!++;
+    if (status !== null) this.statuses[status as number]!++;
+    else {
+      this.errorClasses.add(errorClass as string);
+      if (errorClass === 'timeout' || errorClass === 'connect_timeout') {
+        this.timeouts++;
+        ep.timeouts++;
+      }
+    }
+    if (delay !== undefined) this.delays.add(delay);
+    if (elapsed !== undefined) this.elapsed.add(elapsed);
+    if (o.retryAfterValid === true || o.retryAfterValid === false) {
+      this.raSeen++;
+      if (o.retryAfterValid) this.raValid++;
+      else this.raInvalid++;
+    }
+
+    // Load vs retries: by time when the first attempt carries one, else by line.
+    if (this.series === null) {
+      const t = timeOf(o);
+      this.timeField = t ? t.field : null;
+      this.series = new AdaptiveSeries(t ? 'ms' : 'lines', this.seriesBuckets);
+    }
+    let at = lineNo;
+    if (this.timeField !== null) {
+      const t = timeOf(o);
+      if (t) this.lastTime = t.at;
+      else this.withoutTime++;
+      at = this.lastTime;
+    }
+    this.series.add(at, n, d !== RETURN);
+  }
+
+  private result(o: Json, lineNo: number): void {
+    const id = o.operationId;
+    if (typeof id !== 'string' || id.length === 0) return this.bad(lineNo, 'result: "operationId" is not a non-empty string');
+    const r = typeof o.reason === 'string' ? DECISION_INDEX.get(o.reason) : undefined;
+    if (r === undefined || r === RETRY) return this.bad(lineNo, 'result: "reason" is not a terminal reason');
+    const n = o.attempts;
+    if (typeof n !== 'number' || !Number.isInteger(n) || n < 0) return this.bad(lineNo, 'result: "attempts" is not a whole number ≥ 0');
+    const status = o.status ?? null;
+    if (status !== null && (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 599)) return this.bad(lineNo, 'result: "status" is not an HTTP status');
+    const errorClass = o.errorClass ?? null;
+    if (errorClass !== null && (typeof errorClass !== 'string' || errorClass.length === 0)) return this.bad(lineNo, 'result: "errorClass" is not a non-empty string');
+    if (status !== null && errorClass !== null) return this.bad(lineNo, 'result: has both "status" and "errorClass"');
+
+    this.resultLines++;
+    const key = idKey(id);
+    const op = this.open.get(key);
+    let ep: EndpointAcc;
+    if (op !== undefined) {
+      this.open.delete(key);
+      ep = op.ep;
+    } else {
+      ep = this.endpoint(o.endpoint);
+    }
+    this.withResult++;
+    this.end(ep, n, r, status as number | null, errorClass as string | null);
+  }
+
+  /** Counts an ended operation; nothing of it is kept. */
+  private end(ep: EndpointAcc, attempts: number, reason: number, status: number | null, errorClass: string | null): void {
+    if (attempts <= REPORT_DEFAULTS.maxAttemptsBar) this.perOp[attempts]!++;
+    else this.perOpMore++;
+    if (attempts > this.perOpMax) this.perOpMax = attempts;
+    this.perOpSum += attempts;
+    this.reasons[reason]!++;
+    this.outcomes.add(status !== null ? statusClass(status) : errorClass !== null ? errorClass : 'no call');
+    ep.operations++;
+    ep.reasons[reason]!++;
+    if (reason === RETURN) ep.returned++;
+    if (attempts >= 2) {
+      ep.retried++;
+      if (reason === RETURN) ep.retriedReturned++;
+    }
+  }
+
+  /** An operation that leaves the open set without a result line. */
+  private close(op: OpenOp): void {
+    if (op.last === RETRY) {
+      this.unfinished++;
+      op.ep.unfinished++;
+    } else {
+      this.inferred++;
+      this.end(op.ep, op.maxAttempt, op.last, op.status, op.errorClass);
+    }
+  }
+
+  private evictOldest(): void {
+    const first = this.open.entries().next();
+    if (first.done) return;
+    const [key, op] = first.value;
+    this.open.delete(key);
+    this.evicted++;
+    this.close(op);
+  }
+
+  /** Ends the log (an unterminated last line still counts) and returns the report. Call once. */
+  finish(): EventReport {
+    if (this.done) throw new Error('EventLogAnalyzer: finish called twice');
+    this.splitter.end();
+    this.done = true;
+    for (const op of this.open.values()) this.close(op);
+    this.open.clear();
+    return this.build();
+  }
+
+  private build(): EventReport {
+    const ended = this.withResult + this.inferred;
+    const seen = ended + this.unfinished;
+    const share = (n: number, of: number): number => (of > 0 ? n / of : 0);
+
+    const histogram: { attempts: number; operations: number; share: number }[] = [];
+    for (let a = 0; a < this.perOp.length; a++) if (this.perOp[a]! > 0) histogram.push({ attempts: a, operations: this.perOp[a]!, share: share(this.perOp[a]!, ended) });
+
+    const reasons: { reason: TerminalReason; operations: number; share: number }[] = [];
+    REPORT_DECISIONS.forEach((d, i) => {
+      if (d !== 'retry' && this.reasons[i]! > 0) reasons.push({ reason: d, operations: this.reasons[i]!, share: share(this.reasons[i]!, ended) });
+    });
+
+    const statusClasses: Record<string, number> = {};
+    const statuses: { status: number; attempts: number }[] = [];
+    for (let s = 100; s < 600; s++) {
+      const c = this.statuses[s]!;
+      if (c === 0) continue;
+      statuses.push({ status: s, attempts: c });
+      statusClasses[statusClass(s)] = (statusClasses[statusClass(s)] ?? 0) + c;
+    }
+
+    const endpointRows = [...this.endpoints.values()].map((e) => endpointReport(e)).sort((a, b) => b.operations - a.operations || b.attempts - a.attempts || (a.endpoint < b.endpoint ? -1 : 1));
+    const all: EndpointAcc = { key: 'all endpoints', operations: 0, attempts: 0, returned: 0, retried: 0, retriedReturned: 0, timeouts: 0, unfinished: 0, reasons: new Float64Array(REPORT_DECISIONS.length) };
+    for (const e of this.endpoints.values()) {
+      all.operations += e.operations;
+      all.attempts += e.attempts;
+      all.returned += e.returned;
+      all.retried += e.retried;
+      all.retriedReturned += e.retriedReturned;
+      all.timeouts += e.timeouts;
+      all.unfinished += e.unfinished;
+      for (let i = 0; i < all.reasons.length; i++) all.reasons[i]! += e.reasons[i]!;
+    }
+
+    const series = this.series ?? new AdaptiveSeries('lines', this.seriesBuckets);
+    const basis = this.timeField !== null ? 'time' : 'line';
+    const note = this.timeField !== null
+      ? `by time (the events' "${this.timeField}" field), buckets of ${series.bucketWidth} ms` + (this.withoutTime > 0 ? `; ${this.withoutTime} attempt${this.withoutTime === 1 ? '' : 's'} without a time counted at the last time seen` : '')
+      : `by line order: the events carry no time (no "ts" or "time" field), buckets of ${series.bucketWidth} line${series.bucketWidth === 1 ? '' : 's'}`;
+
+    return {
+      source: this.source,
+      lines: this.lineCount,
+      blankLines: this.blank,
+      events: { attempt: this.attemptLines, result: this.resultLines, other: this.otherTypes.record() },
+      malformed: { count: this.malformedCount, lines: [...this.malformedLines], byReason: this.malformedReasons.record() },
+      operations: { ended, withResult: this.withResult, inferred: this.inferred, unfinished: this.unfinished, evicted: this.evicted, maxOpen: this.maxOpen },
+      load: {
+        attempts: this.attemptLines,
+        operations: seen,
+        attemptsPerOperation: seen > 0 ? this.attemptLines / seen : null,
+        retries: this.retries,
+        retryShare: this.attemptLines > 0 ? this.retries / this.attemptLines : null,
+      },
+      attemptsPerOperation: {
+        histogram,
+        more: this.perOpMore > 0 ? { from: REPORT_DEFAULTS.maxAttemptsBar + 1, operations: this.perOpMore } : null,
+        mean: ended > 0 ? this.perOpSum / ended : null,
+        max: this.perOpMax >= 0 ? this.perOpMax : null,
+      },
+      reasons,
+      outcomes: this.outcomes.record(),
+      perAttempt: {
+        statusClasses,
+        statuses,
+        errorClasses: this.errorClasses.entries().map(([errorClass, attempts]) => ({ errorClass, attempts })),
+        decisions: REPORT_DECISIONS.map((decision, i) => ({ decision, attempts: this.decisions[i]! })).filter((x) => x.attempts > 0),
+      },
+      timeouts: { attempts: this.timeouts, share: this.attemptLines > 0 ? this.timeouts / this.attemptLines : null },
+      delays: { ...this.delays.summary(), bins: this.delays.bins() },
+      elapsed: { ...this.elapsed.summary(), bins: this.elapsed.bins() },
+      retryAfter: { seen: this.raSeen, valid: this.raValid, invalid: this.raInvalid },
+      retrySuccess: { overall: endpointReport(all), endpoints: endpointRows, endpointsFolded: this.endpointsFolded, thresholds: VERDICT_THRESHOLDS },
+      series: { basis, field: this.timeField, unit: series.unit, bucketWidth: series.bucketWidth, buckets: series.buckets(), attemptsWithoutTime: this.withoutTime, note },
+    };
+  }
+}
+
+function endpointReport(e: EndpointAcc): EndpointReport {
+  const seen = e.operations + e.unfinished;
+  const reasons: Partial<Record<TerminalReason, number>> = {};
+  REPORT_DECISIONS.forEach((d, i) => {
+    if (d !== 'retry' && e.reasons[i]! > 0) reasons[d] = e.reasons[i]!;
+  });
+  return {
+    endpoint: e.key,
+    operations: e.operations,
+    attempts: e.attempts,
+    attemptsPerOperation: seen > 0 ? e.attempts / seen : null,
+    returned: e.returned,
+    retried: e.retried,
+    retriedReturned: e.retriedReturned,
+    retrySuccessRate: e.retried > 0 ? e.retriedReturned / e.retried : null,
+    timeouts: e.timeouts,
+    timeoutShare: e.attempts > 0 ? e.timeouts / e.attempts : null,
+    unfinished: e.unfinished,
+    reasons,
+    verdict: retryVerdict(e.retried, e.retriedReturned),
+  };
+}
+
+/** Analyses a log already in memory (tests, small logs). */
+export function analyzeEventText(text: string, options: ReportOptions = {}): EventReport {
+  const a = new EventLogAnalyzer(options);
+  a.push(text);
+  return a.finish();
+}
+
+/** Analyses a stream of the log's bytes chunk by chunk (one chunk in memory at a time). */
+export async function analyzeEventStream(stream: AsyncIterable<Buffer | Uint8Array | string>, options: ReportOptions = {}): Promise<EventReport> {
+  const a = new EventLogAnalyzer(options);
+  for await (const chunk of stream) a.push(chunk);
+  return a.finish();
+}
+
+/** Analyses a log file, or standard input for `-`. */
+export async function analyzeEventFile(path: string, options: ReportOptions = {}): Promise<EventReport> {
+  const stream = path === '-' ? process.stdin : createReadStream(path, { highWaterMark: 1024 * 1024 });
+  return analyzeEventStream(stream, { source: path === '-' ? 'standard input' : path, ...options });
+}
