@@ -12,12 +12,15 @@ Usage: relent <command> [options]
 Commands:
   replay FILE|-     replay observation timelines against a policy in virtual time (JSON lines)
   presets [NAME]    list the documented retry policies of real services
-  demo              replay the bundled example timelines (what \`npm start\` runs)
+  demo              replay the bundled example timelines in virtual time, with what each expects
   deliver           run a durable delivery worker (--store URL --config FILE)
   enqueue DEST      store items for a destination in the delivery queue
   queue SUB         inspect the delivery queue: ls, show, requeue, drop-stats, stats
   simulate SCENARIO simulate a fleet of clients: brooker, overload, layers, or a scenario file
   fetch URL         one HTTP request through relent's client: body to stdout, events as JSON lines
+  exchange          an OpenRTB exchange that holds its deadline (--config FILE; POST /openrtb2/auction)
+  bidder            a simulated DSP: price, latency, no-bids, failures, load shedding (--config FILE)
+  exchange-demo     the bundled example (what \`npm start\` runs): bidders, exchange and traffic, live statistics
   report LOG|-      read an event log (JSONL): do retries help? tables, --json, or --html FILE with charts
   help [COMMAND]    this text, or a command's own
 
@@ -25,7 +28,21 @@ Durations: 250ms, 2s, 30m, 1h (a bare number is ms). Exit status 0 only on succe
 `;
 
 type Command = (argv: string[], io: Io) => Promise<number>;
-const COMMANDS: Record<string, Command> = { replay: replayCommand, presets: presetsCommand, demo: demoCommand, simulate: async (argv, io) => (await import('./simulate.js')).simulateCommand(argv, io), fetch: async (argv, io) => (await import('./fetch.js')).fetchCommand(argv, io), report: async (argv, io) => (await import('./report.js')).reportCommand(argv, io), deliver: async (argv, io) => (await import('./deliver.js')).deliverCommand(argv, io), enqueue: async (argv, io) => (await import('./deliver.js')).enqueueCommand(argv, io), queue: async (argv, io) => (await import('./queue.js')).queueCommand(argv, io) };
+/** Every command; each loads its module on first use, so `relent replay` loads no HTTP or database code. */
+const COMMANDS: Record<string, Command> = {
+  replay: replayCommand,
+  presets: presetsCommand,
+  demo: demoCommand,
+  fetch: async (argv, io) => (await import('./fetch.js')).fetchCommand(argv, io),
+  simulate: async (argv, io) => (await import('./simulate.js')).simulateCommand(argv, io),
+  report: async (argv, io) => (await import('./report.js')).reportCommand(argv, io),
+  deliver: async (argv, io) => (await import('./deliver.js')).deliverCommand(argv, io),
+  enqueue: async (argv, io) => (await import('./deliver.js')).enqueueCommand(argv, io),
+  queue: async (argv, io) => (await import('./queue.js')).queueCommand(argv, io),
+  exchange: async (argv, io) => (await import('./exchange.js')).exchangeCommand(argv, io),
+  bidder: async (argv, io) => (await import('./bidder.js')).bidderCommand(argv, io),
+  'exchange-demo': async (argv, io) => (await import('./exchange-demo.js')).exchangeDemoCommand(argv, io),
+};
 
 /** Runs one command; returns the exit status. Never throws. */
 export async function main(argv: string[], io: Io = processIo): Promise<number> {

@@ -1,0 +1,959 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Dispatcher } from 'undici';
+import type { BreakerStateChange } from '../core/breaker.js';
+import type { Clock, Random } from '../core/types.js';
+import { systemClock, systemRandom } from '../run/clock.js';
+import { execute, type RelentEvent, type RunResult } from '../run/run.js';
+import type { PartnerAnswer } from './answer.js';
+import { resolveExchangeConfig, type ExchangeConfig, type ResolvedExchangeConfig, type ResolvedPartner } from './config.js';
+import { substituteMacros, type MacroValues } from './macros.js';
+import { auctionCurrency, checkBidRequest, sourceIdOf, type Bid, type BidRequest } from './model.js';
+import { NoticeSender, type NoticeCounters } from './notices.js';
+import { answerObservation, Partner, PartnerCall, type CallOwner, type PartnerCounters, type SkipReason } from './partner.js';
+import { selectWinners, type BidRejection, type Candidate, type Winner } from './select.js';
+import { bump, Histogram, round, type LatencySummary } from './stats.js';
+import { TtlMap } from './ttl-map.js';
+
+/** How one partner fared in one auction. */
+export type PartnerOutcome = 'bid' | 'no_bid' | 'error' | 'timeout' | `skipped_${SkipReason}`;
+
+export interface PartnerResult {
+  readonly partner: string;
+  readonly outcome: PartnerOutcome;
+  /** From the fan-out's start to the partner's answer (or cut), ms; null when skipped. */
+  readonly ms: number | null;
+  /** Network attempts (more than 1 only with R20 pre-send retries). */
+  readonly attempts: number;
+  /** The tmax sent on the last attempt; null when skipped. */
+  readonly tmaxMs: number | null;
+  /** The answer's status, when one came. */
+  readonly status: number | null;
+  /** What failed without an answer (`timeout`, `connect_refused`, `reset`…), or the answer's error (`malformed`…). */
+  readonly error: string | null;
+  /** No-bid: the form and the reason. */
+  readonly noBidForm: string | null;
+  readonly nbr: number | null;
+  /** Bids in the answer. */
+  readonly bids: number;
+}
+
+/** Why the source got what it got. */
+export type AuctionReason =
+  | 'bids' // 200 with the winning bids
+  | 'no_bids' // 204: nobody bid (or no bid was valid)
+  | 'source_disabled' // 204 without an auction
+  | 'no_time' // 204: the source's tmax leaves no time for an auction
+  | 'closing' // 204: the exchange is shutting down
+  | 'invalid_request' // 400
+  | 'too_large' // 400: the body is over maxRequestBytes (not read)
+  | 'unsupported_encoding'; // 400: a compressed request body
+
+/** One event per auction (`onAuction`): what was asked, what came back, and time used against the deadline. */
+export interface AuctionSummary {
+  readonly type: 'auction';
+  /** The exchange's own id of the auction (also the `bidid` of its response). */
+  readonly auctionId: string;
+  readonly status: 200 | 204 | 400;
+  readonly reason: AuctionReason;
+  /** For 400: the field that is wrong, and why. */
+  readonly invalidField: string | null;
+  readonly imps: number;
+  /** The tmax the auction ran under (the request's, or the configured default) and whether the request had one. */
+  readonly tmaxMs: number | null;
+  readonly tmaxGiven: boolean;
+  /** Arrival → fan-out (body read, parse, validation), ms. */
+  readonly spentMs: number;
+  /** The fan-out's length: min(auctionTimeoutMs, tmax − spent − reserveMs). */
+  readonly windowMs: number | null;
+  /** Arrival → auction deadline, ms. */
+  readonly deadlineMs: number | null;
+  /** Arrival → answer written, ms. */
+  readonly usedMs: number;
+  readonly partners: {
+    readonly asked: number;
+    readonly bid: number;
+    readonly noBid: number;
+    readonly error: number;
+    readonly timeout: number;
+    readonly skipped: number;
+  };
+  /** No-bids by reason: `nbr:5`, or the form when there was no nbr (`http_204`, `empty_object`…). */
+  readonly noBidReasons: Readonly<Record<string, number>>;
+  /** Errors by kind: `status:500`, `malformed`, `too_large`, `connect_refused`… */
+  readonly errors: Readonly<Record<string, number>>;
+  readonly skipped: Readonly<Record<string, number>>;
+  readonly bids: { readonly received: number; readonly valid: number; readonly won: number; readonly rejected: Readonly<Partial<Record<BidRejection, number>>> };
+  readonly results: readonly PartnerResult[];
+}
+
+/** How an auction ends for the source. */
+export interface AuctionOutcome {
+  readonly status: 200 | 204 | 400;
+  /** The BidResponse (JSON) for a 200; null otherwise. */
+  readonly body: string | null;
+  readonly reason: AuctionReason;
+  readonly summary: AuctionSummary;
+}
+
+export interface PartnerBreakerChange extends BreakerStateChange {
+  readonly partner: string;
+}
+
+export interface ExchangeOptions {
+  /** Monotonic clock and timers (default: the system clock). */
+  readonly clock?: Clock;
+  readonly random?: Random;
+  /** The core's events of every partner call and notice: one per attempt, then the result (R13). */
+  readonly onEvent?: ((event: RelentEvent) => void) | null;
+  /** One summary per auction. */
+  readonly onAuction?: ((summary: AuctionSummary) => void) | null;
+  readonly onBreakerStateChange?: ((change: PartnerBreakerChange) => void) | null;
+  /** The dispatcher of a partner (default: an own undici Agent, keep-alive, connections = maxConcurrency). */
+  readonly dispatcherFor?: ((partner: ResolvedPartner) => Dispatcher | null | undefined) | null;
+  /** The dispatcher of notices (default: an own Agent). */
+  readonly noticeDispatcher?: Dispatcher | null;
+}
+
+export interface PartnerStats {
+  readonly name: string;
+  readonly enabled: boolean;
+  readonly breaker: string;
+  readonly inFlight: number;
+  readonly maxConcurrency: number;
+  readonly timeoutMs: number;
+  readonly calls: number;
+  readonly attempts: number;
+  readonly retries: number;
+  readonly bidAnswers: number;
+  readonly bidsReceived: number;
+  readonly bidsWon: number;
+  readonly noBids: number;
+  readonly noBidForms: Readonly<Record<string, number>>;
+  readonly noBidReasons: Readonly<Record<string, number>>;
+  readonly errors: number;
+  readonly errorKinds: Readonly<Record<string, number>>;
+  readonly timeouts: number;
+  readonly late: number;
+  readonly lateMaxMs: number;
+  readonly dropped: number;
+  readonly skipped: Readonly<Record<SkipReason, number>>;
+  readonly latency: LatencySummary;
+  readonly lastTmaxMs: number | null;
+}
+
+export interface ExchangeStats {
+  readonly auctions: {
+    readonly total: number;
+    readonly inFlight: number;
+    readonly byStatus: Readonly<Record<string, number>>;
+    readonly byReason: Readonly<Record<string, number>>;
+    /** Arrival → answer of every auction that fanned out. */
+    readonly answerMs: LatencySummary;
+    /** Answers written more than 5 ms after their auction's deadline (goal: 0). */
+    readonly afterDeadline: number;
+    readonly maxOverDeadlineMs: number;
+    readonly winners: number;
+  };
+  readonly partners: readonly PartnerStats[];
+  readonly notices: {
+    readonly win: Readonly<NoticeCounters>;
+    readonly billing: Readonly<NoticeCounters>;
+    readonly inFlight: number;
+    readonly events: Readonly<{ received: number; fired: number; duplicate: number; unknown: number }>;
+  };
+  readonly internalErrors: number;
+}
+
+export interface ListenInfo {
+  readonly host: string;
+  readonly port: number;
+  /** The auction endpoint's URL. */
+  readonly url: string;
+}
+
+export interface CloseOptions {
+  /** Abort partner calls and notices at once instead of letting them finish. Default false. */
+  readonly force?: boolean;
+  /** How long pending notices (and their retries) may take before they are abandoned, ms. Default 2000. */
+  readonly noticeDrainMs?: number;
+}
+
+export interface Exchange {
+  readonly config: ResolvedExchangeConfig;
+  /** The node:http request listener (auction, billing events, /healthz). */
+  readonly handler: (req: http.IncomingMessage, res: http.ServerResponse) => void;
+  /** Starts an HTTP server (default: the config's host and port; 0 for any free port). */
+  listen(port?: number, host?: string): Promise<ListenInfo>;
+  /** Runs one auction in process (no HTTP on the source's side); `arrivedAt` is the clock's now by default. */
+  auction(request: unknown, arrivedAt?: number): Promise<AuctionOutcome>;
+  /**
+   * A billing event for a won impression (`notices.billing` = `on-event`): fires its
+   * billing notice once; repeats are `duplicate`, unknown or expired keys `unknown`.
+   */
+  billingEvent(requestId: string, impId: string): 'fired' | 'duplicate' | 'unknown';
+  setSourceEnabled(sourceId: string, enabled: boolean): void;
+  setPartnerEnabled(name: string, enabled: boolean): void;
+  stats(): ExchangeStats;
+  /** Auctions being run now. */
+  readonly inFlight: number;
+  /** Stops taking requests, answers every auction in flight, then closes connections. */
+  close(options?: CloseOptions): Promise<void>;
+}
+
+/** After this many ms past its deadline an answer counts as late (the bench's and the summary's bound). */
+export const AFTER_DEADLINE_SLACK_MS = 5;
+
+const BILLING_EVENT_PATH = '/openrtb2/billing';
+
+interface Billable {
+  readonly burl: string;
+  readonly values: MacroValues;
+  fired: boolean;
+}
+
+let auctionCounter = 0;
+const auctionPrefix = Math.floor(Math.random() * 0xffffff).toString(36);
+
+/**
+ * An OpenRTB exchange that holds its deadline (R24, seed S0). Per auction:
+ *
+ * - deadline = min(auctionTimeoutMs, tmax − time spent since arrival − reserveMs), where
+ *   tmax is the request's or `defaultTmaxMs` (never an unbounded auction);
+ * - every partner in parallel, each through execute() → decide() with the `openrtb-bid`
+ *   preset made per partner (no retries, except R20's pre-send failures when
+ *   `preSendRetries` > 0 and a whole partner timeout still fits);
+ * - each call gets min(timeoutMs, time left) and is told that time as its `tmax`;
+ * - a partner whose breaker is open, whose connection cap is full, or for whom less
+ *   than `minTimeMs` is left is skipped (counted), never waited for;
+ * - first price per impression, floors respected, ties to the partner listed first;
+ * - 200 with the winners, 204 when none (or the source is disabled), 400 for a request
+ *   that cannot be parsed or lacks required fields.
+ */
+export function createExchange(config: ExchangeConfig, options: ExchangeOptions = {}): Exchange {
+  return new ExchangeImpl(resolveExchangeConfig(config), options);
+}
+
+class ExchangeImpl implements Exchange {
+  readonly config: ResolvedExchangeConfig;
+  readonly clock: Clock;
+  readonly random: Random;
+  readonly partners: Partner[];
+  readonly onEvent: ((e: RelentEvent) => void) | undefined;
+  private readonly onAuction: ((s: AuctionSummary) => void) | null;
+  private readonly notices: NoticeSender;
+  private readonly disabledSources: Set<string>;
+  private readonly billables: TtlMap<Billable> | null;
+  private server: http.Server | null = null;
+  private serverClosed: Promise<void> | null = null;
+  private closing: Promise<void> | null = null;
+  private stopping = false;
+  private running = 0;
+  private idleWaiters: (() => void)[] = [];
+  private readonly answerMs = new Histogram();
+  private readonly byStatus: Record<string, number> = {};
+  private readonly byReason: Record<string, number> = {};
+  private total = 0;
+  private afterDeadline = 0;
+  private maxOverDeadlineMs = 0;
+  private winners = 0;
+  private internalErrors = 0;
+  private readonly events = { received: 0, fired: 0, duplicate: 0, unknown: 0 };
+
+  constructor(config: ResolvedExchangeConfig, o: ExchangeOptions) {
+    this.config = config;
+    this.clock = o.clock ?? systemClock;
+    this.random = o.random ?? systemRandom;
+    const userEvent = o.onEvent ?? null;
+    this.onEvent = userEvent === null ? undefined : (e) => {
+      try {
+        userEvent(e);
+      } catch {
+        // A listener's error must not stop a partner call (its slot would never be freed).
+      }
+    };
+    const userAuction = o.onAuction ?? null;
+    this.onAuction = userAuction === null ? null : (s) => {
+      try {
+        userAuction(s);
+      } catch {
+        // as above
+      }
+    };
+    const onBreaker = o.onBreakerStateChange ?? null;
+    this.partners = config.partners.map((p, i) => new Partner(i, p, config.auctionTimeoutMs, {
+      dispatcher: o.dispatcherFor?.(p) ?? null,
+      onBreakerStateChange: onBreaker === null ? null : (change) => {
+        try {
+          onBreaker({ ...change, partner: p.name });
+        } catch {
+          // as above
+        }
+      },
+    }));
+    this.notices = new NoticeSender({
+      maxPending: config.notices.maxPending,
+      billingPolicy: config.notices.billingPolicy,
+      winPolicy: config.notices.winPolicy,
+      clock: this.clock,
+      random: this.random,
+      onEvent: this.onEvent,
+      dispatcher: o.noticeDispatcher ?? null,
+    });
+    this.disabledSources = new Set(config.disabledSources);
+    this.billables = config.notices.billing === 'on-event' ? new TtlMap(config.notices.eventMaxKeys, config.notices.eventTtlMs, this.clock) : null;
+  }
+
+  get inFlight(): number {
+    return this.running;
+  }
+
+  // ─── HTTP ────────────────────────────────────────────────────────────────
+
+  readonly handler = (req: http.IncomingMessage, res: http.ServerResponse): void => {
+    const arrivedAt = this.clock.now();
+    try {
+      const url = req.url ?? '/';
+      const q = url.indexOf('?');
+      const path = q < 0 ? url : url.slice(0, q);
+      if (this.stopping) res.setHeader('connection', 'close');
+      if (path === this.config.path) {
+        if (req.method !== 'POST') return this.plain(res, 405, 'POST only\n', { allow: 'POST' });
+        return this.readAuction(req, res, arrivedAt);
+      }
+      if (path === BILLING_EVENT_PATH && this.billables !== null) return this.onBillingEvent(req, res, q < 0 ? '' : url.slice(q + 1));
+      if (path === '/healthz' && (req.method === 'GET' || req.method === 'HEAD')) return this.plain(res, this.stopping ? 503 : 200, this.stopping ? 'closing\n' : 'ok\n');
+      return this.plain(res, 404, 'not found\n');
+    } catch {
+      this.internalErrors++;
+      if (!res.headersSent) this.plain(res, 500, 'internal error\n');
+      else res.destroy();
+    }
+  };
+
+  private plain(res: http.ServerResponse, status: number, text: string, headers: Record<string, string> = {}): void {
+    res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': String(Buffer.byteLength(text)), ...headers });
+    res.end(text);
+  }
+
+  /** Refuses a request whose body is not read: answer, then close the connection. */
+  private refuse(req: http.IncomingMessage, res: http.ServerResponse, arrivedAt: number, reason: AuctionReason, detail: string): void {
+    res.writeHead(400, { 'content-length': '0', connection: 'close', 'x-relent-reason': `${reason}: ${detail}` });
+    res.end(() => req.socket.destroy());
+    this.completed(earlyOutcome(400, reason, null, 0, this.clock.now() - arrivedAt, null), arrivedAt, this.clock.now());
+  }
+
+  private readAuction(req: http.IncomingMessage, res: http.ServerResponse, arrivedAt: number): void {
+    const max = this.config.maxRequestBytes;
+    const enc = req.headers['content-encoding'];
+    if (enc !== undefined && enc.trim().toLowerCase() !== 'identity') return this.refuse(req, res, arrivedAt, 'unsupported_encoding', 'compressed request bodies are not accepted');
+    const declared = Number(req.headers['content-length']);
+    if (Number.isFinite(declared) && declared > max) return this.refuse(req, res, arrivedAt, 'too_large', `over ${max} bytes`);
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let refused = false;
+    const onData = (c: Buffer): void => {
+      size += c.length;
+      if (size > max) {
+        refused = true;
+        req.off('data', onData);
+        req.pause();
+        this.refuse(req, res, arrivedAt, 'too_large', `over ${max} bytes`);
+        return;
+      }
+      chunks.push(c);
+    };
+    req.on('data', onData);
+    req.on('error', () => {
+      refused = true;
+      res.destroy();
+    });
+    req.on('end', () => {
+      if (refused) return;
+      const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+      // Tracked until the answer is written: a shutdown waits for it.
+      void this.track(this.runAuction(body, arrivedAt).then((outcome) => this.write(res, outcome, arrivedAt), () => {
+        this.internalErrors++;
+        if (!res.headersSent && !res.destroyed) this.plain(res, 500, 'internal error\n');
+      }));
+    });
+  }
+
+  private write(res: http.ServerResponse, o: AuctionOutcome, arrivedAt: number): void {
+    if (!res.destroyed && !res.writableEnded) {
+      if (o.status === 200) {
+        res.writeHead(200, { 'content-type': 'application/json', 'x-openrtb-version': '2.6', 'content-length': String(Buffer.byteLength(o.body!)) });
+        res.end(o.body);
+      } else if (o.status === 204) {
+        res.writeHead(204, { 'x-openrtb-version': '2.6', 'x-relent-reason': o.reason });
+        res.end();
+      } else {
+        const why = o.summary.invalidField === null ? o.reason : `${o.reason}: ${o.summary.invalidField}`;
+        res.writeHead(400, { 'content-length': '0', 'x-relent-reason': headerSafe(why) });
+        res.end();
+      }
+    }
+    this.completed(o, arrivedAt, this.clock.now());
+  }
+
+  /** Counts an answered auction, emits its summary and fires its notices. */
+  private completed(o: AuctionOutcome, arrivedAt: number, answeredAt: number): void {
+    const s = o.summary as { -readonly [K in keyof AuctionSummary]: AuctionSummary[K] };
+    s.usedMs = round(answeredAt - arrivedAt);
+    this.total++;
+    bump(this.byStatus, String(o.status));
+    bump(this.byReason, o.reason);
+    if (s.deadlineMs !== null) {
+      this.answerMs.record(s.usedMs);
+      const over = s.usedMs - s.deadlineMs;
+      if (over > AFTER_DEADLINE_SLACK_MS) this.afterDeadline++;
+      if (over > this.maxOverDeadlineMs) this.maxOverDeadlineMs = over;
+    }
+    this.winners += s.bids.won;
+    if (this.onAuction !== null) this.onAuction(s);
+    const f = pendingNotices.get(o);
+    if (f !== undefined) {
+      pendingNotices.delete(o);
+      setImmediate(f);
+    }
+  }
+
+  private onBillingEvent(req: http.IncomingMessage, res: http.ServerResponse, query: string): void {
+    if (req.method !== 'GET' && req.method !== 'POST') return this.plain(res, 405, 'GET or POST\n', { allow: 'GET, POST' });
+    req.resume();
+    const params = new URLSearchParams(query);
+    const id = params.get('id');
+    const imp = params.get('imp');
+    if (!id || !imp) return this.plain(res, 400, 'expected ?id=<bid request id>&imp=<impression id>\n');
+    const r = this.billingEvent(id, imp);
+    if (r === 'unknown') return this.plain(res, 404, 'no won impression with this id (or it expired)\n');
+    res.writeHead(204);
+    res.end();
+  }
+
+  billingEvent(requestId: string, impId: string): 'fired' | 'duplicate' | 'unknown' {
+    this.events.received++;
+    const b = this.billables?.get(billableKey(requestId, impId));
+    if (b === undefined) {
+      this.events.unknown++;
+      return 'unknown';
+    }
+    if (b.fired) {
+      this.events.duplicate++;
+      return 'duplicate';
+    }
+    b.fired = true;
+    this.events.fired++;
+    this.notices.fire('billing', substituteMacros(b.burl, { ...b.values, impTs: Date.now() }));
+    return 'fired';
+  }
+
+  listen(port?: number, host?: string): Promise<ListenInfo> {
+    if (this.server !== null) return Promise.reject(new Error('relent exchange: already listening'));
+    const server = http.createServer(this.handler);
+    server.keepAliveTimeout = 65_000;
+    server.headersTimeout = 10_000;
+    server.requestTimeout = 10_000;
+    this.server = server;
+    const h = host ?? this.config.host;
+    return new Promise<ListenInfo>((resolve, reject) => {
+      const onError = (e: Error): void => {
+        this.server = null;
+        reject(e);
+      };
+      server.once('error', onError);
+      server.listen(port ?? this.config.port, h, () => {
+        server.off('error', onError);
+        const addr = server.address() as AddressInfo;
+        const shown = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+        resolve({ host: addr.address, port: addr.port, url: `http://${shown}:${addr.port}${this.config.path}` });
+      });
+    });
+  }
+
+  // ─── auctions ────────────────────────────────────────────────────────────
+
+  private track<T>(p: Promise<T>): Promise<T> {
+    this.running++;
+    const done = (): void => {
+      if (--this.running === 0 && this.idleWaiters.length > 0) {
+        const w = this.idleWaiters;
+        this.idleWaiters = [];
+        for (const f of w) f();
+      }
+    };
+    p.then(done, done);
+    return p;
+  }
+
+  auction(request: unknown, arrivedAt?: number): Promise<AuctionOutcome> {
+    const at = arrivedAt ?? this.clock.now();
+    return this.track(this.runAuction(request, at).then((o) => {
+      this.completed(o, at, this.clock.now());
+      return o;
+    }));
+  }
+
+  private runAuction(input: unknown, arrivedAt: number): Promise<AuctionOutcome> {
+    const cfg = this.config;
+    const early = (status: 204 | 400, reason: AuctionReason, field: string | null, imps = 0, tmax: number | null = null): Promise<AuctionOutcome> =>
+      Promise.resolve(earlyOutcome(status, reason, field, imps, this.clock.now() - arrivedAt, tmax));
+    if (this.stopping) return early(204, 'closing', null);
+    let value: unknown = input;
+    if (Buffer.isBuffer(input) || typeof input === 'string') {
+      const text = typeof input === 'string' ? input : input.toString('utf8');
+      try {
+        value = JSON.parse(text);
+      } catch {
+        return early(400, 'invalid_request', text.trim() === '' ? '(body): empty' : '(body): not valid JSON');
+      }
+    }
+    const check = checkBidRequest(value, { maxImps: cfg.maxImps });
+    if (!check.ok) return early(400, 'invalid_request', `${check.field}: ${check.reason}`);
+    const request = check.request;
+    const currency = auctionCurrency(request, cfg.currency);
+    for (let i = 0; i < request.imp.length; i++) {
+      const imp = request.imp[i]!;
+      if ((imp.bidfloor ?? 0) > 0 && (imp.bidfloorcur ?? 'USD') !== currency) {
+        return early(400, 'invalid_request', `imp[${i}].bidfloorcur: ${JSON.stringify(String(imp.bidfloorcur ?? 'USD').slice(0, 8))} is not the auction currency ${currency} (no conversion)`, request.imp.length);
+      }
+    }
+    const tmaxGiven = typeof request.tmax === 'number' && request.tmax > 0;
+    const tmax = tmaxGiven ? request.tmax! : cfg.defaultTmaxMs;
+    const source = sourceIdOf(request);
+    if (source !== null && this.disabledSources.has(source)) return early(204, 'source_disabled', null, request.imp.length, tmax);
+    let base: string;
+    try {
+      // Serialised once; each partner's body only differs in tmax (spliced in front).
+      const { tmax: _tmax, ...rest } = request;
+      base = JSON.stringify(rest);
+    } catch {
+      return early(400, 'invalid_request', '(body): cannot be re-encoded');
+    }
+    const now = this.clock.now();
+    const spent = now - arrivedAt;
+    const windowMs = Math.min(cfg.auctionTimeoutMs, tmax - spent - cfg.reserveMs);
+    if (!(windowMs >= 1)) return early(204, 'no_time', null, request.imp.length, tmax);
+    const auction = new Auction(this, request, base, currency, arrivedAt, now, windowMs, tmax, tmaxGiven);
+    return auction.start();
+  }
+
+  /** Called by an auction once it has its winners: builds the response and the notices. */
+  answer(a: Auction, winners: readonly Winner[]): { body: string | null; fire: (() => void) | null } {
+    if (winners.length === 0) return { body: null, fire: null };
+    const cfg = this.config.notices;
+    const request = a.request;
+    const seats = new Map<string, { seat: string; bid: Bid[] }>();
+    const notices: { kind: 'win' | 'billing'; url: string }[] = [];
+    const billable = request.test !== 1;
+    for (const w of winners) {
+      const c = w.candidate;
+      const seat = c.received.seat ?? c.partner;
+      const values: MacroValues = {
+        auctionId: request.id,
+        bidId: c.bidid,
+        impId: w.imp.id,
+        seatId: seat,
+        adId: typeof w.bid.adid === 'string' ? w.bid.adid : null,
+        price: w.price,
+        currency: a.currency,
+        mbr: 1,
+        loss: 0,
+        minToWin: w.minToWin,
+        multiplier: multiplierOf(w.imp),
+      };
+      const { lurl: _lurl, nurl, burl, adm, ...rest } = w.bid;
+      const out: Record<string, unknown> = { ...rest, price: w.price };
+      const hasAdm = typeof adm === 'string';
+      if (hasAdm) out.adm = substituteMacros(adm, values);
+      if (typeof nurl === 'string') {
+        // The exchange fires the win notice itself, unless it is the markup's source (no adm).
+        if (cfg.win === 'exchange' && hasAdm) {
+          if (billable) notices.push({ kind: 'win', url: substituteMacros(nurl, values) });
+        } else out.nurl = substituteMacros(nurl, values);
+      }
+      if (typeof burl === 'string') {
+        if (cfg.billing === 'source') out.burl = substituteMacros(burl, values);
+        else if (billable && cfg.billing === 'on-win') notices.push({ kind: 'billing', url: substituteMacros(burl, { ...values, impTs: Date.now() }) });
+        else if (billable && this.billables !== null) this.billables.set(billableKey(request.id, w.imp.id), { burl, values, fired: false });
+      }
+      const key = `${c.partnerIndex}\u0000${seat}`;
+      let sb = seats.get(key);
+      if (sb === undefined) {
+        sb = { seat, bid: [] };
+        seats.set(key, sb);
+      }
+      sb.bid.push(out as unknown as Bid);
+      this.partners[c.partnerIndex]!.counters.bidsWon++;
+    }
+    const body = JSON.stringify({ id: request.id, bidid: a.id, cur: a.currency, seatbid: [...seats.values()] });
+    const fire = notices.length === 0 ? null : (): void => {
+      for (const n of notices) this.notices.fire(n.kind, n.url, `${a.id}/${n.kind}`);
+    };
+    return { body, fire };
+  }
+
+  setSourceEnabled(sourceId: string, enabled: boolean): void {
+    if (enabled) this.disabledSources.delete(sourceId);
+    else this.disabledSources.add(sourceId);
+  }
+
+  setPartnerEnabled(name: string, enabled: boolean): void {
+    const p = this.partners.find((x) => x.name === name);
+    if (p === undefined) throw new Error(`relent exchange: no partner named ${JSON.stringify(name)}`);
+    p.enabled = enabled;
+  }
+
+  stats(): ExchangeStats {
+    const wall = this.clock.wallNow();
+    return {
+      auctions: {
+        total: this.total,
+        inFlight: this.running,
+        byStatus: { ...this.byStatus },
+        byReason: { ...this.byReason },
+        answerMs: this.answerMs.toJSON(),
+        afterDeadline: this.afterDeadline,
+        maxOverDeadlineMs: round(this.maxOverDeadlineMs),
+        winners: this.winners,
+      },
+      partners: this.partners.map((p) => partnerStats(p, wall)),
+      notices: {
+        win: { ...this.notices.counters.win },
+        billing: { ...this.notices.counters.billing },
+        inFlight: this.notices.inFlight,
+        events: { ...this.events },
+      },
+      internalErrors: this.internalErrors,
+    };
+  }
+
+  close(options: CloseOptions = {}): Promise<void> {
+    this.closing ??= this.shutdown(options);
+    return this.closing;
+  }
+
+  private async shutdown(o: CloseOptions): Promise<void> {
+    this.stopping = true;
+    const server = this.server;
+    if (server !== null) {
+      this.serverClosed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+    }
+    // Every auction in flight is answered (each ends by its own deadline).
+    if (this.running > 0) await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
+    if (server !== null) {
+      server.closeIdleConnections();
+      const timer = setTimeout(() => server.closeAllConnections(), 1000);
+      await this.serverClosed;
+      clearTimeout(timer);
+    }
+    await Promise.all(this.partners.map((p) => p.close(o.force === true)));
+    await this.notices.close(o.force === true ? 0 : o.noticeDrainMs ?? 2000);
+    this.billables?.clear();
+  }
+}
+
+/** Notice firing of outcomes whose summary is not written yet (keyed by outcome object). */
+const pendingNotices = new WeakMap<AuctionOutcome, () => void>();
+
+/**
+ * The counter key of a no-bid reason: `nbr:<code>`, except that a partner sending ever new
+ * unknown or exchange-specific codes cannot grow the counters without bound (at most 48
+ * keys; the rest are `nbr:other`).
+ */
+function nbrKey(counters: Record<string, number>, code: number): string {
+  const key = `nbr:${code}`;
+  if (code <= 17 || counters[key] !== undefined || Object.keys(counters).length < 48) return key;
+  return 'nbr:other';
+}
+
+function billableKey(requestId: string, impId: string): string {
+  return `${requestId}\u0000${impId}`;
+}
+
+function multiplierOf(imp: { readonly [k: string]: unknown }): number | null {
+  const qty = imp.qty;
+  if (typeof qty === 'object' && qty !== null) {
+    const m = (qty as { multiplier?: unknown }).multiplier;
+    if (typeof m === 'number' && Number.isFinite(m)) return m;
+  }
+  return null;
+}
+
+function headerSafe(s: string): string {
+  return s.replace(/[^\x20-\x7e]/g, '?').slice(0, 200);
+}
+
+const NO_PARTNERS = Object.freeze({ asked: 0, bid: 0, noBid: 0, error: 0, timeout: 0, skipped: 0 });
+const NO_BIDS = Object.freeze({ received: 0, valid: 0, won: 0, rejected: Object.freeze({}) });
+
+function earlyOutcome(status: 204 | 400, reason: AuctionReason, field: string | null, imps: number, spentMs: number, tmax: number | null): AuctionOutcome {
+  return {
+    status,
+    body: null,
+    reason,
+    summary: {
+      type: 'auction', auctionId: `${auctionPrefix}-${(++auctionCounter).toString(36)}`, status, reason, invalidField: field, imps,
+      tmaxMs: tmax, tmaxGiven: false, spentMs: round(spentMs), windowMs: null, deadlineMs: null, usedMs: 0,
+      partners: NO_PARTNERS, noBidReasons: {}, errors: {}, skipped: {}, bids: NO_BIDS, results: [],
+    },
+  };
+}
+
+function partnerStats(p: Partner, wall: number): PartnerStats {
+  const c: PartnerCounters = p.counters;
+  return {
+    name: p.name,
+    enabled: p.enabled,
+    breaker: p.breakerState(wall),
+    inFlight: p.bulkhead.active,
+    maxConcurrency: p.config.maxConcurrency,
+    timeoutMs: p.config.timeoutMs,
+    calls: c.calls,
+    attempts: c.attempts,
+    retries: c.retries,
+    bidAnswers: c.bidAnswers,
+    bidsReceived: c.bidsReceived,
+    bidsWon: c.bidsWon,
+    noBids: c.noBids,
+    noBidForms: { ...c.noBidForms },
+    noBidReasons: { ...c.noBidReasons },
+    errors: c.errors,
+    errorKinds: { ...c.errorKinds },
+    timeouts: c.timeouts,
+    late: c.late,
+    lateMaxMs: round(c.lateMaxMs),
+    dropped: c.dropped,
+    skipped: { ...c.skipped },
+    latency: c.latency.toJSON(),
+    lastTmaxMs: c.lastTmaxMs,
+  };
+}
+
+/** One auction's fan-out: starts the partner calls, collects what arrives by the deadline, answers. */
+class Auction implements CallOwner {
+  readonly id: string;
+  readonly clock: Clock;
+  readonly requestId: string;
+  readonly deadlineAt: number;
+  private readonly results: (PartnerResult | null)[];
+  private readonly calls: (PartnerCall | null)[];
+  private readonly candidates: Candidate[] = [];
+  private pending = 0;
+  private closed = false;
+  private cancelTimer: (() => void) | null = null;
+  private resolve: ((o: AuctionOutcome) => void) | null = null;
+  private received = 0;
+
+  constructor(
+    private readonly ex: ExchangeImpl,
+    readonly request: BidRequest,
+    private readonly base: string,
+    readonly currency: string,
+    private readonly arrivedAt: number,
+    private readonly startedAt: number,
+    private readonly windowMs: number,
+    private readonly tmaxMs: number,
+    private readonly tmaxGiven: boolean,
+  ) {
+    this.id = `${auctionPrefix}-${(++auctionCounter).toString(36)}`;
+    this.clock = ex.clock;
+    this.requestId = request.id;
+    this.deadlineAt = startedAt + windowMs;
+    this.results = new Array<PartnerResult | null>(ex.partners.length).fill(null);
+    this.calls = new Array<PartnerCall | null>(ex.partners.length).fill(null);
+  }
+
+  body(tmaxMs: number): string {
+    return `{"tmax":${tmaxMs},${this.base.slice(1)}`;
+  }
+
+  start(): Promise<AuctionOutcome> {
+    return new Promise<AuctionOutcome>((resolve) => {
+      this.resolve = resolve;
+      for (const p of this.ex.partners) this.call(p);
+      if (this.pending === 0) this.finish();
+      else if (!this.closed) this.cancelTimer = this.clock.setTimer(this.onDeadline, this.deadlineAt - this.clock.now());
+    });
+  }
+
+  private readonly onDeadline = (): void => {
+    this.cancelTimer = null;
+    this.finish();
+  };
+
+  private skip(p: Partner, why: SkipReason): void {
+    p.counters.skipped[why]++;
+    this.results[p.index] = result(p.name, `skipped_${why}`, null, 0, null);
+  }
+
+  private call(p: Partner): void {
+    const now = this.clock.now();
+    if (!p.enabled) return this.skip(p, 'disabled');
+    const left = this.deadlineAt - now;
+    if (left < Math.max(1, p.config.minTimeMs)) return this.skip(p, 'no_time');
+    if (p.bulkhead.active >= p.config.maxConcurrency) return this.skip(p, 'at_capacity');
+    // The breaker is asked here, not inside execute(): a skipped partner costs no executor run.
+    if (p.breaker !== null && !p.breaker.tryPass(this.clock.wallNow())) return this.skip(p, 'circuit_open');
+    p.bulkhead.tryAcquire();
+    const call = new PartnerCall(p, this);
+    this.calls[p.index] = call;
+    this.pending++;
+    let run: Promise<RunResult<PartnerAnswer>>;
+    try {
+      run = execute(call.attempt, {
+        policy: p.policy,
+        deadlineMs: left,
+        breaker: call.breaker,
+        operationId: `${this.id}/${p.name}`,
+        method: 'POST',
+        endpoint: p.endpoint,
+        idempotent: true,
+        classifyValue: answerObservation,
+        clock: this.clock,
+        random: this.ex.random,
+        onEvent: this.ex.onEvent,
+      });
+    } catch (e) {
+      run = Promise.reject(e);
+    }
+    run.then((r) => this.done(p, call, r), () => this.done(p, call, null));
+  }
+
+  private done(p: Partner, call: PartnerCall, r: RunResult<PartnerAnswer> | null): void {
+    call.settle();
+    const c = p.counters;
+    const ms = round(this.clock.now() - this.startedAt);
+    let res: PartnerResult;
+    if (r !== null && r.attempts === 0) {
+      // No call was made (the deadline was spent before it): hand a half-open trial back.
+      p.breaker?.record('ignored', this.clock.wallNow());
+      const why: SkipReason = r.reason === 'circuit_open' ? 'circuit_open' : 'no_time';
+      c.skipped[why]++;
+      res = result(p.name, `skipped_${why}`, null, 0, null);
+    } else {
+      c.calls++;
+      const attempts = r?.attempts ?? 1;
+      c.attempts += attempts;
+      c.retries += attempts - 1;
+      if (this.closed) {
+        // Came after the source was answered: counted as a timeout there, dropped here.
+        if (r !== null && r.outcome.ok) c.dropped++;
+        this.pending--;
+        return;
+      }
+      if (r !== null && r.outcome.ok) {
+        const a = r.outcome.value;
+        res = this.fromAnswer(p, a, ms, attempts, call.tmaxMs);
+      } else {
+        const cls = r?.last?.errorClass ?? 'error';
+        if (cls === 'timeout') {
+          c.timeouts++;
+          res = result(p.name, 'timeout', ms, attempts, call.tmaxMs, { error: 'timeout' });
+        } else {
+          c.errors++;
+          bump(c.errorKinds, cls);
+          res = result(p.name, 'error', ms, attempts, call.tmaxMs, { error: cls });
+        }
+      }
+    }
+    this.results[p.index] = res;
+    if (--this.pending === 0) this.finish();
+  }
+
+  private fromAnswer(p: Partner, a: PartnerAnswer, ms: number, attempts: number, tmax: number): PartnerResult {
+    const c = p.counters;
+    switch (a.kind) {
+      case 'bid': {
+        c.bidAnswers++;
+        c.bidsReceived += a.bids.length;
+        this.received += a.bids.length;
+        const bidid = typeof a.response.bidid === 'string' ? a.response.bidid : null;
+        for (const received of a.bids) this.candidates.push({ partnerIndex: p.index, partner: p.name, received, currency: a.currency, bidid });
+        return result(p.name, 'bid', ms, attempts, tmax, { status: 200, bids: a.bids.length });
+      }
+      case 'no_bid':
+        c.noBids++;
+        bump(c.noBidForms, a.form);
+        if (a.nbr !== null) bump(c.noBidReasons, nbrKey(c.noBidReasons, a.nbr));
+        return result(p.name, 'no_bid', ms, attempts, tmax, { status: a.status, noBidForm: a.form, nbr: a.nbr });
+      case 'error': {
+        c.errors++;
+        const kind = a.error === 'status' ? `status:${a.status}` : a.error;
+        bump(c.errorKinds, kind);
+        return result(p.name, 'error', ms, attempts, tmax, { status: a.status, error: kind });
+      }
+    }
+  }
+
+  private finish(): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.cancelTimer !== null) {
+      this.cancelTimer();
+      this.cancelTimer = null;
+    }
+    const partners = this.ex.partners;
+    let asked = 0, bid = 0, noBid = 0, error = 0, timeout = 0, skipped = 0;
+    const noBidReasons: Record<string, number> = {};
+    const errors: Record<string, number> = {};
+    const skips: Record<string, number> = {};
+    const now = round(this.clock.now() - this.startedAt);
+    for (let i = 0; i < partners.length; i++) {
+      let r = this.results[i];
+      if (r === null || r === undefined) {
+        // Still out at the deadline: a timeout (its late answer, if any, is dropped).
+        partners[i]!.counters.timeouts++;
+        const call = this.calls[i];
+        r = result(partners[i]!.name, 'timeout', now, call?.attempts ?? 1, call?.tmaxMs ?? null, { error: 'timeout' });
+        this.results[i] = r;
+      }
+      switch (r.outcome) {
+        case 'bid': asked++; bid++; break;
+        case 'no_bid': asked++; noBid++; bump(noBidReasons, r.nbr !== null ? `nbr:${r.nbr}` : r.noBidForm ?? 'no_bid'); break;
+        case 'error': asked++; error++; bump(errors, r.error ?? 'error'); break;
+        case 'timeout': asked++; timeout++; break;
+        default: skipped++; bump(skips, r.outcome.slice('skipped_'.length));
+      }
+    }
+    const sel = selectWinners(this.request, this.candidates, this.currency);
+    const { body, fire } = this.ex.answer(this, sel.winners);
+    const status = body === null ? 204 : 200;
+    const summary: AuctionSummary = {
+      type: 'auction',
+      auctionId: this.id,
+      status,
+      reason: body === null ? 'no_bids' : 'bids',
+      invalidField: null,
+      imps: this.request.imp.length,
+      tmaxMs: this.tmaxMs,
+      tmaxGiven: this.tmaxGiven,
+      spentMs: round(this.startedAt - this.arrivedAt),
+      windowMs: round(this.windowMs),
+      deadlineMs: round(this.deadlineAt - this.arrivedAt),
+      usedMs: 0,
+      partners: { asked, bid, noBid, error, timeout, skipped },
+      noBidReasons,
+      errors,
+      skipped: skips,
+      bids: { received: this.received, valid: sel.validBids, won: sel.winners.length, rejected: sel.rejected },
+      results: this.results as PartnerResult[],
+    };
+    const outcome: AuctionOutcome = { status, body, reason: summary.reason, summary };
+    if (fire !== null) pendingNotices.set(outcome, fire);
+    const resolve = this.resolve!;
+    this.resolve = null;
+    resolve(outcome);
+  }
+}
+
+function result(
+  partner: string, outcome: PartnerOutcome, ms: number | null, attempts: number, tmaxMs: number | null,
+  extra: { status?: number | null; error?: string | null; noBidForm?: string | null; nbr?: number | null; bids?: number } = {},
+): PartnerResult {
+  return {
+    partner, outcome, ms, attempts, tmaxMs,
+    status: extra.status ?? null, error: extra.error ?? null, noBidForm: extra.noBidForm ?? null, nbr: extra.nbr ?? null, bids: extra.bids ?? 0,
+  };
+}

@@ -1,0 +1,33 @@
+// relent/rtb: an OpenRTB exchange and bidder that hold their deadline, on relent's
+// decision core. Every export is named here (no `export *`).
+
+export { createExchange, AFTER_DEADLINE_SLACK_MS } from './exchange.js';
+export type {
+  Exchange, ExchangeOptions, ExchangeStats, PartnerStats, AuctionSummary, AuctionOutcome, AuctionReason, PartnerResult, PartnerOutcome,
+  PartnerBreakerChange, ListenInfo, CloseOptions,
+} from './exchange.js';
+export { createBidder } from './bidder.js';
+export type { Bidder, BidderOptions, BidderStats, BidderBehaviour, BidderRequestInfo, BidderListenInfo } from './bidder.js';
+export {
+  resolveExchangeConfig, resolveBidderConfig, EXCHANGE_DEFAULTS, BIDDER_DEFAULTS, PARTNER_BREAKER_DEFAULTS,
+} from './config.js';
+export type {
+  ExchangeConfig, PartnerConfig, NoticeConfig, ResolvedExchangeConfig, ResolvedPartner, ResolvedNotices, BidderConfig, ResolvedBidderConfig,
+  LatencySpec, PriceSpec, FailureSpec,
+} from './config.js';
+export { checkBidRequest, sourceIdOf, auctionCurrency, REQUEST_LIMITS_DEFAULTS } from './model.js';
+export type { BidRequest, Imp, BidResponse, SeatBid, Bid, Extra, RequestCheck, RequestLimits } from './model.js';
+export { NO_BID_REASONS, EXCHANGE_SPECIFIC_NBR_MIN, describeNoBidReason, isNbr } from './nbr.js';
+export type { NoBidReasonEntry, NoBidReason, NoBidReasonKind } from './nbr.js';
+export { classifyBidAnswer, answerBreakerOutcome, tooLargeAnswer } from './answer.js';
+export type { PartnerAnswer, NoBidForm, AnswerError, ReceivedBid } from './answer.js';
+export { substituteMacros, formatDecimal, AUCTION_MACROS } from './macros.js';
+export type { MacroValues } from './macros.js';
+export { selectWinners } from './select.js';
+export type { Candidate, Winner, Selection, BidRejection } from './select.js';
+export { WIN_NOTICE_OVERRIDES } from './notices.js';
+export type { NoticeKind, NoticeCounters } from './notices.js';
+export type { SkipReason, PartnerCounters } from './partner.js';
+export { Histogram } from './stats.js';
+export type { LatencySummary } from './stats.js';
+export { TtlMap } from './ttl-map.js';

@@ -1,0 +1,401 @@
+import { Agent, type Dispatcher } from 'undici';
+import {
+  createCircuitBreaker, type BreakerOutcome, type BreakerSnapshot, type BreakerState, type BreakerStateChange, type CircuitBreaker,
+  type ResolvedBreakerSpec,
+} from '../core/breaker.js';
+import type { Policy } from '../core/policy.js';
+import type { Clock } from '../core/types.js';
+import { classifyWireError, WireError } from '../http/classify.js';
+import { normalizeEndpoint } from '../http/endpoint.js';
+import { presetPolicy, withOverrides } from '../presets/index.js';
+import { createBulkhead, type Bulkhead } from '../run/bulkhead.js';
+import type { AttemptContext, Classified } from '../run/run.js';
+import { answerBreakerOutcome, classifyBidAnswer, tooLargeAnswer, type PartnerAnswer } from './answer.js';
+import type { ResolvedPartner } from './config.js';
+import { Histogram } from './stats.js';
+
+/** Why a partner was not called in an auction (each counted, none waited for). */
+export type SkipReason = 'circuit_open' | 'at_capacity' | 'no_time' | 'disabled';
+
+/** Cumulative counters of one partner. */
+export interface PartnerCounters {
+  /** Partner calls made (one per auction the partner took part in; retries are attempts of the same call). */
+  calls: number;
+  /** Network attempts (calls plus R20 retries). */
+  attempts: number;
+  retries: number;
+  /** Answers with at least one bid, and the bids in them. */
+  bidAnswers: number;
+  bidsReceived: number;
+  bidsWon: number;
+  noBids: number;
+  /** No-bids by form (`http_204`, `empty_object`, …) and by reason (`nbr:5`). */
+  noBidForms: Record<string, number>;
+  noBidReasons: Record<string, number>;
+  errors: number;
+  /** Errors by kind: `status:500`, `malformed`, `too_large`, `id_mismatch`, or a wire error class (`connect_refused`, `reset`…). */
+  errorKinds: Record<string, number>;
+  /** The partner did not answer within its time (cut at min(timeoutMs, time left)). */
+  timeouts: number;
+  /** Of the timeouts: answers that arrived within `lateGraceMs` after the cut (dropped), and by how much. */
+  late: number;
+  lateMaxMs: number;
+  /** Answers that came after their auction had been answered (dropped; counted as timeouts there). */
+  dropped: number;
+  skipped: Record<SkipReason, number>;
+  /** Time of each answered call (first byte sent to body read), ms. */
+  readonly latency: Histogram;
+  /** The tmax sent on the latest call. */
+  lastTmaxMs: number | null;
+}
+
+function newCounters(): PartnerCounters {
+  return {
+    calls: 0, attempts: 0, retries: 0, bidAnswers: 0, bidsReceived: 0, bidsWon: 0, noBids: 0, noBidForms: {}, noBidReasons: {},
+    errors: 0, errorKinds: {}, timeouts: 0, late: 0, lateMaxMs: 0, dropped: 0,
+    skipped: { circuit_open: 0, at_capacity: 0, no_time: 0, disabled: 0 }, latency: new Histogram(), lastTmaxMs: null,
+  };
+}
+
+/** A partner with everything the exchange keeps for it: connection pool, breaker, bulkhead, policy, counters. */
+export class Partner {
+  readonly index: number;
+  readonly config: ResolvedPartner;
+  readonly name: string;
+  readonly origin: string;
+  readonly path: string;
+  /** The endpoint as events show it (no query, no userinfo). */
+  readonly endpoint: string;
+  readonly dispatcher: Dispatcher;
+  private readonly ownDispatcher: boolean;
+  readonly breaker: CircuitBreaker | null;
+  readonly bulkhead: Bulkhead;
+  /**
+   * The `openrtb-bid` preset made per partner: attempt timeout and minimum attempt time =
+   * the partner's timeout (a retry only when a whole partner timeout still fits), deadline
+   * = the longest auction, and maxAttempts = 1 + preSendRetries (1: retries off).
+   */
+  readonly policy: Policy;
+  readonly headers: readonly string[];
+  readonly counters: PartnerCounters = newCounters();
+  enabled: boolean;
+
+  constructor(index: number, config: ResolvedPartner, auctionTimeoutMs: number, o: {
+    dispatcher?: Dispatcher | null;
+    onBreakerStateChange?: ((change: BreakerStateChange) => void) | null;
+  }) {
+    this.index = index;
+    this.config = config;
+    this.name = config.name;
+    this.enabled = config.enabled;
+    this.origin = config.url.origin;
+    this.path = `${config.url.pathname}${config.url.search}`;
+    this.endpoint = normalizeEndpoint(config.url);
+    this.ownDispatcher = !o.dispatcher;
+    this.dispatcher = o.dispatcher ?? new Agent({
+      connections: config.maxConcurrency,
+      pipelining: 1,
+      keepAliveTimeout: 30_000,
+      keepAliveMaxTimeout: 600_000,
+      connect: { timeout: config.timeoutMs + config.lateGraceMs + 100 },
+    });
+    this.breaker = config.breaker === null ? null : createCircuitBreaker(config.breaker, {
+      name: config.name,
+      onStateChange: o.onBreakerStateChange ?? null,
+    });
+    this.bulkhead = createBulkhead({ maxConcurrent: config.maxConcurrency, maxQueue: 0 });
+    this.policy = withOverrides(presetPolicy('openrtb-bid'), {
+      maxAttempts: 1 + config.preSendRetries,
+      deadlineMs: Math.max(auctionTimeoutMs, config.timeoutMs),
+      attemptTimeoutMs: config.timeoutMs,
+      minAttemptMs: config.timeoutMs,
+    });
+    const h: string[] = ['content-type', 'application/json', 'x-openrtb-version', '2.6'];
+    for (const [k, v] of Object.entries(config.headers)) h.push(k, v);
+    this.headers = h;
+  }
+
+  breakerState(now: number): BreakerState | 'none' {
+    return this.breaker === null ? 'none' : this.breaker.state(now);
+  }
+
+  async close(force: boolean): Promise<void> {
+    if (!this.ownDispatcher) return;
+    const d = this.dispatcher as Agent;
+    if (d.destroyed || d.closed) return;
+    if (force) await d.destroy();
+    else await d.close();
+  }
+}
+
+/** The observation an answer gives the decision core: its status, and the nbr of a no-bid. */
+export function answerObservation(a: PartnerAnswer): Classified {
+  if (a.kind === 'no_bid' && a.nbr !== null) return { status: a.status, nbr: a.nbr };
+  return { status: a.status };
+}
+
+/**
+ * The partner's breaker as one call hands it to execute(): the call's own verdict on an
+ * answer replaces the core's generic `breakerOutcome` (a malformed 200 or a 400 is a
+ * failure for an auction; see `classifyBidAnswer`). Failures without an answer
+ * (timeouts, wire errors) and `ignored` pass through unchanged.
+ *
+ * The auction asks the breaker itself before it starts the call (a skipped partner costs
+ * no executor run), so the first `tryPass` of the call is already granted; a retry asks
+ * the breaker again.
+ */
+class VerdictBreaker implements CircuitBreaker {
+  private granted = true;
+  constructor(private readonly inner: CircuitBreaker, private readonly call: PartnerCall) {}
+  get name(): string | null { return this.inner.name; }
+  get spec(): ResolvedBreakerSpec { return this.inner.spec; }
+  tryPass(now: number): boolean {
+    if (this.granted) {
+      this.granted = false;
+      return true;
+    }
+    return this.inner.tryPass(now);
+  }
+  record(outcome: BreakerOutcome, now: number): void {
+    const v = this.call.takeVerdict();
+    this.inner.record(v !== null && outcome !== 'ignored' ? v : outcome, now);
+  }
+  state(now: number): BreakerState { return this.inner.state(now); }
+  window(now: number): { readonly successes: number; readonly failures: number } { return this.inner.window(now); }
+  toJSON(): BreakerSnapshot { return this.inner.toJSON(); }
+}
+
+/** How a partner call reports to its auction. */
+export interface CallOwner {
+  /** The request body with `tmax` set to the given value (the partner's real time). */
+  body(tmaxMs: number): string;
+  /** The BidRequest.id (answers with another id are errors). */
+  readonly requestId: string;
+  readonly clock: Clock;
+}
+
+/**
+ * One partner call in one auction: the attempt function given to execute(), the
+ * breaker verdict of its answer, and the bulkhead slot, held until every request of
+ * the call has left the socket (late-answer grace included), so the cap counts real
+ * connections.
+ */
+export class PartnerCall {
+  readonly breaker: CircuitBreaker | null;
+  private verdict: BreakerOutcome | null = null;
+  private open = 0;
+  private settled = false;
+  private released = false;
+  /** The tmax sent on the latest attempt. */
+  tmaxMs = 0;
+  attempts = 0;
+
+  constructor(readonly partner: Partner, readonly owner: CallOwner) {
+    this.breaker = partner.breaker === null ? null : new VerdictBreaker(partner.breaker, this);
+  }
+
+  takeVerdict(): BreakerOutcome | null {
+    const v = this.verdict;
+    this.verdict = null;
+    return v;
+  }
+
+  /** The attempt function (one network call). */
+  readonly attempt = (ctx: AttemptContext): Promise<PartnerAnswer> => {
+    this.verdict = null;
+    this.attempts++;
+    const p = this.partner;
+    // The partner's real time: what this attempt may take (min of its timeout and the time left).
+    const tmax = Math.max(1, Math.floor(ctx.timeoutMs));
+    this.tmaxMs = tmax;
+    p.counters.lastTmaxMs = tmax;
+    const body = this.owner.body(tmax);
+    return new Promise<PartnerAnswer>((resolve, reject) => {
+      const req = new PartnerRequest(this, resolve, reject, p.config.maxResponseBytes, p.config.lateGraceMs, this.owner.clock, ctx.timeoutMs);
+      this.open++;
+      try {
+        p.dispatcher.dispatch({ origin: p.origin, path: p.path, method: 'POST', headers: p.headers as string[], body }, req);
+      } catch (e) {
+        req.fail(e);
+      }
+    });
+  };
+
+  setVerdict(v: BreakerOutcome): void {
+    this.verdict = v;
+  }
+
+  requestDone(): void {
+    this.open--;
+    this.maybeRelease();
+  }
+
+  /** execute() has ended. */
+  settle(): void {
+    this.settled = true;
+    this.maybeRelease();
+  }
+
+  private maybeRelease(): void {
+    if (this.settled && this.open === 0 && !this.released) {
+      this.released = true;
+      this.partner.bulkhead.release();
+    }
+  }
+}
+
+type Controller = Dispatcher.DispatchController;
+
+const CUT = Object.assign(new Error('relent: the partner\'s time is over'), { code: 'ERR_RELENT_PARTNER_CUT' });
+const TOO_LARGE = Object.assign(new Error('relent: the answer is over the size limit'), { code: 'ERR_RELENT_TOO_LARGE' });
+
+/**
+ * One HTTP request to a partner (an undici dispatch handler). It settles its attempt
+ * once: with an answer (at the end of a 200's body, at the head of any other status),
+ * or with a WireError that says whether the request was sent. When the executor cuts
+ * the attempt (the partner's time is over), the request stays open `lateGraceMs` longer,
+ * only to count an answer that arrives late; it is then dropped.
+ */
+class PartnerRequest implements Dispatcher.DispatchHandler {
+  private controller: Controller | null = null;
+  private pendingAbort: Error | null = null;
+  private started = false;
+  private headed = false;
+  private status = 0;
+  private chunks: Buffer[] | null = null;
+  private bytes = 0;
+  private answered = false;
+  private done = false;
+  private cutAt = -1;
+  /** Cancels the pending timer: the cut at first, then the end of the grace. */
+  private cancelTimer: (() => void) | null = null;
+  private readonly startedAt: number;
+
+  constructor(
+    private readonly call: PartnerCall,
+    private readonly resolve: (a: PartnerAnswer) => void,
+    private readonly reject: (e: unknown) => void,
+    private readonly maxBytes: number,
+    private readonly graceMs: number,
+    private readonly clock: Clock,
+    timeoutMs: number,
+  ) {
+    this.startedAt = clock.now();
+    // The cut, due when the executor's own attempt timer is (same time, same clock): the
+    // executor decides the attempt (a timeout); this request only learns that its time is
+    // over. (A timer rather than ctx.signal: no AbortController per attempt; lazy timers
+    // cost nothing when the answer comes first.)
+    this.cancelTimer = clock.setTimer(this.onCut, timeoutMs, this.startedAt);
+  }
+
+  onRequestStart(controller: Controller): void {
+    this.controller = controller;
+    this.started = true;
+    if (this.pendingAbort !== null) controller.abort(this.pendingAbort);
+  }
+
+  onResponseStart(controller: Controller, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    if (statusCode < 200) return; // 1xx
+    this.controller = controller;
+    this.headed = true;
+    this.status = statusCode;
+    if (this.cutAt >= 0) {
+      // A late answer: counted, dropped (its body is drained within the grace, if it fits).
+      const c = this.call.partner.counters;
+      const late = this.clock.now() - this.cutAt;
+      c.late++;
+      if (late > c.lateMaxMs) c.lateMaxMs = late;
+      return;
+    }
+    if (statusCode === 200) {
+      const len = Number(headers['content-length']);
+      if (Number.isFinite(len) && len > this.maxBytes) {
+        this.answer(tooLargeAnswer(200, len, this.maxBytes));
+        this.abort(TOO_LARGE);
+        return;
+      }
+      this.chunks = [];
+    } else if (statusCode !== 204) {
+      // An error status is known at the head: the attempt ends now, the body is drained.
+      this.answer(classifyBidAnswer(statusCode, null));
+    }
+  }
+
+  onResponseData(_controller: Controller, chunk: Buffer): void {
+    this.bytes += chunk.length;
+    if (this.bytes > this.maxBytes) {
+      if (this.cutAt < 0) this.answer(tooLargeAnswer(this.status, this.bytes, this.maxBytes));
+      this.chunks = null;
+      this.abort(TOO_LARGE);
+      return;
+    }
+    if (this.chunks !== null) this.chunks.push(chunk);
+  }
+
+  onResponseEnd(): void {
+    if (this.done) return;
+    const chunks = this.chunks;
+    this.chunks = null;
+    this.finish();
+    if (this.cutAt >= 0 || this.answered) return;
+    if (this.status === 200) {
+      const body = chunks === null || chunks.length === 0 ? null : chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+      this.answer(classifyBidAnswer(200, body, this.call.owner.requestId));
+    } else this.answer(classifyBidAnswer(this.status, null));
+  }
+
+  onResponseError(_controller: Controller, error: Error): void {
+    if (this.done) return;
+    this.finish();
+    if (this.answered || this.cutAt >= 0) return;
+    this.answered = true;
+    this.reject(new WireError(error, classifyWireError(error, this.started ? 'after_request' : 'before_request')));
+  }
+
+  /** dispatch() threw (e.g. the dispatcher is closed). */
+  fail(error: unknown): void {
+    if (this.done) return;
+    this.finish();
+    this.answered = true;
+    this.reject(new WireError(error, classifyWireError(error, 'before_request')));
+  }
+
+  /** The partner's time is over: wait out the grace (to count a late answer), then drop the request. */
+  private readonly onCut = (): void => {
+    this.cancelTimer = null;
+    if (this.done) return;
+    if (this.answered) {
+      // Answered at the head (an error status) and still draining its body at the cut: drop it.
+      this.abort(CUT);
+      return;
+    }
+    this.cutAt = this.clock.now();
+    if (this.graceMs > 0) this.cancelTimer = this.clock.setTimer(() => this.abort(CUT), this.graceMs, this.cutAt);
+    else this.abort(CUT);
+  };
+
+  private answer(a: PartnerAnswer): void {
+    if (this.answered) return;
+    this.answered = true;
+    const c = this.call.partner.counters;
+    c.latency.record(this.clock.now() - this.startedAt);
+    this.call.setVerdict(answerBreakerOutcome(a));
+    this.resolve(a);
+  }
+
+  private abort(reason: Error): void {
+    if (this.done) return;
+    if (this.controller !== null) this.controller.abort(reason);
+    else this.pendingAbort = reason;
+  }
+
+  private finish(): void {
+    if (this.done) return;
+    this.done = true;
+    if (this.cancelTimer !== null) {
+      this.cancelTimer();
+      this.cancelTimer = null;
+    }
+    this.call.requestDone();
+  }
+}
