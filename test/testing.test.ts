@@ -26,6 +26,19 @@ describe('relent/testing: createTestClock', () => {
     clock.advance(100);
     expect(seen).toEqual([15]);
   });
+  it('cancelling a fired timer changes nothing; many timers stay cheap', () => {
+    const clock = createTestClock();
+    const cancel = clock.setTimer(() => {}, 1);
+    clock.setTimer(() => {}, 2);
+    clock.advance(1);
+    cancel();
+    expect(clock.pending()).toBe(1);
+    const cancels = Array.from({ length: 100_000 }, (_, i) => clock.setTimer(() => {}, 10 + (i % 1000)));
+    for (let i = 0; i < cancels.length; i += 2) cancels[i]!();
+    expect(clock.pending()).toBe(50_001);
+    clock.advance(10_000);
+    expect(clock.pending()).toBe(0);
+  });
   it('wall clock moves with monotonic time (for HTTP dates)', () => {
     const clock = createTestClock({ wallNow: Date.UTC(2030, 0, 1) });
     clock.advance(2500);

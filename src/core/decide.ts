@@ -23,6 +23,8 @@ export interface OperationState {
   readonly prevDelayMs: number | null;
   /** What the previous retry cost the budget (AWS refunds it on success). */
   readonly lastBudgetCost: number;
+  /** Throttled attempts so far that did not count against maxAttempts (absent: 0). */
+  readonly throttled?: number;
 }
 
 export interface StartOptions {
@@ -70,6 +72,7 @@ export function startOperation(policy: Policy, o: StartOptions): OperationState 
     idempotent: isIdempotent(policy, o),
     prevDelayMs: null,
     lastBudgetCost: 0,
+    throttled: 0,
   };
 }
 
@@ -79,6 +82,7 @@ export function beginAttempt(state: OperationState): OperationState {
   return {
     attempt: state.attempt + 1, startedAt: state.startedAt, deadlineAt: state.deadlineAt,
     idempotent: state.idempotent, prevDelayMs: state.prevDelayMs, lastBudgetCost: state.lastBudgetCost,
+    throttled: state.throttled ?? 0,
   };
 }
 
@@ -87,6 +91,7 @@ export function afterRetry(state: OperationState, result: DecisionResult): Opera
   return {
     attempt: state.attempt, startedAt: state.startedAt, deadlineAt: state.deadlineAt,
     idempotent: state.idempotent, prevDelayMs: result.delayMs, lastBudgetCost: result.budgetCost,
+    throttled: (state.throttled ?? 0) + (result.uncounted === true ? 1 : 0),
   };
 }
 
@@ -189,7 +194,15 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
   // R1, R3: the deadline and the attempt count are separate reasons.
   const remaining = state.deadlineAt - ctx.now;
   if (remaining <= 0) return terminal('deadline_exceeded', 'deadline_spent', hintSeen);
-  if (state.attempt >= policy.maxAttempts) return terminal('max_attempts', 'attempts_exhausted', hintSeen);
+  // A throttled attempt may not count against maxAttempts (the policy's choice); then
+  // maxThrottledAttempts bounds how often the operation may be throttled.
+  const prevUncounted = state.throttled ?? 0;
+  const uncounted = throttled && !policy.throttleCountsAsAttempt;
+  if (uncounted) {
+    if (prevUncounted + 1 > policy.maxThrottledAttempts) return terminal('max_attempts', 'attempts_exhausted', hintSeen);
+  } else if (state.attempt - prevUncounted >= policy.maxAttempts) {
+    return terminal('max_attempts', 'attempts_exhausted', hintSeen);
+  }
 
   const mayDefer = policy.deferOverMs !== null && ctx.durable !== true;
   const room = remaining - policy.minAttemptMs;
@@ -207,16 +220,18 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
     if (asked < room && asked + jitter >= room) jitter = Math.max(0, Math.ceil(room) - 1 - asked);
     delay = asked + jitter;
     if (!(delay < room)) {
-      return mayDefer ? deferred(delay, 'defer_long_wait', hintSeen) : terminal('deadline_exceeded', 'retry_after_past_deadline', hintSeen);
+      return mayDefer ? deferred(delay, 'defer_long_wait', hintSeen, uncounted) : terminal('deadline_exceeded', 'retry_after_past_deadline', hintSeen);
     }
   } else {
     const spec = throttled && policy.throttleBackoff ? policy.throttleBackoff : policy.backoff;
-    delay = computeBackoff(spec, state.attempt - 1, state.prevDelayMs, ctx.random);
+    // n counts retries of this kind: throttled ones for a throttle backoff that does not count.
+    const n = uncounted ? prevUncounted : state.attempt - 1 - (policy.throttleCountsAsAttempt ? 0 : prevUncounted);
+    delay = computeBackoff(spec, n, state.prevDelayMs, ctx.random);
     if (!(delay < room)) {
-      return mayDefer ? deferred(delay, 'defer_long_wait', hintSeen) : terminal('deadline_exceeded', 'delay_past_deadline', hintSeen);
+      return mayDefer ? deferred(delay, 'defer_long_wait', hintSeen, uncounted) : terminal('deadline_exceeded', 'delay_past_deadline', hintSeen);
     }
   }
-  if (mayDefer && delay > policy.deferOverMs!) return deferred(delay, 'defer_long_wait', hintSeen);
+  if (mayDefer && delay > policy.deferOverMs!) return deferred(delay, 'defer_long_wait', hintSeen, uncounted);
 
   // R9: the shared budget is the last gate, so a retry that would not happen anyway costs nothing.
   let cost = 0;
@@ -225,9 +240,9 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
     if (paid === false) return terminal('budget_exhausted', 'budget_empty', hintSeen);
     cost = paid;
   }
-  return { decision: 'retry', why: 'retryable', delayMs: delay, retryAfterMs: hintSeen?.ms ?? null, retryAfterValid: hintSeen?.valid ?? null, budgetCost: cost };
+  return { decision: 'retry', why: 'retryable', delayMs: delay, retryAfterMs: hintSeen?.ms ?? null, retryAfterValid: hintSeen?.valid ?? null, budgetCost: cost, uncounted };
 }
 
-function deferred(delay: number, why: DecisionWhy, hint: { ms: number | null; valid: boolean | null } | null): DecisionResult {
-  return { decision: 'defer', why, delayMs: delay, retryAfterMs: hint?.ms ?? null, retryAfterValid: hint?.valid ?? null, budgetCost: 0 };
+function deferred(delay: number, why: DecisionWhy, hint: { ms: number | null; valid: boolean | null } | null, uncounted = false): DecisionResult {
+  return { decision: 'defer', why, delayMs: delay, retryAfterMs: hint?.ms ?? null, retryAfterValid: hint?.valid ?? null, budgetCost: 0, uncounted };
 }

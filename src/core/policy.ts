@@ -54,6 +54,14 @@ export interface PolicySpec {
   readonly deferOverMs?: number | null;
   /** The shared retry budget that drivers create for this policy; null for none. */
   readonly budget?: BudgetSpec | null;
+  /**
+   * Whether an attempt answered with a throttling status (429) uses up one of
+   * maxAttempts. false: a rate-limited attempt is deferred without using an attempt
+   * (Adobe's "retried 30 minutes later"), bounded by maxThrottledAttempts.
+   */
+  readonly throttleCountsAsAttempt?: boolean;
+  /** With throttleCountsAsAttempt false: how many throttled attempts an operation may have. */
+  readonly maxThrottledAttempts?: number;
 }
 
 export interface RetryAfterSpec {
@@ -93,6 +101,8 @@ export interface Policy {
   readonly idempotent: boolean | null;
   readonly deferOverMs: number | null;
   readonly budget: BudgetSpec | null;
+  readonly throttleCountsAsAttempt: boolean;
+  readonly maxThrottledAttempts: number;
   /** The longest wait this policy can choose (backoff ceiling or server-hint cap plus jitter). */
   readonly maxDelayMs: number;
   /** The normalised spec (JSON), for display and for `relent presets`. */
@@ -131,12 +141,15 @@ export const POLICY_DEFAULTS = Object.freeze({
   idempotent: null,
   deferOverMs: null,
   budget: Object.freeze({ kind: 'ratio', ratio: 0.1, minPerSecond: 1, maxTokens: 10 }) as BudgetSpec,
+  throttleCountsAsAttempt: true,
+  maxThrottledAttempts: 10,
 });
 
 const MAX_MS = 2 ** 31 - 1;
 const POLICY_KEYS = new Set([
   'preset', 'maxAttempts', 'deadlineMs', 'attemptTimeoutMs', 'minAttemptMs', 'backoff', 'throttleBackoff', 'retryOn',
   'safeStatuses', 'throttleStatuses', 'retryAfter', 'unknownOutcome', 'idempotent', 'deferOverMs', 'budget',
+  'throttleCountsAsAttempt', 'maxThrottledAttempts',
 ]);
 
 export function compileStatuses(patterns: unknown, field: string): StatusSet {
@@ -254,6 +267,12 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
   if (idempotent !== null && typeof idempotent !== 'boolean') throw invalidPolicy('idempotent', 'a boolean or null', idempotent);
   const deferOverMs = input.deferOverMs === undefined || input.deferOverMs === null ? null : finiteMs(input.deferOverMs, 'deferOverMs');
   const budget = input.budget === null ? null : normalizeBudget(input.budget ?? d.budget, 'budget');
+  const throttleCountsAsAttempt = input.throttleCountsAsAttempt ?? d.throttleCountsAsAttempt;
+  if (typeof throttleCountsAsAttempt !== 'boolean') throw invalidPolicy('throttleCountsAsAttempt', 'a boolean', throttleCountsAsAttempt);
+  const maxThrottledAttempts = input.maxThrottledAttempts ?? d.maxThrottledAttempts;
+  if (typeof maxThrottledAttempts !== 'number' || !Number.isInteger(maxThrottledAttempts) || maxThrottledAttempts < 0 || maxThrottledAttempts > 10_000) {
+    throw invalidPolicy('maxThrottledAttempts', 'an integer in [0, 10000]', maxThrottledAttempts);
+  }
 
   const maxDelayMs = Math.max(
     backoffCeiling(backoff),
@@ -266,13 +285,13 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
     retryOn: Object.freeze({ status: retryOnStatus.patterns, errors: Object.freeze([...retryOnErrors]) }),
     safeStatuses: safeStatuses.patterns, throttleStatuses: throttleStatuses.patterns,
     retryAfter: Object.freeze({ honor, statuses: retryAfter.statuses.patterns, maxMs: retryAfter.maxMs, jitterRatio, jitterMinMs, jitterMaxMs }),
-    unknownOutcome, idempotent, deferOverMs, budget,
+    unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts,
   });
 
   return Object.freeze({
     name, maxAttempts, deadlineMs, attemptTimeoutMs, minAttemptMs, backoff, throttleBackoff,
     retryOnStatus, retryOnErrors, safeStatuses, throttleStatuses, retryAfter,
-    unknownOutcome, idempotent, deferOverMs, budget, maxDelayMs, spec,
+    unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts, maxDelayMs, spec,
   });
 }
 

@@ -83,6 +83,11 @@ export interface DecisionResult {
   readonly retryAfterValid: boolean | null;
   /** What the retry cost the shared budget (0 when none was charged). */
   readonly budgetCost: number;
+  /**
+   * The attempt was throttled (429) under a policy whose throttled attempts do not count
+   * against maxAttempts (`throttleCountsAsAttempt: false`); afterRetry() remembers it.
+   */
+  readonly uncounted?: boolean;
 }
 
 /** One event per attempt (R13), emitted before the next call. */

@@ -296,6 +296,12 @@ class AttemptCtx implements AttemptContext {
   abort(reason: unknown): void {
     this.controller?.abort(reason);
   }
+
+  /** Aborts for the attempt timeout; the error (and its stack) is made only if someone holds the signal. */
+  abortForTimeout(): void {
+    this.timedOut = true;
+    if (this.controller !== null) this.controller.abort(new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON));
+  }
 }
 
 const enum Phase { Idle, Calling, Waiting, Slot, Done }
@@ -440,8 +446,7 @@ class Runner<T> {
     if (this.phase === Phase.Waiting) return this.afterWait();
     const ctx = this.ctx;
     if (ctx === null || ctx.done) return;
-    ctx.timedOut = true;
-    ctx.abort(new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON));
+    ctx.abortForTimeout();
     this.settle(ctx, TIMEOUT_OUTCOME);
   };
 

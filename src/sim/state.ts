@@ -20,10 +20,12 @@ export function ownState(state: OperationState): SimState {
 /** In place: `beginAttempt(state)`. */
 export function nextAttempt(state: SimState): void {
   state.attempt += 1;
+  state.throttled = state.throttled ?? 0;
 }
 
 /** In place: `afterRetry(state, result)`. */
 export function recordRetry(state: SimState, result: DecisionResult): void {
   state.prevDelayMs = result.delayMs;
   state.lastBudgetCost = result.budgetCost;
+  state.throttled = (state.throttled ?? 0) + (result.uncounted === true ? 1 : 0);
 }

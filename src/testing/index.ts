@@ -48,27 +48,50 @@ export function createTestClock(options: TestClockOptions = {}): TestClock {
   const wallStart = options.wallNow ?? Date.UTC(2026, 0, 1);
   let now = start;
   let seq = 0;
-  const timers: Timer[] = [];
-
-  const insert = (t: Timer): void => {
-    let lo = 0;
-    let hi = timers.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      const m = timers[mid]!;
-      if (m.due < t.due || (m.due === t.due && m.seq < t.seq)) lo = mid + 1;
-      else hi = mid;
+  let live = 0;
+  // A binary min-heap on (due, seq): O(log n) to add and to take the next timer, so tests
+  // (and the delivery worker's virtual-time runs) with many timers stay fast.
+  const heap: Timer[] = [];
+  const before = (a: Timer, b: Timer): boolean => a.due < b.due || (a.due === b.due && a.seq < b.seq);
+  const push = (t: Timer): void => {
+    heap.push(t);
+    let i = heap.length - 1;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (!before(heap[i]!, heap[parent]!)) break;
+      [heap[i], heap[parent]] = [heap[parent]!, heap[i]!];
+      i = parent;
     }
-    timers.splice(lo, 0, t);
+  };
+  const pop = (): Timer | undefined => {
+    const top = heap[0];
+    const last = heap.pop();
+    if (heap.length > 0 && last !== undefined) {
+      heap[0] = last;
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < heap.length && before(heap[l]!, heap[m]!)) m = l;
+        if (r < heap.length && before(heap[r]!, heap[m]!)) m = r;
+        if (m === i) break;
+        [heap[i], heap[m]] = [heap[m]!, heap[i]!];
+        i = m;
+      }
+    }
+    return top;
   };
   const prune = (): void => {
-    while (timers.length > 0 && timers[0]!.cancelled) timers.shift();
+    while (heap.length > 0 && heap[0]!.cancelled) pop();
   };
   const fireOne = (limit: number): boolean => {
     prune();
-    const t = timers[0];
+    const t = heap[0];
     if (!t || t.due > limit) return false;
-    timers.shift();
+    pop();
+    live--;
+    t.cancelled = true; // fired: a later cancel() is a no-op
     if (t.due > now) now = t.due;
     t.fn();
     return true;
@@ -80,9 +103,12 @@ export function createTestClock(options: TestClockOptions = {}): TestClock {
     setTimer(fn, ms) {
       const delay = !(ms > 0) ? 0 : ms > MAX_TIMER_MS ? MAX_TIMER_MS : ms;
       const t: Timer = { due: now + delay, seq: seq++, fn, cancelled: false };
-      insert(t);
+      push(t);
+      live++;
       return () => {
+        if (t.cancelled) return;
         t.cancelled = true;
+        live--;
       };
     },
     advance(ms) {
@@ -113,12 +139,11 @@ export function createTestClock(options: TestClockOptions = {}): TestClock {
     },
     flush: drain,
     pending() {
-      prune();
-      return timers.filter((t) => !t.cancelled).length;
+      return live;
     },
     nextAt() {
       prune();
-      return timers[0]?.due ?? null;
+      return heap[0]?.due ?? null;
     },
   };
   return clock;

@@ -285,6 +285,36 @@ describe('R9 budgets', () => {
   });
 });
 
+describe('R12/R19 a throttled attempt may not count against maxAttempts (the policy\'s choice)', () => {
+  const run = (spec: PolicySpec, statuses: number[]) => {
+    const policy = createPolicy(spec);
+    let state = startOperation(policy, { now: 0, method: 'GET' });
+    const out: string[] = [];
+    for (const status of statuses) {
+      state = beginAttempt(state);
+      const d = decide(policy, state, { status, elapsedMs: 0 }, { now: 0, random: rnd });
+      out.push(d.decision);
+      if (d.decision !== 'retry') break;
+      state = afterRetry(state, d);
+    }
+    return out;
+  };
+  const base: PolicySpec = { maxAttempts: 2, deadlineMs: 1e9, backoff: { kind: 'constant', delayMs: 1 } };
+  it('by default a 429 uses an attempt', () => {
+    expect(run(base, [429, 429, 429])).toEqual(['retry', 'max_attempts']);
+  });
+  it('with throttleCountsAsAttempt false, 429s are bounded by maxThrottledAttempts and other failures by maxAttempts', () => {
+    const s: PolicySpec = { ...base, throttleCountsAsAttempt: false, maxThrottledAttempts: 3 };
+    expect(run(s, [429, 429, 429, 429, 429])).toEqual(['retry', 'retry', 'retry', 'max_attempts']);
+    expect(run(s, [429, 503, 429, 503, 200])).toEqual(['retry', 'retry', 'retry', 'max_attempts']);
+    expect(run(s, [429, 429, 503, 200])).toEqual(['retry', 'retry', 'retry', 'return']);
+  });
+  it('validation names the fields', () => {
+    expect(() => createPolicy({ throttleCountsAsAttempt: 'no' as never })).toThrow(/`throttleCountsAsAttempt`/);
+    expect(() => createPolicy({ maxThrottledAttempts: -1 })).toThrow(/`maxThrottledAttempts`/);
+  });
+});
+
 describe('R10 cancellation', () => {
   it('an aborted attempt ends with cancelled, even when retryable otherwise', () => {
     const { policy, state } = opAt({});
