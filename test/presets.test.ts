@@ -69,6 +69,23 @@ describe('adobe-configurable (REFERENCE §3): 420, 429 and >500 after 30 min', (
     expect(schedule('adobe-configurable', [{ status: 500, elapsedMs: 1 }]).end).toBe('not_retryable');
     for (const s of [420, 429, 501, 503, 599]) expect(schedule('adobe-configurable', [{ status: s, elapsedMs: 1 }]).end).toBe('defer');
   });
+  it('a 429 deferral does not use up an attempt; 5xx failures do', () => {
+    const durable = (obs: Observation[]) => {
+      const policy = presetPolicy('adobe-configurable');
+      let state = startOperation(policy, { now: 0, method: 'POST' });
+      const out: string[] = [];
+      for (const o of obs) {
+        state = beginAttempt(state);
+        const d = decide(policy, state, o, { now: 0, random: constantRandom(0), durable: true });
+        out.push(d.decision);
+        if (d.decision !== 'retry') break;
+        state = afterRetry(state, d);
+      }
+      return out;
+    };
+    expect(durable([429, 429, 429, 429, 200].map((status) => ({ status, elapsedMs: 1 })))).toEqual(['retry', 'retry', 'retry', 'retry', 'return']);
+    expect(durable([503, 503, 503].map((status) => ({ status, elapsedMs: 1 })))).toEqual(['retry', 'retry', 'max_attempts']);
+  });
   it('in-process drivers defer the 30 min wait; the durable queue schedules it', () => {
     const policy = presetPolicy('adobe-configurable');
     const state = beginAttempt(startOperation(policy, { now: 0, method: 'POST' }));

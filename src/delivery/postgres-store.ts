@@ -200,6 +200,7 @@ class PostgresStore implements DeliveryStore {
           op_started_at BIGINT,
           op_deadline_at BIGINT,
           prev_delay_ms BIGINT,
+          op_throttled INTEGER NOT NULL DEFAULT 0,
           last_status INTEGER,
           last_error_class TEXT,
           last_decision TEXT,
@@ -225,6 +226,13 @@ class PostgresStore implements DeliveryStore {
           PRIMARY KEY (batch_id, round, attempt)
         );
       `);
+      // Columns added after the tables were first released: a database created by an earlier
+      // relent gets them here. Looked up first, so the usual start takes no table lock.
+      const cols = (await c.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2`,
+        [this.schema, `${base}batches`])).rows as { column_name: string }[];
+      if (!cols.some((r) => r.column_name === 'op_throttled')) {
+        await c.query(`ALTER TABLE ${batches} ADD COLUMN IF NOT EXISTS op_throttled INTEGER NOT NULL DEFAULT 0`);
+      }
       const v = (await c.query(`SELECT v FROM ${meta} WHERE k = 'schema'`)).rows as { v: string }[];
       if (v.length === 0) await c.query(`INSERT INTO ${meta} (k, v) VALUES ('schema', $1)`, [String(SCHEMA_VERSION)]);
       else if (v[0]!.v !== String(SCHEMA_VERSION)) throw new DeliveryError('ERR_STORE', `${this.description}: schema version ${v[0]!.v}, this relent knows ${SCHEMA_VERSION}`);
@@ -324,7 +332,7 @@ class PostgresStore implements DeliveryStore {
     rows.sort((a, b) => a.due_at - b.due_at || a.id - b.id);
     return rows.map((b) => ({
       id: b.id, token: b.lease_token, destination: b.destination, key: b.key, round: b.round, attempt: b.attempt,
-      opStartedAt: b.op_started_at, opDeadlineAt: b.op_deadline_at, prevDelayMs: b.prev_delay_ms,
+      opStartedAt: b.op_started_at, opDeadlineAt: b.op_deadline_at, prevDelayMs: b.prev_delay_ms, opThrottled: Number(b.op_throttled),
       createdAt: b.created_at, notBefore: b.not_before, bytes: b.bytes, items: byBatch.get(b.id) ?? [],
     }));
   }
@@ -349,11 +357,12 @@ class PostgresStore implements DeliveryStore {
     const applied = await this.q<{ id: number }>('recording outcomes', `
       WITH o AS (
         SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::int[], $6::bigint[], $7::bigint[], $8::bigint[],
-                             $9::int[], $10::text[], $11::text[], $12::text[], $13::bigint[])
-          AS o(id, token, state, not_before, attempt, op_started_at, op_deadline_at, prev_delay_ms, last_status, last_error_class, last_decision, last_why, finished_at)
+                             $9::int[], $10::text[], $11::text[], $12::text[], $13::bigint[], $25::int[])
+          AS o(id, token, state, not_before, attempt, op_started_at, op_deadline_at, prev_delay_ms, last_status, last_error_class, last_decision, last_why, finished_at,
+               op_throttled)
       ), u AS (
         UPDATE ${this.t.batches} b SET state = o.state, not_before = o.not_before, due_at = o.not_before, lease_owner = NULL, lease_until = 0,
-          attempt = o.attempt, op_started_at = o.op_started_at, op_deadline_at = o.op_deadline_at, prev_delay_ms = o.prev_delay_ms,
+          attempt = o.attempt, op_started_at = o.op_started_at, op_deadline_at = o.op_deadline_at, prev_delay_ms = o.prev_delay_ms, op_throttled = o.op_throttled,
           last_status = o.last_status, last_error_class = o.last_error_class, last_decision = o.last_decision, last_why = o.last_why,
           finished_at = o.finished_at
         FROM o WHERE b.id = o.id AND b.lease_token = o.token AND b.state = 'queued'
@@ -372,7 +381,7 @@ class PostgresStore implements DeliveryStore {
       o.map((x) => x.lastErrorClass), o.map((x) => x.lastDecision), o.map((x) => x.lastWhy), o.map((x) => x.finishedAt),
       withRecord.map((x) => x.id), r.map((x) => x.attempt), r.map((x) => x.at), r.map((x) => x.status), r.map((x) => x.errorClass),
       r.map((x) => x.elapsedMs), r.map((x) => x.decision), r.map((x) => x.why), r.map((x) => x.delayMs), r.map((x) => x.retryAfterMs),
-      r.map((x) => x.worker),
+      r.map((x) => x.worker), o.map((x) => x.opThrottled),
     ]);
     const ok = new Set(applied.map((x) => x.id));
     return { applied: o.filter((x) => ok.has(x.id)).map((x) => x.id), lost: o.filter((x) => !ok.has(x.id)).map((x) => x.id) };
@@ -451,7 +460,7 @@ class PostgresStore implements DeliveryStore {
     const rows = await this.q<{ id: number }>('requeueing batches', `
       WITH c AS (SELECT id FROM ${this.t.batches} WHERE ${where.join(' AND ')} ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
       UPDATE ${this.t.batches} b SET state = 'queued', round = b.round + 1, attempt = 0, op_started_at = NULL, op_deadline_at = NULL,
-        prev_delay_ms = NULL, not_before = $1, due_at = $1, lease_owner = NULL, lease_until = 0, lease_token = b.lease_token + 1, finished_at = NULL
+        prev_delay_ms = NULL, op_throttled = 0, not_before = $1, due_at = $1, lease_owner = NULL, lease_until = 0, lease_token = b.lease_token + 1, finished_at = NULL
       FROM c WHERE b.id = c.id RETURNING b.id`, values);
     return rows.length;
   }

@@ -149,6 +149,7 @@ class SqliteStore implements DeliveryStore {
           op_started_at INTEGER,
           op_deadline_at INTEGER,
           prev_delay_ms INTEGER,
+          op_throttled INTEGER NOT NULL DEFAULT 0,
           last_status INTEGER,
           last_error_class TEXT,
           last_decision TEXT,
@@ -174,6 +175,7 @@ class SqliteStore implements DeliveryStore {
           PRIMARY KEY (batch_id, round, attempt)
         );
       `);
+      this.addMissingColumns();
       const v = this.db.prepare(`SELECT v FROM ${meta} WHERE k = 'schema'`).get() as { v: string } | undefined;
       if (v === undefined) this.db.prepare(`INSERT INTO ${meta} (k, v) VALUES ('schema', ?)`).run(String(SCHEMA_VERSION));
       else if (v.v !== String(SCHEMA_VERSION)) {
@@ -181,6 +183,21 @@ class SqliteStore implements DeliveryStore {
       }
       this.prepare();
     });
+  }
+
+  /**
+   * Columns added to the tables after they were first released: a database created by an
+   * earlier relent gets them here (checked again inside a write transaction, so two
+   * processes opening the same file do not both add them). Each has a default, so
+   * existing rows stay valid. An up-to-date file takes no write lock here.
+   */
+  private addMissingColumns(): void {
+    const { batches } = this.t;
+    const missing = (): boolean => !(this.db.pragma(`table_info(${batches})`) as { name: string }[]).some((c) => c.name === 'op_throttled');
+    if (!missing()) return;
+    this.db.transaction(() => {
+      if (missing()) this.db.exec(`ALTER TABLE ${batches} ADD COLUMN op_throttled INTEGER NOT NULL DEFAULT 0`);
+    }).immediate();
   }
 
   private prepare(): void {
@@ -197,16 +214,16 @@ class SqliteStore implements DeliveryStore {
       // One statement for the whole claim; the subquery picks the oldest due batches.
       lease: p(`UPDATE ${batches} SET lease_token = lease_token + 1, lease_owner = ?, lease_until = ?, due_at = ?, claims = claims + 1
         WHERE id IN (SELECT id FROM ${batches} WHERE state = 'queued' AND destination = ? AND due_at <= ? ORDER BY due_at, id LIMIT ?)
-        RETURNING id, destination, key, lease_token, round, attempt, op_started_at, op_deadline_at, prev_delay_ms, created_at, not_before, bytes, due_at`),
+        RETURNING id, destination, key, lease_token, round, attempt, op_started_at, op_deadline_at, prev_delay_ms, op_throttled, created_at, not_before, bytes, due_at`),
       batchItems: p(`SELECT batch_id, key, payload FROM ${items} WHERE batch_id IN (SELECT value FROM json_each(?)) ORDER BY batch_id, id`),
       renew: p(`UPDATE ${batches} SET lease_until = ?, due_at = ? WHERE id = ? AND lease_token = ? AND state = 'queued'`),
       // Fenced: a row is written only while its lease token still matches. Outcomes come as one JSON array.
       complete: p(`UPDATE ${batches} SET state = o.state, not_before = o.nb, due_at = o.nb, lease_owner = NULL, lease_until = 0, attempt = o.att,
-          op_started_at = o.os, op_deadline_at = o.od, prev_delay_ms = o.pd, last_status = o.ls, last_error_class = o.le, last_decision = o.ld,
+          op_started_at = o.os, op_deadline_at = o.od, prev_delay_ms = o.pd, op_throttled = o.ot, last_status = o.ls, last_error_class = o.le, last_decision = o.ld,
           last_why = o.lw, finished_at = o.fa
         FROM (SELECT value ->> 0 AS id, value ->> 1 AS token, value ->> 2 AS state, value ->> 3 AS nb, value ->> 4 AS att, value ->> 5 AS os,
                      value ->> 6 AS od, value ->> 7 AS pd, value ->> 8 AS ls, value ->> 9 AS le, value ->> 10 AS ld, value ->> 11 AS lw,
-                     value ->> 12 AS fa FROM json_each(?)) AS o
+                     value ->> 12 AS fa, value ->> 13 AS ot FROM json_each(?)) AS o
         WHERE ${batches}.id = o.id AND ${batches}.lease_token = o.token AND +${batches}.state = 'queued'
         RETURNING ${batches}.id AS id, ${batches}.round AS round`),
       insertAttempts: p(`INSERT INTO ${attempts} (batch_id, round, attempt, at, status, error_class, elapsed_ms, decision, why, delay_ms, retry_after_ms, worker)
@@ -218,7 +235,7 @@ class SqliteStore implements DeliveryStore {
       getItems: p(`SELECT id, key, payload, enqueued_at AS enqueuedAt FROM ${items} WHERE batch_id = ? ORDER BY id`),
       getAttempts: p(`SELECT * FROM ${attempts} WHERE batch_id = ? ORDER BY round, attempt`),
       requeueOne: p(`UPDATE ${batches} SET state = 'queued', round = round + 1, attempt = 0, op_started_at = NULL, op_deadline_at = NULL,
-        prev_delay_ms = NULL, not_before = ?, due_at = ?, lease_owner = NULL, lease_until = 0, lease_token = lease_token + 1, finished_at = NULL
+        prev_delay_ms = NULL, op_throttled = 0, not_before = ?, due_at = ?, lease_owner = NULL, lease_until = 0, lease_token = lease_token + 1, finished_at = NULL
         WHERE id = ? AND state = 'dropped'`),
     };
   }
@@ -272,7 +289,7 @@ class SqliteStore implements DeliveryStore {
       }
       return rows.map((b) => ({
         id: b.id, token: b.lease_token, destination: b.destination, key: b.key, round: b.round, attempt: b.attempt,
-        opStartedAt: b.op_started_at, opDeadlineAt: b.op_deadline_at, prevDelayMs: b.prev_delay_ms,
+        opStartedAt: b.op_started_at, opDeadlineAt: b.op_deadline_at, prevDelayMs: b.prev_delay_ms, opThrottled: b.op_throttled,
         createdAt: b.created_at, notBefore: b.not_before, bytes: b.bytes, items: byBatch.get(b.id)!,
       }));
     }).immediate());
@@ -292,7 +309,7 @@ class SqliteStore implements DeliveryStore {
     if (outcomes.length === 0) return Promise.resolve({ applied: [], lost: [] });
     return this.guard('recording outcomes', () => this.db.transaction(() => {
       const rows = outcomes.map((o) => [o.id, o.token, o.state, o.notBefore, o.attempt, o.opStartedAt, o.opDeadlineAt, o.prevDelayMs,
-        o.lastStatus, o.lastErrorClass, o.lastDecision, o.lastWhy, o.finishedAt]);
+        o.lastStatus, o.lastErrorClass, o.lastDecision, o.lastWhy, o.finishedAt, o.opThrottled]);
       const done = this.s.complete!.all(JSON.stringify(rows)) as { id: number; round: number }[];
       const roundOf = new Map(done.map((r) => [r.id, r.round]));
       const records: unknown[] = [];

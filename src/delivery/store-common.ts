@@ -29,6 +29,7 @@ export interface BatchRow {
   readonly op_started_at: number | null;
   readonly op_deadline_at: number | null;
   readonly prev_delay_ms: number | null;
+  readonly op_throttled: number;
   readonly last_status: number | null;
   readonly last_error_class: string | null;
   readonly last_decision: string | null;

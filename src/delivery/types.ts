@@ -68,6 +68,8 @@ export interface ClaimedBatch extends Lease {
   readonly opStartedAt: number | null;
   readonly opDeadlineAt: number | null;
   readonly prevDelayMs: number | null;
+  /** Throttled attempts of this round that did not count against maxAttempts (the core's OperationState.throttled). */
+  readonly opThrottled: number;
   readonly createdAt: number;
   readonly notBefore: number;
   readonly bytes: number;
@@ -102,6 +104,8 @@ export interface Outcome extends Lease {
   readonly opStartedAt: number | null;
   readonly opDeadlineAt: number | null;
   readonly prevDelayMs: number | null;
+  /** The core's OperationState.throttled after this attempt (0 when the policy counts every 429). */
+  readonly opThrottled: number;
   readonly lastStatus: number | null;
   readonly lastErrorClass: ErrorClass | null;
   readonly lastDecision: Decision;

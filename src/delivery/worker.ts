@@ -414,6 +414,7 @@ class Worker implements DeliveryWorker {
       idempotent: isIdempotent(d.policy, { method: d.method, idempotencyKey: b.key }),
       prevDelayMs: b.prevDelayMs,
       lastBudgetCost: 0,
+      throttled: b.opThrottled,
     };
   }
 
@@ -431,7 +432,7 @@ class Worker implements DeliveryWorker {
       if (refused) {
         // The operation's deadline passed while the batch waited: no call; kept as dropped.
         this.settle(h, {
-          ...base, state: 'dropped', notBefore: b.notBefore, attempt: state.attempt, prevDelayMs: state.prevDelayMs,
+          ...base, state: 'dropped', notBefore: b.notBefore, attempt: state.attempt, prevDelayMs: state.prevDelayMs, opThrottled: state.throttled ?? 0,
           lastStatus: null, lastErrorClass: null, lastDecision: refused.decision, lastWhy: refused.why, finishedAt: startWall, record: null,
         });
         this.countDrop(ref, refused.decision, refused.why, null, null, state.attempt);
@@ -482,20 +483,26 @@ class Worker implements DeliveryWorker {
       };
       const last = { lastStatus: status, lastErrorClass: errorClass, lastDecision: res.decision, lastWhy: res.why, record };
       if (res.decision === 'return') {
-        this.settle(h, { ...base, ...last, state: 'delivered', notBefore: b.notBefore, attempt: state.attempt, prevDelayMs: state.prevDelayMs, finishedAt: now });
+        this.settle(h, { ...base, ...last, state: 'delivered', notBefore: b.notBefore, attempt: state.attempt, prevDelayMs: state.prevDelayMs,
+          opThrottled: state.throttled ?? 0, finishedAt: now });
         this.c.deliveredBatches++;
         this.c.deliveredItems += b.items.length;
         this.emit({ type: 'delivered', ...ref, attempts: state.attempt });
       } else if ((res.decision === 'retry' || res.decision === 'defer') && res.delayMs !== null) {
-        // The core chose the wait; the queue only stores it (seconds to hours).
+        // The core chose the wait; the queue only stores it (seconds to hours), with the
+        // operation state afterRetry() gives (a 429 that did not count is remembered).
         const next = afterRetry(state, res);
         const notBefore = Math.round(now + res.delayMs);
-        this.settle(h, { ...base, ...last, state: 'queued', notBefore, attempt: next.attempt, prevDelayMs: next.prevDelayMs, finishedAt: null });
+        this.settle(h, {
+          ...base, ...last, state: 'queued', notBefore, attempt: next.attempt, prevDelayMs: next.prevDelayMs, opThrottled: next.throttled ?? 0, finishedAt: null,
+        });
         this.c.deferredBatches++;
         this.emit({ type: 'deferred', ...ref, notBefore, delayMs: res.delayMs });
         this.wakeAt(notBefore);
       } else {
-        this.settle(h, { ...base, ...last, state: 'dropped', notBefore: b.notBefore, attempt: state.attempt, prevDelayMs: state.prevDelayMs, finishedAt: now });
+        this.settle(h, {
+          ...base, ...last, state: 'dropped', notBefore: b.notBefore, attempt: state.attempt, prevDelayMs: state.prevDelayMs, opThrottled: state.throttled ?? 0, finishedAt: now,
+        });
         this.countDrop(ref, res.decision, res.why, status, errorClass, state.attempt);
       }
     } catch (e) {

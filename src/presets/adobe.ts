@@ -15,6 +15,7 @@ export const adobeBestEffort: PresetDefinition = {
     'Adobe resends activations, so the preset declares the operation idempotent (the delivery queue also sends an idempotency key per batch)',
     'transport failures (refused, reset, timeout) are retried on the same schedule; the doc names only status codes',
     'a valid Retry-After longer than the schedule is honoured (relent never retries earlier than a server asks)',
+    'a 429 uses up one of the two retries, as the doc lists 429 with the other retried codes',
   ],
   spec: {
     maxAttempts: 3,
@@ -40,12 +41,13 @@ export const adobeConfigurable: PresetDefinition = {
   schedule: 'retry 420, 429 and 501–599 after 30 min; waits over 60 s are deferred to the durable queue',
   notes: [
     '"greater than 500" is read literally: 500 itself is NOT retried (the Japanese page says "the 500s"; add 500 to retryOn.status to follow it)',
-    'the doc shows one re-attempt; relent allows 3 calls in all within a 2 h deadline (our choice)',
+    'the doc shows one re-attempt; relent allows 3 calls for failures other than 429 and 10 rate-limited deferrals, within a 6 h deadline (our choice: 10 × 30 min fits)',
     'in-process drivers hand the 30 min wait to the durable queue (decision `defer`); the queue schedules it',
+    'a 429 deferral does not use up an attempt (the doc re-attempts rate-limited items; 3 calls bound the other failures); at most 10 deferrals',
   ],
   spec: {
     maxAttempts: 3,
-    deadlineMs: 7_200_000,
+    deadlineMs: 21_600_000,
     attemptTimeoutMs: 30_000,
     idempotent: true,
     backoff: { kind: 'schedule', delaysMs: [1_800_000] },
@@ -53,5 +55,7 @@ export const adobeConfigurable: PresetDefinition = {
     safeStatuses: [420, 429, '>500'],
     retryAfter: { statuses: [420, 429, 503], maxMs: 3_600_000 },
     deferOverMs: 60_000,
+    throttleCountsAsAttempt: false,
+    maxThrottledAttempts: 10,
   },
 };

@@ -1,13 +1,21 @@
 // The store contract, one suite for both stores, driven by the test clock: every `now`
 // comes from createTestClock(), so leases expire and retries fall due without sleeping.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Sqlite from 'better-sqlite3';
+import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { batchKey } from '../../src/delivery/batching.js';
+import { openPostgresStore } from '../../src/delivery/postgres-store.js';
+import { openSqliteStore } from '../../src/delivery/sqlite-store.js';
 import type { ClaimedBatch, DeliveryStore, Outcome } from '../../src/delivery/types.js';
 import { createTestClock } from '../../src/testing/index.js';
-import { pgEnabled, postgresFactory, sqliteFactory, type StoreFactory } from './support.js';
+import { dropSchema, pgEnabled, PG_URL, postgresFactory, sqliteFactory, uniqueSchema, type StoreFactory } from './support.js';
 
+const withPg = await pgEnabled();
 const factories: StoreFactory[] = [sqliteFactory()];
-if (await pgEnabled()) factories.push(postgresFactory());
+if (withPg) factories.push(postgresFactory());
 
 afterAll(async () => {
   for (const f of factories) await f.cleanup();
@@ -23,7 +31,7 @@ function items(dest: string, keys: string[]) {
 /** An outcome written by the holder of `b`'s lease. */
 function outcome(b: ClaimedBatch, o: Partial<Outcome> & Pick<Outcome, 'state'>, at: number): Outcome {
   return {
-    id: b.id, token: b.token, notBefore: at, attempt: b.attempt + 1, opStartedAt: at, opDeadlineAt: at + 60_000, prevDelayMs: null,
+    id: b.id, token: b.token, notBefore: at, attempt: b.attempt + 1, opStartedAt: at, opDeadlineAt: at + 60_000, prevDelayMs: null, opThrottled: 0,
     lastStatus: 200, lastErrorClass: null, lastDecision: 'return', lastWhy: 'success', finishedAt: o.state === 'queued' ? null : at,
     record: {
       round: b.round, attempt: b.attempt + 1, at, status: o.lastStatus === undefined ? 200 : o.lastStatus, errorClass: null, elapsedMs: 12,
@@ -141,6 +149,31 @@ for (const f of factories) {
       expect(hist).toEqual([{ round: 1, attempt: 1, at: now, status: 429, errorClass: null, elapsedMs: 12, decision: 'retry', why: 'retryable', delayMs: 1_800_000, retryAfterMs: null, worker: 'w1' }]);
     });
 
+    it('the operation state round-trips: op_throttled comes back with the claim, survives a later write, and a requeue resets it', async () => {
+      const { s, clock } = await fresh();
+      await s.enqueue(items('d', ['a']), clock.wallNow());
+      await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 10);
+      const [b] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w1');
+      expect(b!.opThrottled).toBe(0); // a new batch
+      const t0 = clock.wallNow();
+      const deferred = (c: ClaimedBatch, throttled: number, status: number): Outcome => outcome(c, {
+        state: 'queued', notBefore: clock.wallNow() + 1_800_000, opStartedAt: t0, opDeadlineAt: t0 + 7_200_000, prevDelayMs: 1_800_000,
+        opThrottled: throttled, lastStatus: status, lastDecision: 'retry', lastWhy: 'retryable',
+      }, clock.wallNow());
+      expect((await s.complete([deferred(b!, 1, 429)])).applied).toEqual([b!.id]);
+      clock.advance(1_800_000);
+      const [again] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w2');
+      expect(again).toMatchObject({ id: b!.id, attempt: 1, opStartedAt: t0, opDeadlineAt: t0 + 7_200_000, prevDelayMs: 1_800_000, opThrottled: 1 });
+      await s.complete([deferred(again!, 1, 503)]); // a counted failure keeps the count
+      clock.advance(1_800_000);
+      const [third] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w1');
+      expect(third).toMatchObject({ attempt: 2, opThrottled: 1 });
+      await s.complete([outcome(third!, { state: 'dropped', opThrottled: 1, lastStatus: 503, lastDecision: 'max_attempts', lastWhy: 'attempts_exhausted' }, clock.wallNow())]);
+      expect(await s.requeue({ ids: [b!.id] }, clock.wallNow())).toBe(1);
+      const [round2] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w1');
+      expect(round2).toMatchObject({ round: 2, attempt: 0, opStartedAt: null, prevDelayMs: null, opThrottled: 0 }); // a new round
+    });
+
     it('dropped batches are listed, counted by reason and requeued with their history (new round, same key)', async () => {
       const { s, clock } = await fresh();
       await s.enqueue([...items('d', ['a', 'b', 'c']), ...items('e', ['z'])], clock.wallNow());
@@ -207,6 +240,82 @@ for (const f of factories) {
       expect(await s.get(a!.id)).toBeNull();
       // the key can be enqueued again once its delivered item is gone
       expect((await s.enqueue(items('d', ['a']), clock.wallNow()))[0]!.duplicate).toBe(false);
+    });
+  });
+}
+
+/**
+ * A database made by the previous schema (no op_throttled): simulated by dropping the
+ * column from the tables, as raw SQL, between two opens of the same database.
+ */
+interface Upgrade {
+  readonly name: string;
+  open(): Promise<DeliveryStore>;
+  /** Runs SQL on the database behind the store's back; `{batches}` is the batches table. */
+  sql(text: string): Promise<Record<string, unknown>[]>;
+  cleanup(): Promise<void>;
+}
+
+function sqliteUpgrade(): Upgrade {
+  const dir = mkdtempSync(join(tmpdir(), 'relent-upgrade-'));
+  const file = join(dir, 'old.db');
+  return {
+    name: 'sqlite',
+    open: () => openSqliteStore({ file }),
+    sql(text) {
+      const db = new Sqlite(file);
+      try {
+        const stmt = db.prepare(text.replaceAll('{batches}', 'relent_batches'));
+        return Promise.resolve(stmt.reader ? stmt.all() as Record<string, unknown>[] : (stmt.run(), []));
+      } finally {
+        db.close();
+      }
+    },
+    cleanup: () => Promise.resolve(rmSync(dir, { recursive: true, force: true })),
+  };
+}
+
+function postgresUpgrade(): Upgrade {
+  const schema = uniqueSchema('u');
+  return {
+    name: 'postgres',
+    open: () => openPostgresStore({ connectionString: PG_URL, schema }),
+    async sql(text) {
+      const c = new pg.Client({ connectionString: PG_URL });
+      await c.connect();
+      try {
+        return (await c.query(text.replaceAll('{batches}', `"${schema}".relent_batches`))).rows as Record<string, unknown>[];
+      } finally {
+        await c.end();
+      }
+    },
+    cleanup: () => dropSchema(schema),
+  };
+}
+
+for (const u of [sqliteUpgrade(), ...(withPg ? [postgresUpgrade()] : [])]) {
+  describe(`schema upgrade: ${u.name}`, () => {
+    afterAll(() => u.cleanup());
+
+    it('a database made before op_throttled gets the column (0 for its batches) when opened, and keeps its batches', async () => {
+      const clock = createTestClock();
+      let s = await u.open();
+      await s.enqueue(items('d', ['a']), clock.wallNow());
+      await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 10);
+      const [b] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w1');
+      const now = clock.wallNow();
+      await s.complete([outcome(b!, { state: 'queued', notBefore: now + 1_000, prevDelayMs: 1_000, lastStatus: 503, lastDecision: 'retry', lastWhy: 'retryable' }, now)]);
+      await s.close();
+      await u.sql('ALTER TABLE {batches} DROP COLUMN op_throttled'); // the previous schema
+      s = await u.open();
+      clock.advance(1_000);
+      const [again] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w2');
+      expect(again).toMatchObject({ id: b!.id, attempt: 1, prevDelayMs: 1_000, opThrottled: 0 });
+      await s.complete([outcome(again!, { state: 'queued', notBefore: clock.wallNow() + 1_000, opThrottled: 1, lastStatus: 429, lastDecision: 'retry', lastWhy: 'retryable' }, clock.wallNow())]);
+      await s.close();
+      s = await u.open(); // opening an up-to-date database changes nothing
+      expect(await u.sql('SELECT op_throttled FROM {batches}')).toEqual([{ op_throttled: 1 }]);
+      await s.close();
     });
   });
 }

@@ -6,6 +6,7 @@ import type { DestinationOptions } from '../../src/delivery/config.js';
 import { openDeliveryQueue, type DeliveryQueue } from '../../src/delivery/queue.js';
 import type { DeliveryRequest, TransportResult } from '../../src/delivery/transport.js';
 import type { DeliveryEvent, DeliveryWorker, WorkerOptions } from '../../src/delivery/worker.js';
+import { resolvePolicy } from '../../src/presets/index.js';
 import { createSeededRandom, createTestClock, type TestClock } from '../../src/testing/index.js';
 
 interface Seen { at: number; key: string; attempt: number; items: number; body: string; headers: Readonly<Record<string, string>> }
@@ -103,13 +104,86 @@ describe('Retry-After is honoured as asked, within the policy cap, never shorten
     await finish(t.queue, t.worker);
   });
 
-  it('adobe-configurable without Retry-After: 429 waits exactly the preset\'s 30 minutes; the 429 uses up an attempt (3 in all)', async () => {
+  it('adobe-configurable without Retry-After: 429 waits exactly the preset\'s 30 minutes; a 429 does not use up an attempt; the 6 h deadline ends it (11 calls: the 11th 429 is 1 over maxThrottledAttempts)', async () => {
     const t = await setup({ policy: 'adobe-configurable' }, () => ({ status: 429 }));
     await t.queue.enqueue('d', { x: 1 });
-    await t.clock.advanceAsync(3 * 3_600_000);
-    expect(t.seen.map((s) => s.at)).toEqual([0, 1_800_000, 3_600_000]);
-    expect((await t.queue.list({ state: 'dropped' }))[0]).toMatchObject({ lastStatus: 429, lastDecision: 'max_attempts', attempt: 3 });
+    await t.clock.advanceAsync(7 * 3_600_000);
+    expect(t.seen.map((s) => s.at)).toEqual(Array.from({ length: 11 }, (_, i) => i * 1_800_000));
+    expect((await t.queue.list({ state: 'dropped' }))[0]).toMatchObject({ lastStatus: 429, lastDecision: 'max_attempts', lastWhy: 'attempts_exhausted', attempt: 11 });
     await finish(t.queue, t.worker);
+  });
+});
+
+describe('a 429 that does not count against maxAttempts (throttleCountsAsAttempt: false) stays uncounted across claims', () => {
+  const MIN = 60_000;
+  const HALF_HOUR = 30 * MIN;
+  const spec = { preset: 'adobe-configurable', throttleCountsAsAttempt: false, maxThrottledAttempts: 5 } as const;
+  /** Answers `statuses` in turn, then 200. */
+  const answers = (...statuses: number[]) => (_r: DeliveryRequest, n: number): TransportResult => ({ status: statuses[n - 1] ?? 200 });
+  /** Each call after the first comes at least 30 minutes after the 429 (or 503) before it. */
+  const expectHalfHourApart = (at: readonly number[]) => {
+    for (let i = 1; i < at.length; i++) expect(at[i]! - at[i - 1]!).toBeGreaterThanOrEqual(HALF_HOUR);
+  };
+
+  it('429, 503, 503, 200: delivered on the 4th call — the 429 is stored as uncounted, so the 503s still have 2 attempts', async () => {
+    const t = await setup({ policy: spec }, answers(429, 503, 503));
+    await t.queue.enqueue('d', { x: 1 });
+    await t.clock.advanceAsync(3 * 3_600_000);
+    expect(t.seen.map((s) => s.at)).toEqual([0, HALF_HOUR, 2 * HALF_HOUR, 3 * HALF_HOUR]);
+    const [b] = await t.queue.list({ state: 'delivered' });
+    // Without op_throttled, the reclaimed batch would count the 429 and drop on the 3rd call (max_attempts).
+    expect((await t.queue.show(b!.id))!.attempts.map((a) => [a.status, a.decision])).toEqual([[429, 'retry'], [503, 'retry'], [503, 'retry'], [200, 'return']]);
+    await finish(t.queue, t.worker);
+  });
+
+  it('4 × 429, then 200, with a deadline that leaves room: delivered on the 5th call, each retry ≥ 30 min after its 429', async () => {
+    const t = await setup({ policy: { ...spec, deadlineMs: 4 * 3_600_000 } }, answers(429, 429, 429, 429));
+    await t.queue.enqueue('d', { x: 1 });
+    await t.clock.advanceAsync(5 * 3_600_000);
+    expect(t.seen).toHaveLength(5);
+    expectHalfHourApart(t.seen.map((s) => s.at));
+    const [b] = await t.queue.list({ state: 'delivered' });
+    expect((await t.queue.show(b!.id))!.attempts.map((a) => [a.attempt, a.status, a.decision, a.delayMs])).toEqual([
+      [1, 429, 'retry', HALF_HOUR], [2, 429, 'retry', HALF_HOUR], [3, 429, 'retry', HALF_HOUR], [4, 429, 'retry', HALF_HOUR], [5, 200, 'return', null],
+    ]);
+    await finish(t.queue, t.worker);
+  });
+
+  it('429 every time: maxThrottledAttempts (5) ends it on the 6th call (max_attempts), however often the batch was reclaimed', async () => {
+    const t = await setup({ policy: { ...spec, deadlineMs: 6 * 3_600_000 } }, () => ({ status: 429 }));
+    await t.queue.enqueue('d', { x: 1 });
+    await t.clock.advanceAsync(7 * 3_600_000);
+    expect(t.seen).toHaveLength(6);
+    expectHalfHourApart(t.seen.map((s) => s.at));
+    expect((await t.queue.list({ state: 'dropped' }))[0]).toMatchObject({ lastStatus: 429, lastDecision: 'max_attempts', lastWhy: 'attempts_exhausted', attempt: 6 });
+    await finish(t.queue, t.worker);
+  });
+
+  it('4 × 429, then 200, within a 2 h deadline: the 4th 429 (at 90 min) cannot wait 30 min — dropped, deadline_exceeded', async () => {
+    const t = await setup({ policy: { ...spec, deadlineMs: 2 * 3_600_000 } }, answers(429, 429, 429, 429));
+    await t.queue.enqueue('d', { x: 1 });
+    await t.clock.advanceAsync(4 * 3_600_000);
+    expect(t.seen.map((s) => s.at)).toEqual([0, HALF_HOUR, 2 * HALF_HOUR, 3 * HALF_HOUR]);
+    expect((await t.queue.list({ state: 'dropped' }))[0]).toMatchObject({ lastStatus: 429, lastDecision: 'deadline_exceeded', lastWhy: 'delay_past_deadline', attempt: 4 });
+    await finish(t.queue, t.worker);
+  });
+
+  it('the adobe-configurable preset itself (429s uncounted, at most 10, 6 h deadline): 4 × 429, then 200 is delivered on the 5th call; 503s still count', async () => {
+    const preset = resolvePolicy('adobe-configurable');
+    expect([preset.throttleCountsAsAttempt, preset.maxThrottledAttempts, preset.maxAttempts, preset.deadlineMs]).toEqual([false, 10, 3, 21_600_000]);
+    const t = await setup({ policy: 'adobe-configurable' }, answers(429, 429, 429, 429));
+    await t.queue.enqueue('d', { x: 1 });
+    await t.clock.advanceAsync(4 * 3_600_000);
+    expect(t.seen.map((s) => s.at)).toEqual([0, HALF_HOUR, 2 * HALF_HOUR, 3 * HALF_HOUR, 4 * HALF_HOUR]);
+    expect(await t.queue.list({ state: 'delivered' })).toHaveLength(1);
+    await finish(t.queue, t.worker);
+
+    const u = await setup({ policy: 'adobe-configurable' }, answers(429, 503, 503, 503));
+    await u.queue.enqueue('d', { x: 1 });
+    await u.clock.advanceAsync(4 * 3_600_000);
+    expect(u.seen).toHaveLength(4); // the 429 plus maxAttempts (3) counted calls
+    expect((await u.queue.list({ state: 'dropped' }))[0]).toMatchObject({ lastStatus: 503, lastDecision: 'max_attempts', attempt: 4 });
+    await finish(u.queue, u.worker);
   });
 });
 
