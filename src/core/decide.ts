@@ -25,6 +25,8 @@ export interface OperationState {
   readonly lastBudgetCost: number;
   /** Throttled attempts so far that did not count against maxAttempts (absent: 0). */
   readonly throttled?: number;
+  /** The next retry is not paid for yet (budgetExhausted: "wait"): preflight must pass the budget gate. */
+  readonly budgetPending?: boolean;
 }
 
 export interface StartOptions {
@@ -83,6 +85,7 @@ export function beginAttempt(state: OperationState): OperationState {
     attempt: state.attempt + 1, startedAt: state.startedAt, deadlineAt: state.deadlineAt,
     idempotent: state.idempotent, prevDelayMs: state.prevDelayMs, lastBudgetCost: state.lastBudgetCost,
     throttled: state.throttled ?? 0,
+    budgetPending: false,
   };
 }
 
@@ -92,13 +95,35 @@ export function afterRetry(state: OperationState, result: DecisionResult): Opera
     attempt: state.attempt, startedAt: state.startedAt, deadlineAt: state.deadlineAt,
     idempotent: state.idempotent, prevDelayMs: result.delayMs, lastBudgetCost: result.budgetCost,
     throttled: (state.throttled ?? 0) + (result.uncounted === true ? 1 : 0),
+    budgetPending: result.budgetPending === true,
   };
 }
 
-/** Before an attempt: the terminal decision that forbids the call, or null to go ahead (R1). */
-export function preflight(state: OperationState, now: number): DecisionResult | null {
-  if (state.deadlineAt - now <= 0) return terminal('deadline_exceeded', 'deadline_spent', null);
-  return null;
+/** What preflight() needs to charge a retry that waited for the budget. */
+export interface BudgetGate {
+  readonly policy: Policy;
+  readonly budget: RetryBudget | null;
+  readonly random: Random;
+}
+
+/**
+ * Before an attempt: null to go ahead; a terminal decision that forbids the call (R1);
+ * or, for a retry still waiting for the shared budget (budgetExhausted: "wait"), a
+ * `retry` to wait `delayMs` more and ask again. A driver that passes no gate cannot wait:
+ * an unpaid retry then ends with budget_exhausted, as under budgetExhausted: "stop".
+ */
+export function preflight(state: OperationState, now: number, gate?: BudgetGate): DecisionResult | null {
+  const remaining = state.deadlineAt - now;
+  if (remaining <= 0) return terminal('deadline_exceeded', 'deadline_spent', null);
+  if (state.budgetPending !== true) return null;
+  if (!gate) return terminal('budget_exhausted', 'budget_empty', null);
+  if (gate.budget === null) return null;
+  if (gate.budget.tryAcquire({ throttled: false, timeout: false }, now) !== false) return null;
+  // Still empty: wait one more backoff slot (at least 10 ms), if another attempt still fits.
+  const policy = gate.policy;
+  const slot = Math.max(10, computeBackoff(policy.backoff, state.attempt - 1, state.prevDelayMs, gate.random));
+  if (!(slot < remaining - policy.minAttemptMs)) return terminal('budget_exhausted', 'budget_empty', null);
+  return { decision: 'retry', why: 'budget_wait', delayMs: slot, retryAfterMs: null, retryAfterValid: null, budgetCost: 0, budgetPending: true };
 }
 
 /** The time one attempt may take: min(attemptTimeoutMs, remaining) (R2). */
@@ -237,7 +262,11 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
   let cost = 0;
   if (budget) {
     const paid = budget.tryAcquire({ throttled, timeout }, ctx.now);
-    if (paid === false) return terminal('budget_exhausted', 'budget_empty', hintSeen);
+    if (paid === false) {
+      if (policy.budgetExhausted !== 'wait') return terminal('budget_exhausted', 'budget_empty', hintSeen);
+      // Keep the retry; preflight() charges the budget when it is about to be sent.
+      return { decision: 'retry', why: 'budget_wait', delayMs: delay, retryAfterMs: hintSeen?.ms ?? null, retryAfterValid: hintSeen?.valid ?? null, budgetCost: 0, uncounted, budgetPending: true };
+    }
     cost = paid;
   }
   return { decision: 'retry', why: 'retryable', delayMs: delay, retryAfterMs: hintSeen?.ms ?? null, retryAfterValid: hintSeen?.valid ?? null, budgetCost: cost, uncounted };

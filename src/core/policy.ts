@@ -62,6 +62,13 @@ export interface PolicySpec {
   readonly throttleCountsAsAttempt?: boolean;
   /** With throttleCountsAsAttempt false: how many throttled attempts an operation may have. */
   readonly maxThrottledAttempts?: number;
+  /**
+   * What an empty shared budget means for a retry: "stop" ends the operation with
+   * budget_exhausted at once (default); "wait" keeps the retry, charges the budget when it
+   * is about to be sent (preflight) and waits for tokens, within the deadline — so retries
+   * land when the dependency has recovered instead of during the outage.
+   */
+  readonly budgetExhausted?: 'stop' | 'wait';
 }
 
 export interface RetryAfterSpec {
@@ -103,6 +110,7 @@ export interface Policy {
   readonly budget: BudgetSpec | null;
   readonly throttleCountsAsAttempt: boolean;
   readonly maxThrottledAttempts: number;
+  readonly budgetExhausted: 'stop' | 'wait';
   /** The longest wait this policy can choose (backoff ceiling or server-hint cap plus jitter). */
   readonly maxDelayMs: number;
   /** The normalised spec (JSON), for display and for `relent presets`. */
@@ -143,13 +151,14 @@ export const POLICY_DEFAULTS = Object.freeze({
   budget: Object.freeze({ kind: 'ratio', ratio: 0.1, minPerSecond: 1, maxTokens: 10 }) as BudgetSpec,
   throttleCountsAsAttempt: true,
   maxThrottledAttempts: 10,
+  budgetExhausted: 'stop' as const,
 });
 
 const MAX_MS = 2 ** 31 - 1;
 const POLICY_KEYS = new Set([
   'preset', 'maxAttempts', 'deadlineMs', 'attemptTimeoutMs', 'minAttemptMs', 'backoff', 'throttleBackoff', 'retryOn',
   'safeStatuses', 'throttleStatuses', 'retryAfter', 'unknownOutcome', 'idempotent', 'deferOverMs', 'budget',
-  'throttleCountsAsAttempt', 'maxThrottledAttempts',
+  'throttleCountsAsAttempt', 'maxThrottledAttempts', 'budgetExhausted',
 ]);
 
 export function compileStatuses(patterns: unknown, field: string): StatusSet {
@@ -273,6 +282,8 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
   if (typeof maxThrottledAttempts !== 'number' || !Number.isInteger(maxThrottledAttempts) || maxThrottledAttempts < 0 || maxThrottledAttempts > 10_000) {
     throw invalidPolicy('maxThrottledAttempts', 'an integer in [0, 10000]', maxThrottledAttempts);
   }
+  const budgetExhausted = input.budgetExhausted ?? d.budgetExhausted;
+  if (budgetExhausted !== 'stop' && budgetExhausted !== 'wait') throw invalidPolicy('budgetExhausted', '"stop" or "wait"', budgetExhausted);
 
   const maxDelayMs = Math.max(
     backoffCeiling(backoff),
@@ -285,13 +296,13 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
     retryOn: Object.freeze({ status: retryOnStatus.patterns, errors: Object.freeze([...retryOnErrors]) }),
     safeStatuses: safeStatuses.patterns, throttleStatuses: throttleStatuses.patterns,
     retryAfter: Object.freeze({ honor, statuses: retryAfter.statuses.patterns, maxMs: retryAfter.maxMs, jitterRatio, jitterMinMs, jitterMaxMs }),
-    unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts,
+    unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts, budgetExhausted,
   });
 
   return Object.freeze({
     name, maxAttempts, deadlineMs, attemptTimeoutMs, minAttemptMs, backoff, throttleBackoff,
     retryOnStatus, retryOnErrors, safeStatuses, throttleStatuses, retryAfter,
-    unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts, maxDelayMs, spec,
+    unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts, budgetExhausted, maxDelayMs, spec,
   });
 }
 

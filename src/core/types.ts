@@ -68,6 +68,7 @@ export type DecisionWhy =
   | 'retry_after_past_deadline' // the server's wait does not fit the deadline
   | 'retry_after_no_retry' // a hint that says "do not retry" (e.g. negative gRPC pushback)
   | 'budget_empty'
+  | 'budget_wait' // the budget is empty; the retry waits for it (policy budgetExhausted: "wait")
   | 'defer_long_wait' // the wait is longer than the policy lets a process sleep
   | 'cancelled'
   | 'circuit_open';
@@ -88,6 +89,8 @@ export interface DecisionResult {
    * against maxAttempts (`throttleCountsAsAttempt: false`); afterRetry() remembers it.
    */
   readonly uncounted?: boolean;
+  /** The retry has not been paid for: the driver must pass the budget gate in preflight() before sending it. */
+  readonly budgetPending?: boolean;
 }
 
 /** One event per attempt (R13), emitted before the next call. */

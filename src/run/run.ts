@@ -313,11 +313,11 @@ const enum Phase { Idle, Calling, Waiting, Slot, Done }
  * carries decisions out on the clock it is given.
  */
 class Runner<T> {
-  private readonly policy: Policy;
+  readonly policy: Policy;
   private readonly clock: Clock;
-  private readonly random: Random;
+  readonly random: Random;
   private readonly signal: AbortSignal | undefined;
-  private readonly budget: RetryBudget | null;
+  readonly budget: RetryBudget | null;
   private readonly breaker: CircuitBreaker | null;
   private readonly bulkhead: Bulkhead | null;
   private readonly scope: OperationScope | null;
@@ -378,8 +378,12 @@ class Runner<T> {
   /** Makes the next attempt if nothing forbids it (R1, R10, R11). */
   private next(now: number): void {
     if (this.signal?.aborted) return this.end('cancelled', null);
-    const pre = preflight(this.state, now);
-    if (pre) return this.end(pre.decision as TerminalReason, pre);
+    const pre = preflight(this.state, now, this);
+    if (pre) {
+      // A retry still waiting for the shared budget (budgetExhausted: "wait"): wait and ask again.
+      if (pre.decision === 'retry') return this.waitFor(pre.delayMs!, now);
+      return this.end(pre.decision as TerminalReason, pre);
+    }
     // R11: an open circuit means no call at all (and no attempt event: nothing was attempted).
     if (this.breaker !== null && !this.breaker.tryPass(this.clock.wallNow())) return this.end('circuit_open', CIRCUIT_OPEN);
     if (this.bulkhead !== null && !this.bulkhead.tryAcquire()) {
@@ -518,10 +522,7 @@ class Runner<T> {
         this.state = afterRetry(state, d);
         const delay = d.delayMs!;
         if (delay <= 0) return this.next(now);
-        this.phase = Phase.Waiting;
-        if (this.signal?.aborted) return this.end('cancelled', null);
-        this.cancelTimer = clock.setTimer(this.onTimer, delay, now);
-        return;
+        return this.waitFor(delay, now);
       }
       case 'check_state': {
         const check = options.stateCheck;
@@ -534,6 +535,16 @@ class Runner<T> {
       default:
         return this.end(d.decision as TerminalReason, d);
     }
+  }
+
+  private waitFor(delay: number, now: number): void {
+    this.phase = Phase.Waiting;
+    if (this.signal?.aborted) return this.end('cancelled', null);
+    if (this.signal !== undefined && this.abortListener === null) {
+      this.abortListener = () => this.onCallerAbort();
+      this.signal.addEventListener('abort', this.abortListener);
+    }
+    this.cancelTimer = this.clock.setTimer(this.onTimer, delay, now);
   }
 
   private afterWait(): void {

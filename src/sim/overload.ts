@@ -439,9 +439,11 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
     const state = states[i]!;
     if (kind !== ANSWER) {
       // Send an attempt (the first, or a retry whose wait is over).
-      const stop = preflight(state, now);
+      const stop = preflight(state, now, { policy, budget: budgets[i % clients]!, random: ctx.random });
       if (stop !== null) {
-        acc.end(startAt[i]!, now, stop.decision);
+        // budgetExhausted "wait": the retry waits for the shared budget and asks again.
+        if (stop.decision === 'retry') queue.push(now + stop.delayMs!, ATTEMPT, i);
+        else acc.end(startAt[i]!, now, stop.decision);
         continue;
       }
       nextAttempt(state);

@@ -165,6 +165,18 @@ export const RELENT_POLICIES: readonly SimPolicy[] = Object.freeze([
     budget: false,
   },
   {
+    name: 'relent-wait',
+    summary: 'relent defaults with budgetExhausted "wait": an unpaid retry waits for the ratio budget instead of ending',
+    policy: { budgetExhausted: 'wait' },
+    budget: true,
+  },
+  {
+    name: 'relent-wait-throttle',
+    summary: 'relent defaults with budgetExhausted "wait" and a success-refilled budget (gRPC retryThrottling 10 / 0.1)',
+    policy: { budgetExhausted: 'wait', budget: { kind: 'throttle', maxTokens: 10, tokenRatio: 0.1 } },
+    budget: true,
+  },
+  {
     name: 'http-429',
     summary: 'relent preset http-429: 5 attempts, full jitter 1 s ×2 up to 30 s, Retry-After first, ratio budget',
     policy: 'http-429',

@@ -21,6 +21,7 @@ export function ownState(state: OperationState): SimState {
 export function nextAttempt(state: SimState): void {
   state.attempt += 1;
   state.throttled = state.throttled ?? 0;
+  state.budgetPending = false;
 }
 
 /** In place: `afterRetry(state, result)`. */
@@ -28,4 +29,5 @@ export function recordRetry(state: SimState, result: DecisionResult): void {
   state.prevDelayMs = result.delayMs;
   state.lastBudgetCost = result.budgetCost;
   state.throttled = (state.throttled ?? 0) + (result.uncounted === true ? 1 : 0);
+  state.budgetPending = result.budgetPending === true;
 }

@@ -315,6 +315,34 @@ describe('R12/R19 a throttled attempt may not count against maxAttempts (the pol
   });
 });
 
+describe('R9 budgetExhausted: "wait" — an unpaid retry waits for the budget at send time', () => {
+  const spec: PolicySpec = { maxAttempts: 3, deadlineMs: 1000, backoff: { kind: 'constant', delayMs: 100 }, budgetExhausted: 'wait' };
+  it('decide keeps the retry unpaid; preflight charges it or says how long to wait more; the deadline still ends it', () => {
+    const policy = createPolicy(spec);
+    const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 2, maxTokens: 1 });
+    budget.tryAcquire({ throttled: false, timeout: false }, 0); // empty it
+    let state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
+    const d = decide(policy, state, { status: 503, elapsedMs: 10 }, { now: 10, random: rnd, budget });
+    expect(d).toMatchObject({ decision: 'retry', why: 'budget_wait', delayMs: 100, budgetCost: 0, budgetPending: true });
+    state = afterRetry(state, d);
+    const gate = { policy, budget, random: rnd };
+    expect(preflight(state, 110, gate)).toMatchObject({ decision: 'retry', why: 'budget_wait', delayMs: 100 }); // 0.2 tokens
+    expect(preflight(state, 510, gate)).toBeNull(); // 1 token after 0.5 s at 2/s: paid, go
+    expect(budget.available(510)).toBeLessThan(0.01);
+    expect(preflight(state, 950, gate)).toMatchObject({ decision: 'budget_exhausted', why: 'budget_empty' }); // no slot fits any more
+    expect(preflight(state, 110)).toMatchObject({ decision: 'budget_exhausted' }); // a driver that cannot wait ends it
+    expect(beginAttempt(state).budgetPending).toBe(false);
+  });
+  it('"stop" (the default) ends with budget_exhausted at once', () => {
+    const policy = createPolicy({ ...spec, budgetExhausted: 'stop' });
+    const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 1 });
+    budget.tryAcquire({ throttled: false, timeout: false }, 0);
+    const state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
+    expect(decide(policy, state, { status: 503, elapsedMs: 10 }, { now: 10, random: rnd, budget }).decision).toBe('budget_exhausted');
+    expect(() => createPolicy({ budgetExhausted: 'later' as never })).toThrow(/`budgetExhausted`/);
+  });
+});
+
 describe('R10 cancellation', () => {
   it('an aborted attempt ends with cancelled, even when retryable otherwise', () => {
     const { policy, state } = opAt({});

@@ -192,6 +192,18 @@ describe('outcomes for the caller', () => {
     }
     expect(outcomes).toEqual(['max_attempts', 'budget_exhausted', 'budget_exhausted']);
   });
+  it('budgetExhausted "wait": the retry is sent once the shared budget has a token again, within the deadline', async () => {
+    const clock = createTestClock();
+    const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 1, maxTokens: 1 });
+    budget.tryAcquire({ throttled: false, timeout: false }, 0);
+    const calls: AttemptContext[] = [];
+    const op = scripted(clock, [{ status: 503, ms: 10 }, { status: 200, ms: 10 }], calls);
+    const r = await drive(clock, execute(op, { clock, budget, random: createSeededRandom(6), policy: { deadlineMs: 5000, backoff: { kind: 'constant', delayMs: 100 }, budgetExhausted: 'wait' } }));
+    expect(r.reason).toBe('return');
+    expect(calls).toHaveLength(2);
+    expect(clock.now()).toBeGreaterThanOrEqual(1000); // the token came back after 1 s at 1/s
+    expect(clock.now()).toBeLessThan(1200);
+  });
   it('classifies thrown errors by code, through cause chains (fetch wraps them)', async () => {
     const clock = createTestClock();
     const events: RelentEvent[] = [];
