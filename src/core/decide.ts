@@ -263,7 +263,8 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
   if (budget) {
     const paid = budget.tryAcquire({ throttled, timeout }, ctx.now);
     if (paid === false) {
-      if (policy.budgetExhausted !== 'wait') return terminal('budget_exhausted', 'budget_empty', hintSeen);
+      // A durable queue stores the state between attempts and has no gate to wait at: it stops.
+      if (policy.budgetExhausted !== 'wait' || ctx.durable === true) return terminal('budget_exhausted', 'budget_empty', hintSeen);
       // Keep the retry; preflight() charges the budget when it is about to be sent.
       return { decision: 'retry', why: 'budget_wait', delayMs: delay, retryAfterMs: hintSeen?.ms ?? null, retryAfterValid: hintSeen?.valid ?? null, budgetCost: 0, uncounted, budgetPending: true };
     }

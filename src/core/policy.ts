@@ -66,7 +66,8 @@ export interface PolicySpec {
    * What an empty shared budget means for a retry: "stop" ends the operation with
    * budget_exhausted at once (default); "wait" keeps the retry, charges the budget when it
    * is about to be sent (preflight) and waits for tokens, within the deadline — so retries
-   * land when the dependency has recovered instead of during the outage.
+   * land when the dependency has recovered instead of during the outage. Drivers that
+   * cannot wait (the durable queue, or any that calls preflight() without a gate) stop.
    */
   readonly budgetExhausted?: 'stop' | 'wait';
 }
