@@ -16,26 +16,44 @@ const ms = (v: number): string => fixed(v, Math.abs(v) < 10 ? 1 : 0);
 const pct = (v: number): string => (Number.isFinite(v) ? `${(v * 100).toFixed(1)} %` : '-');
 const times = (v: number, digits = 2): string => (Number.isFinite(v) ? `${v.toFixed(digits)}x` : '-');
 
-/** Brooker: one table of work, one of completion time; a row per client count, a column per strategy. */
-export function formatBrooker(r: BrookerResult): string {
+/** A table as data: the same cells for the text tables here and the HTML report. */
+export interface Table {
+  readonly header: readonly string[];
+  readonly rows: readonly (readonly string[])[];
+}
+
+/** Brooker's two tables (work, completion time): a row per client count, a column per strategy. */
+export function brookerTables(r: BrookerResult): { readonly work: Table; readonly time: Table } {
   const strategies = [...new Set(r.rows.map((x) => x.strategy))];
-  const clients = [...new Set(r.rows.map((x) => x.clients))];
+  const clients = [...new Set(r.rows.map((x) => x.clients))].sort((a, b) => a - b);
   const cell = (n: number, s: string) => r.rows.find((x) => x.clients === n && x.strategy === s);
-  const work = clients.map((n) => [String(n), ...strategies.map((s) => fixed(cell(n, s)?.work ?? NaN, 1))]);
-  const time = clients.map((n) => [String(n), ...strategies.map((s) => fixed(cell(n, s)?.completionTime ?? NaN, 0))]);
-  let out = 'Work: write calls per run (the blog\'s "client work")\n';
-  out += textTable(['clients', ...strategies], work);
-  out += '\nCompletion time: when the last client is done (ms)\n';
-  out += textTable(['clients', ...strategies], time);
+  const header = ['clients', ...strategies];
+  return {
+    work: { header, rows: clients.map((n) => [String(n), ...strategies.map((s) => fixed(cell(n, s)?.work ?? NaN, 1))]) },
+    time: { header, rows: clients.map((n) => [String(n), ...strategies.map((s) => fixed(cell(n, s)?.completionTime ?? NaN, 0))]) },
+  };
+}
+
+/** "Clients that gave up (per run): …", or null when none did. */
+export function brookerGaveUp(r: BrookerResult): string | null {
   const gaveUp = r.rows.filter((x) => x.gaveUp > 0);
-  if (gaveUp.length > 0) {
-    out += '\nClients that gave up (per run): ' + gaveUp.map((x) => `${x.strategy} at ${x.clients}: ${fixed(x.gaveUp, 1)}`).join('; ') + '\n';
-  }
+  return gaveUp.length === 0 ? null : 'Clients that gave up (per run): ' + gaveUp.map((x) => `${x.strategy} at ${x.clients}: ${fixed(x.gaveUp, 1)}`).join('; ');
+}
+
+/** Brooker: one table of work, one of completion time. */
+export function formatBrooker(r: BrookerResult): string {
+  const t = brookerTables(r);
+  let out = 'Work: write calls per run (the blog\'s "client work")\n';
+  out += textTable(t.work.header, t.work.rows);
+  out += '\nCompletion time: when the last client is done (ms)\n';
+  out += textTable(t.time.header, t.time.rows);
+  const gaveUp = brookerGaveUp(r);
+  if (gaveUp !== null) out += `\n${gaveUp}\n`;
   return out;
 }
 
-/** Overload: one row per policy, fault-window figures first. */
-export function formatOverload(r: OverloadResult): string {
+/** Overload's table: one row per policy, fault-window figures first. */
+export function overloadTable(r: OverloadResult): Table {
   const rows = r.rows.map((x) => {
     const m = x.measured;
     const measured = m ? (m.amplificationMax !== undefined ? `${m.amplification.toFixed(1)}–${m.amplificationMax.toFixed(1)}x` : times(m.amplification)) : '';
@@ -55,20 +73,29 @@ export function formatOverload(r: OverloadResult): string {
       pct(x.overall.successShare),
     ];
   });
-  let out = 'Fault window: operations started while capacity was cut; "after": the following window\n';
-  out += textTable(
-    ['policy', 'amplification', 'meas. ampl.', 'sim/meas', 'success', 'meas. success', 'goodput/s', 'p50 ms', 'p99 ms', 'after ampl.', 'peak after', 'recovery ms', 'success (all)'],
+  return {
+    header: ['policy', 'amplification', 'meas. ampl.', 'sim/meas', 'success', 'meas. success', 'goodput/s', 'p50 ms', 'p99 ms', 'after ampl.', 'peak after', 'recovery ms', 'success (all)'],
     rows,
-  );
-  return out;
+  };
+}
+
+/** Overload: one row per policy, fault-window figures first. */
+export function formatOverload(r: OverloadResult): string {
+  const t = overloadTable(r);
+  return 'Fault window: operations started while capacity was cut; "after": the following window\n' + textTable(t.header, t.rows);
+}
+
+/** Layers' table: calls made by each layer per user action. */
+export function layersTable(r: LayersResult): Table {
+  const depth = Math.max(0, ...r.rows.map((x) => x.callsPerAction.length));
+  const header = ['variant', ...Array.from({ length: depth }, (_, k) => (k === depth - 1 ? `layer ${k + 1} → db` : `layer ${k + 1}`)), 'db calls / action', 'success'];
+  return { header, rows: r.rows.map((x) => [x.variant, ...x.callsPerAction.map((v) => fixed(v, 2)), times(x.amplification), pct(x.successShare)]) };
 }
 
 /** Layers: calls per user action at each layer. */
 export function formatLayers(r: LayersResult): string {
-  const depth = Math.max(0, ...r.rows.map((x) => x.callsPerAction.length));
-  const header = ['variant', ...Array.from({ length: depth }, (_, k) => (k === depth - 1 ? `layer ${k + 1} → db` : `layer ${k + 1}`)), 'db calls / action', 'success'];
-  const rows = r.rows.map((x) => [x.variant, ...x.callsPerAction.map((v) => fixed(v, 2)), times(x.amplification), pct(x.successShare)]);
-  return 'Calls made by each layer per user action (layer 1 is the top)\n' + textTable(header, rows);
+  const t = layersTable(r);
+  return 'Calls made by each layer per user action (layer 1 is the top)\n' + textTable(t.header, t.rows);
 }
 
 export function formatResult(r: ScenarioResult): string {
