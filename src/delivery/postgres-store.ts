@@ -110,6 +110,18 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
 
 const RETRYABLE_PG = new Set(['40P01', '40001']); // deadlock detected, serialization failure
 
+/** Adds the destination and last-decision conditions shared by list() and requeue(). */
+function whereDestinationAndReason(filter: { readonly destination?: string; readonly reason?: string }, values: unknown[], where: string[]): void {
+  if (filter.destination !== undefined) {
+    values.push(filter.destination);
+    where.push(`destination = $${values.length}`);
+  }
+  if (filter.reason !== undefined) {
+    values.push(filter.reason);
+    where.push(`last_decision = $${values.length}`);
+  }
+}
+
 class PostgresStore implements DeliveryStore {
   readonly kind = 'postgres' as const;
   private readonly t: { items: string; batches: string; attempts: string; meta: string };
@@ -419,14 +431,7 @@ class PostgresStore implements DeliveryStore {
     const where: string[] = ['id > $2'];
     const cond = listCondition(filter.state, '$1');
     if (cond) where.push(cond);
-    if (filter.destination !== undefined) {
-      values.push(filter.destination);
-      where.push(`destination = $${values.length}`);
-    }
-    if (filter.reason !== undefined) {
-      values.push(filter.reason);
-      where.push(`last_decision = $${values.length}`);
-    }
+    whereDestinationAndReason(filter, values, where);
     const rows = await this.q<BatchRow>('listing batches',
       `SELECT * FROM ${this.t.batches} WHERE $1::bigint IS NOT NULL AND ${where.join(' AND ')} ORDER BY id LIMIT $3`, values);
     return rows.map(rowToSummary);
@@ -449,14 +454,7 @@ class PostgresStore implements DeliveryStore {
       values.push([...filter.ids]);
       where.push(`id = ANY($${values.length}::bigint[])`);
     }
-    if (filter.destination !== undefined) {
-      values.push(filter.destination);
-      where.push(`destination = $${values.length}`);
-    }
-    if (filter.reason !== undefined) {
-      values.push(filter.reason);
-      where.push(`last_decision = $${values.length}`);
-    }
+    whereDestinationAndReason(filter, values, where);
     const rows = await this.q<{ id: number }>('requeueing batches', `
       WITH c AS (SELECT id FROM ${this.t.batches} WHERE ${where.join(' AND ')} ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
       UPDATE ${this.t.batches} b SET state = 'queued', round = b.round + 1, attempt = 0, op_started_at = NULL, op_deadline_at = NULL,
