@@ -48,8 +48,6 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   private discarded = false;
   /** The body was cut short (discarded while over the drain limit). */
   truncated = false;
-  /** Cancels the attempt's own timer (set by the driver); called when the attempt settles. */
-  cancelTimer: (() => void) | null = null;
 
   constructor(
     private readonly resolveHead: (h: AttemptHandler) => void,
@@ -78,19 +76,10 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
     this.status = statusCode;
     this.statusText = statusMessage ?? '';
     this.headers = headers;
-    this.stopTimer();
     // No pause here: the driver commits or drains in the same macrotask (only microtasks
     // pass between the head and its decision), so at most the rest of the socket chunk
     // being parsed is queued. (A pause/resume cycle of undici's parser costs ~2 µs.)
     this.resolveHead(this);
-  }
-
-  private stopTimer(): void {
-    const c = this.cancelTimer;
-    if (c !== null) {
-      this.cancelTimer = null;
-      c();
-    }
   }
 
   onResponseData(controller: Controller, chunk: Buffer): void {
@@ -113,7 +102,6 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
 
   onResponseError(_controller: Controller, error: Error): void {
     if (!this.headed) {
-      this.stopTimer();
       this.rejectHead(new WireError(error, classifyWireError(error, this.started ? 'after_request' : 'before_request')));
       return;
     }

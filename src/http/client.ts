@@ -13,7 +13,7 @@ import { checkRouteTemplate, normalizeEndpoint, originKey } from './endpoint.js'
 import { failureError, notReplayableError, RelentFetchError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { AUTO_KEY_METHODS, formatIdempotencyKey, IDEMPOTENCY_KEY_HEADER, keyFromHeader, newIdempotencyKey } from './idempotency.js';
 import {
-  asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, invalid, listenerOf, observeResponse, type ProtectionOptions,
+  asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, timeoutOf, invalid, listenerOf, observeResponse, type ProtectionOptions,
 } from './operation.js';
 
 /** Header values as fetch accepts them. */
@@ -296,7 +296,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       body: req.body.kind === 'bytes' ? req.body.bytes : req.body.kind === 'stream' ? (req.body.stream as Dispatcher.DispatchOptions['body']) : null,
       maxRedirections: req.redirect === 'follow' ? maxRedirections : 0,
     };
-    const attempt = (ctx: AttemptContext): Promise<AttemptHandler> => dispatchAttempt(dispatch, dispatchOpts, ctx, call, timers, validStatus);
+    const attempt = (): Promise<AttemptHandler> => dispatchAttempt(dispatch, dispatchOpts, call, validStatus);
     const classifyValue = (v: AttemptHandler | Response): Classified => (v instanceof AttemptHandler ? observeResponse(v, policy) : { status: v.status });
     const runOptions: RunOptions<AttemptHandler | Response> = {
       policy,
@@ -305,6 +305,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       endpoint,
       onEvent: listenerOf(onClientEvent, init.onEvent),
       classifyValue,
+      classifyTimeout: timeoutOf(call),
       budget: dep.budget,
       breaker: dep.breaker,
       bulkhead: dep.bulkhead,

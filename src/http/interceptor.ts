@@ -3,12 +3,12 @@ import type { Policy, PolicySpec } from '../core/policy.js';
 import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import { systemClock } from '../run/clock.js';
-import { execute, type AttemptContext, type Classified, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
+import { execute, type Classified, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
 import type { AttemptHandler } from './attempt.js';
 import { checkRouteTemplate } from './endpoint.js';
 import { failureError, notReplayableError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { AUTO_KEY_METHODS, formatIdempotencyKey, IDEMPOTENCY_KEY_HEADER, keyFromHeader, newIdempotencyKey } from './idempotency.js';
-import { asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, invalid, listenerOf, observeResponse, type ProtectionOptions } from './operation.js';
+import { asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, timeoutOf, invalid, listenerOf, observeResponse, type ProtectionOptions } from './operation.js';
 
 type IncomingHttpHeaders = Record<string, string | string[] | undefined>;
 type Dispatch = (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler) => boolean;
@@ -269,7 +269,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       }
 
       const sendOpts = opts;
-      const attempt = (ctx: AttemptContext): Promise<AttemptHandler> => dispatchAttempt(dispatch, sendOpts, ctx, call, timers, null);
+      const attempt = (): Promise<AttemptHandler> => dispatchAttempt(dispatch, sendOpts, call, null);
       const classifyValue = policy === basePolicy ? baseClassify : (v: AttemptHandler): Classified => observeResponse(v, policy);
       const runOptions: RunOptions<AttemptHandler> = {
         policy,
@@ -278,6 +278,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         endpoint,
         onEvent: listened ? listenerOf(onInterceptorEvent, per.onEvent) : undefined,
         classifyValue,
+      classifyTimeout: timeoutOf(call),
         signal: ctl.signal,
         budget: dep.budget,
         breaker: dep.breaker,

@@ -7,13 +7,11 @@ import {
 import { createRetryBudget, type RetryBudget } from '../core/budget.js';
 import { RelentError } from '../core/errors.js';
 import type { Policy, PolicySpec } from '../core/policy.js';
-import type { Clock } from '../core/types.js';
 import { resolvePolicy, withOverrides } from '../presets/index.js';
 import { createBulkhead, type Bulkhead, type BulkheadOptions } from '../run/bulkhead.js';
 import type { AttemptContext, Classified, RelentEvent } from '../run/run.js';
 import { AttemptHandler, pickHeaders } from './attempt.js';
 import { SERVER_HINT_HEADERS } from '../core/hints.js';
-import { WireError } from './classify.js';
 
 export function invalid(field: string, message: string): RelentError {
   return new RelentError('ERR_INVALID_INPUT', message, { field });
@@ -162,18 +160,14 @@ export function observeResponse(h: AttemptHandler, policy: Policy): Classified {
 
 /**
  * One attempt: dispatches `opts` with a fresh AttemptHandler and settles at the response
- * head or the failure. The attempt arms its own timer for `ctx.timeoutMs` (the attempt
- * timeout, or the time left if shorter) instead of listening on `ctx.signal`: it fires
- * just before the executor's own, and knows whether undici had started the request, so
- * a timeout while still connecting is `connect_timeout` / `not_sent`, and one after is
- * `timeout` / `unknown`. The caller's signal is the Call's (one listener per call).
+ * head or the failure. The attempt's time limit is the executor's (one timer per
+ * attempt): when it runs out, the executor asks `timeoutOf(call)`, which cuts the
+ * request. The caller's signal is the Call's (one listener per call).
  */
 export function dispatchAttempt(
   dispatch: (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler) => boolean,
   opts: Dispatcher.DispatchOptions,
-  ctx: AttemptContext,
   call: Call,
-  timers: Clock,
   acceptStatus: ((status: number) => boolean) | null,
 ): Promise<AttemptHandler> {
   return new Promise<AttemptHandler>((resolve, reject) => {
@@ -181,16 +175,27 @@ export function dispatchAttempt(
     // A failed attempt whose body is still arriving (over the drain limit) is given up now.
     call.current?.discard();
     call.current = h;
-    const ms = ctx.timeoutMs;
-    h.cancelTimer = timers.setTimer(() => {
-      h.cancelTimer = null;
-      if (h.headed) return;
-      const why = Object.assign(new Error(`relent: attempt timed out after ${Math.round(ms)} ms`), { code: 'ERR_RELENT_ATTEMPT_TIMEOUT' });
-      reject(new WireError(why, h.started ? { errorClass: 'timeout', sent: 'unknown' } : { errorClass: 'connect_timeout', sent: 'not_sent' }));
-      h.abort(why);
-    }, ms > 1 ? ms - 1 : ms); // 1 ms early: always before the executor's own timer
     dispatch(opts, h);
   });
+}
+
+const SENT_TIMEOUT: Classified = Object.freeze({ errorClass: 'timeout', sent: 'unknown' });
+const CONNECT_TIMEOUT: Classified = Object.freeze({ errorClass: 'connect_timeout', sent: 'not_sent' });
+
+/**
+ * The executor's `classifyTimeout` for a call: called exactly when an attempt's time is
+ * up, it cuts the request in flight and says what the timeout means — still connecting
+ * (undici had not started writing) is `connect_timeout` / `not_sent`, safe to retry for
+ * any method; after that the outcome is unknown.
+ */
+export function timeoutOf(call: Call): (ctx: AttemptContext) => Classified {
+  return (ctx) => {
+    const h = call.current;
+    if (h === null || h.headed) return SENT_TIMEOUT;
+    const started = h.started;
+    h.abort(Object.assign(new Error(`relent: attempt timed out after ${Math.round(ctx.timeoutMs)} ms`), { code: 'ERR_RELENT_ATTEMPT_TIMEOUT' }));
+    return started ? SENT_TIMEOUT : CONNECT_TIMEOUT;
+  };
 }
 
 function checkMs(v: unknown, field: string): number | undefined {
