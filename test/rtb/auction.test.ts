@@ -106,7 +106,8 @@ describe('fan-out', () => {
     ], { auctionTimeoutMs: 400, reserveMs: 30 })));
     const a = await post(ex.url, bidRequest({ tmax: 200 }));
     expect(a.status).toBe(204);
-    await sleep(30); // the partners see the hang-up a moment later
+    // The partners see the hang-up a moment later (longer on a loaded machine): wait for it.
+    for (let i = 0; i < 100 && !(ps[0]!.seen[0]?.closedAt && ps[1]!.seen[0]?.closedAt); i++) await sleep(10);
     const [short, long] = [ps[0]!.seen[0]!, ps[1]!.seen[0]!];
     const s = ex.summaries[0]!;
     // long: min(500, 200 − spent − 30) ≈ 170 minus the time spent reading the request.
