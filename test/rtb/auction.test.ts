@@ -114,7 +114,9 @@ describe('fan-out', () => {
     expect(short.tmax).toBe(60);
     expect(long.tmax).toBeGreaterThan(150);
     expect(long.tmax).toBeLessThanOrEqual(170);
-    expect(long.tmax).toBe(Math.floor(s.windowMs!));
+    // The attempt starts a moment after the window is set (longer on a loaded machine): tmax is what is left then.
+    expect(long.tmax).toBeLessThanOrEqual(Math.floor(s.windowMs!));
+    expect(long.tmax).toBeGreaterThanOrEqual(Math.floor(s.windowMs!) - 5);
     for (const p of [short, long]) {
       expect(p.tmax!).toBeLessThan(200);
       // The exchange hangs up when the partner's time is over: tmax after the request arrived (± a few ms).
