@@ -3,17 +3,26 @@ import { invalidPolicy } from './errors.js';
 /**
  * Shared retry budgets (R9): one budget is shared by all operations of a client (or of
  * one dependency), so a fleet of operations cannot multiply load on a dependency that
- * is failing. `decide()` consults the budget it is handed; nothing else does.
+ * is failing. `decide()` and `preflight()` consult the budget they are handed; nothing
+ * else does.
  *
  * relent's default is `ratio`: a token bucket in the manner of Finagle's RetryBudget and
- * the SRE book's per-client retry ratio. Every operation deposits `ratio` tokens when
- * its first attempt is decided, time adds `minPerSecond` tokens per second (a floor for
- * quiet clients, like Finagle's minRetriesPerSec and the SRE book's "60 retries per
- * minute in a process"), the bucket holds at most `maxTokens`, and a retry costs one
- * token. Over any window, retries <= ratio × operations + minPerSecond × seconds +
- * maxTokens, so load stays within (1 + ratio)× plus a small floor however long the
- * dependency fails. (Finagle expires deposits after a TTL; a capacity bound gives the
- * same guarantee with O(1) state.)
+ * the SRE book's per-client retry ratio, tuned so that it drops the load of an outage
+ * and keeps the success of the recovery (issue 6, docs/simulator.md):
+ * - deposits: `ratio` tokens for every attempt the dependency answered without a failure
+ *   the policy retries (`deposit: "success"`, the default), or for every operation's
+ *   first attempt (`deposit: "operation"`, Finagle's and the SRE book's rule). Time adds
+ *   `minPerSecond` tokens per second (a floor for quiet clients, like Finagle's
+ *   minRetriesPerSec and the SRE book's "60 retries per minute in a process"); the
+ *   bucket holds at most `maxTokens`.
+ * - a retry costs one token; with `refund` (default) a retry that succeeds gets its
+ *   token back, as the AWS SDK's retry quota refunds a successful retry's cost.
+ * So the tokens pay only for retries that fail: over any window,
+ *   failed retries <= ratio × successes + minPerSecond × seconds + maxTokens
+ * (with `deposit: "operation"`, ratio × operations). Against a dependency that fails
+ * everything this is the floor alone; against one that serves S calls/s, retries stay
+ * within the calls it can actually serve plus 10 % of them. (Finagle expires deposits
+ * after a TTL; a capacity bound gives the same guarantee with O(1) state.)
  *
  * Also available, for the presets that copy them:
  * - `throttle`: gRPC A6 retryThrottling (failures −1, successes +tokenRatio, retries
@@ -22,7 +31,16 @@ import { invalidPolicy } from './errors.js';
  *   a timeout 10; a success refunds 1, or the retry's cost when it needed retries).
  */
 export type BudgetSpec =
-  | { readonly kind: 'ratio'; readonly ratio?: number; readonly minPerSecond?: number; readonly maxTokens?: number }
+  | {
+      readonly kind: 'ratio';
+      readonly ratio?: number;
+      readonly minPerSecond?: number;
+      readonly maxTokens?: number;
+      /** What earns `ratio` tokens: an answered attempt ("success", default) or an operation ("operation"). */
+      readonly deposit?: 'success' | 'operation';
+      /** A retry that succeeds gets its token back (default true). */
+      readonly refund?: boolean;
+    }
   | { readonly kind: 'throttle'; readonly maxTokens: number; readonly tokenRatio: number }
   | {
       readonly kind: 'quota';
@@ -33,7 +51,7 @@ export type BudgetSpec =
       readonly successRefund?: number;
     };
 
-export const RATIO_BUDGET_DEFAULTS = Object.freeze({ kind: 'ratio' as const, ratio: 0.1, minPerSecond: 1, maxTokens: 10 });
+export const RATIO_BUDGET_DEFAULTS = Object.freeze({ kind: 'ratio' as const, ratio: 0.1, minPerSecond: 1, maxTokens: 10, deposit: 'success' as const, refund: true });
 
 /** What decide() tells the budget about one observed attempt. */
 export interface BudgetObservation {
@@ -56,6 +74,20 @@ export interface RetryBudget {
   tryAcquire(o: { readonly throttled: boolean; readonly timeout: boolean }, now: number): number | false;
   /** Current tokens (after refill at `now`), for events and tests. */
   available(now: number): number;
+  /**
+   * When an attempt last came back answered (not a failure the policy retries), or null
+   * if none has: a retry waits for an empty budget (budgetExhausted "wait") only while
+   * the dependency is still answering someone (SERVING_WINDOW_MS).
+   */
+  lastAnswerAt(): number | null;
+}
+
+/** A dependency that answered an attempt within this long (ms) is still serving: waiting for the budget may pay off. */
+export const SERVING_WINDOW_MS = 1000;
+
+/** An answer that is not a failure the policy retries: the dependency is serving. */
+function isAnswer(o: BudgetObservation): boolean {
+  return o.success || !o.retryableFailure;
 }
 
 export function normalizeBudget(input: unknown, field = 'budget'): BudgetSpec {
@@ -74,14 +106,21 @@ export function normalizeBudget(input: unknown, field = 'budget'): BudgetSpec {
     for (const k of Object.keys(raw)) if (k !== 'kind' && !keys.includes(k)) throw invalidPolicy(`${field}.${k}`, `absent (a ${String(raw.kind)} budget takes ${keys.join(', ')})`, raw[k]);
   };
   switch (raw.kind) {
-    case 'ratio':
-      only(['ratio', 'minPerSecond', 'maxTokens']);
+    case 'ratio': {
+      only(['ratio', 'minPerSecond', 'maxTokens', 'deposit', 'refund']);
+      const deposit = raw.deposit ?? RATIO_BUDGET_DEFAULTS.deposit;
+      if (deposit !== 'success' && deposit !== 'operation') throw invalidPolicy(`${field}.deposit`, '"success" or "operation"', deposit);
+      const refund = raw.refund ?? RATIO_BUDGET_DEFAULTS.refund;
+      if (typeof refund !== 'boolean') throw invalidPolicy(`${field}.refund`, 'a boolean', refund);
       return Object.freeze({
         kind: 'ratio',
         ratio: num('ratio', RATIO_BUDGET_DEFAULTS.ratio, 0, 1000),
         minPerSecond: num('minPerSecond', RATIO_BUDGET_DEFAULTS.minPerSecond, 0, 1e6),
         maxTokens: num('maxTokens', RATIO_BUDGET_DEFAULTS.maxTokens, 1, 1e9),
+        deposit,
+        refund,
       });
+    }
     case 'throttle': {
       only(['maxTokens', 'tokenRatio']);
       const maxTokens = num('maxTokens', NaN, 0.001, 1000);
@@ -109,7 +148,7 @@ export function createRetryBudget(input: BudgetSpec): RetryBudget {
   const spec = normalizeBudget(input);
   switch (spec.kind) {
     case 'ratio':
-      return ratioBudget(spec.ratio ?? 0.1, spec.minPerSecond ?? 1, spec.maxTokens ?? 10, spec);
+      return ratioBudget(spec);
     case 'throttle':
       return throttleBudget(spec.maxTokens, spec.tokenRatio, spec);
     case 'quota':
@@ -117,9 +156,15 @@ export function createRetryBudget(input: BudgetSpec): RetryBudget {
   }
 }
 
-function ratioBudget(ratio: number, minPerSecond: number, maxTokens: number, spec: BudgetSpec): RetryBudget {
+function ratioBudget(spec: Extract<BudgetSpec, { kind: 'ratio' }>): RetryBudget {
+  const ratio = spec.ratio ?? RATIO_BUDGET_DEFAULTS.ratio;
+  const minPerSecond = spec.minPerSecond ?? RATIO_BUDGET_DEFAULTS.minPerSecond;
+  const maxTokens = spec.maxTokens ?? RATIO_BUDGET_DEFAULTS.maxTokens;
+  const perOperation = spec.deposit === 'operation';
+  const refund = spec.refund !== false;
   let tokens = maxTokens;
   let last: number | null = null;
+  let answerAt: number | null = null;
   const refill = (now: number): void => {
     if (last !== null && now > last && minPerSecond > 0) {
       tokens = Math.min(maxTokens, tokens + ((now - last) / 1000) * minPerSecond);
@@ -130,7 +175,12 @@ function ratioBudget(ratio: number, minPerSecond: number, maxTokens: number, spe
     spec,
     observe(o, now) {
       refill(now);
-      if (o.attempt === 1) tokens = Math.min(maxTokens, tokens + ratio);
+      const answered = isAnswer(o);
+      if (answered) answerAt = now;
+      let add = (perOperation ? o.attempt === 1 : answered) ? ratio : 0;
+      // A retry that succeeded paid for load the dependency could serve: its token comes back.
+      if (refund && answered && o.attempt > 1) add += 1;
+      if (add > 0) tokens = Math.min(maxTokens, tokens + add);
     },
     tryAcquire(_o, now) {
       refill(now);
@@ -142,14 +192,17 @@ function ratioBudget(ratio: number, minPerSecond: number, maxTokens: number, spe
       refill(now);
       return tokens;
     },
+    lastAnswerAt: () => answerAt,
   };
 }
 
 function throttleBudget(maxTokens: number, tokenRatio: number, spec: BudgetSpec): RetryBudget {
   let tokens = maxTokens;
+  let answerAt: number | null = null;
   return {
     spec,
-    observe(o) {
+    observe(o, now) {
+      if (isAnswer(o)) answerAt = now;
       if (o.retryableFailure) tokens = Math.max(0, tokens - 1);
       else if (o.success) tokens = Math.min(maxTokens, tokens + tokenRatio);
     },
@@ -159,15 +212,18 @@ function throttleBudget(maxTokens: number, tokenRatio: number, spec: BudgetSpec)
     available() {
       return tokens;
     },
+    lastAnswerAt: () => answerAt,
   };
 }
 
 function quotaBudget(spec: Extract<BudgetSpec, { kind: 'quota' }>): RetryBudget {
   const capacity = spec.capacity ?? 500;
   let tokens = capacity;
+  let answerAt: number | null = null;
   return {
     spec,
-    observe(o) {
+    observe(o, now) {
+      if (isAnswer(o)) answerAt = now;
       if (!o.success) return;
       tokens = Math.min(capacity, tokens + (o.attempt > 1 && o.lastCost > 0 ? o.lastCost : (spec.successRefund ?? 1)));
     },
@@ -180,5 +236,6 @@ function quotaBudget(spec: Extract<BudgetSpec, { kind: 'quota' }>): RetryBudget 
     available() {
       return tokens;
     },
+    lastAnswerAt: () => answerAt,
   };
 }

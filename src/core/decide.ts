@@ -1,5 +1,5 @@
 import { computeBackoff } from './backoff.js';
-import type { RetryBudget } from './budget.js';
+import { SERVING_WINDOW_MS, type RetryBudget } from './budget.js';
 import { RelentError } from './errors.js';
 import { readServerHint } from './hints.js';
 import { ERROR_CLASSES, IDEMPOTENT_METHODS, type Policy } from './policy.js';
@@ -119,11 +119,19 @@ export function preflight(state: OperationState, now: number, gate?: BudgetGate)
   if (!gate) return terminal('budget_exhausted', 'budget_empty', null);
   if (gate.budget === null) return null;
   if (gate.budget.tryAcquire({ throttled: false, timeout: false }, now) !== false) return null;
-  // Still empty: wait one more backoff slot (at least 10 ms), if another attempt still fits.
+  // Still empty: wait one more backoff slot (at least 10 ms), if another attempt still
+  // fits and the dependency is still answering someone (else waiting cannot pay off).
+  if (!serving(gate.budget, now)) return terminal('budget_exhausted', 'budget_empty', null);
   const policy = gate.policy;
   const slot = Math.max(10, computeBackoff(policy.backoff, state.attempt - 1, state.prevDelayMs, gate.random));
   if (!(slot < remaining - policy.minAttemptMs)) return terminal('budget_exhausted', 'budget_empty', null);
   return { decision: 'retry', why: 'budget_wait', delayMs: slot, retryAfterMs: null, retryAfterValid: null, budgetCost: 0, budgetPending: true };
+}
+
+/** Whether the dependency answered an attempt of this budget's client recently (see SERVING_WINDOW_MS). */
+function serving(budget: RetryBudget, now: number): boolean {
+  const at = budget.lastAnswerAt();
+  return at !== null && now - at <= SERVING_WINDOW_MS;
 }
 
 /** The time one attempt may take: min(attemptTimeoutMs, remaining) (R2). */
@@ -264,7 +272,7 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
     const paid = budget.tryAcquire({ throttled, timeout }, ctx.now);
     if (paid === false) {
       // A durable queue stores the state between attempts and has no gate to wait at: it stops.
-      if (policy.budgetExhausted !== 'wait' || ctx.durable === true) return terminal('budget_exhausted', 'budget_empty', hintSeen);
+      if (policy.budgetExhausted !== 'wait' || ctx.durable === true || !serving(budget, ctx.now)) return terminal('budget_exhausted', 'budget_empty', hintSeen);
       // Keep the retry; preflight() charges the budget when it is about to be sent.
       return { decision: 'retry', why: 'budget_wait', delayMs: delay, retryAfterMs: hintSeen?.ms ?? null, retryAfterValid: hintSeen?.valid ?? null, budgetCost: 0, uncounted, budgetPending: true };
     }

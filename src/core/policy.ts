@@ -63,11 +63,15 @@ export interface PolicySpec {
   /** With throttleCountsAsAttempt false: how many throttled attempts an operation may have. */
   readonly maxThrottledAttempts?: number;
   /**
-   * What an empty shared budget means for a retry: "stop" ends the operation with
-   * budget_exhausted at once (default); "wait" keeps the retry, charges the budget when it
-   * is about to be sent (preflight) and waits for tokens, within the deadline — so retries
-   * land when the dependency has recovered instead of during the outage. Drivers that
-   * cannot wait (the durable queue, or any that calls preflight() without a gate) stop.
+   * What an empty shared budget means for a retry. "wait" (default) keeps the retry,
+   * charges the budget just before it would be sent (preflight) and, while the budget is
+   * empty and the dependency still answers some calls (one in the last second), waits for
+   * tokens within the deadline; an operation whose deadline comes first, or whose
+   * dependency answers nothing, ends with budget_exhausted, and nothing unpaid is ever
+   * sent (R9). Retries so land
+   * when the dependency serves again instead of during the outage. "stop" ends the
+   * operation with budget_exhausted at once (fail fast). Drivers that cannot wait (the
+   * durable queue, or any that calls preflight() without a gate) stop.
    */
   readonly budgetExhausted?: 'stop' | 'wait';
 }
@@ -152,7 +156,7 @@ export const POLICY_DEFAULTS = Object.freeze({
   budget: Object.freeze({ kind: 'ratio', ratio: 0.1, minPerSecond: 1, maxTokens: 10 }) as BudgetSpec,
   throttleCountsAsAttempt: true,
   maxThrottledAttempts: 10,
-  budgetExhausted: 'stop' as const,
+  budgetExhausted: 'wait' as const,
 });
 
 const MAX_MS = 2 ** 31 - 1;

@@ -1,4 +1,5 @@
 import { normalizeBackoff } from '../core/backoff.js';
+import { normalizeBudget, type BudgetSpec } from '../core/budget.js';
 import { RelentError, describe } from '../core/errors.js';
 import { BROOKER_BACKOFFS, BROOKER_DEFAULTS, BROOKER_STRATEGIES, brookerPolicySpec, runBrooker, type BrookerConfig, type BrookerResult } from './brooker.js';
 import { resolveSimPolicy, type ProgressFn } from './common.js';
@@ -30,6 +31,16 @@ function invalid(field: string, expected: string, got: unknown): RelentError {
 }
 
 type Obj = Record<string, unknown>;
+
+/** A budget spec, validated by the core; its errors keep the field's full path. */
+function budgetSpec(v: unknown, field: string): BudgetSpec {
+  try {
+    return normalizeBudget(v, field);
+  } catch (e) {
+    if (RelentError.is(e)) throw new RelentError('ERR_INVALID_INPUT', e.message, { field: e.field, cause: e });
+    throw e;
+  }
+}
 
 function object(v: unknown, field: string, keys: readonly string[]): Obj {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid(field, 'an object', v);
@@ -222,8 +233,11 @@ function parseLayers(raw: Obj): Partial<LayersConfig> {
     const list = array(v, f, 20).map((x, i): LayersVariant => {
       const g = `${f}[${i}]`;
       const o = object(x, g, ['name', 'budget', 'giveUpStatus']);
-      if (typeof o.budget !== 'boolean') throw invalid(`${g}.budget`, 'a boolean', o.budget);
-      return { name: string(o.name, `${g}.name`), budget: o.budget, giveUpStatus: o.giveUpStatus === undefined ? 503 : number(o.giveUpStatus, `${g}.giveUpStatus`, 100, 599, true) };
+      if (typeof o.budget !== 'boolean' && (typeof o.budget !== 'object' || o.budget === null || Array.isArray(o.budget))) {
+        throw invalid(`${g}.budget`, 'a boolean or a budget object ({"kind": "ratio", …})', o.budget);
+      }
+      const budget = typeof o.budget === 'boolean' ? o.budget : budgetSpec(o.budget, `${g}.budget`);
+      return { name: string(o.name, `${g}.name`), budget, giveUpStatus: o.giveUpStatus === undefined ? 503 : number(o.giveUpStatus, `${g}.giveUpStatus`, 100, 599, true) };
     });
     uniqueNames(list, f);
     return list;

@@ -70,11 +70,12 @@ export function overloadTable(r: OverloadResult): Table {
       times(x.after.amplification),
       times(x.peakLoadAfter),
       fixed(x.recoveryMs, 0),
+      times(x.settledLoad),
       pct(x.overall.successShare),
     ];
   });
   return {
-    header: ['policy', 'amplification', 'meas. ampl.', 'sim/meas', 'success', 'meas. success', 'goodput/s', 'p50 ms', 'p99 ms', 'after ampl.', 'peak after', 'recovery ms', 'success (all)'],
+    header: ['policy', 'amplification', 'meas. ampl.', 'sim/meas', 'success', 'meas. success', 'goodput/s', 'p50 ms', 'p99 ms', 'after ampl.', 'peak after', 'recovery ms', 'settled', 'success (all)'],
     rows,
   };
 }
@@ -82,7 +83,11 @@ export function overloadTable(r: OverloadResult): Table {
 /** Overload: one row per policy, fault-window figures first. */
 export function formatOverload(r: OverloadResult): string {
   const t = overloadTable(r);
-  return 'Fault window: operations started while capacity was cut; "after": the following window\n' + textTable(t.header, t.rows);
+  return (
+    'Fault window: operations started while capacity was cut; "after": the following window;\n' +
+    '"settled": the busiest second from one deadline after the fault on (above ~1.0x: a retry storm)\n' +
+    textTable(t.header, t.rows)
+  );
 }
 
 /** Layers' table: calls made by each layer per user action. */

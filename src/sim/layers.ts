@@ -1,5 +1,5 @@
 import { attemptBudgetMs, decide, isIdempotent, preflight, startOperation } from '../core/decide.js';
-import type { RetryBudget } from '../core/budget.js';
+import { createRetryBudget, type BudgetSpec, type RetryBudget } from '../core/budget.js';
 import type { Decision } from '../core/types.js';
 import { budgetFor, resolveSimPolicy, round, simContext, statusObservation, type ProgressFn, type ResolvedSimPolicy, type SimObservation } from './common.js';
 import { EventQueue, Sampler, streamSeed } from './engine.js';
@@ -17,8 +17,8 @@ import { nextAttempt, ownState, recordRetry, type SimState } from './state.js';
  */
 export interface LayersVariant {
   readonly name: string;
-  /** Each layer keeps `createRetryBudget(policy.budget)`. */
-  readonly budget: boolean;
+  /** Each layer keeps `createRetryBudget(policy.budget)` (true), none (false), or a budget of this spec. */
+  readonly budget: boolean | BudgetSpec;
   /** What a layer answers its caller when its own operation failed: 503 passes the overload up; a status the layers do not retry stops retries above (SRE ch. 21: "overloaded; don't retry"). */
   readonly giveUpStatus: number;
 }
@@ -83,6 +83,7 @@ export const LAYERS_DEFAULTS: LayersConfig = Object.freeze({
   policy: LAYER_POLICY,
   variants: Object.freeze([
     Object.freeze({ name: 'no budgets', budget: false, giveUpStatus: 503 }),
+    Object.freeze({ name: 'budgets (SRE rule: 10 % of requests)', budget: Object.freeze({ kind: 'ratio' as const, deposit: 'operation' as const, refund: false }), giveUpStatus: 503 }),
     Object.freeze({ name: 'budgets', budget: true, giveUpStatus: 503 }),
     Object.freeze({ name: 'budgets, give-up not retried', budget: true, giveUpStatus: 500 }),
   ]),
@@ -151,7 +152,7 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
   const arrivals = new Sampler(streamSeed(c.seed, 'layers', 'arrivals', run));
   const rng = new Sampler(streamSeed(c.seed, 'layers', 'decide', v.name, run));
   const dbRng = new Sampler(streamSeed(c.seed, 'layers', 'db', run));
-  const budgets: (RetryBudget | null)[] = Array.from({ length: c.layers }, () => (v.budget ? budgetFor({ ...p, budgeted: true }) : null));
+  const budgets: (RetryBudget | null)[] = Array.from({ length: c.layers }, () => (typeof v.budget === 'object' ? createRetryBudget(v.budget) : v.budget ? budgetFor({ ...p, budgeted: true }) : null));
   const ctx = simContext(rng.uniform, null);
   const idempotent = isIdempotent(policy, { method: 'GET' });
   const observations = new Map<number, SimObservation>();
@@ -196,8 +197,12 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
   const send = (i: number, now: number): void => {
     const op = ops[i]!;
     const state = op.state!;
-    const stop = preflight(state, now);
-    if (stop !== null) return finish(i, now, stop.decision);
+    const stop = preflight(state, now, { policy, budget: budgets[op.layer]!, random: ctx.random });
+    if (stop !== null) {
+      // budgetExhausted "wait": the retry waits for the layer's budget and asks again.
+      if (stop.decision === 'retry') return void queue.push(now + stop.delayMs!, ATTEMPT, i);
+      return finish(i, now, stop.decision);
+    }
     nextAttempt(state);
     op.pending = true;
     calls[op.layer] = calls[op.layer]! + 1;

@@ -131,6 +131,12 @@ export interface OverloadRow {
   readonly peakLoadAfter: number;
   /** From the fault's end to the end of the last 100 ms in which > 1 % of requests were rejected (ms). */
   readonly recoveryMs: number;
+  /**
+   * Requests in the busiest second from one deadline after the fault to the end of the
+   * `afterMs` window, ÷ operations arriving per second. By then every operation started
+   * in the fault has ended, so load above ~1.0x is load that feeds itself: a retry storm.
+   */
+  readonly settledLoad: number;
   /** Requests sent in all runs (each a decide() call). */
   readonly attempts: number;
   /** The figures measured with the real library, when there are any. */
@@ -284,6 +290,7 @@ class Accumulator {
   readonly overall: WindowTally;
   attempts = 0;
   peakAfter = 0;
+  settled = 0;
   recovery = 0;
   runs = 0;
 
@@ -326,6 +333,7 @@ class Accumulator {
       overall: this.overall.stats(runs),
       peakLoadAfter: round(this.peakAfter / runs, 2),
       recoveryMs: round(this.recovery / runs, 0),
+      settledLoad: round(this.settled / runs, 2),
       attempts: this.attempts,
       measured,
       calibration,
@@ -484,19 +492,23 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
   const endBin = Math.min(bins, Math.floor(c.durationMs / BIN_MS));
   const perSecond = Math.round(1000 / BIN_MS);
   const afterEndBin = Math.min(endBin, Math.floor(after.endMs / BIN_MS));
+  const settleBin = Math.floor((fe + deadlineMs) / BIN_MS);
   let peak = 0;
+  let settled = 0;
   let lastBad = -1;
   let rolling = 0;
   for (let b = feBin; b < endBin; b++) {
     const r = dep.binRequests[b]!;
     if (b < afterEndBin) {
-      // The busiest second (rolling, in 100 ms steps) after the fault.
+      // The busiest second (rolling, in 100 ms steps) after the fault, and after it has settled.
       rolling += r - (b - perSecond >= feBin ? dep.binRequests[b - perSecond]! : 0);
       if (b - feBin + 1 >= perSecond && rolling > peak) peak = rolling;
+      if (b - settleBin + 1 >= perSecond && rolling > settled) settled = rolling;
     }
     if (r > 0 && dep.binRejected[b]! / r > 0.01) lastBad = b;
   }
   acc.peakAfter += peak / c.arrivalsPerSec;
+  acc.settled += settled / c.arrivalsPerSec;
   acc.recovery += lastBad < 0 ? 0 : (lastBad + 1) * BIN_MS - fe;
   acc.attempts += requests;
   acc.runs++;

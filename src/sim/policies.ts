@@ -154,7 +154,7 @@ export const PEER_POLICIES: readonly SimPolicy[] = Object.freeze([
 export const RELENT_POLICIES: readonly SimPolicy[] = Object.freeze([
   {
     name: 'relent',
-    summary: 'relent defaults (POLICY_DEFAULTS): 3 attempts, full jitter 100 ms ×2, ratio budget 10 % + 1/s, 10 tokens',
+    summary: 'relent defaults (POLICY_DEFAULTS): 3 attempts, full jitter 100 ms ×2, ratio budget (10 % of answered calls + 1/s, 10 tokens, a successful retry refunded), retries wait for the budget within the deadline',
     policy: {},
     budget: true,
   },
@@ -165,15 +165,15 @@ export const RELENT_POLICIES: readonly SimPolicy[] = Object.freeze([
     budget: false,
   },
   {
-    name: 'relent-wait',
-    summary: 'relent defaults with budgetExhausted "wait": an unpaid retry waits for the ratio budget instead of ending',
-    policy: { budgetExhausted: 'wait' },
+    name: 'relent-fail-fast',
+    summary: 'relent defaults with budgetExhausted "stop": an unpaid retry ends the operation at once (budget_exhausted)',
+    policy: { budgetExhausted: 'stop' },
     budget: true,
   },
   {
-    name: 'relent-wait-throttle',
-    summary: 'relent defaults with budgetExhausted "wait" and a success-refilled budget (gRPC retryThrottling 10 / 0.1)',
-    policy: { budgetExhausted: 'wait', budget: { kind: 'throttle', maxTokens: 10, tokenRatio: 0.1 } },
+    name: 'relent-sre-budget',
+    summary: 'the SRE book / Finagle budget rule: 10 % of operations + 1/s, no refund, fail fast (relent\'s default before issue 6)',
+    policy: { budgetExhausted: 'stop', budget: { kind: 'ratio', deposit: 'operation', refund: false } },
     budget: true,
   },
   {

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { afterRetry, beginAttempt, boundObservation, decide, preflight, startOperation, attemptBudgetMs, type OperationState } from '../../src/core/decide.js';
 import { createPolicy, type PolicySpec } from '../../src/core/policy.js';
-import { createRetryBudget } from '../../src/core/budget.js';
+import { createRetryBudget, type BudgetSpec, type RetryBudget } from '../../src/core/budget.js';
 import { createSeededRandom } from '../../src/core/random.js';
 import type { Observation } from '../../src/core/types.js';
 
@@ -246,9 +246,13 @@ describe('R8 Retry-After', () => {
   });
 });
 
+/** Tells a budget that an attempt of another operation was answered at `now`. */
+const answered = (budget: RetryBudget, now: number): void =>
+  budget.observe({ attempt: 1, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost: 0 }, now);
+
 describe('R9 budgets', () => {
-  it('an empty shared budget ends with budget_exhausted, without touching attempts', () => {
-    const spec: PolicySpec = { maxAttempts: 10, backoff: { kind: 'constant', delayMs: 1 } };
+  it('with budgetExhausted "stop", an empty shared budget ends with budget_exhausted, without touching attempts', () => {
+    const spec: PolicySpec = { maxAttempts: 10, backoff: { kind: 'constant', delayMs: 1 }, budgetExhausted: 'stop' };
     const policy = createPolicy(spec);
     const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 2 });
     const results: string[] = [];
@@ -258,23 +262,78 @@ describe('R9 budgets', () => {
     }
     expect(results).toEqual(['retry', 'retry', 'budget_exhausted', 'budget_exhausted']);
   });
-  it('a fleet of failing operations cannot exceed ratio × operations + floor in retries', () => {
-    const policy = createPolicy({ maxAttempts: 3, backoff: { kind: 'constant', delayMs: 1 } });
-    const budget = createRetryBudget({ kind: 'ratio', ratio: 0.1, minPerSecond: 1, maxTokens: 10 });
+  it('by default an empty budget keeps the retry unpaid (budgetExhausted "wait")', () => {
+    const policy = createPolicy({ maxAttempts: 10, backoff: { kind: 'constant', delayMs: 1 } });
+    const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 1 });
+    budget.tryAcquire({ throttled: false, timeout: false }, 0);
+    answered(budget, 0); // another call of this client was answered: the dependency is serving
+    const state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
+    expect(decide(policy, state, { status: 503, elapsedMs: 1 }, { now: 1, random: rnd, budget })).toMatchObject({ decision: 'retry', why: 'budget_wait', budgetPending: true, budgetCost: 0 });
+    // a dependency that has answered nothing for over a second is not waited for
+    expect(decide(policy, state, { status: 503, elapsedMs: 1 }, { now: 1001, random: rnd, budget })).toMatchObject({ decision: 'budget_exhausted', why: 'budget_empty' });
+  });
+
+  /** A fleet of 10 000 operations, 1 per ms; each attempt succeeds with probability `ok`. Counts retries sent and failed. */
+  const fleet = (budgetSpec: BudgetSpec, ok: number) => {
+    const policy = createPolicy({ maxAttempts: 3, backoff: { kind: 'constant', delayMs: 1 }, budgetExhausted: 'stop' });
+    const budget = createRetryBudget(budgetSpec);
+    const draw = createSeededRandom(7);
     let retries = 0;
+    let failedRetries = 0;
+    let answered = 0;
     const ops = 10_000;
     for (let op = 0; op < ops; op++) {
       const now = op; // 1 operation per ms for 10 s
       let state = beginAttempt(startOperation(policy, { now, method: 'GET' }));
       for (;;) {
-        const d = decide(policy, state, { status: 503, elapsedMs: 0 }, { now, random: rnd, budget });
+        const status = draw() < ok ? 200 : 503;
+        if (status === 200) answered++;
+        else if (state.attempt > 1) failedRetries++;
+        const d = decide(policy, state, { status, elapsedMs: 0 }, { now, random: rnd, budget });
         if (d.decision !== 'retry') break;
         retries++;
         state = beginAttempt(afterRetry(state, d));
       }
     }
-    expect(retries).toBeLessThanOrEqual(0.1 * ops + 1 * 10 + 10);
-    expect(retries).toBeGreaterThan(0.09 * ops);
+    return { ops, retries, failedRetries, answered };
+  };
+  it('deposit "operation" (the SRE book / Finagle rule): retries <= ratio × operations + floor + bucket', () => {
+    const r = fleet({ kind: 'ratio', ratio: 0.1, minPerSecond: 1, maxTokens: 10, deposit: 'operation', refund: false }, 0);
+    expect(r.retries).toBeLessThanOrEqual(0.1 * r.ops + 1 * 10 + 10);
+    expect(r.retries).toBeGreaterThan(0.09 * r.ops);
+  });
+  it('the default: against a dependency that fails everything only the floor and the bucket pay for retries', () => {
+    const r = fleet({ kind: 'ratio' }, 0);
+    expect(r.retries).toBeLessThanOrEqual(1 * 10 + 10);
+    expect(r.retries).toBeGreaterThanOrEqual(10);
+  });
+  it('the default: failed retries <= ratio × answered attempts + floor + bucket, while successful retries are refunded', () => {
+    for (const ok of [0.2, 0.5, 0.9]) {
+      const r = fleet({ kind: 'ratio' }, ok);
+      expect(r.failedRetries).toBeLessThanOrEqual(0.1 * r.answered + 1 * 10 + 10);
+      // refunds let many more retries through than the deposits alone would pay for
+      expect(r.retries).toBeGreaterThan(0.1 * r.answered + 20);
+    }
+    // without refunds, every retry is paid by deposits
+    const noRefund = fleet({ kind: 'ratio', refund: false }, 0.5);
+    expect(noRefund.retries).toBeLessThanOrEqual(0.1 * noRefund.answered + 20);
+  });
+  it('a retry that succeeds gets its token back; one that fails does not', () => {
+    const policy = createPolicy({ maxAttempts: 3, backoff: { kind: 'constant', delayMs: 1 } });
+    const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 5 });
+    let state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
+    let d = decide(policy, state, { status: 503, elapsedMs: 0 }, { now: 0, random: rnd, budget });
+    expect(budget.available(0)).toBe(4);
+    state = beginAttempt(afterRetry(state, d));
+    d = decide(policy, state, { status: 503, elapsedMs: 0 }, { now: 0, random: rnd, budget });
+    expect(budget.available(0)).toBe(3);
+    state = beginAttempt(afterRetry(state, d));
+    decide(policy, state, { status: 200, elapsedMs: 0 }, { now: 0, random: rnd, budget });
+    expect(budget.available(0)).toBe(4);
+  });
+  it('ratio budget options are validated by name', () => {
+    expect(() => createRetryBudget({ kind: 'ratio', deposit: 'request' as never })).toThrow(/`budget.deposit`/);
+    expect(() => createRetryBudget({ kind: 'ratio', refund: 1 as never })).toThrow(/`budget.refund`/);
   });
   it('the budget is charged only for retries that would happen', () => {
     const policy = createPolicy({ maxAttempts: 1 });
@@ -321,6 +380,7 @@ describe('R9 budgetExhausted: "wait" — an unpaid retry waits for the budget at
     const policy = createPolicy(spec);
     const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 2, maxTokens: 1 });
     budget.tryAcquire({ throttled: false, timeout: false }, 0); // empty it
+    answered(budget, 0); // the dependency answers other calls
     let state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
     const d = decide(policy, state, { status: 503, elapsedMs: 10 }, { now: 10, random: rnd, budget });
     expect(d).toMatchObject({ decision: 'retry', why: 'budget_wait', delayMs: 100, budgetCost: 0, budgetPending: true });
@@ -329,11 +389,22 @@ describe('R9 budgetExhausted: "wait" — an unpaid retry waits for the budget at
     expect(preflight(state, 110, gate)).toMatchObject({ decision: 'retry', why: 'budget_wait', delayMs: 100 }); // 0.2 tokens
     expect(preflight(state, 510, gate)).toBeNull(); // 1 token after 0.5 s at 2/s: paid, go
     expect(budget.available(510)).toBeLessThan(0.01);
+    answered(budget, 600);
     expect(preflight(state, 950, gate)).toMatchObject({ decision: 'budget_exhausted', why: 'budget_empty' }); // no slot fits any more
     expect(preflight(state, 110)).toMatchObject({ decision: 'budget_exhausted' }); // a driver that cannot wait ends it
     expect(beginAttempt(state).budgetPending).toBe(false);
   });
-  it('"stop" (the default) ends with budget_exhausted at once', () => {
+  it('waits only while the dependency answers someone: after a second of no answers, it ends', () => {
+    const policy = createPolicy({ ...spec, deadlineMs: 10_000 });
+    const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0.1, maxTokens: 1 });
+    budget.tryAcquire({ throttled: false, timeout: false }, 0);
+    answered(budget, 0);
+    const state = afterRetry(beginAttempt(startOperation(policy, { now: 0, method: 'GET' })), decide(policy, beginAttempt(startOperation(policy, { now: 0, method: 'GET' })), { status: 503, elapsedMs: 10 }, { now: 10, random: rnd, budget }));
+    const gate = { policy, budget, random: rnd };
+    expect(preflight(state, 900, gate)).toMatchObject({ decision: 'retry', why: 'budget_wait' });
+    expect(preflight(state, 1100, gate)).toMatchObject({ decision: 'budget_exhausted', why: 'budget_empty' });
+  });
+  it('"stop" ends with budget_exhausted at once', () => {
     const policy = createPolicy({ ...spec, budgetExhausted: 'stop' });
     const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 1 });
     budget.tryAcquire({ throttled: false, timeout: false }, 0);

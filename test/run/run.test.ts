@@ -194,15 +194,28 @@ describe('outcomes for the caller', () => {
   });
   it('budgetExhausted "wait": the retry is sent once the shared budget has a token again, within the deadline', async () => {
     const clock = createTestClock();
-    const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 1, maxTokens: 1 });
+    const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 2, maxTokens: 1 });
     budget.tryAcquire({ throttled: false, timeout: false }, 0);
+    // another call of this client was just answered: the dependency is serving, waiting may pay off
+    budget.observe({ attempt: 1, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost: 0 }, 0);
     const calls: AttemptContext[] = [];
     const op = scripted(clock, [{ status: 503, ms: 10 }, { status: 200, ms: 10 }], calls);
     const r = await drive(clock, execute(op, { clock, budget, random: createSeededRandom(6), policy: { deadlineMs: 5000, backoff: { kind: 'constant', delayMs: 100 }, budgetExhausted: 'wait' } }));
     expect(r.reason).toBe('return');
     expect(calls).toHaveLength(2);
-    expect(clock.now()).toBeGreaterThanOrEqual(1000); // the token came back after 1 s at 1/s
-    expect(clock.now()).toBeLessThan(1200);
+    expect(clock.now()).toBeGreaterThanOrEqual(500); // the token came back after 0.5 s at 2/s
+    expect(clock.now()).toBeLessThan(700);
+  });
+  it('budgetExhausted "wait" does not wait for a dependency that answers nothing: budget_exhausted at once', async () => {
+    const clock = createTestClock();
+    const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 2, maxTokens: 1 });
+    budget.tryAcquire({ throttled: false, timeout: false }, 0);
+    const calls: AttemptContext[] = [];
+    const op = scripted(clock, [{ status: 503, ms: 10 }, { status: 200, ms: 10 }], calls);
+    const r = await drive(clock, execute(op, { clock, budget, random: createSeededRandom(6), policy: { deadlineMs: 5000, backoff: { kind: 'constant', delayMs: 100 } } }));
+    expect(r.reason).toBe('budget_exhausted');
+    expect(calls).toHaveLength(1);
+    expect(clock.now()).toBeLessThan(20);
   });
   it('classifies thrown errors by code, through cause chains (fetch wraps them)', async () => {
     const clock = createTestClock();

@@ -31,7 +31,8 @@ describe('scenario files: validated, errors name the field', () => {
     [{ scenario: 'brooker', strategies: ['fastest'] }, 'strategies[0]', /`strategies\[0\]` to be one of none, exponential, full, equal, decorrelated/],
     [{ scenario: 'brooker', strategies: [{ name: 'b', backoff: { kind: 'warp' } }] }, 'strategies[0].backoff.kind', /`strategies\[0\].backoff.kind`/],
     [{ scenario: 'brooker', network: { meanMs: 'ten' } }, 'network.meanMs', /`network.meanMs`/],
-    [{ scenario: 'layers', variants: [{ name: 'v' }] }, 'variants[0].budget', /`variants\[0\].budget` to be a boolean/],
+    [{ scenario: 'layers', variants: [{ name: 'v' }] }, 'variants[0].budget', /`variants\[0\].budget` to be a boolean or a budget object/],
+    [{ scenario: 'layers', variants: [{ name: 'v', budget: { kind: 'ratio', deposit: 'request' } }] }, 'variants[0].budget.deposit', /`variants\[0\].budget.deposit` to be "success" or "operation"/],
     [{ scenario: 'layers', policy: { policy: 'http-429', budget: 'yes' } }, 'policy.budget', /`policy.budget` to be a boolean/],
   ])('%o → %s', (input, field, message) => {
     const e = errorOf(() => parseScenario(input));

@@ -11,17 +11,24 @@ describe('layers: retries at every layer (SRE book ch. 22)', () => {
     expect(row('no budgets').reasons).toEqual({ max_attempts: 1 });
   });
 
-  it('with a 10 % budget per layer and the overload passed up: at most ~1.1^3 at the bottom', () => {
-    const b = row('budgets');
+  it('with the SRE book\'s rule (10 % of requests per layer) and the overload passed up: ~1.1^3 at the bottom', () => {
+    const b = row('budgets (SRE rule: 10 % of requests)');
     expect(b.amplification).toBeGreaterThan(1.2);
     expect(b.amplification).toBeLessThan(1.45);
     expect(b.callsPerAction[0]!).toBeLessThan(1.15);
   });
 
-  it('with budgets and a layer that gives up answering "do not retry": ~1.1x at the bottom', () => {
+  it('with relent\'s default budget: a database that answers nothing gets only the floor\'s retries', () => {
+    const b = row('budgets');
+    expect(b.amplification).toBeLessThan(1.1);
+    expect(b.amplification).toBeLessThan(row('budgets (SRE rule: 10 % of requests)').amplification - 0.2);
+    expect(b.callsPerAction[0]!).toBeLessThan(1.03);
+  });
+
+  it('with budgets and a layer that gives up answering "do not retry": only the bottom layer retries', () => {
     const b = row('budgets, give-up not retried');
-    expect(b.amplification).toBeGreaterThan(1.05);
-    expect(b.amplification).toBeLessThan(1.2);
+    expect(b.amplification).toBeGreaterThan(1);
+    expect(b.amplification).toBeLessThan(1.05);
     expect(b.callsPerAction.slice(0, 2)).toEqual([1, 1]);
   });
 

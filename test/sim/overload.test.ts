@@ -41,28 +41,54 @@ describe('overload: the modelled peers land within ±20 % of the measured amplif
 
 describe('overload: relent\'s defaults with the shared budget', () => {
   const relent = row(calibration, 'relent');
+  const none = row(calibration, 'none');
+  const peers = PEER_POLICIES.map((p) => row(calibration, p.name));
 
   it('keeps amplification ≤ 1.2x through the fault window', () => {
     expect(relent.fault.amplification).toBeLessThanOrEqual(1.2);
     expect(row(calibration, 'http-429').fault.amplification).toBeLessThanOrEqual(1.2);
   });
 
-  it('causes no storm after the fault ends', () => {
-    expect(relent.after.amplification).toBeLessThan(1.05);
-    expect(relent.peakLoadAfter).toBeLessThan(1.3);
-    // no retries at all need ~100 ms too: the token bucket refills from empty when the fault ends
-    expect(relent.recoveryMs).toBeLessThanOrEqual(row(calibration, 'none').recoveryMs + 100);
-    expect(row(calibration, 'undici').recoveryMs).toBeGreaterThan(1000);
+  it('with a success share within 2 points of the best peer\'s', () => {
+    // against the shares measured with the real libraries (best: undici and cockatiel, 32 %)
+    const bestMeasured = Math.max(...Object.values(MEASURED_OVERLOAD).map((m) => m.successShareMax ?? m.successShare));
+    expect(relent.fault.successShare).toBeGreaterThanOrEqual(bestMeasured - 0.02);
+    // and against every simulated peer but cockatiel, whose simulated share (~36 %) overstates
+    // the measured 32 %: the model lets its ~50 calls per operation through the front end
+    // slightly more often than the real server did.
+    for (const p of peers.filter((x) => x.policy !== 'cockatiel')) {
+      expect(relent.fault.successShare, p.policy).toBeGreaterThanOrEqual(p.fault.successShare - 0.02);
+    }
+    expect(relent.fault.successShare).toBeGreaterThan(none.fault.successShare + 0.05);
   });
 
-  it('loses no success against no retries at all, and the budget is what holds the load', () => {
-    expect(relent.fault.successShare).toBeGreaterThanOrEqual(row(calibration, 'none').fault.successShare - 0.005);
+  it('causes no storm after the fault ends', () => {
+    // Once the fault's operations have ended (one deadline after it), load is what it is without retries.
+    expect(relent.settledLoad).toBeLessThanOrEqual(none.settledLoad + 0.02);
+    expect(relent.recoveryMs).toBeLessThanOrEqual(OVERLOAD_DEFAULTS.deadlineMs + 200);
+    // The recovery's peak is below that of every peer whose retries also reach it.
+    for (const p of peers.filter((x) => x.fault.successShare > none.fault.successShare + 0.02)) {
+      expect(relent.peakLoadAfter, p.policy).toBeLessThan(p.peakLoadAfter);
+    }
+    // The metric does see a storm: cockatiel's retries keep the dependency saturated.
+    expect(row(calibration, 'cockatiel').settledLoad).toBeGreaterThan(10);
+  });
+
+  it('the budget is what holds the load, and waiting for it is what keeps the success', () => {
     expect(row(calibration, 'relent-no-budget').fault.amplification).toBeGreaterThan(2);
     expect(relent.fault.reasons.budget_exhausted).toBeGreaterThan(0.5);
+    // failing fast on an empty budget holds the load too, but loses the recovery's success
+    const failFast = row(calibration, 'relent-fail-fast');
+    expect(failFast.fault.amplification).toBeLessThanOrEqual(1.2);
+    expect(failFast.fault.successShare).toBeLessThan(relent.fault.successShare - 0.04);
+    expect(failFast.fault.p99Ms).toBeLessThan(200);
   });
 
-  // The bound the ratio budget promises (src/core/budget.ts): over a window of T seconds,
-  // retries <= ratio × operations + clients × (minPerSecond × T + maxTokens).
+  // The bounds the ratio budget promises (src/core/budget.ts), over a window of T seconds
+  // and `clients` budgets: with deposit "operation", retries <= ratio × operations +
+  // clients × (minPerSecond × T + maxTokens); with deposit "success" (the default), failed
+  // retries <= ratio × answered + the same floor, and a retry only succeeds when the
+  // dependency serves it, so retries <= (1 + ratio) × (capacity × T + burst) + the floor.
   it.each([
     { clients: 1, arrivalsPerSec: 320, capacity: 80 },
     { clients: 10, arrivalsPerSec: 320, capacity: 80 },
@@ -71,12 +97,17 @@ describe('overload: relent\'s defaults with the shared budget', () => {
   ])('holds the budget bound: %o', ({ clients, arrivalsPerSec, capacity }) => {
     const f = { startMs: 6000, endMs: 14_000, capacityPerSec: capacity };
     const r = runOverload({ runs: 1, seed: 5, clients, arrivalsPerSec, durationMs: 20_000, faults: [f], policies: RELENT_POLICIES.filter((p) => p.budget) });
-    const b = { ...RATIO_BUDGET_DEFAULTS, ...POLICY_DEFAULTS.budget };
     const seconds = (f.endMs - f.startMs) / 1000;
+    const served = capacity * seconds + OVERLOAD_DEFAULTS.dependency.burst;
     for (const x of r.rows) {
+      const p = RELENT_POLICIES.find((y) => y.name === x.policy)!;
+      const b = { ...RATIO_BUDGET_DEFAULTS, ...POLICY_DEFAULTS.budget, ...(typeof p.policy === 'object' ? p.policy.budget : {}) };
       const ops = x.fault.operations;
-      const bound = 1 + b.ratio + (clients * (b.minPerSecond * seconds + b.maxTokens)) / ops;
-      expect(x.fault.amplification).toBeLessThanOrEqual(bound);
+      const floor = clients * (b.minPerSecond * seconds + b.maxTokens);
+      const retries = b.deposit === 'operation' ? b.ratio * ops + floor : (1 + b.ratio) * served + floor;
+      expect(x.fault.amplification, x.policy).toBeLessThanOrEqual(1 + retries / ops);
+      // a dependency that serves nothing gets the floor's retries and nothing more
+      if (capacity === 0 && b.deposit !== 'operation') expect(x.fault.amplification, x.policy).toBeLessThanOrEqual(1 + floor / ops + 0.001);
     }
   });
 });
