@@ -55,7 +55,8 @@ describe('README', () => {
     expect(b.kind).toBe('full-jitter');
     expect(row('retryOn.status')).toBe(POLICY_DEFAULTS.retryOn.status.join(', '));
     expect(row('retryAfter.maxMs')).toMatch(new RegExp(`^${POLICY_DEFAULTS.retryAfter.maxMs}\\b`));
-    const budget = POLICY_DEFAULTS.budget as { ratio: number; minPerSecond: number; maxTokens: number };
-    expect(row('budget')).toBe(`ratio ${budget.ratio}, minPerSecond ${budget.minPerSecond}, maxTokens ${budget.maxTokens}`);
+    const budget = POLICY_DEFAULTS.budget as { ratio: number; minPerSecond: number; maxTokens: number; deposit: string; refund: boolean };
+    expect(row('budget')).toBe(`ratio ${budget.ratio}, minPerSecond ${budget.minPerSecond}, maxTokens ${budget.maxTokens}, deposit "${budget.deposit}", refund ${budget.refund}`);
+    expect(row('budgetExhausted')).toBe(`"${POLICY_DEFAULTS.budgetExhausted}"`);
   });
 });

@@ -153,7 +153,7 @@ export const POLICY_DEFAULTS = Object.freeze({
   unknownOutcome: 'check_state' as const,
   idempotent: null,
   deferOverMs: null,
-  budget: Object.freeze({ kind: 'ratio', ratio: 0.1, minPerSecond: 1, maxTokens: 10 }) as BudgetSpec,
+  budget: Object.freeze({ kind: 'ratio', ratio: 0.1, minPerSecond: 1, maxTokens: 10, deposit: 'success', refund: true }) as BudgetSpec,
   throttleCountsAsAttempt: true,
   maxThrottledAttempts: 10,
   budgetExhausted: 'wait' as const,

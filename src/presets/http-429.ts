@@ -14,7 +14,7 @@ export const http429: PresetDefinition = {
   notes: [
     'the seed uses one cap for both the server wait and the backoff; here both are 30 s',
     'retries 429 and 503 (the statuses that carry Retry-After) and transport failures',
-    'the shared budget is the ratio budget (10% of operations + 1 retry/s)',
+    'the shared budget is the ratio budget (failed retries within 10% of answered calls + 1 retry/s; a retry waits for it within the deadline)',
   ],
   spec: {
     maxAttempts: 5,
