@@ -85,7 +85,7 @@ export function formatOverload(r: OverloadResult): string {
   const t = overloadTable(r);
   return (
     'Fault window: operations started while capacity was cut; "after": the following window;\n' +
-    '"settled": the busiest second from one deadline after the fault on (above ~1.0x: a retry storm)\n' +
+    '"settled": the busiest second from two deadlines after the fault on (above ~1.1x: a retry storm)\n' +
     textTable(t.header, t.rows)
   );
 }

@@ -132,9 +132,10 @@ export interface OverloadRow {
   /** From the fault's end to the end of the last 100 ms in which > 1 % of requests were rejected (ms). */
   readonly recoveryMs: number;
   /**
-   * Requests in the busiest second from one deadline after the fault to the end of the
-   * `afterMs` window, ÷ operations arriving per second. By then every operation started
-   * in the fault has ended, so load above ~1.0x is load that feeds itself: a retry storm.
+   * Requests in the busiest second from two deadlines after the fault to the end of the
+   * arrivals, ÷ operations arriving per second. By then every operation started in the
+   * fault has ended, and so has every one its retries delayed in the recovery, so load
+   * above ~1.1x is load that feeds itself: a retry storm.
    */
   readonly settledLoad: number;
   /** Requests sent in all runs (each a decide() call). */
@@ -492,19 +493,17 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
   const endBin = Math.min(bins, Math.floor(c.durationMs / BIN_MS));
   const perSecond = Math.round(1000 / BIN_MS);
   const afterEndBin = Math.min(endBin, Math.floor(after.endMs / BIN_MS));
-  const settleBin = Math.floor((fe + deadlineMs) / BIN_MS);
+  const settleBin = Math.floor((fe + 2 * deadlineMs) / BIN_MS);
   let peak = 0;
   let settled = 0;
   let lastBad = -1;
   let rolling = 0;
   for (let b = feBin; b < endBin; b++) {
     const r = dep.binRequests[b]!;
-    if (b < afterEndBin) {
-      // The busiest second (rolling, in 100 ms steps) after the fault, and after it has settled.
-      rolling += r - (b - perSecond >= feBin ? dep.binRequests[b - perSecond]! : 0);
-      if (b - feBin + 1 >= perSecond && rolling > peak) peak = rolling;
-      if (b - settleBin + 1 >= perSecond && rolling > settled) settled = rolling;
-    }
+    // The busiest second (rolling, in 100 ms steps) after the fault, and once it has settled.
+    rolling += r - (b - perSecond >= feBin ? dep.binRequests[b - perSecond]! : 0);
+    if (b < afterEndBin && b - feBin + 1 >= perSecond && rolling > peak) peak = rolling;
+    if (b - settleBin + 1 >= perSecond && rolling > settled) settled = rolling;
     if (r > 0 && dep.binRejected[b]! / r > 0.01) lastBad = b;
   }
   acc.peakAfter += peak / c.arrivalsPerSec;
