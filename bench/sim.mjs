@@ -7,8 +7,8 @@ import { runBrooker, runLayers, runOverload, textTable } from '../dist/sim/index
 const CASES = [
   // Brooker's experiment, every client count, 10 runs per cell (the full table uses 100).
   { name: 'brooker (10…190 clients, 10 runs)', run: () => runBrooker({ runs: 10 }) },
-  // The calibrated overload scenario: 11 policies, cockatiel's retry storm included.
-  { name: 'overload (11 policies, 1 run)', run: () => runOverload({ runs: 1 }) },
+  // The calibrated overload scenario: every contender, cockatiel's retry storm included.
+  { name: 'overload (13 policies, 1 run)', run: () => runOverload({ runs: 1 }) },
   { name: 'layers (3 variants)', run: () => runLayers({ runs: 1 }) },
 ];
 
