@@ -70,7 +70,7 @@ export function overloadTable(r: OverloadResult): Table {
       times(x.after.amplification),
       times(x.peakLoadAfter),
       fixed(x.recoveryMs, 0),
-      times(x.settledLoad),
+      x.settledLoad !== null ? times(x.settledLoad) : '',
       pct(x.overall.successShare),
     ];
   });

@@ -137,10 +137,10 @@ export interface OverloadRow {
    * fault has ended, and so has every one its retries delayed in the recovery, so load
    * above ~1.1x is load that feeds itself: a retry storm.
    */
-  readonly settledLoad: number;
+  readonly settledLoad: number | null;
   /** Requests sent in all runs (each a decide() call). */
   readonly attempts: number;
-  /** The figures measured with the real library, when there are any. */
+  /** The figures measured with the real library, when there are any and the scenario is the calibration set-up. */
   readonly measured: { readonly amplification: number; readonly amplificationMax?: number; readonly successShare: number; readonly successShareMax?: number } | null;
   /** Simulated ÷ measured fault-window amplification (against the range's nearest end). */
   readonly calibration: number | null;
@@ -205,6 +205,21 @@ class Capacity {
     }
     return Infinity;
   }
+}
+
+/**
+ * Whether a configuration is the set-up the peers were measured in (issue 6): only then
+ * are the measured figures shown beside the simulated ones. Runs, seed, the length of
+ * the run and the policies may differ.
+ */
+function isCalibrationSetup(c: OverloadConfig): boolean {
+  const d = OVERLOAD_DEFAULTS;
+  const f = c.faults[0];
+  const g = d.faults[0]!;
+  const deps = Object.keys(d.dependency) as (keyof DependencyModel)[];
+  return c.arrivalsPerSec === d.arrivalsPerSec && c.arrival === d.arrival && c.clients === d.clients && c.deadlineMs === d.deadlineMs
+    && c.method === d.method && c.faults.length === 1 && f !== undefined && f.endMs - f.startMs === g.endMs - g.startMs
+    && f.capacityPerSec === g.capacityPerSec && deps.every((k) => c.dependency[k] === d.dependency[k]);
 }
 
 /** Runs every policy of the scenario; rows in the policies' order. */
@@ -292,6 +307,8 @@ class Accumulator {
   attempts = 0;
   peakAfter = 0;
   settled = 0;
+  /** Runs whose arrivals lasted past two deadlines after the fault (else nothing settled to measure). */
+  settledRuns = 0;
   recovery = 0;
   runs = 0;
 
@@ -317,7 +334,7 @@ class Accumulator {
 
   row(p: ResolvedSimPolicy): OverloadRow {
     const runs = Math.max(1, this.runs);
-    const measured = MEASURED_OVERLOAD[p.name] ?? null;
+    const measured = isCalibrationSetup(this.c) ? (MEASURED_OVERLOAD[p.name] ?? null) : null;
     const fault = this.fault.stats(runs);
     let calibration: number | null = null;
     if (measured) {
@@ -334,7 +351,7 @@ class Accumulator {
       overall: this.overall.stats(runs),
       peakLoadAfter: round(this.peakAfter / runs, 2),
       recoveryMs: round(this.recovery / runs, 0),
-      settledLoad: round(this.settled / runs, 2),
+      settledLoad: this.settledRuns > 0 ? round(this.settled / this.settledRuns, 2) : null,
       attempts: this.attempts,
       measured,
       calibration,
@@ -507,7 +524,10 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
     if (r > 0 && dep.binRejected[b]! / r > 0.01) lastBad = b;
   }
   acc.peakAfter += peak / c.arrivalsPerSec;
-  acc.settled += settled / c.arrivalsPerSec;
+  if (endBin - settleBin >= perSecond) {
+    acc.settled += settled / c.arrivalsPerSec;
+    acc.settledRuns++;
+  }
   acc.recovery += lastBad < 0 ? 0 : (lastBad + 1) * BIN_MS - fe;
   acc.attempts += requests;
   acc.runs++;

@@ -47,7 +47,9 @@ describe('relent simulate', () => {
     expect(r.out).toMatch(/^relent simulate overload/);
     expect(r.out).toMatch(/\ncareful +\d/);
     expect(r.out).toMatch(/\ntwo +\d/);
-    expect(r.out).toMatch(/\ncockatiel +\d+\.\d+x +49\.70x/);
+    // a 3 s fault is not the set-up the peers were measured in: no measured column beside it
+    expect(r.out).toMatch(/\ncockatiel +\d+\.\d+x +\d+\.\d %/);
+    expect(r.out).not.toContain('49.70x');
     expect(r.out).not.toMatch(/\np-retry/);
   });
 

@@ -65,7 +65,7 @@ describe('overload: relent\'s defaults with the shared budget', () => {
   it('causes no storm after the fault ends', () => {
     // Two deadlines after the fault, when the fault's operations and those they delayed
     // have ended, load is what it is without retries.
-    expect(relent.settledLoad).toBeLessThanOrEqual(none.settledLoad + 0.02);
+    expect(relent.settledLoad).toBeLessThanOrEqual(none.settledLoad! + 0.02);
     expect(relent.recoveryMs).toBeLessThan(2 * OVERLOAD_DEFAULTS.deadlineMs);
     // The recovery's peak is below that of every peer whose retries also reach it.
     for (const p of peers.filter((x) => x.fault.successShare > none.fault.successShare + 0.02)) {
@@ -77,7 +77,7 @@ describe('overload: relent\'s defaults with the shared budget', () => {
     const pick = (n: string) => [...PEER_POLICIES, ...RELENT_POLICIES].find((p) => p.name === n)!;
     const r = runOverload({ runs: 1, seed: 5, policies: [pick('none'), pick('cockatiel'), pick('relent')] });
     expect(row(r, 'cockatiel').settledLoad).toBeGreaterThan(5);
-    expect(row(r, 'relent').settledLoad).toBeLessThanOrEqual(row(r, 'none').settledLoad + 0.02);
+    expect(row(r, 'relent').settledLoad).toBeLessThanOrEqual(row(r, 'none').settledLoad! + 0.02);
   });
 
   it('the budget is what holds the load, and waiting for it is what keeps the success', () => {
@@ -115,6 +115,23 @@ describe('overload: relent\'s defaults with the shared budget', () => {
       // a dependency that serves nothing gets the floor's retries and nothing more
       if (capacity === 0 && b.deposit !== 'operation') expect(x.fault.amplification, x.policy).toBeLessThanOrEqual(1 + floor / ops + 0.001);
     }
+  });
+});
+
+describe('overload: what a custom scenario shows', () => {
+  const pick = (n: string) => [...PEER_POLICIES, ...RELENT_POLICIES].find((p) => p.name === n)!;
+  it('the measured figures appear only beside the set-up they were measured in', () => {
+    expect(row(calibration, 'got').measured).not.toBeNull();
+    const other = runOverload({ runs: 1, durationMs: 12_000, faults: [{ startMs: 4000, endMs: 8000, capacityPerSec: 80 }], policies: [pick('got')] });
+    expect(other.rows[0]!.measured).toBeNull();
+    expect(other.rows[0]!.calibration).toBeNull();
+    const slower = runOverload({ runs: 1, arrivalsPerSec: 200, policies: [pick('got')] });
+    expect(slower.rows[0]!.measured).toBeNull();
+  });
+  it('"settled" is null when the arrivals end before two deadlines after the fault', () => {
+    const r = runOverload({ runs: 1, durationMs: 12_000, deadlineMs: 3000, faults: [{ startMs: 4000, endMs: 8000, capacityPerSec: 80 }], policies: [pick('none')] });
+    expect(r.rows[0]!.settledLoad).toBeNull();
+    expect(row(calibration, 'none').settledLoad).toBeGreaterThan(0.9);
   });
 });
 
