@@ -1,0 +1,31 @@
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+
+// A fresh process: whether undici is loaded is a property of the module graph, which a
+// test runner that already imported undici for other files would hide.
+const probe = `
+import { createRequire } from 'node:module';
+const require = createRequire(import.meta.url);
+const cache = require('node:module')._cache;
+const undiciLoaded = () => Object.keys(cache).some((k) => k.includes('/node_modules/undici/'));
+const relent = await import('./dist/index.js');
+const out = { afterImport: undiciLoaded() };
+const client = relent.createClient();
+out.afterCreateClient = undiciLoaded();
+await client.close();
+const { Agent } = await import('undici');
+out.sameAgent = Agent === require('undici').Agent;
+console.log(JSON.stringify(out));
+`;
+
+describe('import "relent" does not load the HTTP stack', () => {
+  it('undici is loaded by the first createClient(), as the same module the caller imports', async () => {
+    const out = await new Promise<string>((resolve, reject) => {
+      execFile(process.execPath, ['--input-type=module', '-e', probe], { cwd: root }, (err, stdout, stderr) => (err ? reject(new Error(stderr || String(err))) : resolve(stdout)));
+    });
+    expect(JSON.parse(out)).toEqual({ afterImport: false, afterCreateClient: true, sameAgent: true });
+  });
+});
