@@ -16,7 +16,7 @@ export type { BudgetSpec, RetryBudget, BudgetObservation } from './core/budget.j
 export { parseRetryAfter, MAX_SANE_RETRY_AFTER_MS } from './core/retry-after.js';
 export type { RetryAfterParse, RetryAfterForm } from './core/retry-after.js';
 export { parseHttpDate, formatImfFixdate } from './core/http-date.js';
-export { readServerHint } from './core/hints.js';
+export { readServerHint, pickHintHeaders, SERVER_HINT_HEADERS } from './core/hints.js';
 export type { ServerHint } from './core/hints.js';
 export { ERROR_CODE_CLASSES, errorClassOfCode } from './core/error-codes.js';
 export { RelentError, REASON_CODES } from './core/errors.js';

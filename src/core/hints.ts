@@ -26,6 +26,39 @@ export interface ServerHint {
 export const SERVER_HINT_HEADERS: readonly string[] = Object.freeze(['retry-after', 'date', ...RATE_LIMIT_HEADERS]);
 
 /**
+ * The hint headers of a response as an observation's `headers`: only SERVER_HINT_HEADERS,
+ * names lower-cased, a repeated header's values joined with ", "; undefined when there
+ * are none. Takes the shapes drivers hold: a Headers object (fetch), or a plain record
+ * (undici and node:http give lower-case keys; other keys are matched case-insensitively).
+ */
+export function pickHintHeaders(headers: unknown): Record<string, string> | undefined {
+  if (typeof headers !== 'object' || headers === null) return undefined;
+  let out: Record<string, string> | undefined;
+  if (typeof (headers as { get?: unknown }).get === 'function') {
+    const h = headers as { get(name: string): string | null | undefined };
+    for (const n of SERVER_HINT_HEADERS) {
+      const v = h.get(n);
+      if (typeof v === 'string') (out ??= {})[n] = v;
+    }
+    return out;
+  }
+  const rec = headers as Readonly<Record<string, unknown>>;
+  for (const k in rec) {
+    const lk = k.toLowerCase();
+    if (!SERVER_HINT_HEADERS.includes(lk)) continue;
+    const v = joined(rec[k]);
+    if (v !== undefined) (out ??= {})[lk] = v;
+  }
+  return out;
+}
+
+function joined(v: unknown): string | undefined {
+  if (typeof v === 'string') return v;
+  if (Array.isArray(v) && v.every((x) => typeof x === 'string')) return v.join(', ');
+  return undefined;
+}
+
+/**
  * The server's wait hint for a failed attempt, or null when there is none to read
  * (R8). Only statuses the policy lists (429 and 503 by default) are read, and only
  * when the policy honours hints.

@@ -1,5 +1,5 @@
 import { Agent, request } from 'undici';
-import { SERVER_HINT_HEADERS } from '../core/hints.js';
+import { pickHintHeaders } from '../core/hints.js';
 import type { ErrorClass, SendState } from '../core/types.js';
 import type { ResolvedDestination } from './config.js';
 import type { BatchItem } from './types.js';
@@ -47,13 +47,7 @@ export interface HttpTransportOptions {
 
 /** The headers the decision core reads, copied from a response (nothing else: no cookies). */
 export function hintHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string> | undefined {
-  let out: Record<string, string> | undefined;
-  for (const name of SERVER_HINT_HEADERS) {
-    const v = headers[name];
-    if (v === undefined) continue;
-    (out ??= {})[name] = typeof v === 'string' ? v : v.join(', ');
-  }
-  return out;
+  return pickHintHeaders(headers);
 }
 
 /**

@@ -176,13 +176,3 @@ export function headerPairs(headers: Headers): [string, string][] {
   return out;
 }
 
-/** The lower-cased hint headers of a response, as a plain record (multi-values joined). */
-export function pickHeaders(headers: Headers, names: readonly string[]): Record<string, string> | undefined {
-  let out: Record<string, string> | undefined;
-  for (const n of names) {
-    const v = headers[n];
-    if (v === undefined) continue;
-    (out ??= {})[n] = typeof v === 'string' ? v : v.join(', ');
-  }
-  return out;
-}

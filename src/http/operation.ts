@@ -10,8 +10,8 @@ import type { Policy, PolicySpec } from '../core/policy.js';
 import { resolvePolicy, withOverrides } from '../presets/index.js';
 import { createBulkhead, type Bulkhead, type BulkheadOptions } from '../run/bulkhead.js';
 import type { AttemptContext, Classified, RelentEvent } from '../run/run.js';
-import { AttemptHandler, pickHeaders } from './attempt.js';
-import { SERVER_HINT_HEADERS } from '../core/hints.js';
+import { AttemptHandler } from './attempt.js';
+import { pickHintHeaders } from '../core/hints.js';
 
 export function invalid(field: string, message: string): RelentError {
   return new RelentError('ERR_INVALID_INPUT', message, { field });
@@ -154,7 +154,7 @@ export function observeResponse(h: AttemptHandler, policy: Policy): Classified {
   const status = h.status;
   if (status < 400 && !policy.retryOnStatus.has(status)) return { status };
   h.drain();
-  const headers = pickHeaders(h.headers, SERVER_HINT_HEADERS);
+  const headers = pickHintHeaders(h.headers);
   return headers ? { status, headers } : { status };
 }
 

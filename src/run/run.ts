@@ -1,6 +1,6 @@
 import { breakerOutcome, type CircuitBreaker } from '../core/breaker.js';
 import { safeEndpoint } from '../core/endpoint.js';
-import { SERVER_HINT_HEADERS } from '../core/hints.js';
+import { pickHintHeaders } from '../core/hints.js';
 import type { RetryBudget } from '../core/budget.js';
 import {
   afterRetry, attemptBudgetMs, beginAttempt, decide, isPlainAnswer, preflight, startOperation, type OperationState,
@@ -151,31 +151,15 @@ function classifyValueDefault(value: unknown): Classified {
     const status = (value as { status?: unknown }).status;
     if (typeof status === 'number' && Number.isInteger(status) && status >= 100 && status <= 999) {
       const h = (value as { headers?: unknown }).headers;
-      return status >= 400 && h ? { status, headers: pickHeaders(h) } : { status };
+      if (status < 400 || !h) return { status };
+      const headers = pickHintHeaders(h);
+      return headers ? { status, headers } : { status };
     }
   }
   return OK_200;
 }
 
 const OK_200: Classified = Object.freeze({ status: 200 });
-
-/** The hint headers of a Headers object or a plain record, lower-cased. */
-function pickHeaders(h: unknown): Record<string, string> {
-  const out: Record<string, string> = {};
-  const names = SERVER_HINT_HEADERS;
-  if (typeof (h as { get?: unknown }).get === 'function') {
-    for (const n of names) {
-      const v = (h as { get(name: string): string | null }).get(n);
-      if (v !== null && v !== undefined) out[n] = v;
-    }
-  } else if (typeof h === 'object' && h !== null) {
-    for (const [k, v] of Object.entries(h as Record<string, unknown>)) {
-      const lk = k.toLowerCase();
-      if (names.includes(lk) && typeof v === 'string') out[lk] = v;
-    }
-  }
-  return out;
-}
 
 function classifyErrorDefault(error: unknown): Classified {
   if (typeof error === 'object' && error !== null) {
