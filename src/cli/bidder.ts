@@ -1,8 +1,7 @@
 import { parseArgs } from 'node:util';
-import { RelentError } from '../core/errors.js';
 import { createBidder, type Bidder, type BidderStats } from '../rtb/bidder.js';
-import { EXIT, parseDuration, type Io } from './args.js';
-import { inConfig, parseFlagsOrUsage, parsePort, readJsonConfig, waitForStop } from './exchange.js';
+import { EXIT, type Io } from './args.js';
+import { inConfig, parseFlagsOrUsage, readJsonConfig, SERVER_FLAGS, serverSettings, waitForStop } from './exchange.js';
 
 export const BIDDER_HELP = `relent bidder --config FILE [options]
 
@@ -33,24 +32,15 @@ export function bidderLine(name: string, s: BidderStats): string {
 export async function bidderCommand(argv: string[], io: Io): Promise<number> {
   const { values } = parseFlagsOrUsage(() => parseArgs({
     args: argv,
-    options: {
-      config: { type: 'string' },
-      port: { type: 'string' },
-      host: { type: 'string' },
-      'stats-every': { type: 'string' },
-      quiet: { type: 'boolean', short: 'q' },
-      help: { type: 'boolean', short: 'h' },
-    },
+    options: SERVER_FLAGS,
   }));
   if (values.help) {
     io.out(BIDDER_HELP);
     return EXIT.ok;
   }
-  if (values.config === undefined) throw new RelentError('ERR_INVALID_INPUT', '--config FILE is required (see relent help bidder)', { field: '--config' });
-  const port = parsePort(values.port);
-  const every = values['stats-every'] === undefined ? 10_000 : parseDuration(values['stats-every'], '--stats-every');
-  const raw = await readJsonConfig(values.config);
-  const bidder: Bidder = inConfig(values.config, () => createBidder(raw as never));
+  const { config, port, everyMs: every } = serverSettings(values, 'bidder');
+  const raw = await readJsonConfig(config);
+  const bidder: Bidder = inConfig(config, () => createBidder(raw as never));
   let info;
   try {
     info = await bidder.listen(port, values.host);

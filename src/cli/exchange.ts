@@ -65,6 +65,24 @@ export function parsePort(v: string | undefined): number | undefined {
   return Number(v);
 }
 
+/** The flags every long-running server command takes (exchange, bidder), for parseArgs. */
+export const SERVER_FLAGS = {
+  config: { type: 'string' },
+  port: { type: 'string' },
+  host: { type: 'string' },
+  'stats-every': { type: 'string' },
+  quiet: { type: 'boolean', short: 'q' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/** The server flags checked: the config file (required), the port and the stats interval (default 10 s). */
+export function serverSettings(values: { readonly config?: string; readonly port?: string; readonly 'stats-every'?: string }, command: string): { config: string; port: number | undefined; everyMs: number } {
+  if (values.config === undefined) throw usage(`--config FILE is required (see relent help ${command})`, '--config');
+  const port = parsePort(values.port);
+  const everyMs = values['stats-every'] === undefined ? 10_000 : parseDuration(values['stats-every'], '--stats-every');
+  return { config: values.config, port, everyMs };
+}
+
 export function parseFlagsOrUsage<T>(f: () => T): T {
   try {
     return f();
@@ -144,30 +162,19 @@ function sinkFor(path: string | undefined): JsonlSink | null {
 export async function exchangeCommand(argv: string[], io: Io): Promise<number> {
   const { values } = parseFlagsOrUsage(() => parseArgs({
     args: argv,
-    options: {
-      config: { type: 'string' },
-      port: { type: 'string' },
-      host: { type: 'string' },
-      events: { type: 'string' },
-      auctions: { type: 'string' },
-      'stats-every': { type: 'string' },
-      quiet: { type: 'boolean', short: 'q' },
-      help: { type: 'boolean', short: 'h' },
-    },
+    options: { ...SERVER_FLAGS, events: { type: 'string' }, auctions: { type: 'string' } },
   }));
   if (values.help) {
     io.out(EXCHANGE_HELP);
     return EXIT.ok;
   }
-  if (values.config === undefined) throw usage('--config FILE is required (see relent help exchange)', '--config');
-  const port = parsePort(values.port);
-  const every = values['stats-every'] === undefined ? 10_000 : parseDuration(values['stats-every'], '--stats-every');
-  const raw = await readJsonConfig(values.config);
+  const { config, port, everyMs: every } = serverSettings(values, 'exchange');
+  const raw = await readJsonConfig(config);
   const events = sinkFor(values.events);
   const auctions = values.auctions === undefined ? null : createJsonlSink(values.auctions);
   let exchange: Exchange;
   try {
-    exchange = inConfig(values.config, () => createExchange(raw as never, {
+    exchange = inConfig(config, () => createExchange(raw as never, {
       onEvent: events === null ? null : events.onEvent,
       onAuction: auctions === null ? null : (s: AuctionSummary) => auctions.onEvent(s as never),
     }));
