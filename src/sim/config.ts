@@ -1,5 +1,5 @@
 import { normalizeBackoff } from '../core/backoff.js';
-import { normalizeBudget, type BudgetSpec } from '../core/budget.js';
+import { normalizeBudget } from '../core/budget.js';
 import { RelentError, describe } from '../core/errors.js';
 import { BROOKER_BACKOFFS, BROOKER_DEFAULTS, BROOKER_STRATEGIES, brookerPolicySpec, runBrooker, type BrookerConfig, type BrookerResult } from './brooker.js';
 import { resolveSimPolicy, type ProgressFn } from './common.js';
@@ -32,10 +32,10 @@ function invalid(field: string, expected: string, got: unknown): RelentError {
 
 type Obj = Record<string, unknown>;
 
-/** A budget spec, validated by the core; its errors keep the field's full path. */
-function budgetSpec(v: unknown, field: string): BudgetSpec {
+/** A value validated by the core (a backoff, a budget): its errors become input errors that keep the field's full path. */
+function byCore<T>(validate: () => T): T {
   try {
-    return normalizeBudget(v, field);
+    return validate();
   } catch (e) {
     if (RelentError.is(e)) throw new RelentError('ERR_INVALID_INPUT', e.message, { field: e.field, cause: e });
     throw e;
@@ -144,13 +144,7 @@ function parseBrooker(raw: Obj): Partial<BrookerConfig> {
       }
       if (typeof s === 'object' && s !== null && !Array.isArray(s) && 'backoff' in s) {
         const b = object(s, field, ['name', 'backoff']);
-        let backoff;
-        try {
-          backoff = normalizeBackoff(b.backoff, `${field}.backoff`);
-        } catch (e) {
-          if (RelentError.is(e)) throw new RelentError('ERR_INVALID_INPUT', e.message, { field: e.field, cause: e });
-          throw e;
-        }
+        const backoff = byCore(() => normalizeBackoff(b.backoff, `${field}.backoff`));
         return { name: string(b.name, `${field}.name`), policy: brookerPolicySpec(backoff), budget: false };
       }
       return parseSimPolicy(s, field, `custom-${i + 1}`);
@@ -236,7 +230,7 @@ function parseLayers(raw: Obj): Partial<LayersConfig> {
       if (typeof o.budget !== 'boolean' && (typeof o.budget !== 'object' || o.budget === null || Array.isArray(o.budget))) {
         throw invalid(`${g}.budget`, 'a boolean or a budget object ({"kind": "ratio", …})', o.budget);
       }
-      const budget = typeof o.budget === 'boolean' ? o.budget : budgetSpec(o.budget, `${g}.budget`);
+      const budget = typeof o.budget === 'boolean' ? o.budget : byCore(() => normalizeBudget(o.budget, `${g}.budget`));
       return { name: string(o.name, `${g}.name`), budget, giveUpStatus: o.giveUpStatus === undefined ? 503 : number(o.giveUpStatus, `${g}.giveUpStatus`, 100, 599, true) };
     });
     uniqueNames(list, f);
