@@ -150,10 +150,28 @@ export function createRetryBudget(input: BudgetSpec): RetryBudget {
     case 'ratio':
       return ratioBudget(spec);
     case 'throttle':
-      return throttleBudget(spec.maxTokens, spec.tokenRatio, spec);
+      return withAnswers(throttleBudget(spec.maxTokens, spec.tokenRatio, spec));
     case 'quota':
-      return quotaBudget(spec);
+      return withAnswers(quotaBudget(spec));
   }
+}
+
+/** A budget kind's token rules, before `lastAnswerAt` is added. */
+type TokenRules = Omit<RetryBudget, 'lastAnswerAt'>;
+
+/** Adds `lastAnswerAt` to a budget kind that does not track answers itself. */
+function withAnswers(rules: TokenRules): RetryBudget {
+  let answerAt: number | null = null;
+  return {
+    spec: rules.spec,
+    observe(o, now) {
+      if (isAnswer(o)) answerAt = now;
+      rules.observe(o, now);
+    },
+    tryAcquire: rules.tryAcquire,
+    available: rules.available,
+    lastAnswerAt: () => answerAt,
+  };
 }
 
 function ratioBudget(spec: Extract<BudgetSpec, { kind: 'ratio' }>): RetryBudget {
@@ -196,13 +214,11 @@ function ratioBudget(spec: Extract<BudgetSpec, { kind: 'ratio' }>): RetryBudget 
   };
 }
 
-function throttleBudget(maxTokens: number, tokenRatio: number, spec: BudgetSpec): RetryBudget {
+function throttleBudget(maxTokens: number, tokenRatio: number, spec: BudgetSpec): TokenRules {
   let tokens = maxTokens;
-  let answerAt: number | null = null;
   return {
     spec,
-    observe(o, now) {
-      if (isAnswer(o)) answerAt = now;
+    observe(o) {
       if (o.retryableFailure) tokens = Math.max(0, tokens - 1);
       else if (o.success) tokens = Math.min(maxTokens, tokens + tokenRatio);
     },
@@ -212,18 +228,15 @@ function throttleBudget(maxTokens: number, tokenRatio: number, spec: BudgetSpec)
     available() {
       return tokens;
     },
-    lastAnswerAt: () => answerAt,
   };
 }
 
-function quotaBudget(spec: Extract<BudgetSpec, { kind: 'quota' }>): RetryBudget {
+function quotaBudget(spec: Extract<BudgetSpec, { kind: 'quota' }>): TokenRules {
   const capacity = spec.capacity ?? 500;
   let tokens = capacity;
-  let answerAt: number | null = null;
   return {
     spec,
-    observe(o, now) {
-      if (isAnswer(o)) answerAt = now;
+    observe(o) {
       if (!o.success) return;
       tokens = Math.min(capacity, tokens + (o.attempt > 1 && o.lastCost > 0 ? o.lastCost : (spec.successRefund ?? 1)));
     },
@@ -236,6 +249,5 @@ function quotaBudget(spec: Extract<BudgetSpec, { kind: 'quota' }>): RetryBudget 
     available() {
       return tokens;
     },
-    lastAnswerAt: () => answerAt,
   };
 }
