@@ -8,7 +8,7 @@
 // Plain ESM over the compiled library: run `npm run build` first (npm run bench does).
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
-import { createClient } from '../dist/index.js';
+import { createClient, createSeededRandom } from '../dist/index.js';
 import { PEER_POLICIES, RELENT_POLICIES, runOverload, textTable } from '../dist/sim/index.js';
 
 const FULL = { durationMs: 30_000, fault: [10_000, 20_000] };
@@ -137,9 +137,8 @@ async function contenders(url) {
 /** One contender through the whole scenario. */
 async function measure(dep, c, setup, seed) {
   const impl = c.make();
-  // Poisson arrivals from a small seeded generator, the same for every contender.
-  let s = seed >>> 0;
-  const uniform = () => ((s = (s + 0x6d2b79f5) >>> 0), (((s ^ (s >>> 15)) * (1 | s)) >>> 0) / 2 ** 32);
+  // Poisson arrivals from a seeded generator, the same for every contender.
+  const uniform = createSeededRandom(seed);
   const starts = [];
   const pending = [];
   const outcomes = [];

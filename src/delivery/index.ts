@@ -26,7 +26,9 @@ export { cutBatches, batchKey, encodeBatch } from './batching.js';
 export type { PendingRow, Cut, CutResult } from './batching.js';
 export { SlidingWindowLimiter, AimdLimiter } from './limits.js';
 export type { AimdOptions } from './limits.js';
-export { createHttpTransport, hintHeaders } from './transport.js';
+export { createHttpTransport } from './transport.js';
+/** The headers the decision core reads, copied from a response (nothing else: no cookies); the core's pickHintHeaders. */
+export { pickHintHeaders as hintHeaders } from '../core/hints.js';
 export type { Transport, HttpTransport, HttpTransportOptions, DeliveryRequest, TransportResult } from './transport.js';
 export { createIdempotencyCache, createIdempotentHandler, noticeKey, IDEMPOTENCY_CACHE_DEFAULTS } from './receiver.js';
 export type {

@@ -45,10 +45,6 @@ export interface HttpTransportOptions {
   readonly connections?: number | null;
 }
 
-/** The headers the decision core reads, copied from a response (nothing else: no cookies). */
-export function hintHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string> | undefined {
-  return pickHintHeaders(headers);
-}
 
 /**
  * The default transport: undici's `request` over one keep-alive Agent shared by every
@@ -72,7 +68,7 @@ export function createHttpTransport(options: HttpTransportOptions = {}): HttpTra
     });
     // The answer has arrived; its body does not matter (an error while draining it does not change the status).
     await res.body.dump({ limit: 64 * 1024 }).catch(() => {});
-    const headers = hintHeaders(res.headers);
+    const headers = pickHintHeaders(res.headers);
     return headers ? { status: res.statusCode, headers } : { status: res.statusCode };
   }) as HttpTransport;
   send.close = () => agent.close();
