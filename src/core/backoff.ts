@@ -207,8 +207,11 @@ export function computeBackoff(spec: BackoffSpec, n: number, prevDelayMs: number
       break;
     }
   }
-  const ceiling = backoffCeiling(spec);
   if (!(v >= 0)) return 0; // NaN-proof
   const ms = Math.floor(v);
+  // A schedule's delay is one of its entries, never above their maximum: no ceiling to
+  // compute (a spread over up to 10 000 entries per retry).
+  if (spec.kind === 'schedule') return ms;
+  const ceiling = backoffCeiling(spec);
   return ms > ceiling ? ceiling : ms;
 }

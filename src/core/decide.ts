@@ -159,6 +159,8 @@ export function sendStateOf(obs: Observation): SendState {
 const RETURN_SUCCESS: DecisionResult = Object.freeze({
   decision: 'return', why: 'success', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
 });
+/** An OpenRTB no-bid: the answer, built once (an exchange's most frequent answer). */
+const RETURN_NO_BID: DecisionResult = Object.freeze({ ...RETURN_SUCCESS, why: 'no_bid' });
 
 function terminal(decision: Decision, why: DecisionWhy, hint: { ms: number | null; valid: boolean | null } | null): DecisionResult {
   return { decision, why, delayMs: null, retryAfterMs: hint?.ms ?? null, retryAfterValid: hint?.valid ?? null, budgetCost: 0 };
@@ -194,11 +196,11 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
   // Fast path: an answer the policy does not retry.
   if (status !== null && isPlainAnswer(policy, status)) {
     if (budget) budget.observe({ attempt: state.attempt, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost: state.lastBudgetCost }, ctx.now);
-    return obs.nbr !== undefined && obs.nbr !== null ? { ...RETURN_SUCCESS, why: 'no_bid' } : RETURN_SUCCESS;
+    return obs.nbr !== undefined && obs.nbr !== null ? RETURN_NO_BID : RETURN_SUCCESS;
   }
   if (errorClass === 'aborted') return terminal('cancelled', 'cancelled', null);
   // R4: an OpenRTB no-bid reason is an answer, whatever the status.
-  if (obs.nbr !== undefined && obs.nbr !== null) return { ...RETURN_SUCCESS, why: 'no_bid' };
+  if (obs.nbr !== undefined && obs.nbr !== null) return RETURN_NO_BID;
 
   const hint = status !== null ? readServerHint(policy, obs, ctx.wallNow) : null;
   // retryAfterValid is about the Retry-After header: null when the hint came from a rate-limit field.
