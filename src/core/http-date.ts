@@ -87,7 +87,7 @@ function isOws(code: number): boolean {
 }
 
 /** Strip leading/trailing SP and HTAB without a regex (a trailing-whitespace regex can go quadratic). */
-function trimOws(value: string): string {
+export function trimOws(value: string): string {
   let start = 0;
   let end = value.length;
   while (start < end && isOws(value.charCodeAt(start))) start++;
@@ -215,4 +215,21 @@ export function formatImfFixdate(epochMs: number): string {
   const minute = Math.floor((secondOfDay % 3600) / 60);
   const second = secondOfDay % 60;
   return `${weekday}, ${pad2(day)} ${MONTH_NAMES[month - 1] as string} ${String(year).padStart(4, '0')} ${pad2(hour)}:${pad2(minute)}:${pad2(second)} GMT`;
+}
+
+/** What a reader of a server-relative time knows: our wall clock, and the response's `Date` header if any. */
+export interface ServerTimeContext {
+  readonly wallNowMs: number;
+  readonly dateHeader?: string | null;
+}
+
+/**
+ * "Now" on the server's clock: the response's `Date` header when it parses, else our wall
+ * clock, so a skewed local clock neither hammers nor stalls (R8). `fromDate` says which.
+ */
+export function serverNow(ctx: ServerTimeContext | null | undefined): { readonly ms: number; readonly fromDate: boolean } {
+  const wall = ctx !== null && typeof ctx === 'object' ? ctx.wallNowMs : Number.NaN;
+  const dateHeader = ctx !== null && typeof ctx === 'object' ? ctx.dateHeader : undefined;
+  const fromHeader = typeof dateHeader === 'string' ? parseHttpDate(dateHeader, wall) : undefined;
+  return fromHeader !== undefined ? { ms: fromHeader, fromDate: true } : { ms: wall, fromDate: false };
 }

@@ -30,7 +30,7 @@
 // - Responses served from a cache (`Age` > 0) carry stale quota: the RateLimit fields
 //   SHOULD be ignored (§7), and so are the legacy ones.
 
-import { parseHttpDate } from './http-date.js';
+import { serverNow } from './http-date.js';
 import { MAX_SANE_RETRY_AFTER_MS } from './retry-after.js';
 
 // ---------------------------------------------------------------------------------------
@@ -394,11 +394,8 @@ export function parseResetValue(value: string | null | undefined, ctx: { wallNow
   if (!Number.isFinite(n)) return null;
   let ms: number;
   if (n >= EPOCH_SECONDS_THRESHOLD) {
-    const wall = ctx !== null && typeof ctx === 'object' ? ctx.wallNowMs : Number.NaN;
-    const dateHeader = ctx !== null && typeof ctx === 'object' ? ctx.dateHeader : undefined;
-    const serverNow = typeof dateHeader === 'string' ? parseHttpDate(dateHeader, wall) : undefined;
-    const base = serverNow ?? wall;
-    if (typeof base !== 'number' || !Number.isFinite(base)) return null;
+    const base = serverNow(ctx).ms;
+    if (!Number.isFinite(base)) return null;
     const at = n >= EPOCH_MS_THRESHOLD ? n : n * 1000;
     ms = Math.max(0, at - base);
   } else {

@@ -22,7 +22,7 @@
 // - Never throws, whatever the input (including non-string values from untyped callers,
 //   which are 'malformed').
 
-import { parseHttpDate } from './http-date.js';
+import { parseHttpDate, serverNow, trimOws } from './http-date.js';
 
 export type RetryAfterForm = 'delay-seconds' | 'imf-fixdate' | 'rfc850' | 'asctime';
 
@@ -54,14 +54,6 @@ function invalid(problem: 'malformed' | 'negative' | 'fractional' | 'absurd'): R
 
 function valid(delayMs: number, form: RetryAfterForm, skewCorrected: boolean): RetryAfterParse {
   return { present: true, valid: true, delayMs, form, skewCorrected };
-}
-
-function trimOws(value: string): string {
-  let start = 0;
-  let end = value.length;
-  while (start < end && (value.charCodeAt(start) === 0x20 || value.charCodeAt(start) === 0x09)) start++;
-  while (end > start && (value.charCodeAt(end - 1) === 0x20 || value.charCodeAt(end - 1) === 0x09)) end--;
-  return value.slice(start, end);
 }
 
 // All linear: no nested or overlapping quantifiers.
@@ -104,11 +96,8 @@ export function parseRetryAfter(
   const wallNowMs = ctx !== null && typeof ctx === 'object' ? ctx.wallNowMs : Number.NaN;
   const dateMs = parseHttpDate(s, wallNowMs);
   if (dateMs !== undefined) {
-    const dateHeader = ctx !== null && typeof ctx === 'object' ? ctx.dateHeader : undefined;
-    const serverNowMs = typeof dateHeader === 'string' ? parseHttpDate(dateHeader, wallNowMs) : undefined;
-    const skewCorrected = serverNowMs !== undefined;
-    const baseMs = skewCorrected ? serverNowMs : wallNowMs;
-    if (typeof baseMs !== 'number' || !Number.isFinite(baseMs)) return invalid('absurd');
+    const { ms: baseMs, fromDate: skewCorrected } = serverNow(ctx);
+    if (!Number.isFinite(baseMs)) return invalid('absurd');
     const delayMs = Math.max(0, Math.ceil(dateMs - baseMs));
     if (!Number.isFinite(delayMs) || delayMs > MAX_SANE_RETRY_AFTER_MS) return invalid('absurd');
     return valid(delayMs, httpDateForm(s), skewCorrected);
