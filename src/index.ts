@@ -12,7 +12,7 @@ export type { Policy, PolicySpec, RetryAfterSpec, StatusPattern, StatusSet } fro
 export { computeBackoff, normalizeBackoff, backoffCeiling, BACKOFF_KINDS } from './core/backoff.js';
 export type { BackoffSpec, BackoffKind } from './core/backoff.js';
 export { createRetryBudget, normalizeBudget, RATIO_BUDGET_DEFAULTS } from './core/budget.js';
-export type { BudgetSpec, RetryBudget, BudgetObservation } from './core/budget.js';
+export type { BudgetSpec, ResolvedBudgetSpec, RetryBudget, BudgetObservation } from './core/budget.js';
 export { parseRetryAfter, MAX_SANE_RETRY_AFTER_MS } from './core/retry-after.js';
 export type { RetryAfterParse, RetryAfterForm } from './core/retry-after.js';
 export { parseHttpDate, formatImfFixdate } from './core/http-date.js';

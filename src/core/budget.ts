@@ -90,7 +90,13 @@ function isAnswer(o: BudgetObservation): boolean {
   return o.success || !o.retryableFailure;
 }
 
-export function normalizeBudget(input: unknown, field = 'budget'): BudgetSpec {
+/** A budget spec with every field filled in, as normalizeBudget returns it. */
+export type ResolvedBudgetSpec =
+  | Required<Extract<BudgetSpec, { kind: 'ratio' }>>
+  | Extract<BudgetSpec, { kind: 'throttle' }>
+  | Required<Extract<BudgetSpec, { kind: 'quota' }>>;
+
+export function normalizeBudget(input: unknown, field = 'budget'): ResolvedBudgetSpec {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) {
     throw invalidPolicy(field, 'an object with `kind` ratio, throttle or quota (or null for none)', input);
   }
@@ -174,12 +180,9 @@ function withAnswers(rules: TokenRules): RetryBudget {
   };
 }
 
-function ratioBudget(spec: Extract<BudgetSpec, { kind: 'ratio' }>): RetryBudget {
-  const ratio = spec.ratio ?? RATIO_BUDGET_DEFAULTS.ratio;
-  const minPerSecond = spec.minPerSecond ?? RATIO_BUDGET_DEFAULTS.minPerSecond;
-  const maxTokens = spec.maxTokens ?? RATIO_BUDGET_DEFAULTS.maxTokens;
+function ratioBudget(spec: Extract<ResolvedBudgetSpec, { kind: 'ratio' }>): RetryBudget {
+  const { ratio, minPerSecond, maxTokens, refund } = spec;
   const perOperation = spec.deposit === 'operation';
-  const refund = spec.refund !== false;
   let tokens = maxTokens;
   let last: number | null = null;
   let answerAt: number | null = null;
@@ -231,17 +234,17 @@ function throttleBudget(maxTokens: number, tokenRatio: number, spec: BudgetSpec)
   };
 }
 
-function quotaBudget(spec: Extract<BudgetSpec, { kind: 'quota' }>): TokenRules {
-  const capacity = spec.capacity ?? 500;
+function quotaBudget(spec: Extract<ResolvedBudgetSpec, { kind: 'quota' }>): TokenRules {
+  const { capacity, retryCost, throttleCost, timeoutCost, successRefund } = spec;
   let tokens = capacity;
   return {
     spec,
     observe(o) {
       if (!o.success) return;
-      tokens = Math.min(capacity, tokens + (o.attempt > 1 && o.lastCost > 0 ? o.lastCost : (spec.successRefund ?? 1)));
+      tokens = Math.min(capacity, tokens + (o.attempt > 1 && o.lastCost > 0 ? o.lastCost : successRefund));
     },
     tryAcquire(o) {
-      const cost = o.throttled ? (spec.throttleCost ?? 5) : o.timeout ? (spec.timeoutCost ?? 14) : (spec.retryCost ?? 14);
+      const cost = o.throttled ? throttleCost : o.timeout ? timeoutCost : retryCost;
       if (tokens < cost) return false;
       tokens -= cost;
       return cost;

@@ -1,5 +1,5 @@
 import { type BackoffSpec, backoffCeiling, normalizeBackoff } from './backoff.js';
-import { type BudgetSpec, normalizeBudget } from './budget.js';
+import { type BudgetSpec, normalizeBudget, RATIO_BUDGET_DEFAULTS } from './budget.js';
 import { RelentError, describe, invalidPolicy } from './errors.js';
 import type { ErrorClass } from './types.js';
 
@@ -153,7 +153,7 @@ export const POLICY_DEFAULTS = Object.freeze({
   unknownOutcome: 'check_state' as const,
   idempotent: null,
   deferOverMs: null,
-  budget: Object.freeze({ kind: 'ratio', ratio: 0.1, minPerSecond: 1, maxTokens: 10, deposit: 'success', refund: true }) as BudgetSpec,
+  budget: RATIO_BUDGET_DEFAULTS as BudgetSpec,
   throttleCountsAsAttempt: true,
   maxThrottledAttempts: 10,
   budgetExhausted: 'wait' as const,
