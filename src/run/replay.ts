@@ -1,5 +1,6 @@
 import { createRetryBudget } from '../core/budget.js';
 import { RelentError, describe } from '../core/errors.js';
+import { pickHintHeaders } from '../core/hints.js';
 import { parseHttpDate } from '../core/http-date.js';
 import { ERROR_CLASSES, type Policy, type PolicySpec } from '../core/policy.js';
 import { createSeededRandom } from '../core/random.js';
@@ -115,23 +116,21 @@ export function parseTimeline(input: unknown, where = 'timeline'): { timeline: T
     checkStatusOrError(t.stateCheck as Record<string, unknown>, `${where}.stateCheck`);
   }
   if (t.wallClock !== undefined) {
-    const ok = typeof t.wallClock === 'number' ? Number.isFinite(t.wallClock) : typeof t.wallClock === 'string' && (parseHttpDate(t.wallClock, REPLAY_WALL_START) !== undefined || !Number.isNaN(Date.parse(t.wallClock)));
-    if (!ok) throw bad(`${where}.wallClock`, `expected an HTTP-date, an ISO date or epoch ms, got ${describe(t.wallClock)}`);
+    if (parseWallClock(t.wallClock) === undefined) throw bad(`${where}.wallClock`, `expected an HTTP-date, an ISO date or epoch ms, got ${describe(t.wallClock)}`);
   }
   return { timeline: { ...(t as unknown as Timeline), method: method.toUpperCase(), seed }, warnings };
 }
 
-function wallStart(t: Timeline): number {
-  if (typeof t.wallClock === 'number') return t.wallClock;
-  if (typeof t.wallClock === 'string') return parseHttpDate(t.wallClock, REPLAY_WALL_START) ?? Date.parse(t.wallClock);
-  return REPLAY_WALL_START;
+/** A timeline's wall clock (an HTTP-date, an ISO date or epoch ms) as epoch ms; undefined if it is none of those. */
+function parseWallClock(v: unknown): number | undefined {
+  if (typeof v === 'number') return Number.isFinite(v) ? v : undefined;
+  if (typeof v !== 'string') return undefined;
+  const ms = parseHttpDate(v, REPLAY_WALL_START) ?? Date.parse(v);
+  return Number.isNaN(ms) ? undefined : ms;
 }
 
-function lowerHeaders(h: Readonly<Record<string, string>> | undefined): Record<string, string> | undefined {
-  if (!h) return undefined;
-  const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(h)) out[k.toLowerCase()] = v;
-  return out;
+function wallStart(t: Timeline): number {
+  return parseWallClock(t.wallClock) ?? REPLAY_WALL_START;
 }
 
 export interface ReplayOutput {
@@ -157,7 +156,7 @@ export async function replay(t: Timeline): Promise<ReplayOutput> {
       new Promise<Classified>((resolve, reject) => {
         const cancel = clock.setTimer(() => {
           if (o.status !== undefined && o.status !== null) {
-            const headers = lowerHeaders(o.headers);
+            const headers = pickHintHeaders(o.headers);
             resolve({ status: o.status, ...(headers ? { headers } : {}), ...(o.nbr !== undefined && o.nbr !== null ? { nbr: o.nbr } : {}) });
           } else {
             reject({ errorClass: o.errorClass, ...(o.sent ? { sent: o.sent } : {}) });
