@@ -1,4 +1,4 @@
-import type { DecideContext } from '../core/decide.js';
+import { boundObservation, type DecideContext } from '../core/decide.js';
 import { createRetryBudget, type RetryBudget } from '../core/budget.js';
 import { RelentError } from '../core/errors.js';
 import type { Policy } from '../core/policy.js';
@@ -39,6 +39,9 @@ export function resolveSimPolicy(p: SimPolicy, field: string): ResolvedSimPolicy
   }
   return { name: p.name, policy, budgeted: p.budget !== false && policy.budget !== null, source: p };
 }
+
+/** A timed-out attempt, as the core's own rule makes one of an answer later than its bound. */
+export const TIMED_OUT: Observation = boundObservation({ status: 200, elapsedMs: 1 }, 0);
 
 /** A fresh shared budget for one client of a policy, or null. */
 export function budgetFor(p: ResolvedSimPolicy): RetryBudget | null {

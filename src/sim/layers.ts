@@ -1,7 +1,7 @@
-import { attemptBudgetMs, decide, isIdempotent, preflight, startOperation } from '../core/decide.js';
+import { attemptBudgetMs, decide, isIdempotent, preflight, startOperation, type BudgetGate } from '../core/decide.js';
 import { createRetryBudget, type BudgetSpec, type RetryBudget } from '../core/budget.js';
 import type { Decision } from '../core/types.js';
-import { budgetFor, resolveSimPolicy, round, simContext, statusObservation, type ProgressFn, type ResolvedSimPolicy, type SimObservation } from './common.js';
+import { budgetFor, resolveSimPolicy, round, simContext, statusObservation, TIMED_OUT, type ProgressFn, type ResolvedSimPolicy, type SimObservation } from './common.js';
 import { EventQueue, Sampler, streamSeed } from './engine.js';
 import type { SimPolicy } from './policies.js';
 import { nextAttempt, ownState, recordRetry, type SimState } from './state.js';
@@ -154,6 +154,8 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
   const dbRng = new Sampler(streamSeed(c.seed, 'layers', 'db', run));
   const budgets: (RetryBudget | null)[] = Array.from({ length: c.layers }, () => (typeof v.budget === 'object' ? createRetryBudget(v.budget) : v.budget ? budgetFor({ ...p, budgeted: true }) : null));
   const ctx = simContext(rng.uniform, null);
+  // Each layer's budget gate for preflight(), built once (no allocation per attempt).
+  const gates: BudgetGate[] = budgets.map((budget) => ({ policy, budget, random: ctx.random }));
   const idempotent = isIdempotent(policy, { method: 'GET' });
   const observations = new Map<number, SimObservation>();
   const observation = (status: number): SimObservation => {
@@ -161,7 +163,6 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
     if (!o) observations.set(status, (o = statusObservation(status)));
     return o;
   };
-  const timedOut = { errorClass: 'timeout' as const, elapsedMs: 0, sent: 'unknown' as const };
   const ops: LayerOp[] = [];
   const calls = new Float64Array(c.layers);
   const reasons: Partial<Record<Decision, number>> = {};
@@ -197,7 +198,7 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
   const send = (i: number, now: number): void => {
     const op = ops[i]!;
     const state = op.state!;
-    const stop = preflight(state, now, { policy, budget: budgets[op.layer]!, random: ctx.random });
+    const stop = preflight(state, now, gates[op.layer]);
     if (stop !== null) {
       // budgetExhausted "wait": the retry waits for the layer's budget and asks again.
       if (stop.decision === 'retry') return void queue.push(now + stop.delayMs!, ATTEMPT, i);
@@ -256,7 +257,7 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
     const status = (packed >>> 4) & 1023;
     ctx.now = now;
     ctx.budget = budgets[op.layer]!;
-    const d = decide(policy, state, status === 0 ? timedOut : observation(status), ctx);
+    const d = decide(policy, state, status === 0 ? TIMED_OUT : observation(status), ctx);
     if (d.decision === 'retry') {
       recordRetry(state, d);
       queue.push(now + d.delayMs!, ATTEMPT, i);

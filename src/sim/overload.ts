@@ -1,7 +1,7 @@
-import { attemptBudgetMs, boundObservation, decide, isIdempotent, preflight, startOperation } from '../core/decide.js';
+import { attemptBudgetMs, decide, isIdempotent, preflight, startOperation, type BudgetGate } from '../core/decide.js';
 import type { RetryBudget } from '../core/budget.js';
 import type { Decision } from '../core/types.js';
-import { budgetFor, quantile, resolveSimPolicy, round, simContext, statusObservation, type ProgressFn, type ResolvedSimPolicy, type SimObservation } from './common.js';
+import { budgetFor, quantile, resolveSimPolicy, round, simContext, statusObservation, TIMED_OUT, type ProgressFn, type ResolvedSimPolicy, type SimObservation } from './common.js';
 import { EventQueue, Sampler, streamSeed } from './engine.js';
 import { MEASURED_OVERLOAD, PEER_POLICIES, RELENT_POLICIES, type SimPolicy } from './policies.js';
 import { nextAttempt, ownState, recordRetry, type SimState } from './state.js';
@@ -426,13 +426,14 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
   const clients = Math.max(1, Math.floor(c.clients));
   const budgets: (RetryBudget | null)[] = Array.from({ length: clients }, () => budgetFor(p));
   const ctx = simContext(rng.uniform, null);
+  // Each client's budget gate for preflight(), built once (no allocation per attempt).
+  const gates: BudgetGate[] = budgets.map((budget) => ({ policy, budget, random: ctx.random }));
   // The operation's safety (R5) for the scenario's method, as the core decides it; computed once.
   const idempotent = isIdempotent(policy, { method: c.method });
   const ok = statusObservation(200);
   const rejected: SimObservation = statusObservation(c.dependency.rejectStatus);
   if (c.dependency.retryAfterSec !== null) rejected.headers = { 'retry-after': String(c.dependency.retryAfterSec) };
   // A timed-out attempt: the core's own rule turns an answer later than the bound into a timeout.
-  const timedOut = boundObservation({ status: 200, elapsedMs: 1 }, 0);
   const { fault, before, after, overall } = acc;
   const deadlineMs = c.deadlineMs;
   const meanGap = 1000 / c.arrivalsPerSec;
@@ -465,7 +466,7 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
     const state = states[i]!;
     if (kind !== ANSWER) {
       // Send an attempt (the first, or a retry whose wait is over).
-      const stop = preflight(state, now, { policy, budget: budgets[i % clients]!, random: ctx.random });
+      const stop = preflight(state, now, gates[i % clients]);
       if (stop !== null) {
         // budgetExhausted "wait": the retry waits for the shared budget and asks again.
         if (stop.decision === 'retry') queue.push(now + stop.delayMs!, ATTEMPT, i);
@@ -495,7 +496,7 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
     const status = seen[i]!;
     ctx.now = now;
     ctx.budget = budgets[i % clients]!;
-    const d = decide(policy, state, status === 200 ? ok : status === 0 ? timedOut : rejected, ctx);
+    const d = decide(policy, state, status === 200 ? ok : status === 0 ? TIMED_OUT : rejected, ctx);
     if (d.decision === 'retry') {
       recordRetry(state, d);
       queue.push(now + d.delayMs!, ATTEMPT, i);
