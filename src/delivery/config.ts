@@ -89,7 +89,9 @@ function isObject(v: unknown): v is Record<string, unknown> {
 
 function onlyKeys(obj: Record<string, unknown>, keys: readonly string[], field: string): void {
   for (const k of Object.keys(obj)) {
-    if (!keys.includes(k)) throw new DeliveryError('ERR_INVALID_CONFIG', `Unknown field \`${field}.${k}\` (known: ${keys.join(', ')})`, { field: `${field}.${k}` });
+    if (keys.includes(k)) continue;
+    const name = field ? `${field}.${k}` : k;
+    throw new DeliveryError('ERR_INVALID_CONFIG', `Unknown field \`${name}\` (known: ${keys.join(', ')})`, { field: name });
   }
 }
 
@@ -258,8 +260,7 @@ export function parseDeliveryConfig(input: unknown, where = 'config'): DeliveryC
     return { store, worker: resolveWorkerSettings(input.worker), destinations };
   } catch (e) {
     if (DeliveryError.is(e)) {
-      const msg = e.message.replace('`.', '`'); // top-level fields have no leading dot
-      throw new DeliveryError('ERR_INVALID_CONFIG', `${where}: ${msg}`, { field: e.field?.replace(/^\./, '') ?? null, cause: e.cause });
+      throw new DeliveryError('ERR_INVALID_CONFIG', `${where}: ${e.message}`, { field: e.field ?? null, cause: e.cause });
     }
     throw e;
   }

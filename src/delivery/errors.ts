@@ -7,6 +7,8 @@
  * reached or is full is not a retry decision. (RelentError's closed set of codes lives
  * in src/core; these could join it later.)
  */
+import { describe } from '../core/errors.js';
+
 export type DeliveryErrorCode =
   /** A configuration file or an option is malformed; `field` names what is wrong. */
   | 'ERR_INVALID_CONFIG'
@@ -48,12 +50,5 @@ export class DeliveryError extends Error {
 }
 
 export function invalidConfig(field: string, expected: string, got: unknown): DeliveryError {
-  return new DeliveryError('ERR_INVALID_CONFIG', `Expected \`${field}\` to be ${expected}, got ${describeValue(got)}`, { field });
-}
-
-export function describeValue(value: unknown): string {
-  if (typeof value === 'string') return JSON.stringify(value.length > 60 ? value.slice(0, 57) + '...' : value);
-  if (typeof value === 'number' || typeof value === 'boolean' || value === null || value === undefined) return String(value);
-  if (Array.isArray(value)) return 'an array';
-  return 'an object';
+  return new DeliveryError('ERR_INVALID_CONFIG', `Expected \`${field}\` to be ${expected}, got ${describe(got)}`, { field });
 }

@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { systemClock } from '../run/clock.js';
 import type { Clock } from '../core/types.js';
 import { checkDestinationName, resolveDestinations, type DestinationOptions, type ResolvedDestination } from './config.js';
-import { DeliveryError, describeValue } from './errors.js';
+import { describe } from '../core/errors.js';
+import { DeliveryError } from './errors.js';
 import { openStore } from './store.js';
 import type {
   BatchDetail, BatchSummary, DeliveryStore, DestinationStats, DropStat, EnqueueResult, ListFilter, NewItem, RequeueFilter,
@@ -58,7 +59,7 @@ export function prepareItem(destination: string, payload: unknown, key: string |
   checkDestinationName(destination);
   const k = key ?? randomUUID();
   if (typeof k !== 'string' || k.length === 0 || k.length > 255 || hasControl(k)) {
-    throw new DeliveryError('ERR_INVALID_ITEM', `Expected \`${field}.key\` to be 1-255 characters without control characters, got ${describeValue(k)}`, { field: `${field}.key` });
+    throw new DeliveryError('ERR_INVALID_ITEM', `Expected \`${field}.key\` to be 1-255 characters without control characters, got ${describe(k)}`, { field: `${field}.key` });
   }
   let text: string | undefined;
   try {
@@ -66,7 +67,7 @@ export function prepareItem(destination: string, payload: unknown, key: string |
   } catch (e) {
     throw new DeliveryError('ERR_INVALID_ITEM', `Expected \`${field}.payload\` to be JSON-serialisable (${e instanceof Error ? e.message : String(e)})`, { field: `${field}.payload`, cause: e });
   }
-  if (text === undefined) throw new DeliveryError('ERR_INVALID_ITEM', `Expected \`${field}.payload\` to be a JSON value, got ${describeValue(payload)}`, { field: `${field}.payload` });
+  if (text === undefined) throw new DeliveryError('ERR_INVALID_ITEM', `Expected \`${field}.payload\` to be a JSON value, got ${describe(payload)}`, { field: `${field}.payload` });
   if (Buffer.byteLength(text) > MAX_ITEM_BYTES) {
     throw new DeliveryError('ERR_INVALID_ITEM', `Expected \`${field}.payload\` to be at most ${MAX_ITEM_BYTES} bytes of JSON`, { field: `${field}.payload` });
   }
