@@ -744,7 +744,6 @@ class Auction implements CallOwner {
   private closed = false;
   private cancelTimer: (() => void) | null = null;
   private resolve: ((o: AuctionOutcome) => void) | null = null;
-  private received = 0;
 
   constructor(
     private readonly ex: ExchangeImpl,
@@ -868,7 +867,6 @@ class Auction implements CallOwner {
       case 'bid': {
         c.bidAnswers++;
         c.bidsReceived += a.bids.length;
-        this.received += a.bids.length;
         const bidid = typeof a.response.bidid === 'string' ? a.response.bidid : null;
         for (const received of a.bids) this.candidates.push({ partnerIndex: p.index, partner: p.name, received, currency: a.currency, bidid });
         return result(p.name, 'bid', ms, attempts, tmax, { status: 200, bids: a.bids.length });
@@ -937,7 +935,7 @@ class Auction implements CallOwner {
       noBidReasons,
       errors,
       skipped: skips,
-      bids: { received: this.received, valid: sel.validBids, won: sel.winners.length, rejected: sel.rejected },
+      bids: { received: this.candidates.length, valid: sel.validBids, won: sel.winners.length, rejected: sel.rejected },
       results: this.results as PartnerResult[],
     };
     const outcome: AuctionOutcome = { status, body, reason: summary.reason, summary };

@@ -67,10 +67,6 @@ export class NoticeSender {
     return this.pending;
   }
 
-  policy(kind: NoticeKind): Policy {
-    return this.policies[kind];
-  }
-
   /** Starts one notice; false when it was dropped (too many pending, closing, or not an http(s) URL). */
   fire(kind: NoticeKind, url: string, operationId?: string): boolean {
     const c = this.counters[kind];
