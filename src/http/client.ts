@@ -13,7 +13,7 @@ import { AttemptHandler, headerPairs } from './attempt.js';
 import { prepareBody, type PreparedBody } from './body.js';
 import { checkRouteTemplate, normalizeEndpoint, originKey } from './endpoint.js';
 import { failureError, notReplayableError, RelentFetchError, tooLongError, waitTooLong, whereOf } from './errors.js';
-import { AUTO_KEY_METHODS, formatIdempotencyKey, IDEMPOTENCY_KEY_HEADER, keyFromHeader, newIdempotencyKey } from './idempotency.js';
+import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from './idempotency.js';
 import {
   asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, timeoutOf, invalid, listenerOf, observeResponse, type ProtectionOptions,
 } from './operation.js';
@@ -212,17 +212,8 @@ async function prepareRequest(input: string | URL | Request, init: RelentRequest
   }
   if (body.kind === 'bytes' && body.contentType !== null && !hasContentType) headers.push('content-type', body.contentType);
 
-  let key: string | null = init.idempotencyKey ?? null;
-  if (key !== null) formatIdempotencyKey(key); // validates
-  if (headerKey !== null) {
-    if (key !== null && key !== headerKey) throw invalid('idempotencyKey', '`idempotencyKey` and the Idempotency-Key header disagree');
-    key = headerKey;
-  } else if (key !== null) {
-    headers.push(IDEMPOTENCY_KEY_HEADER, formatIdempotencyKey(key));
-  } else if ((init.autoIdempotencyKey ?? autoKeyDefault) && AUTO_KEY_METHODS.has(method) && init.idempotent !== false) {
-    key = newIdempotencyKey();
-    headers.push(IDEMPOTENCY_KEY_HEADER, formatIdempotencyKey(key));
-  }
+  const { key, header } = resolveIdempotencyKey(init.idempotencyKey ?? null, headerKey, init.autoIdempotencyKey ?? autoKeyDefault, method, init.idempotent);
+  if (header !== null) headers.push(IDEMPOTENCY_KEY_HEADER, header);
 
   const redirect = init.redirect ?? (request?.redirect as 'follow' | 'manual' | 'error' | undefined) ?? 'follow';
   if (redirect !== 'follow' && redirect !== 'manual' && redirect !== 'error') throw invalid('redirect', 'Expected `redirect` to be "follow", "manual" or "error"');

@@ -35,3 +35,28 @@ export function keyFromHeader(value: string): string {
 export function newIdempotencyKey(): string {
   return randomUUID();
 }
+
+/**
+ * The operation's idempotency key, the same for the client and the interceptor: the
+ * caller's `idempotencyKey` (validated) and a key in their own Idempotency-Key header
+ * must agree and the header's wins; a given key without a header gets one; with
+ * `auto`, a POST or PATCH not declared non-idempotent gets a new key. `header` is the
+ * value to add to the request, or null when nothing is to be added.
+ */
+export function resolveIdempotencyKey(
+  given: string | null, inHeader: string | null, auto: boolean, method: string, idempotent: boolean | null | undefined,
+): { readonly key: string | null; readonly header: string | null } {
+  if (given !== null) formatIdempotencyKey(given); // validates
+  if (inHeader !== null) {
+    if (given !== null && given !== inHeader) {
+      throw new RelentError('ERR_INVALID_INPUT', '`idempotencyKey` and the Idempotency-Key header disagree', { field: 'idempotencyKey' });
+    }
+    return { key: inHeader, header: null };
+  }
+  if (given !== null) return { key: given, header: formatIdempotencyKey(given) };
+  if (auto && AUTO_KEY_METHODS.has(method) && idempotent !== false) {
+    const key = newIdempotencyKey();
+    return { key, header: formatIdempotencyKey(key) };
+  }
+  return { key: null, header: null };
+}

@@ -7,7 +7,7 @@ import { execute, type Classified, type RelentEvent, type RunOptions, type RunRe
 import type { AttemptHandler } from './attempt.js';
 import { checkRouteTemplate } from './endpoint.js';
 import { failureError, notReplayableError, tooLongError, waitTooLong, whereOf } from './errors.js';
-import { AUTO_KEY_METHODS, formatIdempotencyKey, IDEMPOTENCY_KEY_HEADER, keyFromHeader, newIdempotencyKey } from './idempotency.js';
+import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from './idempotency.js';
 import { asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, timeoutOf, invalid, listenerOf, observeResponse, type ProtectionOptions } from './operation.js';
 
 type IncomingHttpHeaders = Record<string, string | string[] | undefined>;
@@ -227,18 +227,9 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       if (origin === '') throw invalid('origin', 'relentInterceptor needs `origin` in the dispatch options');
       const method = opts.method.length <= 7 && UPPER.has(opts.method) ? opts.method : String(opts.method).toUpperCase();
 
-      let key = per.idempotencyKey ?? null;
-      if (key !== null) formatIdempotencyKey(key);
       const inHeader = opts.headers === undefined || opts.headers === null ? null : headerKey(opts.headers);
-      if (inHeader !== null) {
-        if (key !== null && key !== inHeader) throw invalid('idempotencyKey', '`idempotencyKey` and the Idempotency-Key header disagree');
-        key = inHeader;
-      } else if (key !== null) {
-        opts = { ...opts, headers: withHeader(opts.headers, IDEMPOTENCY_KEY_HEADER, formatIdempotencyKey(key)) };
-      } else if (autoKey && AUTO_KEY_METHODS.has(method) && per.idempotent !== false) {
-        key = newIdempotencyKey();
-        opts = { ...opts, headers: withHeader(opts.headers, IDEMPOTENCY_KEY_HEADER, formatIdempotencyKey(key)) };
-      }
+      const { key, header } = resolveIdempotencyKey(per.idempotencyKey ?? null, inHeader, autoKey, method, per.idempotent);
+      if (header !== null) opts = { ...opts, headers: withHeader(opts.headers, IDEMPOTENCY_KEY_HEADER, header) };
 
       const body = opts.body;
       const stream = body !== undefined && body !== null && !replayable(body);
