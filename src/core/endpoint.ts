@@ -61,7 +61,8 @@ export function normalizeEndpoint(url: string | URL, routeTemplate?: string | nu
   return template !== null ? normalizeUrlEndpoint(u, template) : unbrace(normalizeUrlEndpoint(u));
 }
 
-function beforeQuery(s: string): string {
+/** What comes before the first `?` or `#` (a path without its query and fragment). */
+export function beforeQuery(s: string): string {
   let end = s.length;
   const q = s.indexOf('?');
   if (q >= 0) end = q;
@@ -80,6 +81,7 @@ export function safeEndpoint(endpoint: string): string {
   return normalizeEndpoint(endpoint);
 }
 
-function unbrace(s: string): string {
+/** Restores `{` and `}` that URL parsing escaped in a route template. */
+export function unbrace(s: string): string {
   return s.includes('%7') ? s.replace(/%7B/gi, '{').replace(/%7D/gi, '}') : s;
 }

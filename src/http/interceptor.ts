@@ -5,6 +5,7 @@ import { resolvePolicy } from '../presets/index.js';
 import { systemClock } from '../run/clock.js';
 import { execute, type Classified, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
 import type { AttemptHandler } from './attempt.js';
+import { beforeQuery, normalizeUrlEndpoint } from '../core/endpoint.js';
 import { checkRouteTemplate } from './endpoint.js';
 import { failureError, notReplayableError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from './idempotency.js';
@@ -57,7 +58,6 @@ export interface RelentInterceptor {
   breakerSnapshot(): ReturnType<Dependencies['snapshot']>;
 }
 
-const DEFAULT_PORTS: Readonly<Record<string, string>> = { 'http:': '80', 'https:': '443' };
 const NO_OPTIONS: RelentDispatchOptions = Object.freeze({});
 const EMPTY_CONTEXT = Object.freeze({});
 const UPPER = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'TRACE']);
@@ -67,21 +67,11 @@ const originCache = new Map<string, string>();
 function normalizedOrigin(origin: string): string {
   let o = originCache.get(origin);
   if (o === undefined) {
-    const u = new URL(origin);
-    o = `${u.protocol}//${u.hostname}:${u.port || DEFAULT_PORTS[u.protocol] || ''}`;
+    o = normalizeUrlEndpoint(new URL(origin), '');
     if (originCache.size > 1000) originCache.clear();
     originCache.set(origin, o);
   }
   return o;
-}
-
-function pathOnly(path: string): string {
-  let end = path.length;
-  const q = path.indexOf('?');
-  if (q >= 0) end = q;
-  const h = path.indexOf('#');
-  if (h >= 0 && h < end) end = h;
-  return end === path.length ? path : path.slice(0, end);
 }
 
 /** Whether undici can send this body again (strings, bytes, Blob and FormData are re-encoded per dispatch). */
@@ -238,7 +228,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       const path = opts.path;
       // The endpoint is built only when someone listens (events); errors build it when they happen.
       const endpointOf = (): string => {
-        const p = pathOnly(path);
+        const p = beforeQuery(path);
         let template = per.routeTemplate;
         if (template === undefined && routeOf !== null) template = routeOf(p) ?? undefined;
         return normalizedOrigin(origin) + (template === undefined ? p : checkRouteTemplate(template));

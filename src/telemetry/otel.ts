@@ -7,6 +7,7 @@ import {
 import type { BreakerStateChange } from '../core/breaker.js';
 import type { AttemptEvent, ResultEvent } from '../core/types.js';
 import type { AttemptScope, Instrumentation, OperationInfo, OperationScope } from '../run/run.js';
+import { unbrace } from '../core/endpoint.js';
 import { safeEndpoint } from './endpoint.js';
 
 /**
@@ -98,7 +99,7 @@ function parseTarget(endpoint: string | null): Target {
   }
   const port = u.port !== '' ? Number(u.port) : u.protocol === 'https:' ? 443 : u.protocol === 'http:' ? 80 : null;
   const address = u.hostname.startsWith('[') ? u.hostname.slice(1, -1) : u.hostname;
-  const path = u.pathname.replace(/%7B/gi, '{').replace(/%7D/gi, '}');
+  const path = unbrace(u.pathname);
   return { urlFull: e, address, port, template: isTemplate(path) ? path : null };
 }
 
