@@ -1,5 +1,5 @@
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { headerSafe, listenOn, plain } from './http-util.js';
 import { createSeededRandom } from '../core/random.js';
 import type { Clock, Random } from '../core/types.js';
 import { createIdempotencyCache, noticeKey, type IdempotencyCache } from '../delivery/receiver.js';
@@ -355,20 +355,14 @@ class BidderImpl implements Bidder {
     const server = http.createServer(this.handler);
     server.keepAliveTimeout = 65_000;
     this.server = server;
-    return new Promise<BidderListenInfo>((resolve, reject) => {
-      const onError = (e: Error): void => {
-        this.server = null;
-        reject(e);
-      };
-      server.once('error', onError);
-      server.listen(port ?? this.config.port, host ?? this.config.host, () => {
-        server.off('error', onError);
-        const addr = server.address() as AddressInfo;
-        const shownHost = addr.address === '0.0.0.0' || addr.address === '::' ? '127.0.0.1' : addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-        const base = `http://${shownHost}:${addr.port}`;
-        this.publicUrl ??= base;
-        resolve({ host: addr.address, port: addr.port, url: `${base}${this.config.path}`, publicUrl: this.publicUrl });
-      });
+    return listenOn(server, port ?? this.config.port, host ?? this.config.host).then((addr) => {
+      const shownHost = addr.address === '0.0.0.0' || addr.address === '::' ? '127.0.0.1' : addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+      const base = `http://${shownHost}:${addr.port}`;
+      this.publicUrl ??= base;
+      return { host: addr.address, port: addr.port, url: `${base}${this.config.path}`, publicUrl: this.publicUrl };
+    }, (e: unknown) => {
+      this.server = null;
+      throw e;
     });
   }
 
@@ -398,16 +392,8 @@ class BidderImpl implements Bidder {
   }
 }
 
-function plain(res: http.ServerResponse, status: number, text: string, headers: Record<string, string> = {}): void {
-  res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': String(Buffer.byteLength(text)), ...headers });
-  res.end(text);
-}
-
 function json(res: http.ServerResponse, status: number, body: string): void {
   res.writeHead(status, { 'content-type': 'application/json', 'x-openrtb-version': '2.6', 'content-length': String(Buffer.byteLength(body)) });
   res.end(body);
 }
 
-function headerSafe(s: string): string {
-  return s.replace(/[^\x20-\x7e]/g, '?').slice(0, 200);
-}

@@ -1,5 +1,5 @@
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { headerSafe, listenOn, plain } from './http-util.js';
 import type { Dispatcher } from 'undici';
 import type { BreakerStateChange } from '../core/breaker.js';
 import type { Clock, Random } from '../core/types.js';
@@ -318,23 +318,18 @@ class ExchangeImpl implements Exchange {
       const path = q < 0 ? url : url.slice(0, q);
       if (this.stopping) res.setHeader('connection', 'close');
       if (path === this.config.path) {
-        if (req.method !== 'POST') return this.plain(res, 405, 'POST only\n', { allow: 'POST' });
+        if (req.method !== 'POST') return plain(res, 405, 'POST only\n', { allow: 'POST' });
         return this.readAuction(req, res, arrivedAt);
       }
       if (path === BILLING_EVENT_PATH && this.billables !== null) return this.onBillingEvent(req, res, q < 0 ? '' : url.slice(q + 1));
-      if (path === '/healthz' && (req.method === 'GET' || req.method === 'HEAD')) return this.plain(res, this.stopping ? 503 : 200, this.stopping ? 'closing\n' : 'ok\n');
-      return this.plain(res, 404, 'not found\n');
+      if (path === '/healthz' && (req.method === 'GET' || req.method === 'HEAD')) return plain(res, this.stopping ? 503 : 200, this.stopping ? 'closing\n' : 'ok\n');
+      return plain(res, 404, 'not found\n');
     } catch {
       this.internalErrors++;
-      if (!res.headersSent) this.plain(res, 500, 'internal error\n');
+      if (!res.headersSent) plain(res, 500, 'internal error\n');
       else res.destroy();
     }
   };
-
-  private plain(res: http.ServerResponse, status: number, text: string, headers: Record<string, string> = {}): void {
-    res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': String(Buffer.byteLength(text)), ...headers });
-    res.end(text);
-  }
 
   /** Refuses a request whose body is not read: answer, then close the connection. */
   private refuse(req: http.IncomingMessage, res: http.ServerResponse, arrivedAt: number, reason: AuctionReason, detail: string): void {
@@ -374,7 +369,7 @@ class ExchangeImpl implements Exchange {
       // Tracked until the answer is written: a shutdown waits for it.
       void this.track(this.runAuction(body, arrivedAt).then((outcome) => this.write(res, outcome, arrivedAt), () => {
         this.internalErrors++;
-        if (!res.headersSent && !res.destroyed) this.plain(res, 500, 'internal error\n');
+        if (!res.headersSent && !res.destroyed) plain(res, 500, 'internal error\n');
       }));
     });
   }
@@ -419,14 +414,14 @@ class ExchangeImpl implements Exchange {
   }
 
   private onBillingEvent(req: http.IncomingMessage, res: http.ServerResponse, query: string): void {
-    if (req.method !== 'GET' && req.method !== 'POST') return this.plain(res, 405, 'GET or POST\n', { allow: 'GET, POST' });
+    if (req.method !== 'GET' && req.method !== 'POST') return plain(res, 405, 'GET or POST\n', { allow: 'GET, POST' });
     req.resume();
     const params = new URLSearchParams(query);
     const id = params.get('id');
     const imp = params.get('imp');
-    if (!id || !imp) return this.plain(res, 400, 'expected ?id=<bid request id>&imp=<impression id>\n');
+    if (!id || !imp) return plain(res, 400, 'expected ?id=<bid request id>&imp=<impression id>\n');
     const r = this.billingEvent(id, imp);
-    if (r === 'unknown') return this.plain(res, 404, 'no won impression with this id (or it expired)\n');
+    if (r === 'unknown') return plain(res, 404, 'no won impression with this id (or it expired)\n');
     res.writeHead(204);
     res.end();
   }
@@ -455,19 +450,12 @@ class ExchangeImpl implements Exchange {
     server.headersTimeout = 10_000;
     server.requestTimeout = 10_000;
     this.server = server;
-    const h = host ?? this.config.host;
-    return new Promise<ListenInfo>((resolve, reject) => {
-      const onError = (e: Error): void => {
-        this.server = null;
-        reject(e);
-      };
-      server.once('error', onError);
-      server.listen(port ?? this.config.port, h, () => {
-        server.off('error', onError);
-        const addr = server.address() as AddressInfo;
-        const shown = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-        resolve({ host: addr.address, port: addr.port, url: `http://${shown}:${addr.port}${this.config.path}` });
-      });
+    return listenOn(server, port ?? this.config.port, host ?? this.config.host).then((addr) => {
+      const shown = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+      return { host: addr.address, port: addr.port, url: `http://${shown}:${addr.port}${this.config.path}` };
+    }, (e: unknown) => {
+      this.server = null;
+      throw e;
     });
   }
 
@@ -679,10 +667,6 @@ function multiplierOf(imp: { readonly [k: string]: unknown }): number | null {
     if (typeof m === 'number' && Number.isFinite(m)) return m;
   }
   return null;
-}
-
-function headerSafe(s: string): string {
-  return s.replace(/[^\x20-\x7e]/g, '?').slice(0, 200);
 }
 
 const NO_PARTNERS = Object.freeze({ asked: 0, bid: 0, noBid: 0, error: 0, timeout: 0, skipped: 0 });
