@@ -45,3 +45,9 @@ export const processIo: Io = {
   out: (t) => process.stdout.write(t),
   err: (t) => process.stderr.write(t),
 };
+
+/** Why a file could not be read or written, for a message: "no such file", else the error's code, else `fallback`. */
+export function fsReason(e: unknown, fallback: string, enoent = 'no such file'): string {
+  const code = (e as { code?: string } | null)?.code;
+  return code === 'ENOENT' ? enoent : code ?? fallback;
+}

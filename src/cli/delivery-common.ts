@@ -3,7 +3,7 @@
 import { readFile } from 'node:fs/promises';
 import { parseDeliveryConfig, type DeliveryConfig } from '../delivery/config.js';
 import { DeliveryError } from '../delivery/errors.js';
-import { EXIT, jsonErrorWhere, type Io } from './args.js';
+import { EXIT, fsReason, jsonErrorWhere, type Io } from './args.js';
 
 export const DEFAULT_STORE = 'sqlite:./relent.db';
 
@@ -18,8 +18,7 @@ export async function readConfig(file: string): Promise<DeliveryConfig> {
   try {
     text = await readFile(file, 'utf8');
   } catch (e) {
-    const code = (e as { code?: string }).code;
-    throw new DeliveryError('ERR_INVALID_CONFIG', `${file}: cannot read (${code === 'ENOENT' ? 'no such file' : code ?? String(e)})`, { field: '' });
+    throw new DeliveryError('ERR_INVALID_CONFIG', `${file}: cannot read (${fsReason(e, String(e))})`, { field: '' });
   }
   let raw: unknown;
   try {

@@ -4,7 +4,7 @@ import { RelentError } from '../core/errors.js';
 import type { AuctionSummary, Exchange, ExchangeStats } from '../rtb/exchange.js';
 import { createExchange } from '../rtb/exchange.js';
 import { createJsonlSink, type JsonlSink } from '../run/sinks.js';
-import { EXIT, jsonErrorWhere, parseDuration, type Io } from './args.js';
+import { EXIT, fsReason, jsonErrorWhere, parseDuration, type Io } from './args.js';
 
 export const EXCHANGE_HELP = `relent exchange --config FILE [options]
 
@@ -37,8 +37,7 @@ export async function readJsonConfig(path: string, flag = '--config'): Promise<u
   try {
     text = await readFile(path, 'utf8');
   } catch (e) {
-    const code = (e as { code?: string }).code;
-    throw usage(`${flag} ${path}: cannot read (${code === 'ENOENT' ? 'no such file' : code ?? 'error'})`, flag);
+    throw usage(`${flag} ${path}: cannot read (${fsReason(e, 'error')})`, flag);
   }
   try {
     return JSON.parse(text) as unknown;

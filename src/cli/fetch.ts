@@ -9,7 +9,7 @@ import { resolvePolicy } from '../presets/index.js';
 import { formatHuman } from '../run/format.js';
 import type { RelentEvent } from '../run/run.js';
 import { createJsonlSink, type JsonlSink } from '../run/sinks.js';
-import { EXIT, exitFor, jsonErrorWhere, parseDuration, processIo, type Io } from './args.js';
+import { EXIT, exitFor, fsReason, jsonErrorWhere, parseDuration, processIo, type Io } from './args.js';
 
 export const FETCH_HELP = `relent fetch URL [options]
 
@@ -67,8 +67,7 @@ async function readAt(arg: string, flag: string): Promise<Buffer> {
   try {
     return await readFile(path);
   } catch (e) {
-    const code = (e as { code?: string }).code;
-    throw usage(`${flag}: cannot read ${JSON.stringify(path)} (${code === 'ENOENT' ? 'no such file' : code ?? 'error'})`, flag);
+    throw usage(`${flag}: cannot read ${JSON.stringify(path)} (${fsReason(e, 'error')})`, flag);
   }
 }
 

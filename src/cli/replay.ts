@@ -3,7 +3,7 @@ import { parseArgs } from 'node:util';
 import { RelentError } from '../core/errors.js';
 import { formatHuman, formatJsonLine } from '../run/format.js';
 import { parseTimeline, replay, type Timeline } from '../run/replay.js';
-import { EXIT, exitFor, jsonErrorWhere, type Io } from './args.js';
+import { EXIT, exitFor, fsReason, jsonErrorWhere, type Io } from './args.js';
 
 export const REPLAY_HELP = `relent replay FILE|- [FILE…] [--human]
 
@@ -28,8 +28,7 @@ async function readSource(source: string): Promise<string> {
   try {
     return await readFile(source, 'utf8');
   } catch (e) {
-    const code = (e as { code?: string }).code;
-    throw new RelentError('ERR_INVALID_INPUT', `${source}: cannot read (${code === 'ENOENT' ? 'no such file' : code ?? String(e)})`);
+    throw new RelentError('ERR_INVALID_INPUT', `${source}: cannot read (${fsReason(e, String(e))})`);
   }
 }
 

@@ -7,7 +7,7 @@ import { parseScenario, parseScenarioText, parseSimPolicy, runScenario, SCENARIO
 import { formatResult } from '../sim/format.js';
 import { OVERLOAD_DEFAULTS, type OverloadConfig } from '../sim/overload.js';
 import type { SimPolicy } from '../sim/policies.js';
-import { EXIT, processIo, type Io } from './args.js';
+import { EXIT, fsReason, processIo, type Io } from './args.js';
 
 export const SIMULATE_HELP = `relent simulate SCENARIO [options]
 
@@ -39,8 +39,7 @@ async function readText(path: string, what: string): Promise<string> {
   try {
     return await readFile(path, 'utf8');
   } catch (e) {
-    const code = (e as { code?: string }).code;
-    throw new RelentError('ERR_INVALID_INPUT', `${what} ${path}: cannot read (${code === 'ENOENT' ? 'no such file' : code ?? String(e)})`, { field: what });
+    throw new RelentError('ERR_INVALID_INPUT', `${what} ${path}: cannot read (${fsReason(e, String(e))})`, { field: what });
   }
 }
 
@@ -178,8 +177,7 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
     try {
       await writeFile(values.html, renderSimulationHtml(result, header(scenario)));
     } catch (e) {
-      const code = (e as { code?: string }).code;
-      throw new RelentError('ERR_INVALID_INPUT', `--html ${values.html}: cannot write (${code === 'ENOENT' ? 'no such directory' : code ?? String(e)})`, { field: '--html' });
+      throw new RelentError('ERR_INVALID_INPUT', `--html ${values.html}: cannot write (${fsReason(e, String(e), 'no such directory')})`, { field: '--html' });
     }
   }
 
