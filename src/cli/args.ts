@@ -51,3 +51,9 @@ export function fsReason(e: unknown, fallback: string, enoent = 'no such file'):
   const code = (e as { code?: string } | null)?.code;
   return code === 'ENOENT' ? enoent : code ?? fallback;
 }
+
+/** Rows as left-aligned columns two spaces apart (the first row is the header), no trailing spaces. */
+export function alignedTable(rows: readonly (readonly string[])[]): string {
+  const w = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(w[i]!))).join('  ').trimEnd()).join('\n') + '\n';
+}

@@ -4,7 +4,7 @@ import { RelentError } from '../core/errors.js';
 import type { AuctionSummary, Exchange, ExchangeStats } from '../rtb/exchange.js';
 import { createExchange } from '../rtb/exchange.js';
 import { createJsonlSink, type JsonlSink } from '../run/sinks.js';
-import { EXIT, fsReason, jsonErrorWhere, parseDuration, type Io } from './args.js';
+import { alignedTable, EXIT, fsReason, jsonErrorWhere, parseDuration, type Io } from './args.js';
 
 export const EXCHANGE_HELP = `relent exchange --config FILE [options]
 
@@ -150,8 +150,7 @@ export function partnerTable(s: ExchangeStats): string {
       p.latency.count === 0 ? '-' : `${Math.round(p.latency.p50Ms)}/${Math.round(p.latency.p99Ms)}`, p.breaker,
     ]);
   }
-  const w = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  return rows.map((r) => r.map((c, i) => c.padEnd(w[i]!)).join('  ').trimEnd()).join('\n') + '\n';
+  return alignedTable(rows);
 }
 
 function sinkFor(path: string | undefined): JsonlSink | null {

@@ -2,7 +2,7 @@ import { parseArgs } from 'node:util';
 import { openDeliveryQueue, type DeliveryQueue } from '../delivery/queue.js';
 import { DeliveryError } from '../delivery/errors.js';
 import type { BatchSummary, ListState } from '../delivery/types.js';
-import { EXIT, type Io } from './args.js';
+import { alignedTable, EXIT, type Io } from './args.js';
 import { int, readConfig, relative, reportError, storeUrl } from './delivery-common.js';
 
 export const QUEUE_HELP = `relent queue <ls|show|requeue|drop-stats|stats> [--store URL] [--config FILE] [--json]
@@ -33,11 +33,6 @@ function stateOf(b: BatchSummary, now: number): string {
   if (b.state !== 'queued') return b.state;
   if (b.leaseUntil > now) return 'inflight';
   return b.notBefore > now ? 'deferred' : 'ready';
-}
-
-function table(rows: string[][]): string {
-  const w = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(w[i]!))).join('  ').trimEnd()).join('\n') + '\n';
 }
 
 function positiveInt(v: string | undefined, flag: string): number | undefined {
@@ -95,7 +90,7 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
           io.out('no batches\n');
           break;
         }
-        io.out(table([
+        io.out(alignedTable([
           ['ID', 'DESTINATION', 'STATE', 'ITEMS', 'ROUND', 'ATTEMPTS', 'LAST', 'DECISION', 'NEXT', 'KEY'],
           ...rows.map((b) => {
             const st = stateOf(b, now);
@@ -123,7 +118,7 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
         io.out('attempts:\n');
         if (b.attempts.length === 0) io.out('  none\n');
         else {
-          io.out(table([
+          io.out(alignedTable([
             ['  ROUND', 'ATTEMPT', 'AT', 'RESULT', 'ELAPSED', 'DECISION', 'WHY', 'DELAY', 'RETRY-AFTER', 'WORKER'],
             ...b.attempts.map((a) => [`  ${a.round}`, String(a.attempt), iso(a.at), a.status !== null ? String(a.status) : a.errorClass ?? '-', `${a.elapsedMs}ms`,
               a.decision, a.why ?? '-', a.delayMs === null ? '-' : `${a.delayMs}ms`, a.retryAfterMs === null ? '-' : `${a.retryAfterMs}ms`, a.worker ?? '-']),
@@ -152,7 +147,7 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
           io.out('nothing dropped\n');
           break;
         }
-        io.out(table([
+        io.out(alignedTable([
           ['DESTINATION', 'REASON', 'WHY', 'LAST', 'BATCHES', 'ITEMS'],
           ...rows.map((r) => [r.destination, r.reason, r.why ?? '-', lastOf(r), int(Number(r.batches)), int(Number(r.items))]),
         ]));
@@ -168,7 +163,7 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
           io.out('the queue is empty\n');
           break;
         }
-        io.out(table([
+        io.out(alignedTable([
           ['DESTINATION', 'PENDING', 'READY', 'IN FLIGHT', 'DEFERRED', 'DELIVERED', 'DROPPED'],
           ...rows.map((r) => [r.destination, int(r.pendingItems), int(r.readyItems), int(r.inflightItems), int(r.deferredItems), int(r.deliveredItems), int(r.droppedItems)]),
         ]));

@@ -1,5 +1,6 @@
 import type { Distribution, EventReport } from './analyze.js';
 import type { SketchBin } from './sketch.js';
+import { textTable } from '../sim/format.js';
 import { percent } from './verdict.js';
 
 /** A plain-text table: the first column left-aligned, the others right-aligned (the last may be left-aligned text). */
@@ -42,14 +43,14 @@ export function binLabel(b: SketchBin): string {
 }
 
 export const count = (n: number): string => (Number.isInteger(n) ? String(n) : n.toFixed(1));
-const fixed2 = (v: number | null): string => (v === null ? '-' : v.toFixed(2));
-const share = (v: number | null): string => (v === null ? '-' : percent(v));
+export const fixed2 = (v: number | null): string => (v === null ? '-' : v.toFixed(2));
+export const share = (v: number | null): string => (v === null ? '-' : percent(v));
 const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? '' : 's'}`;
 
 function distribution(title: string, d: Distribution): string {
   if (d.count === 0) return `${title}: none\n`;
   let out = `${title} (${plural(d.count, 'value')}): min ${duration(d.min)}, p50 ${duration(d.p50)}, p90 ${duration(d.p90)}, p99 ${duration(d.p99)}, max ${duration(d.max)}, mean ${duration(d.mean)}\n`;
-  out += table(['range', 'count', 'share'], d.bins.map((b) => [binLabel(b), count(b.count), percent(b.count / d.count)]));
+  out += textTable(['range', 'count', 'share'], d.bins.map((b) => [binLabel(b), count(b.count), percent(b.count / d.count)]));
   return out;
 }
 
@@ -109,16 +110,16 @@ export function formatReport(r: EventReport, options: { maxEndpoints?: number } 
   out += '\nAttempts per operation\n';
   const hist = r.attemptsPerOperation.histogram.map((h) => [String(h.attempts), count(h.operations), percent(h.share)]);
   if (r.attemptsPerOperation.more) hist.push([`${r.attemptsPerOperation.more.from}+`, count(r.attemptsPerOperation.more.operations), percent(r.attemptsPerOperation.more.operations / Math.max(1, r.operations.ended))]);
-  out += table(['attempts', 'operations', 'share'], hist);
+  out += textTable(['attempts', 'operations', 'share'], hist);
   out += `mean ${fixed2(r.attemptsPerOperation.mean)}, max ${r.attemptsPerOperation.max ?? '-'}\n`;
 
   out += '\nTerminal reasons\n';
-  out += table(['reason', 'operations', 'share'], r.reasons.map((x) => [x.reason, count(x.operations), percent(x.share)]));
+  out += textTable(['reason', 'operations', 'share'], r.reasons.map((x) => [x.reason, count(x.operations), percent(x.share)]));
   out += `Outcomes: ${Object.entries(r.outcomes).map(([k, v]) => `${k} ${count(v)}`).join(', ') || '-'}\n`;
 
   out += '\nAttempts by status and error class\n';
   const att = Math.max(1, r.events.attempt);
-  out += table(['observation', 'attempts', 'share'], [
+  out += textTable(['observation', 'attempts', 'share'], [
     ...r.perAttempt.statuses.map((s) => [String(s.status), count(s.attempts), percent(s.attempts / att)]),
     ...r.perAttempt.errorClasses.map((e) => [e.errorClass, count(e.attempts), percent(e.attempts / att)]),
   ]);
@@ -134,13 +135,13 @@ export function formatReport(r: EventReport, options: { maxEndpoints?: number } 
   const rows = [r.retrySuccess.overall, ...r.retrySuccess.endpoints.slice(0, maxEndpoints)].map((e) => [
     e.endpoint, count(e.operations), fixed2(e.attemptsPerOperation), count(e.retried), share(e.retrySuccessRate), share(e.timeoutShare), e.verdict.text,
   ]);
-  out += table(['endpoint', 'operations', 'attempts/op', 'retried', 'retry success', 'timeouts', 'verdict'], rows, true);
+  out += textTable(['endpoint', 'operations', 'attempts/op', 'retried', 'retry success', 'timeouts', 'verdict'], rows, true);
   if (r.retrySuccess.endpoints.length > maxEndpoints) out += `… and ${r.retrySuccess.endpoints.length - maxEndpoints} more endpoints (--json or --html for all)\n`;
 
   out += `\nLoad vs retries, ${r.series.note}\n`;
   const start = seriesStart(r);
   if (start) out += `starting ${start}\n`;
-  out += table([r.series.unit === 'lines' ? 'lines' : 'since start', 'attempts', 'first attempts', 'retries', 'retry share', 'not return'],
+  out += textTable([r.series.unit === 'lines' ? 'lines' : 'since start', 'attempts', 'first attempts', 'retries', 'retry share', 'not return'],
     coarseSeries(r).map((x) => [x.label, count(x.attempts), count(x.firstAttempts), count(x.retries), x.attempts > 0 ? percent(x.retries / x.attempts) : '-', count(x.failures)]));
   return out;
 }

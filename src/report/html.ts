@@ -1,5 +1,5 @@
 import type { Distribution, EndpointReport, EventReport } from './analyze.js';
-import { binLabel, count, duration, seriesStart } from './format.js';
+import { binLabel, count, duration, fixed2, seriesStart, share } from './format.js';
 import { htmlPage, htmlTable } from './page.js';
 import { barChart, compact, esc, hBarChart, lineChart, PALETTE } from './svg.js';
 import { percent } from './verdict.js';
@@ -9,8 +9,6 @@ const REASON_COLORS: Record<string, string> = {
   max_attempts: '#E69F00', budget_exhausted: '#F0E442', circuit_open: '#000000', cancelled: '#999999',
 };
 
-const share = (v: number | null): string => (v === null ? '-' : percent(v));
-const fixed2 = (v: number | null): string => (v === null ? '-' : v.toFixed(2));
 
 function card(value: string, label: string): string {
   return `<div class="card"><b>${esc(value)}</b><span>${esc(label)}</span></div>`;

@@ -2,11 +2,10 @@ import type { BrookerResult } from '../sim/brooker.js';
 import type { ScenarioResult } from '../sim/config.js';
 import type { LayersResult } from '../sim/layers.js';
 import type { OverloadResult } from '../sim/overload.js';
-import { brookerGaveUp, brookerTables, layersTable, overloadTable } from '../sim/format.js';
+import { brookerGaveUp, brookerTables, layersTable, overloadTable, times } from '../sim/format.js';
 import { htmlPage, htmlTable } from './page.js';
 import { esc, hBarChart, lineChart } from './svg.js';
 
-const times = (v: number, digits = 2): string => (Number.isFinite(v) ? `${v.toFixed(digits)}x` : '-');
 
 function brooker(r: BrookerResult): string {
   const strategies = [...new Set(r.rows.map((x) => x.strategy))];

@@ -3,18 +3,18 @@ import type { ScenarioResult } from './config.js';
 import type { LayersResult } from './layers.js';
 import type { OverloadResult } from './overload.js';
 
-/** A plain-text table: the first column left-aligned, the others right-aligned. */
-export function textTable(header: readonly string[], rows: readonly (readonly string[])[]): string {
+/** A plain-text table: the first column left-aligned, the others right-aligned (the last may be left-aligned text). */
+export function textTable(header: readonly string[], rows: readonly (readonly string[])[], leftLast = false): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: readonly string[]): string =>
-    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ').trimEnd();
+    cells.map((c, i) => (i === 0 || (leftLast && i === cells.length - 1) ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ').trimEnd();
   return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n') + '\n';
 }
 
 const fixed = (v: number, digits: number): string => (Number.isFinite(v) ? v.toFixed(digits) : '-');
 const ms = (v: number): string => fixed(v, Math.abs(v) < 10 ? 1 : 0);
 const pct = (v: number): string => (Number.isFinite(v) ? `${(v * 100).toFixed(1)} %` : '-');
-const times = (v: number, digits = 2): string => (Number.isFinite(v) ? `${v.toFixed(digits)}x` : '-');
+export const times = (v: number, digits = 2): string => (Number.isFinite(v) ? `${v.toFixed(digits)}x` : '-');
 
 /** A table as data: the same cells for the text tables here and the HTML report. */
 export interface Table {
