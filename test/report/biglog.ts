@@ -1,6 +1,7 @@
 // Writes a large synthetic event log by streaming (a few MB in memory at a time), for the
 // bounded-memory test of `relent report`. Deterministic (seeded), so its figures are known.
 import { closeSync, openSync, writeSync } from 'node:fs';
+import { rng } from './fixtures.js';
 
 export interface BigLogStats {
   bytes: number;
@@ -14,18 +15,6 @@ export interface BigLogStats {
   /** Operations (with a result line) that needed a retry, and of those the ones that returned. */
   retried: number;
   retriedReturned: number;
-}
-
-/** mulberry32: a small seeded generator (test data only). */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const ENDPOINTS = Array.from({ length: 40 }, (_, i) => `https://api${i % 7}.example.com:443/v1/resource-${i}`);

@@ -4,7 +4,8 @@
 
 export const HOSTILE_ENDPOINT = 'https://evil.example:443/"><script>alert(1)</script><img src=x onerror=alert(2)>';
 
-function rng(seed: number): () => number {
+/** mulberry32: a small seeded generator (test data only; the fixtures' figures depend on this exact sequence). */
+export function rng(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
