@@ -15,7 +15,7 @@ import { checkRouteTemplate, normalizeEndpoint, originKey } from './endpoint.js'
 import { failureError, notReplayableError, RelentFetchError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from './idempotency.js';
 import {
-  asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, timeoutOf, invalid, listenerOf, observeResponse, type ProtectionOptions,
+  asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, timeoutOf, invalid, listenerOf, observeResponse, PROTECTION_DEFAULTS, type ProtectionOptions,
 } from './operation.js';
 
 /**
@@ -97,11 +97,7 @@ export const CLIENT_DEFAULTS = Object.freeze({
   agent: null,
   onEvent: null,
   key: null,
-  budget: true,
-  breaker: false as const,
-  breakerState: null,
-  onBreakerStateChange: null,
-  bulkhead: false as const,
+  ...PROTECTION_DEFAULTS,
   autoIdempotencyKey: false,
   routeTemplate: null,
   maxRedirections: 20,

@@ -9,7 +9,7 @@ import { beforeQuery, normalizeUrlEndpoint } from '../core/endpoint.js';
 import { checkRouteTemplate } from './endpoint.js';
 import { failureError, notReplayableError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from './idempotency.js';
-import { asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, timeoutOf, invalid, listenerOf, observeResponse, type ProtectionOptions } from './operation.js';
+import { asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, timeoutOf, invalid, listenerOf, observeResponse, PROTECTION_DEFAULTS, type ProtectionOptions } from './operation.js';
 
 type IncomingHttpHeaders = Record<string, string | string[] | undefined>;
 type Dispatch = (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler) => boolean;
@@ -33,7 +33,7 @@ export interface InterceptorOptions extends ProtectionOptions {
 
 export const INTERCEPTOR_DEFAULTS = Object.freeze({
   policy: null, onEvent: null, key: null, autoIdempotencyKey: false, routeTemplate: null, clock: null, random: null,
-  budget: true, breaker: false as const, breakerState: null, onBreakerStateChange: null, bulkhead: false as const,
+  ...PROTECTION_DEFAULTS,
 });
 
 /** Per-request options, passed as `relent` in undici's request/dispatch options (removed before sending). */

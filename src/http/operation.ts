@@ -13,6 +13,11 @@ import type { AttemptContext, Classified, RelentEvent } from '../run/run.js';
 import { AttemptHandler } from './attempt.js';
 import { pickHintHeaders } from '../core/hints.js';
 
+/** What the client and the interceptor protect a dependency with by default: a shared budget, no breaker, no bulkhead. */
+export const PROTECTION_DEFAULTS = Object.freeze({
+  budget: true, breaker: false as const, breakerState: null, onBreakerStateChange: null, bulkhead: false as const,
+});
+
 export function invalid(field: string, message: string): RelentError {
   return new RelentError('ERR_INVALID_INPUT', message, { field });
 }
@@ -58,10 +63,10 @@ export class Dependencies {
   private readonly bulkheadOpts: BulkheadOptions | false;
 
   constructor(private readonly o: ProtectionOptions) {
-    this.shareBudget = o.budget ?? true;
+    this.shareBudget = o.budget ?? PROTECTION_DEFAULTS.budget;
     if (typeof this.shareBudget !== 'boolean') throw invalid('budget', 'Expected `budget` to be a boolean');
-    this.breakerSpec = o.breaker ?? false;
-    this.bulkheadOpts = o.bulkhead ?? false;
+    this.breakerSpec = o.breaker ?? PROTECTION_DEFAULTS.breaker;
+    this.bulkheadOpts = o.bulkhead ?? PROTECTION_DEFAULTS.bulkhead;
     // Validate now, with messages naming the field.
     if (this.breakerSpec !== false) createCircuitBreaker(this.breakerSpec);
     if (this.bulkheadOpts !== false) createBulkhead(this.bulkheadOpts);
