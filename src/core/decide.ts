@@ -255,7 +255,7 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
     if (asked < room && asked + jitter >= room) jitter = Math.max(0, Math.ceil(room) - 1 - asked);
     delay = asked + jitter;
     if (!(delay < room)) {
-      return mayDefer ? deferred(delay, 'defer_long_wait', hintSeen, uncounted) : terminal('deadline_exceeded', 'retry_after_past_deadline', hintSeen);
+      return mayDefer ? deferred(delay, hintSeen, uncounted) : terminal('deadline_exceeded', 'retry_after_past_deadline', hintSeen);
     }
   } else {
     const spec = throttled && policy.throttleBackoff ? policy.throttleBackoff : policy.backoff;
@@ -263,10 +263,10 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
     const n = uncounted ? prevUncounted : state.attempt - 1 - (policy.throttleCountsAsAttempt ? 0 : prevUncounted);
     delay = computeBackoff(spec, n, state.prevDelayMs, ctx.random);
     if (!(delay < room)) {
-      return mayDefer ? deferred(delay, 'defer_long_wait', hintSeen, uncounted) : terminal('deadline_exceeded', 'delay_past_deadline', hintSeen);
+      return mayDefer ? deferred(delay, hintSeen, uncounted) : terminal('deadline_exceeded', 'delay_past_deadline', hintSeen);
     }
   }
-  if (mayDefer && delay > policy.deferOverMs!) return deferred(delay, 'defer_long_wait', hintSeen, uncounted);
+  if (mayDefer && delay > policy.deferOverMs!) return deferred(delay, hintSeen, uncounted);
 
   // R9: the shared budget is the last gate, so a retry that would not happen anyway costs nothing.
   let cost = 0;
@@ -283,6 +283,7 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
   return { decision: 'retry', why: 'retryable', delayMs: delay, retryAfterMs: hintSeen?.ms ?? null, retryAfterValid: hintSeen?.valid ?? null, budgetCost: cost, uncounted };
 }
 
-function deferred(delay: number, why: DecisionWhy, hint: { ms: number | null; valid: boolean | null } | null, uncounted = false): DecisionResult {
-  return { decision: 'defer', why, delayMs: delay, retryAfterMs: hint?.ms ?? null, retryAfterValid: hint?.valid ?? null, budgetCost: 0, uncounted };
+/** A wait too long to sleep through: hand it to a durable queue (always why 'defer_long_wait'). */
+function deferred(delay: number, hint: { ms: number | null; valid: boolean | null } | null, uncounted: boolean): DecisionResult {
+  return { decision: 'defer', why: 'defer_long_wait', delayMs: delay, retryAfterMs: hint?.ms ?? null, retryAfterValid: hint?.valid ?? null, budgetCost: 0, uncounted };
 }

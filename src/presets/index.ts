@@ -79,7 +79,6 @@ export function resolvePolicy(input?: string | PolicySpec | Policy | null): Poli
 
 function resolveSpec(input: string | PolicySpec): Policy {
   if (typeof input === 'string') return presetPolicy(input);
-  if (isPolicy(input)) return input;
   if (!isPlainObject(input)) throw new RelentError('ERR_INVALID_POLICY', 'Expected `policy` to be a preset name or a policy object', { field: 'policy' });
   const spec = input as PolicySpec;
   if (spec.preset === undefined) return createPolicy(spec);
