@@ -422,10 +422,7 @@ class Runner<T> {
     }
     if (ctx.done) return;
     this.cancelTimer = this.clock.setTimer(this.onTimer, timeoutMs, now);
-    if (this.signal !== undefined && this.abortListener === null) {
-      this.abortListener = () => this.onCallerAbort();
-      this.signal.addEventListener('abort', this.abortListener);
-    }
+    this.listenForAbort();
     p.then((value) => this.settle(ctx, { kind: 'value', value }), (error: unknown) => this.settle(ctx, { kind: 'error', error }));
   }
 
@@ -524,11 +521,16 @@ class Runner<T> {
   private waitFor(delay: number, now: number): void {
     this.phase = Phase.Waiting;
     if (this.signal?.aborted) return this.end('cancelled', null);
+    this.listenForAbort();
+    this.cancelTimer = this.clock.setTimer(this.onTimer, delay, now);
+  }
+
+  /** Listens to the caller's signal (once per operation): a cancel ends a call or a wait at once (R10). */
+  private listenForAbort(): void {
     if (this.signal !== undefined && this.abortListener === null) {
       this.abortListener = () => this.onCallerAbort();
       this.signal.addEventListener('abort', this.abortListener);
     }
-    this.cancelTimer = this.clock.setTimer(this.onTimer, delay, now);
   }
 
   private afterWait(): void {
@@ -625,6 +627,12 @@ const MESSAGES: Partial<Record<string, string>> = {
   circuit_open: 'the circuit breaker is open; calls fail fast until a trial call succeeds',
 };
 
+/** The end of every error message: which operation, how many attempts, what the last one saw. */
+function messageTail(operationId: string, attempts: number, last: Observation | null): string {
+  const what = last ? (last.status ?? last.errorClass) : 'no call made';
+  return `(operation ${operationId}, ${attempts} attempt${attempts === 1 ? '' : 's'}, last: ${what})`;
+}
+
 /**
  * The outcome when the bulkhead's queue is full: the last real answer or error when a
  * call was made (as when retries run out), else ERR_BULKHEAD_FULL.
@@ -634,10 +642,8 @@ function bulkheadFullOutcome<T>(
 ): Partial<RunResult<T>> {
   if (lastOutcome?.kind === 'value') return { outcome: { ok: true, value: lastOutcome.value } };
   if (lastOutcome?.kind === 'error') return { outcome: { ok: false, error: lastOutcome.error } };
-  const what = last ? (last.status ?? last.errorClass) : 'no call made';
   const { maxConcurrent, maxQueue } = bulkhead.options;
-  const message = `budget_exhausted: the bulkhead is full (${maxConcurrent} calls in flight, ${maxQueue} queued) `
-    + `(operation ${operationId}, ${attempts} attempt${attempts === 1 ? '' : 's'}, last: ${what})`;
+  const message = `budget_exhausted: the bulkhead is full (${maxConcurrent} calls in flight, ${maxQueue} queued) ${messageTail(operationId, attempts, last)}`;
   return { outcome: { ok: false, error: new RelentError('ERR_BULKHEAD_FULL', message, { reason: 'budget_exhausted', attempts, operationId }) } };
 }
 
@@ -657,9 +663,8 @@ function outcomeFor<T>(
   }
   if (reason === 'return') return { ok: false, error: new RelentError('ERR_INVALID_INPUT', 'internal: return without a value') };
   const code = REASON_CODES[reason];
-  const what = last ? (last.status ?? last.errorClass) : 'no call made';
   const detail = d ? (MESSAGES[d.why] ?? d.why) : reason === 'cancelled' ? 'cancelled by the caller' : reason;
-  const message = `${reason}: ${detail} (operation ${operationId}, ${attempts} attempt${attempts === 1 ? '' : 's'}, last: ${what})`;
+  const message = `${reason}: ${detail} ${messageTail(operationId, attempts, last)}`;
   const error = new RelentError(d?.why === 'retry_after_over_cap' ? 'ERR_RETRY_AFTER_TOO_LONG' : code, message, {
     reason, attempts, operationId,
     cause: reason === 'cancelled' ? signal?.reason : lastOutcome?.kind === 'error' ? lastOutcome.error : undefined,
