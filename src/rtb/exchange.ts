@@ -335,7 +335,7 @@ class ExchangeImpl implements Exchange {
   private refuse(req: http.IncomingMessage, res: http.ServerResponse, arrivedAt: number, reason: AuctionReason, detail: string): void {
     res.writeHead(400, { 'content-length': '0', connection: 'close', 'x-relent-reason': `${reason}: ${detail}` });
     res.end(() => req.socket.destroy());
-    this.completed(earlyOutcome(400, reason, null, 0, this.clock.now() - arrivedAt, null), arrivedAt, this.clock.now());
+    this.completed(earlyOutcome(400, reason, null, 0, this.clock.now() - arrivedAt, null), null, arrivedAt, this.clock.now());
   }
 
   private readAuction(req: http.IncomingMessage, res: http.ServerResponse, arrivedAt: number): void {
@@ -367,14 +367,15 @@ class ExchangeImpl implements Exchange {
       if (refused) return;
       const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
       // Tracked until the answer is written: a shutdown waits for it.
-      void this.track(this.runAuction(body, arrivedAt).then((outcome) => this.write(res, outcome, arrivedAt), () => {
+      void this.track(this.runAuction(body, arrivedAt).then((f) => this.write(res, f, arrivedAt), () => {
         this.internalErrors++;
         if (!res.headersSent && !res.destroyed) plain(res, 500, 'internal error\n');
       }));
     });
   }
 
-  private write(res: http.ServerResponse, o: AuctionOutcome, arrivedAt: number): void {
+  private write(res: http.ServerResponse, f: Finished, arrivedAt: number): void {
+    const o = f.outcome;
     if (!res.destroyed && !res.writableEnded) {
       if (o.status === 200) {
         res.writeHead(200, { 'content-type': 'application/json', 'x-openrtb-version': '2.6', 'content-length': String(Buffer.byteLength(o.body!)) });
@@ -388,11 +389,11 @@ class ExchangeImpl implements Exchange {
         res.end();
       }
     }
-    this.completed(o, arrivedAt, this.clock.now());
+    this.completed(o, f.fire, arrivedAt, this.clock.now());
   }
 
-  /** Counts an answered auction, emits its summary and fires its notices. */
-  private completed(o: AuctionOutcome, arrivedAt: number, answeredAt: number): void {
+  /** Counts an answered auction, emits its summary and fires its notices (once the answer is written). */
+  private completed(o: AuctionOutcome, fire: (() => void) | null, arrivedAt: number, answeredAt: number): void {
     const s = o.summary as { -readonly [K in keyof AuctionSummary]: AuctionSummary[K] };
     s.usedMs = round(answeredAt - arrivedAt);
     this.total++;
@@ -406,11 +407,7 @@ class ExchangeImpl implements Exchange {
     }
     this.winners += s.bids.won;
     if (this.onAuction !== null) this.onAuction(s);
-    const f = pendingNotices.get(o);
-    if (f !== undefined) {
-      pendingNotices.delete(o);
-      setImmediate(f);
-    }
+    if (fire !== null) setImmediate(fire);
   }
 
   private onBillingEvent(req: http.IncomingMessage, res: http.ServerResponse, query: string): void {
@@ -476,16 +473,16 @@ class ExchangeImpl implements Exchange {
 
   auction(request: unknown, arrivedAt?: number): Promise<AuctionOutcome> {
     const at = arrivedAt ?? this.clock.now();
-    return this.track(this.runAuction(request, at).then((o) => {
-      this.completed(o, at, this.clock.now());
-      return o;
+    return this.track(this.runAuction(request, at).then((f) => {
+      this.completed(f.outcome, f.fire, at, this.clock.now());
+      return f.outcome;
     }));
   }
 
-  private runAuction(input: unknown, arrivedAt: number): Promise<AuctionOutcome> {
+  private runAuction(input: unknown, arrivedAt: number): Promise<Finished> {
     const cfg = this.config;
-    const early = (status: 204 | 400, reason: AuctionReason, field: string | null, imps = 0, tmax: number | null = null): Promise<AuctionOutcome> =>
-      Promise.resolve(earlyOutcome(status, reason, field, imps, this.clock.now() - arrivedAt, tmax));
+    const early = (status: 204 | 400, reason: AuctionReason, field: string | null, imps = 0, tmax: number | null = null): Promise<Finished> =>
+      Promise.resolve({ outcome: earlyOutcome(status, reason, field, imps, this.clock.now() - arrivedAt, tmax), fire: null });
     if (this.stopping) return early(204, 'closing', null);
     let value: unknown = input;
     if (Buffer.isBuffer(input) || typeof input === 'string') {
@@ -642,8 +639,11 @@ class ExchangeImpl implements Exchange {
   }
 }
 
-/** Notice firing of outcomes whose summary is not written yet (keyed by outcome object). */
-const pendingNotices = new WeakMap<AuctionOutcome, () => void>();
+/** An auction's outcome and the firing of its notices, which waits until the answer is written. */
+interface Finished {
+  readonly outcome: AuctionOutcome;
+  readonly fire: (() => void) | null;
+}
 
 /**
  * The counter key of a no-bid reason: `nbr:<code>`, except that a partner sending ever new
@@ -727,7 +727,7 @@ class Auction implements CallOwner {
   private pending = 0;
   private closed = false;
   private cancelTimer: (() => void) | null = null;
-  private resolve: ((o: AuctionOutcome) => void) | null = null;
+  private resolve: ((f: Finished) => void) | null = null;
 
   constructor(
     private readonly ex: ExchangeImpl,
@@ -752,8 +752,8 @@ class Auction implements CallOwner {
     return `{"tmax":${tmaxMs},${this.base.slice(1)}`;
   }
 
-  start(): Promise<AuctionOutcome> {
-    return new Promise<AuctionOutcome>((resolve) => {
+  start(): Promise<Finished> {
+    return new Promise<Finished>((resolve) => {
       this.resolve = resolve;
       for (const p of this.ex.partners) this.call(p);
       if (this.pending === 0) this.finish();
@@ -923,10 +923,9 @@ class Auction implements CallOwner {
       results: this.results as PartnerResult[],
     };
     const outcome: AuctionOutcome = { status, body, reason: summary.reason, summary };
-    if (fire !== null) pendingNotices.set(outcome, fire);
     const resolve = this.resolve!;
     this.resolve = null;
-    resolve(outcome);
+    resolve({ outcome, fire });
   }
 }
 
