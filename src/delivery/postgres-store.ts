@@ -2,7 +2,7 @@ import type * as Pg from 'pg';
 import { cutBatches, type PendingRow } from './batching.js';
 import { DeliveryError } from './errors.js';
 import {
-  listCondition, mergeStats, rowToAttempt, rowToSummary, LIST_DEFAULT_LIMIT, PURGE_CHUNK, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION, type AttemptRow, type BatchRow,
+  listCondition, mergeStats, rowToAttempt, rowToSummary, toClaimed, LIST_DEFAULT_LIMIT, PURGE_CHUNK, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION, type AttemptRow, type BatchRow,
 } from './store-common.js';
 import type {
   BatchDetail, BatchLimits, BatchSummary, ClaimedBatch, CompleteResult, DeliveryStore, DestinationStats, DropStat,
@@ -335,18 +335,7 @@ class PostgresStore implements DeliveryStore {
     if (rows.length === 0) return [];
     const items = await this.q<{ batch_id: number; key: string; payload: string }>('reading claimed items',
       `SELECT batch_id, key, payload FROM ${this.t.items} WHERE batch_id = ANY($1::bigint[]) ORDER BY batch_id, id`, [rows.map((r) => r.id)]);
-    const byBatch = new Map<number, { key: string; payload: string }[]>();
-    for (const it of items) {
-      let l = byBatch.get(it.batch_id);
-      if (!l) byBatch.set(it.batch_id, (l = []));
-      l.push({ key: it.key, payload: it.payload });
-    }
-    rows.sort((a, b) => a.due_at - b.due_at || a.id - b.id);
-    return rows.map((b) => ({
-      id: b.id, token: b.lease_token, destination: b.destination, key: b.key, round: b.round, attempt: b.attempt,
-      opStartedAt: b.op_started_at, opDeadlineAt: b.op_deadline_at, prevDelayMs: b.prev_delay_ms, opThrottled: Number(b.op_throttled),
-      createdAt: b.created_at, notBefore: b.not_before, bytes: b.bytes, items: byBatch.get(b.id) ?? [],
-    }));
+    return toClaimed(rows, items);
   }
 
   async renew(leases: readonly Lease[], now: number, leaseMs: number): Promise<number[]> {

@@ -2,7 +2,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { cutBatches, type PendingRow } from './batching.js';
 import { DeliveryError } from './errors.js';
 import {
-  listCondition, mergeStats, rowToAttempt, rowToSummary, LIST_DEFAULT_LIMIT, PURGE_CHUNK, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION, type AttemptRow, type BatchRow,
+  listCondition, mergeStats, rowToAttempt, rowToSummary, toClaimed, LIST_DEFAULT_LIMIT, PURGE_CHUNK, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION, type AttemptRow, type BatchRow,
 } from './store-common.js';
 import type {
   BatchDetail, BatchLimits, BatchSummary, ClaimedBatch, CompleteResult, DeliveryStore, DestinationStats, DropStat,
@@ -281,17 +281,7 @@ class SqliteStore implements DeliveryStore {
       const until = now + leaseMs;
       const rows = this.s.lease!.all(owner, until, until, destination, now, limit) as BatchRow[];
       if (rows.length === 0) return [];
-      rows.sort((a, b) => a.due_at - b.due_at || a.id - b.id);
-      const byBatch = new Map<number, { key: string; payload: string }[]>();
-      for (const r of rows) byBatch.set(r.id, []);
-      for (const it of this.s.batchItems!.all(JSON.stringify(rows.map((r) => r.id))) as { batch_id: number; key: string; payload: string }[]) {
-        byBatch.get(it.batch_id)!.push({ key: it.key, payload: it.payload });
-      }
-      return rows.map((b) => ({
-        id: b.id, token: b.lease_token, destination: b.destination, key: b.key, round: b.round, attempt: b.attempt,
-        opStartedAt: b.op_started_at, opDeadlineAt: b.op_deadline_at, prevDelayMs: b.prev_delay_ms, opThrottled: b.op_throttled,
-        createdAt: b.created_at, notBefore: b.not_before, bytes: b.bytes, items: byBatch.get(b.id)!,
-      }));
+      return toClaimed(rows, this.s.batchItems!.all(JSON.stringify(rows.map((r) => r.id))) as { batch_id: number; key: string; payload: string }[]);
     }).immediate());
   }
 

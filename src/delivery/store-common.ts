@@ -1,6 +1,6 @@
 import type { DecisionWhy, Decision, ErrorClass } from '../core/types.js';
 import { DeliveryError } from './errors.js';
-import type { AttemptRecord, BatchState, BatchSummary, DestinationStats, ListFilter } from './types.js';
+import type { AttemptRecord, BatchState, BatchSummary, ClaimedBatch, DestinationStats, ListFilter } from './types.js';
 
 /** The version of the tables; a store refuses to work on tables of another version. */
 export const SCHEMA_VERSION = 1;
@@ -63,6 +63,25 @@ export function rowToSummary(b: BatchRow): BatchSummary {
     lastErrorClass: b.last_error_class as ErrorClass | null, lastDecision: b.last_decision as Decision | null,
     lastWhy: b.last_why as DecisionWhy | null, finishedAt: nn(b.finished_at),
   };
+}
+
+/**
+ * Claimed batches as the worker gets them: in due order (then id), each with its items
+ * in insertion order. `items` are the claimed batches' item rows (any order of batches).
+ */
+export function toClaimed(rows: BatchRow[], items: readonly { batch_id: number; key: string; payload: string }[]): ClaimedBatch[] {
+  const byBatch = new Map<number, { key: string; payload: string }[]>();
+  for (const it of items) {
+    let l = byBatch.get(it.batch_id);
+    if (!l) byBatch.set(it.batch_id, (l = []));
+    l.push({ key: it.key, payload: it.payload });
+  }
+  rows.sort((a, b) => a.due_at - b.due_at || a.id - b.id);
+  return rows.map((b) => ({
+    id: b.id, token: b.lease_token, destination: b.destination, key: b.key, round: b.round, attempt: b.attempt,
+    opStartedAt: b.op_started_at, opDeadlineAt: b.op_deadline_at, prevDelayMs: b.prev_delay_ms, opThrottled: Number(b.op_throttled),
+    createdAt: b.created_at, notBefore: b.not_before, bytes: b.bytes, items: byBatch.get(b.id) ?? [],
+  }));
 }
 
 export function rowToAttempt(a: AttemptRow): AttemptRecord {
