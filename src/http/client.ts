@@ -28,6 +28,11 @@ function undici(): typeof Undici {
   return (undiciModule ??= createRequire(import.meta.url)('undici') as typeof Undici);
 }
 
+/** The client's observation of an attempt: a response head (a failure's hint headers read, its body drained), or a state check's Response. */
+function classifyClientValue(v: AttemptHandler | Response, policy: Policy): Classified {
+  return v instanceof AttemptHandler ? observeResponse(v, policy) : { status: v.status };
+}
+
 /** Header values as fetch accepts them. */
 export type HeadersLike = Headers | Record<string, string | readonly string[]> | Iterable<readonly [string, string]>;
 
@@ -297,14 +302,13 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       maxRedirections: req.redirect === 'follow' ? maxRedirections : 0,
     };
     const attempt = (): Promise<AttemptHandler> => dispatchAttempt(dispatch, dispatchOpts, call, validStatus);
-    const classifyValue = (v: AttemptHandler | Response): Classified => (v instanceof AttemptHandler ? observeResponse(v, policy) : { status: v.status });
     const runOptions: RunOptions<AttemptHandler | Response> = {
       policy,
       operationId: init.operationId ?? newOperationId(),
       method: req.method,
       endpoint,
       onEvent: listenerOf(onClientEvent, init.onEvent),
-      classifyValue,
+      classifyValue: classifyClientValue,
       classifyTimeout: timeoutOf(call),
       budget: dep.budget,
       breaker: dep.breaker,

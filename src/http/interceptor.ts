@@ -3,7 +3,7 @@ import type { Policy, PolicySpec } from '../core/policy.js';
 import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import { systemClock } from '../run/clock.js';
-import { execute, type Classified, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
+import { execute, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
 import type { AttemptHandler } from './attempt.js';
 import { beforeQuery, normalizeUrlEndpoint } from '../core/endpoint.js';
 import { checkRouteTemplate } from './endpoint.js';
@@ -182,7 +182,6 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
   const random = options.random ?? undefined;
   const timers: Clock = clock ?? systemClock;
   const policyCache = new WeakMap<object, Policy>();
-  const baseClassify = (v: AttemptHandler): Classified => observeResponse(v, basePolicy);
 
   const interceptor = ((dispatch: Dispatch): Dispatch => (opts, handler) => {
     const op = new InterceptedOperation(handler);
@@ -251,14 +250,13 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
 
       const sendOpts = opts;
       const attempt = (): Promise<AttemptHandler> => dispatchAttempt(dispatch, sendOpts, call, null);
-      const classifyValue = policy === basePolicy ? baseClassify : (v: AttemptHandler): Classified => observeResponse(v, policy);
       const runOptions: RunOptions<AttemptHandler> = {
         policy,
         operationId: per.operationId,
         method,
         endpoint,
         onEvent: listened ? listenerOf(onInterceptorEvent, per.onEvent) : undefined,
-        classifyValue,
+        classifyValue: observeResponse,
       classifyTimeout: timeoutOf(call),
         signal: ctl.signal,
         budget: dep.budget,

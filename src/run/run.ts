@@ -94,8 +94,11 @@ export interface RunOptions<T> {
   readonly random?: Random;
   /** One event per attempt, then the result. Nothing is built when absent. */
   readonly onEvent?: (event: RelentEvent) => void;
-  /** Maps a resolved value to an observation; `undefined` → the default (a `status` field, else 200). */
-  readonly classifyValue?: (value: T) => Classified | undefined;
+  /**
+   * Maps a resolved value to an observation; `undefined` → the default (a `status` field,
+   * else 200). Gets the operation's resolved policy, so a driver needs no closure per call.
+   */
+  readonly classifyValue?: (value: T, policy: Policy) => Classified | undefined;
   /** Maps a thrown error to an observation; `undefined` → the default (error codes, else `error`). */
   readonly classifyError?: (error: unknown) => Classified | undefined;
   /**
@@ -464,7 +467,7 @@ class Runner<T> {
     let c: Classified;
     switch (outcome.kind) {
       case 'value':
-        c = (options.classifyValue?.(outcome.value)) ?? classifyValueDefault(outcome.value);
+        c = (options.classifyValue?.(outcome.value, this.policy)) ?? classifyValueDefault(outcome.value);
         break;
       case 'error':
         // An error after the caller's abort is the cancellation, not a new fact.
@@ -541,7 +544,7 @@ class Runner<T> {
   private settleCheck(o: AttemptOutcome<T>): void {
     const options = this.options;
     if (o.kind === 'value') {
-      const c = (options.classifyValue?.(o.value)) ?? classifyValueDefault(o.value);
+      const c = (options.classifyValue?.(o.value, this.policy)) ?? classifyValueDefault(o.value);
       return this.end('check_state', this.lastDecision, { outcome: { ok: true, value: o.value }, stateCheck: c });
     }
     const c: Classified = o.kind === 'timeout' ? { errorClass: 'timeout' } : o.kind === 'aborted' ? { errorClass: 'aborted' }
