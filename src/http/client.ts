@@ -349,7 +349,8 @@ export function createClient(options: ClientOptions = {}): RelentClient {
 function settle(
   r: RunResult<AttemptHandler | Response>, call: Call, req: Prepared, policy: Policy, endpoint: string, streamLimited: boolean, wallNow: () => number,
 ): Response {
-  const where = whereOf(req.method, endpoint, r);
+  // Built only for an error: a success never needs it.
+  const where = (): string => whereOf(req.method, endpoint, r);
   if (r.outcome.ok) {
     const v = r.outcome.value;
     if (!(v instanceof AttemptHandler)) {
@@ -358,12 +359,12 @@ function settle(
     }
     call.current = v;
     const tooLong = waitTooLong(r, policy, wallNow());
-    if (tooLong !== null) throw tooLongError(r, tooLong, policy, where, v.status, toResponse(v, req, call));
-    if (streamLimited && r.reason === 'max_attempts') throw notReplayableError(r, where, { status: v.status, response: toResponse(v, req, call) });
+    if (tooLong !== null) throw tooLongError(r, tooLong, policy, where(), v.status, toResponse(v, req, call));
+    if (streamLimited && r.reason === 'max_attempts') throw notReplayableError(r, where(), { status: v.status, response: toResponse(v, req, call) });
     if (req.redirect === 'error' && REDIRECT_STATUSES.has(v.status)) {
       v.discard();
       call.release();
-      throw new RelentFetchError('ERR_NOT_RETRYABLE', `return: unexpected redirect (${v.status}) with redirect: "error" (${where})`, {
+      throw new RelentFetchError('ERR_NOT_RETRYABLE', `return: unexpected redirect (${v.status}) with redirect: "error" (${where()})`, {
         reason: r.reason, attempts: r.attempts, operationId: r.operationId, status: v.status,
       });
     }
@@ -372,7 +373,7 @@ function settle(
   // Nothing of a response is handed over: let its connection go.
   call.current?.discard();
   call.release();
-  throw failureError(r, r.outcome.error, where, streamLimited);
+  throw failureError(r, r.outcome.error, where(), streamLimited);
 }
 
 /** A committed attempt as a WHATWG Response whose body streams from the socket with backpressure. */
