@@ -109,6 +109,8 @@ export interface AttemptEvent {
   readonly delayMs: number | null;
   readonly retryAfterMs: number | null;
   readonly retryAfterValid: boolean | null;
+  /** When the attempt was decided: wall-clock epoch ms, from the driver's (injected) clock. */
+  readonly ts: number;
 }
 
 /** The terminal summary of one operation. */
@@ -119,13 +121,15 @@ export interface ResultEvent {
   readonly errorClass: ErrorClass | null;
   readonly reason: TerminalReason;
   readonly attempts: number;
+  /** When the operation ended: wall-clock epoch ms, from the driver's (injected) clock. */
+  readonly ts: number;
 }
 
 /** A monotonic clock (ms) plus the wall clock, used only to read HTTP dates. */
 export interface Clock {
   /** Monotonic milliseconds; only differences mean anything. */
   now(): number;
-  /** Milliseconds since the Unix epoch; only for HTTP dates. */
+  /** Milliseconds since the Unix epoch: for HTTP dates and the `ts` of events. */
   wallNow(): number;
   /**
    * Calls `fn` after `ms` (clamped to [0, 2^31-1]); returns a function that cancels it.

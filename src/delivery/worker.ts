@@ -48,9 +48,11 @@ export type DeliveryEvent =
       readonly delayMs: number | null;
       readonly retryAfterMs: number | null;
       readonly retryAfterValid: boolean | null;
+      /** When the attempt was decided (wall-clock epoch ms, the worker's clock). */
+      readonly ts: number;
     })
-  | (BatchRef & { readonly type: 'delivered'; readonly attempts: number })
-  | (BatchRef & { readonly type: 'deferred'; readonly notBefore: number; readonly delayMs: number })
+  | (BatchRef & { readonly type: 'delivered'; readonly attempts: number; readonly ts: number })
+  | (BatchRef & { readonly type: 'deferred'; readonly notBefore: number; readonly delayMs: number; readonly ts: number })
   | (BatchRef & {
       readonly type: 'dropped';
       readonly reason: Decision;
@@ -58,6 +60,7 @@ export type DeliveryEvent =
       readonly status: number | null;
       readonly errorClass: ErrorClass | null;
       readonly attempts: number;
+      readonly ts: number;
     })
   /** The lease expired and another worker claimed the batch: this worker's result was not written. */
   | { readonly type: 'lease_lost'; readonly destination: string; readonly batchId: number }
@@ -473,7 +476,7 @@ class Worker implements DeliveryWorker {
       this.emit({
         type: 'attempt', ...ref, operationId, requestId, round: b.round, attempt: state.attempt, method: d.method, endpoint: endpointOf(d.url),
         status, errorClass, elapsedMs, remainingMs, decision: res.decision, why: res.why, delayMs: res.delayMs,
-        retryAfterMs: res.retryAfterMs, retryAfterValid: res.retryAfterValid,
+        retryAfterMs: res.retryAfterMs, retryAfterValid: res.retryAfterValid, ts: Math.round(now),
       });
       this.shed(dest, status, res, generation, now);
       const whole = (v: number | null): number | null => (v === null ? null : Math.round(v));
@@ -487,7 +490,7 @@ class Worker implements DeliveryWorker {
           opThrottled: state.throttled ?? 0, finishedAt: now });
         this.c.deliveredBatches++;
         this.c.deliveredItems += b.items.length;
-        this.emit({ type: 'delivered', ...ref, attempts: state.attempt });
+        this.emit({ type: 'delivered', ...ref, attempts: state.attempt, ts: Math.round(now) });
       } else if ((res.decision === 'retry' || res.decision === 'defer') && res.delayMs !== null) {
         // The core chose the wait; the queue only stores it (seconds to hours), with the
         // operation state afterRetry() gives (a 429 that did not count is remembered).
@@ -497,7 +500,7 @@ class Worker implements DeliveryWorker {
           ...base, ...last, state: 'queued', notBefore, attempt: next.attempt, prevDelayMs: next.prevDelayMs, opThrottled: next.throttled ?? 0, finishedAt: null,
         });
         this.c.deferredBatches++;
-        this.emit({ type: 'deferred', ...ref, notBefore, delayMs: res.delayMs });
+        this.emit({ type: 'deferred', ...ref, notBefore, delayMs: res.delayMs, ts: Math.round(now) });
         this.wakeAt(notBefore);
       } else {
         this.settle(h, {
@@ -554,7 +557,7 @@ class Worker implements DeliveryWorker {
   private countDrop(ref: BatchRef, reason: Decision, why: DecisionWhy | null, status: number | null, errorClass: ErrorClass | null, attempts: number): void {
     this.c.droppedBatches++;
     this.c.droppedItems += ref.items;
-    this.emit({ type: 'dropped', ...ref, reason, why, status, errorClass, attempts });
+    this.emit({ type: 'dropped', ...ref, reason, why, status, errorClass, attempts, ts: Math.round(this.clock.wallNow()) });
   }
 
   /** Load shedding: a throttling answer halves the destination's concurrency (once per wave) and may pause it. */

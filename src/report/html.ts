@@ -110,7 +110,7 @@ export function renderReportHtml(r: EventReport, options: { maxEndpoints?: numbe
   if (s.buckets.length > 0) {
     const x0 = s.buckets[0]!.start;
     const span = s.buckets[s.buckets.length - 1]!.start + s.bucketWidth - x0;
-    const [per, unitName] = span > 7_200_000 ? [3_600_000, 'hours'] : span > 600_000 ? [60_000, 'minutes'] : [1000, 'seconds'];
+    const [per, unitName] = span > 7_200_000 ? [3_600_000, 'hours'] : span > 600_000 ? [60_000, 'minutes'] : span > 10_000 ? [1000, 'seconds'] : [1, 'milliseconds'];
     const xs = s.buckets.map((x) => (s.unit === 'ms' ? (x.start - x0) / per : x.start));
     const start = seriesStart(r);
     b += lineChart({

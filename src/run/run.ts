@@ -495,7 +495,7 @@ class Runner<T> {
     this.lastDecision = d;
     const aScope = this.aScope;
     if (options.onEvent || aScope !== null) {
-      const ev = attemptEvent(this.operationId, state.attempt, this.method, this.endpoint, obs, ctx.remainingMs, d);
+      const ev = attemptEvent(this.operationId, state.attempt, this.method, this.endpoint, obs, ctx.remainingMs, d, wallNow ?? clock.wallNow());
       if (options.onEvent) options.onEvent(ev);
       if (aScope !== null) aScope.end(ev);
     }
@@ -570,6 +570,7 @@ class Runner<T> {
     if (this.options.onEvent || this.scope !== null) {
       const ev: ResultEvent & { stateCheck?: Classified } = {
         type: 'result', operationId: this.operationId, status: last?.status ?? null, errorClass: last?.errorClass ?? null, reason, attempts,
+        ts: Math.round(this.clock.wallNow()),
       };
       if (extra.stateCheck) ev.stateCheck = extra.stateCheck;
       if (this.options.onEvent) this.options.onEvent(ev);
@@ -595,7 +596,9 @@ export function execute<T>(fn: (ctx: AttemptContext) => Promise<T>, options: Run
   return new Promise<RunResult<T>>((resolve) => new Runner(fn, options, resolve).start());
 }
 
-function attemptEvent(operationId: string, attempt: number, method: string | null, endpoint: string | null, obs: Observation, remaining: number, d: DecisionResult): AttemptEvent {
+function attemptEvent(
+  operationId: string, attempt: number, method: string | null, endpoint: string | null, obs: Observation, remaining: number, d: DecisionResult, wallNow: number,
+): AttemptEvent {
   return {
     type: 'attempt',
     operationId,
@@ -611,6 +614,7 @@ function attemptEvent(operationId: string, attempt: number, method: string | nul
     delayMs: d.delayMs,
     retryAfterMs: d.retryAfterMs,
     retryAfterValid: d.retryAfterValid,
+    ts: Math.round(wallNow),
   };
 }
 

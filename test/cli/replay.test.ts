@@ -14,11 +14,12 @@ describe('relent replay (DESIGN.md CLI contract)', () => {
   it('reproduces the S3 fixture exactly', () => {
     const r = relent(['replay', `${EXAMPLES}s3-read.json`]);
     expect(r.code).toBe(0);
+    const W = Date.UTC(2026, 0, 1); // `ts`: the replay's virtual wall clock (the timeline's wallClock, else 2026-01-01)
     expect(r.lines).toEqual([
-      { type: 'attempt', operationId: 'op-42', requestId: 'op-42/attempt-1', attempt: 1, method: 'GET', endpoint: null, status: 503, errorClass: null, elapsedMs: 80, remainingMs: 400, decision: 'retry', delayMs: 40, retryAfterMs: null, retryAfterValid: null },
-      { type: 'attempt', operationId: 'op-42', requestId: 'op-42/attempt-2', attempt: 2, method: 'GET', endpoint: null, status: 503, errorClass: null, elapsedMs: 80, remainingMs: 280, decision: 'retry', delayMs: 40, retryAfterMs: null, retryAfterValid: null },
-      { type: 'attempt', operationId: 'op-42', requestId: 'op-42/attempt-3', attempt: 3, method: 'GET', endpoint: null, status: 200, errorClass: null, elapsedMs: 50, remainingMs: 160, decision: 'return', delayMs: null, retryAfterMs: null, retryAfterValid: null },
-      { type: 'result', operationId: 'op-42', status: 200, errorClass: null, reason: 'return', attempts: 3 },
+      { type: 'attempt', operationId: 'op-42', requestId: 'op-42/attempt-1', attempt: 1, method: 'GET', endpoint: null, status: 503, errorClass: null, elapsedMs: 80, remainingMs: 400, decision: 'retry', delayMs: 40, retryAfterMs: null, retryAfterValid: null, ts: W + 80 },
+      { type: 'attempt', operationId: 'op-42', requestId: 'op-42/attempt-2', attempt: 2, method: 'GET', endpoint: null, status: 503, errorClass: null, elapsedMs: 80, remainingMs: 280, decision: 'retry', delayMs: 40, retryAfterMs: null, retryAfterValid: null, ts: W + 200 },
+      { type: 'attempt', operationId: 'op-42', requestId: 'op-42/attempt-3', attempt: 3, method: 'GET', endpoint: null, status: 200, errorClass: null, elapsedMs: 50, remainingMs: 160, decision: 'return', delayMs: null, retryAfterMs: null, retryAfterValid: null, ts: W + 290 },
+      { type: 'result', operationId: 'op-42', status: 200, errorClass: null, reason: 'return', attempts: 3, ts: W + 290 },
     ]);
   });
 
@@ -28,7 +29,7 @@ describe('relent replay (DESIGN.md CLI contract)', () => {
     expect(r.code).toBe(9);
     expect(r.lines).toHaveLength(2);
     expect(r.lines[0]).toMatchObject({ attempt: 1, errorClass: 'timeout', status: null, decision: 'check_state' });
-    expect(r.lines[1]).toEqual({ type: 'result', operationId: 'op-43', status: null, errorClass: 'timeout', reason: 'check_state', attempts: 1 });
+    expect(r.lines[1]).toEqual({ type: 'result', operationId: 'op-43', status: null, errorClass: 'timeout', reason: 'check_state', attempts: 1, ts: Date.UTC(2026, 0, 1) + 120 });
     expect(r.err).toMatch(/check_state/);
   });
 

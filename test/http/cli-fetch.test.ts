@@ -46,9 +46,32 @@ describe('relent fetch', () => {
     expect(r.err).toBe('');
     const ev = lines(events);
     expect(ev.map((e) => e.type)).toEqual(['attempt', 'attempt', 'result']);
-    expect(Object.keys(ev[0]!)).toEqual(['type', 'operationId', 'requestId', 'attempt', 'method', 'endpoint', 'status', 'errorClass', 'elapsedMs', 'remainingMs', 'decision', 'delayMs', 'retryAfterMs', 'retryAfterValid']);
+    expect(Object.keys(ev[0]!)).toEqual(['type', 'operationId', 'requestId', 'attempt', 'method', 'endpoint', 'status', 'errorClass', 'elapsedMs', 'remainingMs', 'decision', 'delayMs', 'retryAfterMs', 'retryAfterValid', 'ts']);
     expect(ev[2]).toMatchObject({ type: 'result', status: 200, errorClass: null, reason: 'return', attempts: 2 });
+    // `ts`: wall-clock epoch ms, in order, the result last.
+    const ts = ev.map((e) => e.ts as number);
+    expect(ts.every((t) => Number.isInteger(t) && Math.abs(t - Date.now()) < 60_000)).toBe(true);
+    expect([...ts].sort((a, b) => a - b)).toEqual(ts);
     expect(ev[0]!.endpoint).toBe(`${s.origin}/x`);
+  });
+
+  it('fetch --events, then report --html: the load-vs-retries chart has a time axis in milliseconds (from `ts`)', async () => {
+    const s = await server((_q, res, n) => {
+      res.writeHead(n <= 2 ? 503 : 200);
+      res.end('x');
+    });
+    const dir = tmp();
+    const events = join(dir, 'e.jsonl');
+    const html = join(dir, 'r.html');
+    expect((await run(s.url, '--policy', '{"backoff":{"kind":"constant","delayMs":30}}', '--events', events)).code).toBe(0);
+    let out = '';
+    const io: Io = { out: (t) => (out += t), err: () => {} };
+    expect(await main(['report', events, '--html', html], io)).toBe(0);
+    expect(out).toMatch(/by time \(the events' "ts" field\), buckets of \d+ ms/);
+    const page = readFileSync(html, 'utf8');
+    expect(page).toContain('By time (the events&#39; &quot;ts&quot; field)');
+    expect(page).toContain('milliseconds since 20');
+    expect(page).not.toContain('line of the log');
   });
 
   it('exit status names the terminal reason: 503 until attempts run out → 4, 404 → 5', async () => {

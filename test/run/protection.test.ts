@@ -45,7 +45,7 @@ describe('run() with a circuit breaker', () => {
       expect((err as RelentError).code).toBe('ERR_CIRCUIT_OPEN');
       expect((err as RelentError).reason).toBe('circuit_open');
       expect((err as RelentError).attempts).toBe(0);
-      expect(events).toEqual([{ type: 'result', operationId: expect.any(String), status: null, errorClass: null, reason: 'circuit_open', attempts: 0 }]);
+      expect(events).toEqual([{ type: 'result', operationId: expect.any(String), status: null, errorClass: null, reason: 'circuit_open', attempts: 0, ts: expect.any(Number) }]);
       clock.advance(100);
     }
     expect(calls).toBe(5);

@@ -45,7 +45,10 @@ describe('run(): the S3 fixture through the real executor on a test clock', () =
     expect(new Set(calls.map((c) => c.operationId))).toEqual(new Set(['op-42']));
     const attempts = events.filter((e) => e.type === 'attempt');
     expect(attempts.map((e) => [e.attempt, e.remainingMs, e.elapsedMs, e.decision])).toEqual([[1, 400, 80, 'retry'], [2, 280, 80, 'retry'], [3, 160, 50, 'return']]);
-    expect(events.at(-1)).toEqual({ type: 'result', operationId: 'op-42', status: 200, errorClass: null, reason: 'return', attempts: 3 });
+    // `ts` is the injected clock's wall time when each attempt was decided (the test clock starts at 2026-01-01).
+    const wall0 = Date.UTC(2026, 0, 1);
+    expect(attempts.map((e) => e.ts - wall0)).toEqual([80, 200, 290]);
+    expect(events.at(-1)).toEqual({ type: 'result', operationId: 'op-42', status: 200, errorClass: null, reason: 'return', attempts: 3, ts: wall0 + 290 });
     expect(clock.pending()).toBe(0); // no timer leaks
   });
 

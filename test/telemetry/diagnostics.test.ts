@@ -40,7 +40,7 @@ describe('diagnostics_channel publisher', () => {
       ['attempt', 1, 503, 'retry', 'https://api.example.com/items'],
       ['attempt', 2, 503, 'retry', 'https://api.example.com/items'],
     ]);
-    expect(results).toEqual([{ type: 'result', operationId: r.operationId, status: 503, errorClass: null, reason: 'circuit_open', attempts: 2 }]);
+    expect(results).toEqual([{ type: 'result', operationId: r.operationId, status: 503, errorClass: null, reason: 'circuit_open', attempts: 2, ts: Date.UTC(2026, 0, 1) + 10 }]); // refused after the second wait
     // Opened when attempt 2 failed, at t = 5 ms (the wall clock of the test clock starts at 2026-01-01).
     expect(changes).toEqual([{ name: 'https://api.example.com', from: 'closed', to: 'open', at: Date.UTC(2026, 0, 1) + 5, reason: 'failure_ratio' }]);
   });
@@ -49,7 +49,7 @@ describe('diagnostics_channel publisher', () => {
     const got = listen<AttemptEvent>('relent:attempt');
     const ev: AttemptEvent = {
       type: 'attempt', operationId: 'op-1', requestId: 'op-1/attempt-1', attempt: 1, method: 'GET', endpoint: 'https://u:secret@h.example/p?token=secret#secret',
-      status: 200, errorClass: null, elapsedMs: 1, remainingMs: 100, decision: 'return', delayMs: null, retryAfterMs: null, retryAfterValid: null,
+      status: 200, errorClass: null, elapsedMs: 1, remainingMs: 100, decision: 'return', delayMs: null, retryAfterMs: null, retryAfterValid: null, ts: 0,
     };
     publishEvent(ev);
     expect(got[0]!.endpoint).toBe('https://h.example:443/p');
@@ -57,7 +57,7 @@ describe('diagnostics_channel publisher', () => {
   });
 
   it('costs nothing and throws nothing without subscribers', () => {
-    expect(() => publishEvent({ type: 'result', operationId: 'x', status: 200, errorClass: null, reason: 'return', attempts: 1 })).not.toThrow();
+    expect(() => publishEvent({ type: 'result', operationId: 'x', status: 200, errorClass: null, reason: 'return', attempts: 1, ts: 0 })).not.toThrow();
     expect(() => publishBreakerChange({ name: null, from: 'closed', to: 'open', at: 0, reason: 'failure_ratio' })).not.toThrow();
   });
 });

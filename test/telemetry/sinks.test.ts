@@ -59,7 +59,7 @@ describe('createConsoleSink', () => {
     const sink = createConsoleSink({ write: (l) => lines.push(l), format: 'json' });
     sink({
       type: 'attempt', operationId: 'op-1', requestId: 'op-1/attempt-1', attempt: 1, method: 'GET', endpoint: 'https://x.example/p?api_key=SECRET',
-      status: 200, errorClass: null, elapsedMs: 1, remainingMs: 1, decision: 'return', delayMs: null, retryAfterMs: null, retryAfterValid: null,
+      status: 200, errorClass: null, elapsedMs: 1, remainingMs: 1, decision: 'return', delayMs: null, retryAfterMs: null, retryAfterValid: null, ts: 0,
     });
     expect(JSON.parse(lines[0]!).endpoint).toBe('https://x.example:443/p');
     expect(lines[0]).not.toContain('SECRET');
@@ -73,7 +73,7 @@ describe('createConsoleSink', () => {
       return true;
     }) as typeof process.stderr.write;
     try {
-      createConsoleSink()({ type: 'result', operationId: 'op-1', status: 200, errorClass: null, reason: 'return', attempts: 1 });
+      createConsoleSink()({ type: 'result', operationId: 'op-1', status: 200, errorClass: null, reason: 'return', attempts: 1, ts: 0 });
     } finally {
       process.stderr.write = original;
     }
@@ -86,7 +86,7 @@ describe('createConsoleSink', () => {
 });
 
 describe('combineSinks', () => {
-  const ev: Ev = { type: 'result', operationId: 'op-1', status: 200, errorClass: null, reason: 'return', attempts: 1 };
+  const ev: Ev = { type: 'result', operationId: 'op-1', status: 200, errorClass: null, reason: 'return', attempts: 1, ts: 0 };
 
   it('hands each event to every sink in order, skipping falsy entries; takes functions and { onEvent } objects', () => {
     const seen: string[] = [];
