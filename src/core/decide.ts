@@ -204,7 +204,7 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
 
   const hint = status !== null ? readServerHint(policy, obs, ctx.wallNow) : null;
   // retryAfterValid is about the Retry-After header: null when the hint came from a rate-limit field.
-  const hintSeen = hint ? { ms: hint.valid ? hint.delayMs : null, valid: hint.source === 'retry-after' ? hint.valid : null } : null;
+  const hintSeen = hint ? { ms: hint.valid && !hint.noRetry ? hint.delayMs : null, valid: hint.source === 'retry-after' ? hint.valid : null } : null;
   const throttled = status !== null && policy.throttleStatuses.has(status);
   const timeout = errorClass === 'timeout';
 

@@ -1,4 +1,5 @@
 import type { Policy } from './policy.js';
+import { GRPC_PUSHBACK_HEADER, NO_RETRY_HEADER, parsePushback } from './propagation.js';
 import { RATE_LIMIT_HEADERS, readRateLimitWait } from './ratelimit.js';
 import { parseRetryAfter } from './retry-after.js';
 import type { Observation } from './types.js';
@@ -9,12 +10,12 @@ export interface ServerHint {
    * Where the hint came from: the Retry-After header, the draft `RateLimit` field, the
    * individual drafts' `RateLimit-Reset`, or the non-standard `X-RateLimit-Reset` family.
    */
-  readonly source: 'retry-after' | 'ratelimit' | 'ratelimit-reset' | 'x-ratelimit-reset';
+  readonly source: 'retry-after' | 'ratelimit' | 'ratelimit-reset' | 'x-ratelimit-reset' | 'x-relent-no-retry' | 'grpc-retry-pushback-ms';
   /** Always true for the rate-limit sources: an unusable rate-limit field is no hint at all. */
   readonly valid: boolean;
   /** The wait the server asked for (valid hints only; 0 otherwise). */
   readonly delayMs: number;
-  /** The server said not to retry at all. */
+  /** The server said not to retry at all (`x-relent-no-retry`, or a negative or unparseable `grpc-retry-pushback-ms`). */
   readonly noRetry: boolean;
 }
 
@@ -23,7 +24,7 @@ export interface ServerHint {
  * headers into an observation need only these (and copying no others keeps cookies and
  * other secrets out of observations).
  */
-export const SERVER_HINT_HEADERS: readonly string[] = Object.freeze(['retry-after', 'date', ...RATE_LIMIT_HEADERS]);
+export const SERVER_HINT_HEADERS: readonly string[] = Object.freeze(['retry-after', 'date', ...RATE_LIMIT_HEADERS, NO_RETRY_HEADER, GRPC_PUSHBACK_HEADER]);
 
 /**
  * The hint headers of a response as an observation's `headers`: only SERVER_HINT_HEADERS,
@@ -70,12 +71,21 @@ function joined(v: unknown): string | undefined {
  * field MUST take precedence"): `RateLimit` with `r=0` and a `t`, then `RateLimit-Reset`,
  * then `X-RateLimit-Reset` and its variants (see ratelimit.ts). Those give a valid hint
  * or none; `retryAfterValid` stays about the Retry-After header (null without one).
+ *
+ * "Don't retry" comes first, on any status (not only `retryAfter.statuses`) as long as
+ * the policy honours hints: relent's `x-relent-no-retry` (any value), or gRPC's
+ * `grpc-retry-pushback-ms` when negative or unparseable (gRPC A6). A non-negative
+ * pushback is a wait, read after Retry-After and before the rate-limit fields.
  */
 export function readServerHint(policy: Policy, obs: Observation, wallNow: number | undefined): ServerHint | null {
   const headers = obs.headers;
   const status = obs.status;
   if (!headers || status === undefined || status === null) return null;
-  if (!policy.retryAfter.honor || !policy.retryAfter.statuses.has(status)) return null;
+  if (!policy.retryAfter.honor) return null;
+  if (headers[NO_RETRY_HEADER] !== undefined) return NO_RETRY_MARKER;
+  const pushback = parsePushback(headers[GRPC_PUSHBACK_HEADER]);
+  if (pushback !== null && pushback.noRetry) return NO_RETRY_PUSHBACK;
+  if (!policy.retryAfter.statuses.has(status)) return null;
   const ctx = { wallNowMs: wallNow ?? Number.NaN, dateHeader: headers['date'] ?? null };
   const value = headers['retry-after'];
   if (value !== undefined) {
@@ -85,7 +95,11 @@ export function readServerHint(policy: Policy, obs: Observation, wallNow: number
       return { source: 'retry-after', valid: true, delayMs: parsed.delayMs, noRetry: false };
     }
   }
+  if (pushback !== null && !pushback.noRetry) return { source: GRPC_PUSHBACK_HEADER, valid: true, delayMs: pushback.delayMs, noRetry: false };
   const rl = readRateLimitWait(headers, ctx);
   if (rl.kind !== 'wait') return null;
   return { source: rl.source, valid: true, delayMs: rl.delayMs, noRetry: false };
 }
+
+const NO_RETRY_MARKER: ServerHint = Object.freeze({ source: NO_RETRY_HEADER, valid: true, delayMs: 0, noRetry: true });
+const NO_RETRY_PUSHBACK: ServerHint = Object.freeze({ source: GRPC_PUSHBACK_HEADER, valid: true, delayMs: 0, noRetry: true });

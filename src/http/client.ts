@@ -4,6 +4,7 @@ import type * as Undici from 'undici';
 import type { BreakerSnapshot, CircuitBreaker } from '../core/breaker.js';
 import type { RetryBudget } from '../core/budget.js';
 import type { Policy, PolicySpec } from '../core/policy.js';
+import { PROPAGATION_DEFAULTS, resolvePropagation, type PropagationSpec, type ResolvedPropagation } from '../core/propagation.js';
 import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import type { Bulkhead } from '../run/bulkhead.js';
@@ -15,7 +16,8 @@ import { checkRouteTemplate, normalizeEndpoint, originKey } from './endpoint.js'
 import { failureError, notReplayableError, RelentFetchError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from './idempotency.js';
 import {
-  asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, timeoutOf, invalid, listenerOf, observeResponse, PROTECTION_DEFAULTS, type ProtectionOptions,
+  asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, inherit, invalid, listenerOf, observeResponse, passOnNoRetry,
+  PROTECTION_DEFAULTS, timeoutOf, type ProtectionOptions,
 } from './operation.js';
 
 /**
@@ -90,6 +92,13 @@ export interface ClientOptions extends ProtectionOptions {
   readonly routeTemplate?: ((url: URL) => string | null | undefined) | null;
   /** Redirects followed within one attempt with `redirect: 'follow'`. Default 20 (as fetch). */
   readonly maxRedirections?: number;
+  /**
+   * What every attempt tells the server: `x-relent-attempt` (1-based) and
+   * `x-relent-deadline-ms` (the time the caller waits for this attempt), optionally
+   * `grpc-timeout` and Envoy's form; and, under a relent server, whether a call inherits
+   * what is left of the incoming request's deadline. `false`: no headers, no inheritance.
+   */
+  readonly propagate?: PropagationSpec | false;
   /** Injected time and randomness (tests without sockets). Default: the system clock and Math.random. */
   readonly clock?: Clock | null;
   readonly random?: Random | null;
@@ -106,6 +115,7 @@ export const CLIENT_DEFAULTS = Object.freeze({
   autoIdempotencyKey: false,
   routeTemplate: null,
   maxRedirections: 20,
+  propagate: PROPAGATION_DEFAULTS,
   clock: null,
   random: null,
 });
@@ -187,7 +197,7 @@ function toHeaders(h: HeadersLike): Headers {
   }
 }
 
-async function prepareRequest(input: string | URL | Request, init: RelentRequestInit, autoKeyDefault: boolean): Promise<Prepared> {
+async function prepareRequest(input: string | URL | Request, init: RelentRequestInit, autoKeyDefault: boolean, prop: ResolvedPropagation): Promise<Prepared> {
   const { url, request } = parseInput(input);
   const method = normalizeMethod(init.method ?? request?.method ?? 'GET');
   let rawBody: unknown = init.body;
@@ -208,6 +218,7 @@ async function prepareRequest(input: string | URL | Request, init: RelentRequest
       if (name === 'content-length' && body.kind !== 'stream') continue; // we know the length
       if (name === 'content-type') hasContentType = true;
       if (name === IDEMPOTENCY_KEY_HEADER) headerKey = keyFromHeader(value);
+      if (prop.sends && prop.names.includes(name)) continue; // relent sets these per attempt
       headers.push(name, value);
     }
   }
@@ -279,10 +290,11 @@ export function createClient(options: ClientOptions = {}): RelentClient {
   const timers: Clock = clock ?? systemClock;
   const deps = new Dependencies(options);
   const policyCache = new WeakMap<object, Policy>();
+  const prop = resolvePropagation(options.propagate);
 
   const fetch = async (input: string | URL | Request, init: RelentRequestInit = {}): Promise<Response> => {
     if (typeof init !== 'object' || init === null) throw invalid('init', 'Expected `init` to be an object');
-    const req = await prepareRequest(input, init, autoKey);
+    const req = await prepareRequest(input, init, autoKey, prop);
     const lim = callLimits(callPolicy(basePolicy, init.policy, policyCache), {
       deadlineMs: init.deadlineMs, attemptTimeoutMs: init.attemptTimeoutMs, stream: req.body.kind === 'stream',
     });
@@ -301,7 +313,10 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       body: req.body.kind === 'bytes' ? req.body.bytes : req.body.kind === 'stream' ? (req.body.stream as Dispatcher.DispatchOptions['body']) : null,
       maxRedirections: req.redirect === 'follow' ? maxRedirections : 0,
     };
-    const attempt = (): Promise<AttemptHandler> => dispatchAttempt(dispatch, dispatchOpts, call, validStatus);
+    const attempt = prop.sends
+      ? (ctx: AttemptContext): Promise<AttemptHandler> => dispatchAttempt(dispatch, { ...dispatchOpts, headers: attemptHeaders(req.headers, prop, ctx) }, call, validStatus)
+      : (): Promise<AttemptHandler> => dispatchAttempt(dispatch, dispatchOpts, call, validStatus);
+    const { deadlineMs, incoming } = inherit(prop, lim.deadlineMs);
     const runOptions: RunOptions<AttemptHandler | Response> = {
       policy,
       operationId: init.operationId ?? newOperationId(),
@@ -315,7 +330,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       bulkhead: dep.bulkhead,
       idempotent: init.idempotent,
       idempotencyKey: req.idempotencyKey ?? undefined,
-      deadlineMs: lim.deadlineMs,
+      deadlineMs,
       attemptTimeoutMs: lim.attemptTimeoutMs,
       stateCheck: init.stateCheck,
       signal: req.signal,
@@ -330,6 +345,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       call.release();
       throw e;
     }
+    passOnNoRetry(incoming, result);
     return settle(result, call, req, policy, endpoint, lim.streamLimited, timers.wallNow);
   };
 

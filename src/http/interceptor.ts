@@ -1,15 +1,19 @@
 import type { Dispatcher } from 'undici';
 import type { Policy, PolicySpec } from '../core/policy.js';
+import { PROPAGATION_DEFAULTS, resolvePropagation, type PropagationSpec } from '../core/propagation.js';
 import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import { systemClock } from '../run/clock.js';
-import { execute, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
+import { execute, type AttemptContext, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
 import type { AttemptHandler } from './attempt.js';
 import { beforeQuery, normalizeUrlEndpoint } from '../core/endpoint.js';
 import { checkRouteTemplate } from './endpoint.js';
 import { failureError, notReplayableError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from './idempotency.js';
-import { asError, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, timeoutOf, invalid, listenerOf, observeResponse, PROTECTION_DEFAULTS, type ProtectionOptions } from './operation.js';
+import {
+  asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, inherit, invalid, listenerOf, observeResponse, passOnNoRetry,
+  PROTECTION_DEFAULTS, timeoutOf, type ProtectionOptions,
+} from './operation.js';
 
 type IncomingHttpHeaders = Record<string, string | string[] | undefined>;
 type Dispatch = (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler) => boolean;
@@ -26,13 +30,15 @@ export interface InterceptorOptions extends ProtectionOptions {
   readonly autoIdempotencyKey?: boolean;
   /** The route template (e.g. `/users/:id`) of a request path for events; null/undefined → the path. */
   readonly routeTemplate?: ((path: string) => string | null | undefined) | null;
+  /** The attempt and deadline headers, and deadline inheritance under a relent server (see ClientOptions.propagate). */
+  readonly propagate?: PropagationSpec | false;
   /** Injected time and randomness. Default: the system clock and Math.random. */
   readonly clock?: Clock | null;
   readonly random?: Random | null;
 }
 
 export const INTERCEPTOR_DEFAULTS = Object.freeze({
-  policy: null, onEvent: null, key: null, autoIdempotencyKey: false, routeTemplate: null, clock: null, random: null,
+  policy: null, onEvent: null, key: null, autoIdempotencyKey: false, routeTemplate: null, propagate: PROPAGATION_DEFAULTS, clock: null, random: null,
   ...PROTECTION_DEFAULTS,
 });
 
@@ -109,8 +115,23 @@ function headerKey(headers: unknown): string | null {
   return null;
 }
 
+/** undici request headers in the flat-array form, without the names in `drop` (lower case). */
+function flatHeaders(headers: unknown, drop: readonly string[]): string[] {
+  const out = flatten(headers);
+  if (drop.length === 0) return out;
+  const kept: string[] = [];
+  for (let i = 0; i + 1 < out.length; i += 2) if (!drop.includes(out[i]!.toLowerCase())) kept.push(out[i]!, out[i + 1]!);
+  return kept;
+}
+
 /** undici request headers plus one header, in the flat-array form. */
 function withHeader(headers: unknown, name: string, value: string): string[] {
+  const out = flatten(headers);
+  out.push(name, value);
+  return out;
+}
+
+function flatten(headers: unknown): string[] {
   const out: string[] = [];
   if (Array.isArray(headers)) {
     if (headers.length > 0 && Array.isArray(headers[0])) for (const [k, v] of headers as [string, string][]) out.push(String(k), String(v));
@@ -126,7 +147,6 @@ function withHeader(headers: unknown, name: string, value: string): string[] {
       }
     }
   }
-  out.push(name, value);
   return out;
 }
 
@@ -182,6 +202,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
   const random = options.random ?? undefined;
   const timers: Clock = clock ?? systemClock;
   const policyCache = new WeakMap<object, Policy>();
+  const prop = resolvePropagation(options.propagate);
 
   const interceptor = ((dispatch: Dispatch): Dispatch => (opts, handler) => {
     const op = new InterceptedOperation(handler);
@@ -249,7 +270,14 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       }
 
       const sendOpts = opts;
-      const attempt = (): Promise<AttemptHandler> => dispatchAttempt(dispatch, sendOpts, call, null);
+      let attempt: (ctx: AttemptContext) => Promise<AttemptHandler>;
+      if (prop.sends) {
+        const base = flatHeaders(opts.headers, prop.names);
+        attempt = (ctx) => dispatchAttempt(dispatch, { ...sendOpts, headers: attemptHeaders(base, prop, ctx) }, call, null);
+      } else {
+        attempt = () => dispatchAttempt(dispatch, sendOpts, call, null);
+      }
+      const { deadlineMs, incoming } = inherit(prop, lim?.deadlineMs);
       const runOptions: RunOptions<AttemptHandler> = {
         policy,
         operationId: per.operationId,
@@ -264,7 +292,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         bulkhead: dep.bulkhead,
         idempotencyKey: key ?? undefined,
         idempotent: per.idempotent,
-        deadlineMs: lim?.deadlineMs,
+        deadlineMs,
         attemptTimeoutMs: lim?.attemptTimeoutMs,
         clock,
         random,
@@ -273,6 +301,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       execute<AttemptHandler>(attempt, runOptions).then(
         (r) => {
           this.release();
+          passOnNoRetry(incoming, r);
           this.settle(r, call, policy, () => whereOf(method, endpoint ?? endpointOf(), r), streamLimited);
         },
         (e: unknown) => {

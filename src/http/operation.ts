@@ -9,7 +9,9 @@ import { RelentError } from '../core/errors.js';
 import type { Policy, PolicySpec } from '../core/policy.js';
 import { resolvePolicy, withOverrides } from '../presets/index.js';
 import { createBulkhead, type Bulkhead, type BulkheadOptions } from '../run/bulkhead.js';
-import type { AttemptContext, Classified, RelentEvent } from '../run/run.js';
+import type { AttemptContext, Classified, RelentEvent, RunResult } from '../run/run.js';
+import { incomingCall, type IncomingCall } from '../run/incoming.js';
+import { appendPropagation, saysNoRetry, type ResolvedPropagation } from '../core/propagation.js';
 import { AttemptHandler } from './attempt.js';
 import { pickHintHeaders } from '../core/hints.js';
 
@@ -251,4 +253,31 @@ export function callLimits(policy: Policy, o: { deadlineMs?: number; attemptTime
     changed = true;
   }
   return { policy: changed ? withOverrides(policy, over) : policy, deadlineMs, attemptTimeoutMs, streamLimited };
+}
+
+/**
+ * What a call inherits from the request a relent server is serving (relent/server): at
+ * most what is left of that request's deadline (SRE book ch. 22: pass on what is left,
+ * never a fresh deadline). Returns the deadline to run under (ms from now; 0 when the
+ * caller's time is already spent: no call is made) and the incoming call to tell about
+ * a "don't retry" answer; both undefined outside a relent server or with inheritance off.
+ */
+export function inherit(p: ResolvedPropagation, own: number | undefined): { deadlineMs: number | undefined; incoming: IncomingCall | undefined } {
+  const incoming = p.inheritDeadline ? incomingCall() : undefined;
+  if (incoming === undefined) return { deadlineMs: own, incoming };
+  const left = incoming.remainingMs();
+  if (!(left < Infinity)) return { deadlineMs: own, incoming };
+  const ms = Math.max(0, left);
+  return { deadlineMs: own === undefined || ms < own ? ms : own, incoming };
+}
+
+/** Tells the incoming request (if any) that this operation's last answer said "don't retry". */
+export function passOnNoRetry(incoming: IncomingCall | undefined, r: RunResult<unknown>): void {
+  if (incoming === undefined) return;
+  if (r.why === 'retry_after_no_retry' || saysNoRetry(r.last?.headers)) incoming.dependencySaidNoRetry();
+}
+
+/** Flat undici headers (`[name, value, …]`) of one attempt: the call's own plus the propagation headers. */
+export function attemptHeaders(base: readonly string[], p: ResolvedPropagation, ctx: AttemptContext): string[] {
+  return appendPropagation(base.slice(), p, ctx.attempt, ctx.timeoutMs);
 }

@@ -9,7 +9,7 @@ import { errorClassOfCode } from '../core/error-codes.js';
 import { RelentError, REASON_CODES } from '../core/errors.js';
 import { ERROR_CLASSES, type Policy, type PolicySpec } from '../core/policy.js';
 import type {
-  AttemptEvent, Clock, DecisionResult, ErrorClass, Observation, Random, ResultEvent, SendState, TerminalReason,
+  AttemptEvent, Clock, DecisionResult, DecisionWhy, ErrorClass, Observation, Random, ResultEvent, SendState, TerminalReason,
 } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import type { Bulkhead } from './bulkhead.js';
@@ -137,6 +137,8 @@ export interface RunResult<T> {
   readonly stateCheck: Classified | null;
   /** The wait a `defer` asks the durable queue for. */
   readonly delayMs: number | null;
+  /** Why the last decision was taken (e.g. `retry_after_no_retry`), when the core took one. */
+  readonly why?: DecisionWhy | null;
 }
 
 let idCounter = 0;
@@ -568,11 +570,13 @@ class Runner<T> {
     }
     const outcome = extra.outcome ?? outcomeFor(reason, d, this.lastOutcome, last, this.operationId, attempts, this.signal);
     if (this.options.onEvent || this.scope !== null) {
-      const ev: ResultEvent & { stateCheck?: Classified } = {
+      const ev: ResultEvent & { stateCheck?: Classified; why?: DecisionWhy } = {
         type: 'result', operationId: this.operationId, status: last?.status ?? null, errorClass: last?.errorClass ?? null, reason, attempts,
         ts: Math.round(this.clock.wallNow()),
       };
       if (extra.stateCheck) ev.stateCheck = extra.stateCheck;
+      // Said only when the server asked not to retry (optional: other result events keep their shape).
+      if (d?.why === 'retry_after_no_retry') ev.why = d.why;
       if (this.options.onEvent) this.options.onEvent(ev);
       if (this.scope !== null) this.scope.end(ev);
     }
@@ -581,7 +585,7 @@ class Runner<T> {
       else this.rejectValue!(outcome.error);
       return;
     }
-    this.settleRun({ operationId: this.operationId, reason, attempts, last, outcome, stateCheck: extra.stateCheck ?? null, delayMs: d?.delayMs ?? null });
+    this.settleRun({ operationId: this.operationId, reason, attempts, last, outcome, stateCheck: extra.stateCheck ?? null, delayMs: d?.delayMs ?? null, why: d?.why ?? null });
   }
 }
 
