@@ -18,6 +18,11 @@ export type { RetryAfterParse, RetryAfterForm } from './core/retry-after.js';
 export { parseHttpDate, formatImfFixdate } from './core/http-date.js';
 export { readServerHint, pickHintHeaders, SERVER_HINT_HEADERS } from './core/hints.js';
 export type { ServerHint } from './core/hints.js';
+export {
+  parseDeadlineMs, parseGrpcTimeout, parseAttempt, parsePreviousAttempts, parsePushback, formatDeadlineMs, formatGrpcTimeout, readIncomingHints, saysNoRetry,
+  PROPAGATION_DEFAULTS, DEADLINE_HEADER, ATTEMPT_HEADER, NO_RETRY_HEADER, MAX_DEADLINE_MS,
+} from './core/propagation.js';
+export type { PropagationSpec, HeaderParse, HeaderProblem, IncomingHints, IncomingHeaderSpec } from './core/propagation.js';
 export { ERROR_CODE_CLASSES, errorClassOfCode } from './core/error-codes.js';
 export { RelentError, REASON_CODES } from './core/errors.js';
 export type { RelentErrorCode } from './core/errors.js';

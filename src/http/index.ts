@@ -6,6 +6,7 @@ export { RelentFetchError } from './errors.js';
 export { relentInterceptor, INTERCEPTOR_DEFAULTS } from './interceptor.js';
 export type { InterceptorOptions, RelentDispatchOptions, RelentInterceptor } from './interceptor.js';
 export type { ProtectionOptions } from './operation.js';
+export type { PropagationSpec } from '../core/propagation.js';
 export { WIRE_ERROR_TABLE, classifyWireError, WireError } from './classify.js';
 export type { RequestPhase, WireClass } from './classify.js';
 export { normalizeEndpoint, originKey } from './endpoint.js';
