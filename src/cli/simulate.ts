@@ -21,7 +21,9 @@ Scenarios:
              amplification, success, latency and recovery of the peers' defaults and
              relent's, calibrated against measurements of the real libraries
   layers     three layers each retrying 4 times against an overloaded database,
-             with and without retry budgets
+             with and without retry budgets; and the fleet case: every layer P
+             processes, a budget per process or one shared, with and without the
+             servers' "don't retry"
   FILE.json  a scenario file: {"scenario": "overload", …settings} (docs/simulator.md)
 
 Options:
@@ -31,6 +33,7 @@ Options:
   --runs N       runs per cell (brooker default 100, overload 3, layers 1)
   --seed S       seed (number or text); the same seed prints the same numbers
   --clients L    brooker only: client counts, e.g. 10,50,100
+  --processes P  layers only: processes per layer in the fleet rows (default 10)
   --json         JSON on stdout instead of tables
   --html FILE    also write the tables and charts as one self-contained HTML page
 `;
@@ -118,6 +121,7 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
       runs: { type: 'string' },
       seed: { type: 'string' },
       clients: { type: 'string' },
+      processes: { type: 'string' },
       json: { type: 'boolean' },
       html: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -161,6 +165,12 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
       throw new RelentError('ERR_INVALID_INPUT', `--clients: expected client counts like 10,50,100 (integers 1–10000), got ${JSON.stringify(values.clients)}`, { field: '--clients' });
     }
     overrides.clients = list;
+  }
+  if (values.processes !== undefined) {
+    if (scenario.scenario !== 'layers') throw new RelentError('ERR_INVALID_INPUT', '--processes: only the layers scenario takes processes per layer', { field: '--processes' });
+    const p = Number(values.processes);
+    if (!Number.isInteger(p) || p < 1 || p > 1000) throw new RelentError('ERR_INVALID_INPUT', `--processes: expected an integer from 1 to 1000, got ${JSON.stringify(values.processes)}`, { field: '--processes' });
+    overrides.fleetProcesses = p;
   }
   scenario = { scenario: scenario.scenario, config: { ...scenario.config, ...overrides } } as Scenario;
   const extra: SimPolicy[] = [];
@@ -217,6 +227,6 @@ function header(s: Scenario): string {
         `, ${d.rejectStatus} over capacity, ${(c.deadlineMs ?? OVERLOAD_DEFAULTS.deadlineMs) / 1000} s deadline; ${runs(c.runs ?? OVERLOAD_DEFAULTS.runs)}, seed ${String(c.seed ?? 1)}\n`;
     }
     case 'layers':
-      return `relent simulate layers — ${s.config.layers ?? 3} layers each retrying, the database overloaded (503); ${runs(s.config.runs ?? 1)}, seed ${String(s.config.seed ?? 1)}\n`;
+      return `relent simulate layers — ${s.config.layers ?? 3} layers each retrying, the database overloaded (503); fleet rows: ${s.config.fleetProcesses ?? 10} processes per layer; ${runs(s.config.runs ?? 1)}, seed ${String(s.config.seed ?? 1)}\n`;
   }
 }

@@ -211,8 +211,9 @@ function parseOverload(raw: Obj): Partial<OverloadConfig> {
 }
 
 function parseLayers(raw: Obj): Partial<LayersConfig> {
-  object(raw, '', ['scenario', 'seed', 'runs', 'arrivalsPerSec', 'durationMs', 'layers', 'hopMs', 'dbMs', 'dbFailureShare', 'deadlineMs', 'policy', 'variants']);
+  object(raw, '', ['scenario', 'seed', 'runs', 'arrivalsPerSec', 'durationMs', 'layers', 'hopMs', 'dbMs', 'dbFailureShare', 'deadlineMs', 'policy', 'variants', 'fleetProcesses']);
   const out: Record<string, unknown> = {};
+  opt(out, raw, 'fleetProcesses', (v, f) => number(v, f, 1, 1000, true), '');
   opt(out, raw, 'seed', seed, '');
   opt(out, raw, 'runs', (v, f) => number(v, f, 1, 10_000, true), '');
   opt(out, raw, 'arrivalsPerSec', (v, f) => number(v, f, 0.001, 1e5), '');
@@ -226,12 +227,21 @@ function parseLayers(raw: Obj): Partial<LayersConfig> {
   opt(out, raw, 'variants', (v, f) => {
     const list = array(v, f, 20).map((x, i): LayersVariant => {
       const g = `${f}[${i}]`;
-      const o = object(x, g, ['name', 'budget', 'giveUpStatus']);
+      const o = object(x, g, ['name', 'budget', 'giveUpStatus', 'processes', 'sharedBudget', 'noRetry']);
       if (typeof o.budget !== 'boolean' && (typeof o.budget !== 'object' || o.budget === null || Array.isArray(o.budget))) {
         throw invalid(`${g}.budget`, 'a boolean or a budget object ({"kind": "ratio", …})', o.budget);
       }
       const budget = typeof o.budget === 'boolean' ? o.budget : byCore(() => normalizeBudget(o.budget, `${g}.budget`));
-      return { name: string(o.name, `${g}.name`), budget, giveUpStatus: o.giveUpStatus === undefined ? 503 : number(o.giveUpStatus, `${g}.giveUpStatus`, 100, 599, true) };
+      const flag = (k: 'sharedBudget' | 'noRetry'): boolean => {
+        if (o[k] === undefined) return false;
+        if (typeof o[k] !== 'boolean') throw invalid(`${g}.${k}`, 'a boolean', o[k]);
+        return o[k] as boolean;
+      };
+      return {
+        name: string(o.name, `${g}.name`), budget, giveUpStatus: o.giveUpStatus === undefined ? 503 : number(o.giveUpStatus, `${g}.giveUpStatus`, 100, 599, true),
+        processes: o.processes === undefined ? 1 : o.processes === 'fleet' ? 'fleet' : number(o.processes, `${g}.processes`, 1, 1000, true),
+        sharedBudget: flag('sharedBudget'), noRetry: flag('noRetry'),
+      };
     });
     uniqueNames(list, f);
     return list;

@@ -93,8 +93,8 @@ export function formatOverload(r: OverloadResult): string {
 /** Layers' table: calls made by each layer per user action. */
 export function layersTable(r: LayersResult): Table {
   const depth = Math.max(0, ...r.rows.map((x) => x.callsPerAction.length));
-  const header = ['variant', ...Array.from({ length: depth }, (_, k) => (k === depth - 1 ? `layer ${k + 1} → db` : `layer ${k + 1}`)), 'db calls / action', 'success'];
-  return { header, rows: r.rows.map((x) => [x.variant, ...x.callsPerAction.map((v) => fixed(v, 2)), times(x.amplification), pct(x.successShare)]) };
+  const header = ['variant', ...Array.from({ length: depth }, (_, k) => (k === depth - 1 ? `layer ${k + 1} → db` : `layer ${k + 1}`)), 'db calls / action', 'success', 'processes / layer'];
+  return { header, rows: r.rows.map((x) => [x.variant, ...x.callsPerAction.map((v) => fixed(v, 2)), times(x.amplification), pct(x.successShare), String(x.processes)]) };
 }
 
 /** Layers: calls per user action at each layer. */

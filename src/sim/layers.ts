@@ -1,5 +1,6 @@
 import { attemptBudgetMs, decide, isIdempotent, preflight, startOperation, type BudgetGate } from '../core/decide.js';
 import { createRetryBudget, type BudgetSpec, type RetryBudget } from '../core/budget.js';
+import { NO_RETRY_HEADER } from '../core/propagation.js';
 import type { Decision } from '../core/types.js';
 import { budgetFor, resolveSimPolicy, round, simContext, statusObservation, TIMED_OUT, type ProgressFn, type ResolvedSimPolicy, type SimObservation } from './common.js';
 import { EventQueue, Sampler, streamSeed } from './engine.js';
@@ -14,6 +15,11 @@ import { nextAttempt, ownState, recordRetry, type SimState } from './state.js';
  * database. Each layer is one process with one shared retry budget (when the variant
  * has budgets). The deadline is propagated: a layer's operation gets what is left of
  * its caller's attempt, minus the two network hops.
+ *
+ * The fleet case: each layer runs as P processes (`processes`), each with its own budget
+ * (P floors of retries per layer) or one budget shared by the layer's processes (as
+ * relent/fleet shares one through Redis); with `noRetry`, a layer that gives up says
+ * "don't retry" (relent/server's marker), so only the layer above the database retries.
  */
 export interface LayersVariant {
   readonly name: string;
@@ -21,6 +27,20 @@ export interface LayersVariant {
   readonly budget: boolean | BudgetSpec;
   /** What a layer answers its caller when its own operation failed: 503 passes the overload up; a status the layers do not retry stops retries above (SRE ch. 21: "overloaded; don't retry"). */
   readonly giveUpStatus: number;
+  /**
+   * The fleet case: each layer runs as this many processes (default 1; `"fleet"`: the
+   * config's `fleetProcesses`); its calls are spread over them in turn. Each process
+   * keeps its own budget unless `sharedBudget`.
+   */
+  readonly processes?: number | 'fleet';
+  /** The processes of a layer share one budget (what relent/fleet does through Redis) instead of one each. Default false. */
+  readonly sharedBudget?: boolean;
+  /**
+   * A layer that gives up answers its caller `giveUpStatus` with relent's "don't retry"
+   * marker (`x-relent-no-retry`, as relent/server does), which relent's clients honour
+   * whatever the status. Default false.
+   */
+  readonly noRetry?: boolean;
 }
 
 export interface LayersConfig {
@@ -41,11 +61,15 @@ export interface LayersConfig {
   readonly deadlineMs: number;
   /** The policy every layer runs. */
   readonly policy: SimPolicy;
+  /** Processes per layer in the fleet variants (`processes: "fleet"`). */
+  readonly fleetProcesses: number;
   readonly variants: readonly LayersVariant[];
 }
 
 export interface LayersRow {
   readonly variant: string;
+  /** Processes per layer. */
+  readonly processes: number;
   /** User actions started (per run). */
   readonly operations: number;
   /** Calls made by layer k (k = 1 the top), per user action. Layer `layers` calls the database. */
@@ -81,13 +105,22 @@ export const LAYERS_DEFAULTS: LayersConfig = Object.freeze({
   dbFailureShare: 1,
   deadlineMs: 60_000,
   policy: LAYER_POLICY,
+  fleetProcesses: 10,
   variants: Object.freeze([
     Object.freeze({ name: 'no budgets', budget: false, giveUpStatus: 503 }),
     Object.freeze({ name: 'budgets (SRE rule: 10 % of requests)', budget: Object.freeze({ kind: 'ratio' as const, deposit: 'operation' as const, refund: false }), giveUpStatus: 503 }),
     Object.freeze({ name: 'budgets', budget: true, giveUpStatus: 503 }),
     Object.freeze({ name: 'budgets, give-up not retried', budget: true, giveUpStatus: 500 }),
+    // The fleet case: every layer is `fleetProcesses` processes.
+    Object.freeze({ name: 'fleet, budget per process', budget: true, giveUpStatus: 503, processes: 'fleet' as const }),
+    Object.freeze({ name: 'fleet, shared budget', budget: true, giveUpStatus: 503, processes: 'fleet' as const, sharedBudget: true }),
+    Object.freeze({ name: 'fleet, budget per process, "don\'t retry"', budget: true, giveUpStatus: 503, processes: 'fleet' as const, noRetry: true }),
+    Object.freeze({ name: 'fleet, shared budget, "don\'t retry"', budget: true, giveUpStatus: 503, processes: 'fleet' as const, sharedBudget: true, noRetry: true }),
   ]),
 });
+
+/** A status code (beyond HTTP's) that stands for `giveUpStatus` with relent's "don't retry" marker, in the packed event. */
+const MARKED = 1000;
 
 const USER = 0;
 const START = 1; // a layer's operation begins (the call reached it)
@@ -98,6 +131,8 @@ const TIMEOUT = 4; // an attempt's time is up
 /** One layer operation (a call being served by layer `layer`). */
 interface LayerOp {
   readonly layer: number;
+  /** Which of the layer's processes serves it. */
+  readonly process: number;
   /** The caller's operation, or -1 for the user. */
   readonly parent: number;
   /** The caller's attempt this operation serves (its answer is dropped if the caller moved on). */
@@ -137,6 +172,7 @@ export function runLayers(config: Partial<LayersConfig> = {}, onProgress?: Progr
     attempts += calls.reduce((a, b) => a + b, 0);
     rows.push({
       variant: v.name,
+      processes: processesOf(v, c),
       operations: round(ops / c.runs, 1),
       callsPerAction,
       amplification: callsPerAction[c.layers - 1] ?? 0,
@@ -152,15 +188,25 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
   const arrivals = new Sampler(streamSeed(c.seed, 'layers', 'arrivals', run));
   const rng = new Sampler(streamSeed(c.seed, 'layers', 'decide', v.name, run));
   const dbRng = new Sampler(streamSeed(c.seed, 'layers', 'db', run));
-  const budgets: (RetryBudget | null)[] = Array.from({ length: c.layers }, () => (typeof v.budget === 'object' ? createRetryBudget(v.budget) : v.budget ? budgetFor({ ...p, budgeted: true }) : null));
+  const processes = processesOf(v, c);
+  const newBudget = (): RetryBudget | null => (typeof v.budget === 'object' ? createRetryBudget(v.budget) : v.budget ? budgetFor({ ...p, budgeted: true }) : null);
+  // budgets[layer][process]: one per process, or one object shared by a layer's processes.
+  const budgets: (RetryBudget | null)[][] = Array.from({ length: c.layers }, () => {
+    const shared = v.sharedBudget === true ? newBudget() : null;
+    return Array.from({ length: processes }, () => (v.sharedBudget === true ? shared : newBudget()));
+  });
+  const nextProcess = new Int32Array(c.layers);
   const ctx = simContext(rng.uniform, null);
-  // Each layer's budget gate for preflight(), built once (no allocation per attempt).
-  const gates: BudgetGate[] = budgets.map((budget) => ({ policy, budget, random: ctx.random }));
+  // Each process's budget gate for preflight(), built once (no allocation per attempt).
+  const gates: BudgetGate[][] = budgets.map((layer) => layer.map((budget) => ({ policy, budget, random: ctx.random })));
   const idempotent = isIdempotent(policy, { method: 'GET' });
   const observations = new Map<number, SimObservation>();
   const observation = (status: number): SimObservation => {
     let o = observations.get(status);
-    if (!o) observations.set(status, (o = statusObservation(status)));
+    if (!o) {
+      o = status === MARKED ? { status: v.giveUpStatus, headers: { [NO_RETRY_HEADER]: 'upstream' }, elapsedMs: 0 } : statusObservation(status);
+      observations.set(status, o);
+    }
     return o;
   };
   const ops: LayerOp[] = [];
@@ -171,7 +217,9 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
   const hop = c.hopMs;
 
   const newOp = (layer: number, parent: number, parentAttempt: number, deadlineMs: number): number => {
-    ops.push({ layer, parent, parentAttempt, deadlineMs, state: null, pending: false, done: false });
+    const process = nextProcess[layer]!;
+    nextProcess[layer] = (process + 1) % processes;
+    ops.push({ layer, process, parent, parentAttempt, deadlineMs, state: null, pending: false, done: false });
     return ops.length - 1;
   };
   /**
@@ -192,13 +240,13 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
       if (decision === 'return') successes++;
       return;
     }
-    settle(now + hop, ANSWER, op.parent, op.parentAttempt, decision === 'return' ? 200 : v.giveUpStatus);
+    settle(now + hop, ANSWER, op.parent, op.parentAttempt, decision === 'return' ? 200 : v.noRetry === true ? MARKED : v.giveUpStatus);
   };
 
   const send = (i: number, now: number): void => {
     const op = ops[i]!;
     const state = op.state!;
-    const stop = preflight(state, now, gates[op.layer]);
+    const stop = preflight(state, now, gates[op.layer]![op.process]);
     if (stop !== null) {
       // budgetExhausted "wait": the retry waits for the layer's budget and asks again.
       if (stop.decision === 'retry') return void queue.push(now + stop.delayMs!, ATTEMPT, i);
@@ -256,7 +304,7 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
     op.pending = false;
     const status = (packed >>> 4) & 1023;
     ctx.now = now;
-    ctx.budget = budgets[op.layer]!;
+    ctx.budget = budgets[op.layer]![op.process]!;
     const d = decide(policy, state, status === 0 ? TIMED_OUT : observation(status), ctx);
     if (d.decision === 'retry') {
       recordRetry(state, d);
@@ -266,4 +314,8 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
     }
   }
   return { calls, operations, successes, reasons };
+}
+
+function processesOf(v: LayersVariant, c: LayersConfig): number {
+  return v.processes === 'fleet' ? c.fleetProcesses : v.processes ?? 1;
 }

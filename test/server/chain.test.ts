@@ -88,7 +88,7 @@ describe('a chain of three relent-served hops, 300 ms deadline at the top', () =
     const e = await top.fetch(a.url).then((r) => r.status, (x: { code: string }) => x.code);
     const took = performance.now() - t0;
     expect(e).toBe('ERR_DEADLINE_EXCEEDED');
-    expect(took).toBeLessThan(600);
+    expect(took).toBeLessThan(1500);
 
     const [ra, rb, rc] = [requests(a)[0]!, requests(b)[0]!, requests(c)[0]!];
     // The deadline each hop received, and the time each had left when its handler started.
@@ -108,7 +108,7 @@ describe('a chain of three relent-served hops, 300 ms deadline at the top', () =
     else expect(ends[0]).toMatchObject({ where: 'handler' });
     const worked = stoppedAt - started;
     expect(worked).toBeGreaterThan(rc.deadlineMs! - 30);
-    expect(worked).toBeLessThan(rc.deadlineMs! + 100);
+    expect(worked).toBeLessThan(rc.deadlineMs! + 1000); // timers run late on a loaded machine; a fresh deadline would be 10 s
     const stepsThen = steps;
     await sleep(60);
     expect(steps).toBe(stepsThen);

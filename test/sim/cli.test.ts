@@ -59,6 +59,16 @@ describe('relent simulate', () => {
     const r = await cli(file, '--seed', '2');
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/no budgets +4\.00 +16\.00 +64\.00 +64\.00x/);
+    expect(r.out).toMatch(/fleet, shared budget, "don't retry" +1\.00 +1\.00 +[\d.]+ +[\d.]+x +0\.0 % +10\n/);
+  });
+
+  it('layers --processes P sets the fleet rows\' processes per layer; elsewhere it is refused', async () => {
+    const r = await cli('layers', '--processes', '3', '--json');
+    expect(r.code).toBe(0);
+    const rows = (JSON.parse(r.out) as { rows: { variant: string; processes: number }[] }).rows;
+    expect(rows.filter((x) => x.variant.startsWith('fleet')).map((x) => x.processes)).toEqual([3, 3, 3, 3]);
+    expect((await cli('brooker', '--processes', '3')).code).toBe(2);
+    expect((await cli('layers', '--processes', '0')).code).toBe(2);
   });
 
   it('runs a scenario file; a malformed one exits 2 naming the field', async () => {

@@ -34,6 +34,9 @@ describe('scenario files: validated, errors name the field', () => {
     [{ scenario: 'layers', variants: [{ name: 'v' }] }, 'variants[0].budget', /`variants\[0\].budget` to be a boolean or a budget object/],
     [{ scenario: 'layers', variants: [{ name: 'v', budget: { kind: 'ratio', deposit: 'request' } }] }, 'variants[0].budget.deposit', /`variants\[0\].budget.deposit` to be "success" or "operation"/],
     [{ scenario: 'layers', policy: { policy: 'http-429', budget: 'yes' } }, 'policy.budget', /`policy.budget` to be a boolean/],
+    [{ scenario: 'layers', variants: [{ name: 'v', budget: true, processes: 0 }] }, 'variants[0].processes', /`variants\[0\].processes`/],
+    [{ scenario: 'layers', variants: [{ name: 'v', budget: true, sharedBudget: 'yes' }] }, 'variants[0].sharedBudget', /`variants\[0\].sharedBudget` to be a boolean/],
+    [{ scenario: 'layers', variants: [{ name: 'v', budget: true, noRetry: 1 }] }, 'variants[0].noRetry', /`variants\[0\].noRetry` to be a boolean/],
   ])('%o → %s', (input, field, message) => {
     const e = errorOf(() => parseScenario(input));
     expect(e.code).toBe('ERR_INVALID_INPUT');

@@ -32,6 +32,31 @@ describe('layers: retries at every layer (SRE book ch. 22)', () => {
     expect(b.callsPerAction.slice(0, 2)).toEqual([1, 1]);
   });
 
+  it('the fleet case: 10 processes per layer with a budget each get ten floors; one shared budget gets one', () => {
+    const separate = row('fleet, budget per process');
+    const shared = row('fleet, shared budget');
+    expect(separate.processes).toBe(10);
+    expect(separate.amplification).toBeGreaterThan(1.3);
+    expect(shared.amplification).toBeLessThan(1.1);
+    // A shared budget is one budget for the layer: the same as one process.
+    expect(shared.callsPerAction).toEqual(row('budgets').callsPerAction);
+    expect(separate.callsPerAction[0]!).toBeGreaterThan(shared.callsPerAction[0]! + 0.1);
+  });
+
+  it('the fleet case with relent\'s "don\'t retry" marker: only the layer above the database retries', () => {
+    for (const name of ['fleet, budget per process, "don\'t retry"', 'fleet, shared budget, "don\'t retry"']) {
+      expect(row(name).callsPerAction.slice(0, 2)).toEqual([1, 1]);
+      expect(row(name).reasons).toEqual({ not_retryable: 1 });
+    }
+    expect(row('fleet, shared budget, "don\'t retry"').amplification).toBeLessThan(row('fleet, budget per process, "don\'t retry"').amplification);
+    expect(row('fleet, budget per process, "don\'t retry"').amplification).toBeLessThan(row('fleet, budget per process').amplification);
+  });
+
+  it('the marker is honoured whatever the status (here 500, which the layers do not even retry, and 503, which they do)', () => {
+    const t = runLayers({ runs: 1, durationMs: 3000, variants: [{ name: 'm', budget: false, giveUpStatus: 503, noRetry: true }] });
+    expect(t.rows[0]!.callsPerAction).toEqual([1, 1, 4]);
+  });
+
   it('is deterministic', () => {
     expect(runLayers({ runs: 1, seed: 1, durationMs: 10_000 })).toEqual(r);
   });
