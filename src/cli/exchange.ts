@@ -1,9 +1,12 @@
 import { readFile } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
+import { basename, dirname, join, resolve as resolvePath } from 'node:path';
 import { parseArgs } from 'node:util';
 import { RelentError } from '../core/errors.js';
-import type { AuctionSummary, Exchange, ExchangeStats } from '../rtb/exchange.js';
-import { createExchange } from '../rtb/exchange.js';
+import { resolveExchangeConfig, type ResolvedExchangeConfig } from '../rtb/config.js';
+import type { AuctionSummary, ExchangeStats, WarmupReport } from '../rtb/exchange.js';
 import { createJsonlSink, type JsonlSink } from '../run/sinks.js';
+import { isExchangeWorker, runExchangeWorker, startCluster, startInProcess, type ExchangeProcesses } from './exchange-cluster.js';
 import { alignedTable, EXIT, fsReason, jsonErrorWhere, parseDuration, type Io } from './args.js';
 
 export const EXCHANGE_HELP = `relent exchange --config FILE [options]
@@ -11,20 +14,33 @@ export const EXCHANGE_HELP = `relent exchange --config FILE [options]
 Serves an OpenRTB exchange: POST /openrtb2/auction polls the configured demand
 partners in parallel under the source's tmax and answers 200 with the winning
 bids, 204 when there is none (or the source is disabled), 400 for a request it
-cannot parse (the field is named in the x-relent-reason header).
+cannot parse (the field is named in the x-relent-reason header), 408 (and the
+connection closed) for a request that has not all arrived within readTimeoutMs.
+GET /healthz answers 200 while the process runs; GET /readyz 200 when it takes
+auctions (503 while it stops).
+
+Before it listens, each process opens connections to every partner and runs
+dry-run auctions against a stand-in partner on loopback; then one line on
+stderr says it is ready. Win, billing and loss notices go through the durable
+delivery queue: by default a SQLite file next to the config (FILE without .json
++ .notices.db); "notices.store" in the config names another (postgres://…) or
+"memory". \`relent queue --store sqlite:… ls\` shows them.
 
   --config FILE        the exchange configuration (JSON; see docs/exchange.md)
   --port N             listen on this port (default: the config's, else 8080; 0 = any)
   --host H             listen on this address (default: the config's, else 127.0.0.1)
+  --workers N          exchange processes sharing the port (default: one per core);
+                       1 serves from this process alone
   --events FILE|-      every partner call's attempt events as JSON lines (- for stderr)
   --auctions FILE|-    one JSON line per auction (the summary) (- for stderr)
   --stats-every D      a line of statistics on stderr every D (default 10s; 0 = never)
   -q, --quiet          no statistics lines
 
-Stops on SIGINT or SIGTERM: new connections are refused, every auction in flight
-is answered, pending notices get two seconds. A second signal exits at once.
+Stops on SIGINT or SIGTERM: the port is closed, every auction in flight is
+answered by its deadline, notices are written to the queue (in memory: they get
+two seconds), then it exits. A second signal exits at once.
 Exit status: 0 after a clean stop; 2 for a bad flag or configuration (the field
-is named); 1 when the port cannot be opened.
+is named); 1 when the port or the notice store cannot be opened.
 `;
 
 function usage(message: string, field: string): RelentError {
@@ -157,60 +173,123 @@ function sinkFor(path: string | undefined): JsonlSink | null {
   return path === undefined ? null : createJsonlSink(path);
 }
 
+/** The default notice store of a config file: a SQLite file next to it, `<name without .json>.notices.db`. */
+export function defaultNoticeStore(configPath: string): string {
+  const abs = resolvePath(configPath);
+  return `sqlite:${join(dirname(abs), `${basename(abs).replace(/\.json$/i, '')}.notices.db`)}`;
+}
+
+/**
+ * Reads an exchange config file and validates it. The notice store defaults to a SQLite
+ * file next to the config, and a relative `sqlite:` path is taken from the config's
+ * directory (the same file whichever directory the exchange is started from).
+ */
+export async function loadExchangeConfig(path: string): Promise<{ raw: unknown; config: ResolvedExchangeConfig }> {
+  const raw = await readJsonConfig(path);
+  let withStore = raw;
+  if (typeof raw === 'object' && raw !== null && !Array.isArray(raw)) {
+    const o = raw as Record<string, unknown>;
+    const n = o.notices;
+    if (n === undefined || (typeof n === 'object' && n !== null && !Array.isArray(n))) {
+      const notices = (n ?? {}) as Record<string, unknown>;
+      let store = notices.store;
+      if (store === undefined) store = defaultNoticeStore(path);
+      else if (typeof store === 'string' && store.startsWith('sqlite:')) {
+        const file = store.slice('sqlite:'.length);
+        if (file !== ':memory:' && !file.startsWith('/') && !file.startsWith(':')) store = `sqlite:${join(dirname(resolvePath(path)), file)}`;
+      }
+      withStore = { ...o, notices: { ...notices, store } };
+    }
+  }
+  const config = inConfig(path, () => resolveExchangeConfig(withStore));
+  return { raw: withStore, config };
+}
+
+function parseWorkers(v: string | undefined): number {
+  if (v === undefined) return availableParallelism();
+  if (!/^\d{1,3}$/.test(v) || Number(v) < 1 || Number(v) > 256) throw usage(`--workers: expected a number of processes 1–256, got ${JSON.stringify(v)}`, '--workers');
+  return Number(v);
+}
+
+/** The ready line's account of the warm-up (the workers' connections added up). */
+export function warmupSummary(reports: readonly WarmupReport[]): string {
+  const first = reports[0];
+  if (first === undefined) return '';
+  const partners = first.partners.map((p, i) => {
+    let opened = 0;
+    let wanted = 0;
+    let error: string | null = null;
+    for (const r of reports) {
+      const x = r.partners[i]!;
+      opened += x.connections;
+      wanted += x.wanted;
+      error ??= x.error;
+    }
+    return `${p.name} ${opened}/${wanted}${error !== null && opened < wanted ? ` ${error}` : ''}`;
+  });
+  const dry = reports.reduce((n, r) => n + r.dryRunAuctions, 0);
+  const late = reports.some((r) => r.timedOut) ? '; warm-up cut by warmup.timeoutMs' : '';
+  return `connections ${partners.join(', ')}; ${dry} dry-run auctions${late}; notices: ${first.noticeStore}`;
+}
+
 export async function exchangeCommand(argv: string[], io: Io): Promise<number> {
   const { values } = parseFlagsOrUsage(() => parseArgs({
     args: argv,
-    options: { ...SERVER_FLAGS, events: { type: 'string' }, auctions: { type: 'string' } },
+    options: { ...SERVER_FLAGS, events: { type: 'string' }, auctions: { type: 'string' }, workers: { type: 'string' } },
   }));
   if (values.help) {
     io.out(EXCHANGE_HELP);
     return EXIT.ok;
   }
-  const { config, port, everyMs: every } = serverSettings(values, 'exchange');
-  const raw = await readJsonConfig(config);
+  const { config: path, port, everyMs: every } = serverSettings(values, 'exchange');
+  const workers = parseWorkers(values.workers);
+  const { raw, config } = await loadExchangeConfig(path);
   const events = sinkFor(values.events);
-  const auctions = values.auctions === undefined ? null : createJsonlSink(values.auctions);
-  let exchange: Exchange;
-  try {
-    exchange = inConfig(config, () => createExchange(raw as never, {
-      onEvent: events === null ? null : events.onEvent,
-      onAuction: auctions === null ? null : (s: AuctionSummary) => auctions.onEvent(s as never),
-    }));
-  } catch (e) {
+  const auctions = sinkFor(values.auctions);
+  const onAuction = auctions === null ? null : (s: AuctionSummary): void => auctions.onEvent(s as never);
+  const closeSinks = (): void => {
     events?.close();
     auctions?.close();
-    throw e;
+  };
+  if (isExchangeWorker()) {
+    try {
+      return await runExchangeWorker({
+        config: raw, port, host: values.host, processes: Number(process.env.RELENT_EXCHANGE_WORKERS), onEvent: events?.onEvent ?? null, onAuction,
+      });
+    } finally {
+      closeSinks();
+    }
   }
-  let info;
+  let running: ExchangeProcesses;
   try {
-    info = await exchange.listen(port, values.host);
+    running = workers === 1
+      ? await startInProcess({ config: raw, port, host: values.host, options: { onEvent: events?.onEvent ?? null, onAuction } })
+      : await startCluster({ config, argv, workers, log: (l) => io.err(`${l}\n`), onEvent: events?.onEvent ?? null });
   } catch (e) {
-    await exchange.close({ force: true, noticeDrainMs: 0 });
-    events?.close();
-    auctions?.close();
-    io.err(`relent exchange: cannot listen: ${e instanceof Error ? e.message : String(e)}\n`);
+    closeSinks();
+    if (RelentError.is(e)) throw e;
+    io.err(`relent exchange: cannot start: ${e instanceof Error ? e.message : String(e)}\n`);
     return EXIT.failure;
   }
   const started = performance.now();
-  io.out(`relent exchange: listening on ${info.url} (partners: ${exchange.config.partners.map((p) => p.name).join(', ')})\n`);
-  const timer = !values.quiet && every > 0 ? setInterval(() => io.err(`${statsLine(exchange.stats(), (performance.now() - started) / 1000)}\n`), every) : null;
+  io.err(`relent exchange: ready on ${running.url} after ${running.readyMs} ms (${workers === 1 ? '1 process' : `${workers} workers`}; ${warmupSummary(running.warmup)})\n`);
+  const timer = !values.quiet && every > 0 ? setInterval(() => io.err(`${statsLine(running.stats(), (performance.now() - started) / 1000)}\n`), every) : null;
   timer?.unref();
   const stop = waitForStop(() => {
     io.err('relent exchange: second signal, exiting now\n');
     process.exit(EXIT.cancelled);
   });
+  let final: ExchangeStats;
   try {
     const signal = await stop.stopped;
     if (timer) clearInterval(timer);
-    io.err(`relent exchange: ${signal}: answering ${exchange.inFlight} auction(s) in flight, then stopping\n`);
-    await exchange.close();
+    io.err(`relent exchange: ${signal}: answering ${running.stats().auctions.inFlight} auction(s) in flight, then stopping\n`);
+    final = await running.close();
   } finally {
     stop.dispose();
-    events?.close();
-    auctions?.close();
+    closeSinks();
   }
-  const s = exchange.stats();
-  io.out(`relent exchange: stopped. ${statsLine(s, (performance.now() - started) / 1000)}\n`);
-  io.out(partnerTable(s));
+  io.out(`relent exchange: stopped. ${statsLine(final, (performance.now() - started) / 1000)}\n`);
+  io.out(partnerTable(final));
   return EXIT.ok;
 }

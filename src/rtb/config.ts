@@ -1,6 +1,7 @@
 import { normalizeBreakerSpec, type BreakerSpec, type ResolvedBreakerSpec } from '../core/breaker.js';
 import { describe, RelentError } from '../core/errors.js';
 import type { PolicySpec } from '../core/policy.js';
+import { DeliveryError, resolveWorkerSettings } from '../delivery/index.js';
 
 // Configuration files of `relent exchange` and `relent bidder`, validated in one place.
 // Every error is a RelentError ERR_INVALID_INPUT whose message and `field` name the
@@ -116,6 +117,12 @@ export interface PartnerConfig {
   readonly headers?: Readonly<Record<string, string>>;
   /** false → never called (counted as skipped). Default true. */
   readonly enabled?: boolean;
+  /**
+   * Connections opened to the partner before the exchange serves (TCP, and TLS for
+   * https), handed to the keep-alive pool on first use. Default min(maxConcurrency, 32)
+   * (per worker process: min(its share of maxConcurrency, 32)); 0: none.
+   */
+  readonly warmConnections?: number;
 }
 
 export interface NoticeConfig {
@@ -137,6 +144,31 @@ export interface NoticeConfig {
   readonly eventTtlMs?: number;
   /** `on-event`: won impressions kept at most. Default 100 000. */
   readonly eventMaxKeys?: number;
+  /**
+   * Who calls `lurl` of a bid that lost: the exchange, after answering (default; only
+   * bids that carry an `lurl`), or nobody (`off`; `lurl` is removed from winning bids
+   * either way).
+   */
+  readonly loss?: 'exchange' | 'off';
+  /** Overrides of the `background-full-jitter` preset used for loss notices. */
+  readonly lossPolicy?: PolicySpec;
+  /**
+   * Where notices wait until delivered: `memory` (in process; lost when it stops), or a
+   * delivery-queue store, `sqlite:FILE` or `postgres://…`, which keeps them across
+   * restarts and crashes (`relent queue --store … ls` shows them). Default `memory` for
+   * createExchange(); `relent exchange` defaults to a SQLite file next to its config.
+   */
+  readonly store?: string;
+  /** The delivery worker of a durable store (relent/delivery's worker settings: leaseMs, pollMs, stopTimeoutMs…). */
+  readonly worker?: Readonly<Record<string, number>>;
+}
+
+/** How an exchange gets ready before it serves (`listen()`). */
+export interface WarmupConfig {
+  /** Internal dry-run auctions (against a stand-in partner on loopback) that compile the hot path. Default 48. */
+  readonly auctions?: number;
+  /** The longest the warm-up (connections and dry runs) may take before the exchange serves anyway, ms. Default 3000. */
+  readonly timeoutMs?: number;
 }
 
 /** The exchange configuration (`relent exchange --config FILE`). */
@@ -161,6 +193,16 @@ export interface ExchangeConfig {
   readonly currency?: string;
   /** Publisher ids (site/app/dooh `publisher.id`) answered 204 without an auction. */
   readonly disabledSources?: readonly string[];
+  /**
+   * A request whose head and body have not all arrived this long after its first byte is
+   * answered 408 and its connection closed (a stalled client holds no connection past
+   * its auction). Default: defaultTmaxMs.
+   */
+  readonly readTimeoutMs?: number;
+  /** Largest request head (request line and headers), bytes; larger → 431 and the connection closed. Default 16 KiB. */
+  readonly maxHeaderBytes?: number;
+  /** Warm-up before serving: `false` to serve at once (tests). */
+  readonly warmup?: WarmupConfig | false;
   readonly notices?: NoticeConfig;
   readonly partners: readonly PartnerConfig[];
 }
@@ -177,6 +219,8 @@ export interface ResolvedPartner {
   readonly maxResponseBytes: number;
   readonly headers: Readonly<Record<string, string>>;
   readonly enabled: boolean;
+  /** null: the default, min(the pool's size, 32). */
+  readonly warmConnections: number | null;
 }
 
 export interface ResolvedNotices {
@@ -187,6 +231,11 @@ export interface ResolvedNotices {
   readonly maxPending: number;
   readonly eventTtlMs: number;
   readonly eventMaxKeys: number;
+  readonly loss: 'exchange' | 'off';
+  readonly lossPolicy: PolicySpec | null;
+  /** `memory`, `sqlite:FILE` or a postgres URL. */
+  readonly store: string;
+  readonly worker: Readonly<Record<string, number>>;
 }
 
 export interface ResolvedExchangeConfig {
@@ -201,6 +250,10 @@ export interface ResolvedExchangeConfig {
   readonly maxImps: number;
   readonly currency: string;
   readonly disabledSources: readonly string[];
+  readonly readTimeoutMs: number;
+  readonly maxHeaderBytes: number;
+  /** null: no warm-up. */
+  readonly warmup: Readonly<Required<WarmupConfig>> | null;
   readonly notices: ResolvedNotices;
   readonly partners: readonly ResolvedPartner[];
 }
@@ -214,18 +267,25 @@ export const EXCHANGE_DEFAULTS = Object.freeze({
   maxResponseBytes: 256 * 1024,
   maxImps: 100,
   currency: 'USD',
-  notices: Object.freeze({ win: 'exchange' as const, billing: 'on-win' as const, maxPending: 10_000, eventTtlMs: 3_600_000, eventMaxKeys: 100_000 }),
-  partner: Object.freeze({ minTimeMs: 10, lateGraceMs: 50, preSendRetries: 0, enabled: true }),
+  maxHeaderBytes: 16 * 1024,
+  warmup: Object.freeze({ auctions: 48, timeoutMs: 3_000 }),
+  notices: Object.freeze({
+    win: 'exchange' as const, billing: 'on-win' as const, loss: 'exchange' as const, maxPending: 10_000, eventTtlMs: 3_600_000, eventMaxKeys: 100_000,
+    store: 'memory',
+  }),
+  partner: Object.freeze({ minTimeMs: 10, lateGraceMs: 50, preSendRetries: 0, enabled: true, maxWarmConnections: 32 }),
 });
 
 const EXCHANGE_KEYS = [
   'host', 'port', 'path', 'auctionTimeoutMs', 'reserveMs', 'defaultTmaxMs', 'maxRequestBytes', 'maxResponseBytes', 'maxImps',
-  'currency', 'disabledSources', 'notices', 'partners',
+  'currency', 'disabledSources', 'readTimeoutMs', 'maxHeaderBytes', 'warmup', 'notices', 'partners',
 ];
 const PARTNER_KEYS = [
   'name', 'url', 'timeoutMs', 'maxConcurrency', 'breaker', 'minTimeMs', 'lateGraceMs', 'preSendRetries', 'maxResponseBytes', 'headers', 'enabled',
+  'warmConnections',
 ];
-const NOTICE_KEYS = ['win', 'billing', 'billingPolicy', 'winPolicy', 'maxPending', 'eventTtlMs', 'eventMaxKeys'];
+const NOTICE_KEYS = ['win', 'billing', 'billingPolicy', 'winPolicy', 'maxPending', 'eventTtlMs', 'eventMaxKeys', 'loss', 'lossPolicy', 'store', 'worker'];
+const WARMUP_KEYS = ['auctions', 'timeoutMs'];
 
 function policyOverrides(v: unknown, field: string): PolicySpec | null {
   if (v === undefined || v === null) return null;
@@ -280,6 +340,44 @@ function resolvePartner(v: unknown, i: number, d: { maxResponseBytes: number }):
     maxResponseBytes: o.maxResponseBytes === undefined ? d.maxResponseBytes : int(o.maxResponseBytes, `${f}.maxResponseBytes`, 1, 64 * 1024 * 1024),
     headers: Object.freeze(headers),
     enabled: o.enabled === undefined ? pd.enabled : bool(o.enabled, `${f}.enabled`),
+    warmConnections: o.warmConnections === undefined ? null : int(o.warmConnections, `${f}.warmConnections`, 0, maxConcurrency),
+  });
+}
+
+function noticeStore(v: unknown): string {
+  const what = '"memory", "sqlite:FILE" or a "postgres://…" URL';
+  if (typeof v !== 'string') throw invalidConfig('notices.store', what, v);
+  if (v === 'memory') return v;
+  if (v.startsWith('sqlite:') && v.length > 'sqlite:'.length) return v;
+  if (v.startsWith('postgres://') || v.startsWith('postgresql://')) return v;
+  // A URL may hold a password: it is not echoed.
+  throw new RelentError('ERR_INVALID_INPUT', `Expected \`notices.store\` to be ${what}`, { field: 'notices.store' });
+}
+
+function noticeWorker(v: unknown): Readonly<Record<string, number>> {
+  if (v === undefined) return Object.freeze({});
+  const o = obj(v, 'notices.worker');
+  try {
+    // relent/delivery's own validation (its ranges and names), then only the fields given are kept.
+    const all = resolveWorkerSettings(o, 'notices.worker') as unknown as Record<string, number>;
+    const out: Record<string, number> = {};
+    for (const k of Object.keys(o)) out[k] = all[k]!;
+    return Object.freeze(out);
+  } catch (e) {
+    if (DeliveryError.is(e)) throw new RelentError('ERR_INVALID_INPUT', e.message, { field: e.field ?? 'notices.worker' });
+    throw e;
+  }
+}
+
+function warmupConfig(v: unknown): Readonly<Required<WarmupConfig>> | null {
+  const d = EXCHANGE_DEFAULTS.warmup;
+  if (v === undefined) return d;
+  if (v === false) return null;
+  const o = obj(v, 'warmup');
+  onlyKeys(o, WARMUP_KEYS, 'warmup');
+  return Object.freeze({
+    auctions: o.auctions === undefined ? d.auctions : int(o.auctions, 'warmup.auctions', 0, 10_000),
+    timeoutMs: o.timeoutMs === undefined ? d.timeoutMs : int(o.timeoutMs, 'warmup.timeoutMs', 1, 600_000),
   });
 }
 
@@ -312,19 +410,27 @@ export function resolveExchangeConfig(input: unknown): ResolvedExchangeConfig {
     maxPending: n.maxPending === undefined ? nd.maxPending : int(n.maxPending, 'notices.maxPending', 0, 10_000_000),
     eventTtlMs: n.eventTtlMs === undefined ? nd.eventTtlMs : int(n.eventTtlMs, 'notices.eventTtlMs', 1, MAX_MS),
     eventMaxKeys: n.eventMaxKeys === undefined ? nd.eventMaxKeys : int(n.eventMaxKeys, 'notices.eventMaxKeys', 1, 100_000_000),
+    loss: n.loss === undefined ? nd.loss : oneOf(n.loss, 'notices.loss', ['exchange', 'off'] as const),
+    lossPolicy: policyOverrides(n.lossPolicy, 'notices.lossPolicy'),
+    store: n.store === undefined ? nd.store : noticeStore(n.store),
+    worker: noticeWorker(n.worker),
   });
+  const defaultTmaxMs = o.defaultTmaxMs === undefined ? auctionTimeoutMs + reserveMs : int(o.defaultTmaxMs, 'defaultTmaxMs', 1, 60_000);
   return Object.freeze({
     host: o.host === undefined ? d.host : str(o.host, 'host'),
     port: o.port === undefined ? d.port : int(o.port, 'port', 0, 65_535),
     path: o.path === undefined ? d.path : str(o.path, 'path', PATH, 'a path starting with "/"'),
     auctionTimeoutMs,
     reserveMs,
-    defaultTmaxMs: o.defaultTmaxMs === undefined ? auctionTimeoutMs + reserveMs : int(o.defaultTmaxMs, 'defaultTmaxMs', 1, 60_000),
+    defaultTmaxMs,
     maxRequestBytes: o.maxRequestBytes === undefined ? d.maxRequestBytes : int(o.maxRequestBytes, 'maxRequestBytes', 64, 64 * 1024 * 1024),
     maxResponseBytes,
     maxImps: o.maxImps === undefined ? d.maxImps : int(o.maxImps, 'maxImps', 1, 10_000),
     currency: o.currency === undefined ? d.currency : str(o.currency, 'currency', CURRENCY, 'an ISO-4217 code like "USD"'),
     disabledSources: Object.freeze([...disabledIn as string[]]),
+    readTimeoutMs: o.readTimeoutMs === undefined ? defaultTmaxMs : int(o.readTimeoutMs, 'readTimeoutMs', 1, 600_000),
+    maxHeaderBytes: o.maxHeaderBytes === undefined ? d.maxHeaderBytes : int(o.maxHeaderBytes, 'maxHeaderBytes', 1024, 1024 * 1024),
+    warmup: warmupConfig(o.warmup),
     notices,
     partners: Object.freeze(partners),
   });

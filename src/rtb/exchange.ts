@@ -1,7 +1,9 @@
 import http from 'node:http';
+import type net from 'node:net';
+import { Pool, type Dispatcher } from 'undici';
 import { headerSafe, listenOn, plain } from './http-util.js';
-import type { Dispatcher } from 'undici';
 import type { BreakerStateChange } from '../core/breaker.js';
+import { RelentError } from '../core/errors.js';
 import type { Clock, Random } from '../core/types.js';
 import { systemClock, systemRandom } from '../run/clock.js';
 import { execute, type RelentEvent, type RunResult } from '../run/run.js';
@@ -9,11 +11,13 @@ import type { PartnerAnswer } from './answer.js';
 import { resolveExchangeConfig, type ExchangeConfig, type ResolvedExchangeConfig, type ResolvedPartner } from './config.js';
 import { substituteMacros, type MacroValues } from './macros.js';
 import { auctionCurrency, checkBidRequest, sourceIdOf, type Bid, type BidRequest } from './model.js';
-import { NoticeSender, type NoticeCounters } from './notices.js';
+import type { DeliveryEvent } from '../delivery/index.js';
+import { NoticeHub, noticeQueueKey, type Billable, type BillingEventResult, type Notice, type NoticeOutlet, type NoticeStats } from './notices.js';
 import { answerObservation, Partner, PartnerCall, type CallOwner, type PartnerCounters, type SkipReason } from './partner.js';
-import { selectWinners, type BidRejection, type Candidate, type Winner } from './select.js';
+import { selectWinners, type BidFate, type BidRejection, type Candidate, type Selection } from './select.js';
 import { bump, Histogram, round, type LatencySummary } from './stats.js';
-import { TtlMap } from './ttl-map.js';
+import type { ExchangeHistograms } from './stats-merge.js';
+import { startStandIn } from './warm.js';
 
 /** How one partner fared in one auction. */
 export type PartnerOutcome = 'bid' | 'no_bid' | 'error' | 'timeout' | `skipped_${SkipReason}`;
@@ -113,6 +117,33 @@ export interface ExchangeOptions {
   readonly dispatcherFor?: ((partner: ResolvedPartner) => Dispatcher | null | undefined) | null;
   /** The dispatcher of notices (default: an own Agent). */
   readonly noticeDispatcher?: Dispatcher | null;
+  /**
+   * Where notices go (default: called from this process, from memory or through the
+   * durable queue of `notices.store`). The CLI's worker processes hand theirs to one hub.
+   */
+  readonly noticeOutlet?: NoticeOutlet | null;
+  /** The delivery worker's events, when notices go through the durable queue. */
+  readonly onDeliveryEvent?: ((event: DeliveryEvent) => void) | null;
+  /**
+   * How many exchange processes serve the same partners (the CLI's `--workers`): each
+   * partner's `maxConcurrency` is the whole exchange's, and this process takes
+   * ⌈maxConcurrency / processes⌉ of it (its calls in flight and its pool). Default 1.
+   */
+  readonly processes?: number;
+}
+
+/** What `ready()` did before the exchange served. */
+export interface WarmupReport {
+  /** From ready() to ready, ms. */
+  readonly ms: number;
+  /** Dry-run auctions run against a stand-in partner (compiling the hot path). */
+  readonly dryRunAuctions: number;
+  /** Connections opened to each partner ahead of the first auction (and the first error, e.g. a partner that refuses). */
+  readonly partners: readonly { readonly name: string; readonly connections: number; readonly wanted: number; readonly error: string | null }[];
+  /** `memory`, or the durable store the notices go to. */
+  readonly noticeStore: string;
+  /** The warm-up ran out of `warmup.timeoutMs` (the exchange serves anyway). */
+  readonly timedOut: boolean;
 }
 
 export interface PartnerStats {
@@ -156,12 +187,16 @@ export interface ExchangeStats {
     readonly winners: number;
   };
   readonly partners: readonly PartnerStats[];
-  readonly notices: {
-    readonly win: Readonly<NoticeCounters>;
-    readonly billing: Readonly<NoticeCounters>;
-    readonly inFlight: number;
-    readonly events: Readonly<{ received: number; fired: number; duplicate: number; unknown: number }>;
-  };
+  readonly notices: NoticeStats;
+  /**
+   * Requests that never became auctions: `timedOut` (head or body not all there
+   * `readTimeoutMs` after its first byte, or a new connection that sent nothing for that
+   * long: 408, connection closed), `headerTooLarge` (431), `malformed` (not HTTP: 400),
+   * `reset` (the client went away mid-request).
+   */
+  readonly requests: Readonly<{ timedOut: number; headerTooLarge: number; malformed: number; reset: number }>;
+  /** Ready to serve (warmed up, not closing). */
+  readonly ready: boolean;
   readonly internalErrors: number;
 }
 
@@ -175,15 +210,28 @@ export interface ListenInfo {
 export interface CloseOptions {
   /** Abort partner calls and notices at once instead of letting them finish. Default false. */
   readonly force?: boolean;
-  /** How long pending notices (and their retries) may take before they are abandoned, ms. Default 2000. */
+  /**
+   * Memory store: how long pending notices (and their retries) may take before they are
+   * abandoned, ms. Default 2000. (A durable store keeps them: they are written, not drained.)
+   */
   readonly noticeDrainMs?: number;
 }
 
 export interface Exchange {
   readonly config: ResolvedExchangeConfig;
-  /** The node:http request listener (auction, billing events, /healthz). */
+  /** The node:http request listener (auction, billing events, /healthz, /readyz). */
   readonly handler: (req: http.IncomingMessage, res: http.ServerResponse) => void;
-  /** Starts an HTTP server (default: the config's host and port; 0 for any free port). */
+  /**
+   * Gets ready to serve: opens the durable notice store, opens connections to every
+   * partner and runs dry-run auctions against a stand-in partner on loopback (see
+   * `warmup`). Once; later calls return the same report. `listen()` calls it first.
+   */
+  ready(): Promise<WarmupReport>;
+  /**
+   * Gets ready (`ready()`), then starts an HTTP server (default: the config's host and
+   * port; 0 for any free port) with the stalled-client limits (`readTimeoutMs`,
+   * `maxHeaderBytes`). `exclusive: false` shares the port with other cluster workers.
+   */
   listen(port?: number, host?: string): Promise<ListenInfo>;
   /** Runs one auction in process (no HTTP on the source's side); `arrivedAt` is the clock's now by default. */
   auction(request: unknown, arrivedAt?: number): Promise<AuctionOutcome>;
@@ -191,7 +239,7 @@ export interface Exchange {
    * A billing event for a won impression (`notices.billing` = `on-event`): fires its
    * billing notice once; repeats are `duplicate`, unknown or expired keys `unknown`.
    */
-  billingEvent(requestId: string, impId: string): 'fired' | 'duplicate' | 'unknown';
+  billingEvent(requestId: string, impId: string): Promise<BillingEventResult>;
   setSourceEnabled(sourceId: string, enabled: boolean): void;
   setPartnerEnabled(name: string, enabled: boolean): void;
   stats(): ExchangeStats;
@@ -204,13 +252,34 @@ export interface Exchange {
 /** After this many ms past its deadline an answer counts as late (the bench's and the summary's bound). */
 export const AFTER_DEADLINE_SLACK_MS = 5;
 
+/** How often the server looks for requests past `readTimeoutMs` (the cut is at most this late). */
+export const READ_CHECK_INTERVAL_MS = 5;
+
 const BILLING_EVENT_PATH = '/openrtb2/billing';
 
-interface Billable {
-  readonly burl: string;
-  readonly values: MacroValues;
-  fired: boolean;
+/** Loss reason codes (OpenRTB 2.6 §5.25) of the losing bids whose lurl the exchange calls. */
+export const LOSS_REASONS = Object.freeze({ invalidBidResponse: 3, belowAuctionFloor: 100, lostToHigherBid: 102 });
+
+function lossCode(fate: BidFate): number {
+  if (fate === 'lost') return LOSS_REASONS.lostToHigherBid;
+  if (fate === 'below_floor') return LOSS_REASONS.belowAuctionFloor;
+  return LOSS_REASONS.invalidBidResponse;
 }
+
+/** A notice outlet that takes nothing (the dry-run auctions). */
+const DISCARD: NoticeOutlet = {
+  store: 'memory',
+  open: () => Promise.resolve(),
+  send: () => true,
+  stored: () => Promise.resolve(),
+  keepBillable: () => {},
+  billingEvent: () => 'unknown',
+  stats: () => {
+    const z = { sent: 0, stored: 0, delivered: 0, failed: 0, dropped: 0, abandoned: 0, attempts: 0 };
+    return { win: z, billing: z, loss: z, inFlight: 0, events: { received: 0, fired: 0, duplicate: 0, unknown: 0 }, storeErrors: 0 };
+  },
+  close: () => Promise.resolve(),
+};
 
 let auctionCounter = 0;
 const auctionPrefix = Math.floor(Math.random() * 0xffffff).toString(36);
@@ -234,6 +303,12 @@ export function createExchange(config: ExchangeConfig, options: ExchangeOptions 
   return new ExchangeImpl(resolveExchangeConfig(config), options);
 }
 
+/** The histograms behind `stats()` (answer time, partner latency), to merge the statistics of several processes. */
+export function exchangeHistograms(exchange: Exchange): ExchangeHistograms {
+  if (!(exchange instanceof ExchangeImpl)) throw new TypeError('exchangeHistograms: not an exchange of createExchange()');
+  return exchange.histograms();
+}
+
 class ExchangeImpl implements Exchange {
   readonly config: ResolvedExchangeConfig;
   readonly clock: Clock;
@@ -241,12 +316,14 @@ class ExchangeImpl implements Exchange {
   readonly partners: Partner[];
   readonly onEvent: ((e: RelentEvent) => void) | undefined;
   private readonly onAuction: ((s: AuctionSummary) => void) | null;
-  private readonly notices: NoticeSender;
+  private readonly notices: NoticeOutlet;
+  private readonly ownNotices: boolean;
   private readonly disabledSources: Set<string>;
-  private readonly billables: TtlMap<Billable> | null;
   private server: http.Server | null = null;
   private serverClosed: Promise<void> | null = null;
   private closing: Promise<void> | null = null;
+  private readying: Promise<WarmupReport> | null = null;
+  private isReady = false;
   private stopping = false;
   private running = 0;
   private idleWaiters: (() => void)[] = [];
@@ -258,7 +335,11 @@ class ExchangeImpl implements Exchange {
   private maxOverDeadlineMs = 0;
   private winners = 0;
   private internalErrors = 0;
-  private readonly events = { received: 0, fired: 0, duplicate: 0, unknown: 0 };
+  private readonly requests = { timedOut: 0, headerTooLarge: 0, malformed: 0, reset: 0 };
+  /** Sockets whose request timed out, answered a few per turn of the event loop (a burst of stalled clients must not stall the auctions). */
+  private cutQueue: net.Socket[] = [];
+  private readonly cutSeen = new WeakSet<net.Socket>();
+  private cutScheduled = false;
 
   constructor(config: ResolvedExchangeConfig, o: ExchangeOptions) {
     this.config = config;
@@ -281,8 +362,13 @@ class ExchangeImpl implements Exchange {
       }
     };
     const onBreaker = o.onBreakerStateChange ?? null;
+    const processes = o.processes ?? 1;
+    if (!Number.isInteger(processes) || processes < 1 || processes > 1024) {
+      throw new RelentError('ERR_INVALID_INPUT', `Expected \`processes\` to be an integer in [1, 1024], got ${JSON.stringify(processes)}`, { field: 'processes' });
+    }
     this.partners = config.partners.map((p, i) => new Partner(i, p, config.auctionTimeoutMs, {
       dispatcher: o.dispatcherFor?.(p) ?? null,
+      cap: Math.ceil(p.maxConcurrency / processes),
       onBreakerStateChange: onBreaker === null ? null : (change) => {
         try {
           onBreaker({ ...change, partner: p.name });
@@ -291,21 +377,102 @@ class ExchangeImpl implements Exchange {
         }
       },
     }));
-    this.notices = new NoticeSender({
-      maxPending: config.notices.maxPending,
-      billingPolicy: config.notices.billingPolicy,
-      winPolicy: config.notices.winPolicy,
+    this.ownNotices = !o.noticeOutlet;
+    this.notices = o.noticeOutlet ?? new NoticeHub(config.notices, {
       clock: this.clock,
       random: this.random,
       onEvent: this.onEvent,
+      onDeliveryEvent: o.onDeliveryEvent ?? null,
       dispatcher: o.noticeDispatcher ?? null,
+      partners: config.partners.map((p) => ({ name: p.name, url: p.url })),
     });
     this.disabledSources = new Set(config.disabledSources);
-    this.billables = config.notices.billing === 'on-event' ? new TtlMap(config.notices.eventMaxKeys, config.notices.eventTtlMs, this.clock) : null;
   }
 
   get inFlight(): number {
     return this.running;
+  }
+
+  // ─── ready before serving ────────────────────────────────────────────────
+
+  ready(): Promise<WarmupReport> {
+    this.readying ??= this.warm();
+    return this.readying;
+  }
+
+  private async warm(): Promise<WarmupReport> {
+    const t0 = this.clock.now();
+    // A store that cannot be opened is an error of the configuration: nothing is served.
+    await this.notices.open();
+    const w = this.config.warmup;
+    const connections = Promise.all(this.partners.map(async (p) => {
+      const wanted = w === null ? 0 : p.warmTarget;
+      const r = wanted > 0 && p.connector !== null ? await p.connector.open(p.config.url, wanted) : { opened: 0, error: null };
+      return { name: p.name, connections: r.opened, wanted, error: r.error };
+    }));
+    const dry = w === null || w.auctions === 0 ? Promise.resolve(0) : this.dryRun(w.auctions).catch(() => 0);
+    let timedOut = false;
+    let cancel: (() => void) | null = null;
+    const limit = new Promise<null>((resolve) => {
+      cancel = this.clock.setTimer(() => {
+        timedOut = true;
+        resolve(null);
+      }, w?.timeoutMs ?? 0);
+    });
+    const done = await Promise.race([Promise.all([connections, dry]), limit]);
+    (cancel as (() => void) | null)?.();
+    const partners = done === null
+      ? this.partners.map((p) => ({ name: p.name, connections: p.connector?.available ?? 0, wanted: w === null ? 0 : p.warmTarget, error: 'warmup_timeout' }))
+      : done[0];
+    this.isReady = !this.stopping;
+    return { ms: round(this.clock.now() - t0), dryRunAuctions: done === null ? 0 : done[1], partners, noticeStore: this.notices.store, timedOut };
+  }
+
+  /**
+   * Dry-run auctions through the whole hot path — the HTTP server's parser, body read,
+   * validation, the fan-out through execute() and undici, answer classification,
+   * selection, macros, the answer — on a copy of this exchange whose partners are one
+   * stand-in on loopback and whose notices go nowhere. Nothing leaves the machine.
+   */
+  private async dryRun(n: number): Promise<number> {
+    const standIn = await startStandIn();
+    const url = new URL(standIn.url);
+    const shadow = new ExchangeImpl({
+      ...this.config,
+      warmup: null,
+      partners: this.config.partners.map((p) => ({ ...p, url: new URL(`${url.href}?partner=${encodeURIComponent(p.name)}`), enabled: true, warmConnections: 0 })),
+    }, { clock: this.clock, random: this.random, noticeOutlet: DISCARD });
+    const server = http.createServer(shadow.handler);
+    let client: Pool | null = null;
+    let ran = 0;
+    try {
+      const addr = await listenOn(server, 0, '127.0.0.1', true);
+      const burst = 16;
+      client = new Pool(`http://127.0.0.1:${addr.port}`, { connections: burst, pipelining: 1 });
+      const c = client;
+      const tmax = this.config.defaultTmaxMs;
+      const one = async (k: number): Promise<void> => {
+        const imps = k % 3 === 0 ? [{ id: '1', bidfloor: 0.5 }, { id: '2', bidfloor: 0.2 }] : [{ id: '1', bidfloor: 0.5 }];
+        const body = JSON.stringify({
+          id: `warmup-${k}`, imp: imps, tmax, cur: [this.config.currency],
+          ...(k % 2 === 0 ? { site: { domain: 'warmup.example', publisher: { id: 'warmup' } } } : { app: { bundle: 'warmup', publisher: { id: 'warmup' } } }),
+          device: { ua: 'warmup', ip: '192.0.2.1' },
+        });
+        const res = await c.request({ path: this.config.path, method: 'POST', headers: { 'content-type': 'application/json' }, body });
+        await res.body.dump();
+        ran++;
+      };
+      for (let k = 0; k < n; k += burst) {
+        await Promise.all(Array.from({ length: Math.min(burst, n - k) }, (_, j) => one(k + j)));
+      }
+    } finally {
+      await client?.close().catch(() => {});
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await shadow.close({ force: true, noticeDrainMs: 0 });
+      await standIn.close();
+    }
+    return ran;
   }
 
   // ─── HTTP ────────────────────────────────────────────────────────────────
@@ -321,13 +488,72 @@ class ExchangeImpl implements Exchange {
         if (req.method !== 'POST') return plain(res, 405, 'POST only\n', { allow: 'POST' });
         return this.readAuction(req, res, arrivedAt);
       }
-      if (path === BILLING_EVENT_PATH && this.billables !== null) return this.onBillingEvent(req, res, q < 0 ? '' : url.slice(q + 1));
-      if (path === '/healthz' && (req.method === 'GET' || req.method === 'HEAD')) return plain(res, this.stopping ? 503 : 200, this.stopping ? 'closing\n' : 'ok\n');
+      if (path === BILLING_EVENT_PATH && this.config.notices.billing === 'on-event') return this.onBillingEvent(req, res, q < 0 ? '' : url.slice(q + 1));
+      if ((path === '/healthz' || path === '/readyz') && (req.method === 'GET' || req.method === 'HEAD')) {
+        // healthz: the process serves (also while draining); readyz: send it auctions (warmed up, not closing).
+        if (path === '/healthz') return plain(res, 200, 'ok\n');
+        if (this.isReady && !this.stopping) return plain(res, 200, 'ready\n');
+        return plain(res, 503, this.stopping ? 'closing\n' : 'starting\n');
+      }
       return plain(res, 404, 'not found\n');
     } catch {
       this.internalErrors++;
       if (!res.headersSent) plain(res, 500, 'internal error\n');
       else res.destroy();
+    }
+  };
+
+  /**
+   * What node:http could not make a request of: a head or body not all there
+   * `readTimeoutMs` after its first byte, or a new connection that sent nothing for that
+   * long (408 and close), a head over `maxHeaderBytes` (431), bytes that are not HTTP
+   * (400), a client that went away.
+   */
+  private readonly onClientError = (err: Error & { code?: string }, socket: net.Socket): void => {
+    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+      // node:http reports a stalled request at every check until its socket is gone: once here.
+      if (this.cutSeen.has(socket)) return;
+      this.cutSeen.add(socket);
+      this.cutQueue.push(socket);
+      if (!this.cutScheduled) {
+        this.cutScheduled = true;
+        setImmediate(this.cutSome);
+      }
+      return;
+    }
+    if (err.code === 'ECONNRESET' || !socket.writable) {
+      this.requests.reset++;
+      socket.destroy();
+      return;
+    }
+    let head: string;
+    if (err.code === 'HPE_HEADER_OVERFLOW') {
+      this.requests.headerTooLarge++;
+      head = `HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\nx-relent-reason: header_too_large: over ${this.config.maxHeaderBytes} bytes\r\n\r\n`;
+    } else {
+      this.requests.malformed++;
+      head = 'HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\nx-relent-reason: malformed_http\r\n\r\n';
+    }
+    if (!(socket as net.Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent) socket.write(head);
+    socket.destroy();
+  };
+
+  private readonly cutSome = (): void => {
+    this.cutScheduled = false;
+    const batch = this.cutQueue.splice(0, 64);
+    for (const socket of batch) {
+      if (socket.destroyed) continue;
+      // Also a new connection that sent nothing yet: RFC 9110 §15.5.9 lets a server send 408 on an idle connection.
+      this.requests.timedOut++;
+      const res = (socket as net.Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+      if (socket.writable && !res?.headersSent) {
+        socket.write('HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\nx-relent-reason: request_timeout: the request did not arrive within readTimeoutMs\r\n\r\n');
+      }
+      socket.destroy();
+    }
+    if (this.cutQueue.length > 0) {
+      this.cutScheduled = true;
+      setImmediate(this.cutSome);
     }
   };
 
@@ -360,6 +586,8 @@ class ExchangeImpl implements Exchange {
     };
     req.on('data', onData);
     req.on('error', () => {
+      // The client went away mid-body, or it stalled and was cut (counted there).
+      if (!this.cutSeen.has(req.socket)) this.requests.reset++;
       refused = true;
       res.destroy();
     });
@@ -417,39 +645,41 @@ class ExchangeImpl implements Exchange {
     const id = params.get('id');
     const imp = params.get('imp');
     if (!id || !imp) return plain(res, 400, 'expected ?id=<bid request id>&imp=<impression id>\n');
-    const r = this.billingEvent(id, imp);
-    if (r === 'unknown') return plain(res, 404, 'no won impression with this id (or it expired)\n');
-    res.writeHead(204);
-    res.end();
+    // 204 only once the billing notice is stored (durable store): an answered event is not lost.
+    this.billingEvent(id, imp).then(async (r) => {
+      if (r === 'unknown') return plain(res, 404, 'no won impression with this id (or it expired)\n');
+      if (r === 'fired') await this.notices.stored();
+      res.writeHead(204);
+      res.end();
+    }).catch(() => {
+      this.internalErrors++;
+      if (!res.headersSent) plain(res, 503, 'the billing notice could not be stored; send the event again\n');
+    });
   }
 
-  billingEvent(requestId: string, impId: string): 'fired' | 'duplicate' | 'unknown' {
-    this.events.received++;
-    const b = this.billables?.get(billableKey(requestId, impId));
-    if (b === undefined) {
-      this.events.unknown++;
-      return 'unknown';
-    }
-    if (b.fired) {
-      this.events.duplicate++;
-      return 'duplicate';
-    }
-    b.fired = true;
-    this.events.fired++;
-    this.notices.fire('billing', substituteMacros(b.burl, { ...b.values, impTs: Date.now() }));
-    return 'fired';
+  async billingEvent(requestId: string, impId: string): Promise<BillingEventResult> {
+    return this.notices.billingEvent(requestId, impId);
   }
 
   listen(port?: number, host?: string): Promise<ListenInfo> {
     if (this.server !== null) return Promise.reject(new Error('relent exchange: already listening'));
-    const server = http.createServer(this.handler);
+    const cfg = this.config;
+    const server = http.createServer({
+      // A stalled client is cut when its request has not all arrived readTimeoutMs after its first byte (checked every few ms).
+      requestTimeout: cfg.readTimeoutMs,
+      headersTimeout: cfg.readTimeoutMs,
+      connectionsCheckingInterval: READ_CHECK_INTERVAL_MS,
+      maxHeaderSize: cfg.maxHeaderBytes,
+    }, this.handler);
     server.keepAliveTimeout = 65_000;
-    server.headersTimeout = 10_000;
-    server.requestTimeout = 10_000;
+    server.on('clientError', this.onClientError);
     this.server = server;
-    return listenOn(server, port ?? this.config.port, host ?? this.config.host).then((addr) => {
+    return this.ready().then(() => {
+      if (this.stopping) throw new Error('relent exchange: closed before it could listen');
+      return listenOn(server, port ?? cfg.port, host ?? cfg.host);
+    }).then((addr) => {
       const shown = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-      return { host: addr.address, port: addr.port, url: `http://${shown}:${addr.port}${this.config.path}` };
+      return { host: addr.address, port: addr.port, url: `http://${shown}:${addr.port}${cfg.path}` };
     }, (e: unknown) => {
       this.server = null;
       throw e;
@@ -524,13 +754,15 @@ class ExchangeImpl implements Exchange {
   }
 
   /** Called by an auction once it has its winners: builds the response and the notices. */
-  answer(a: Auction, winners: readonly Winner[]): { body: string | null; fire: (() => void) | null } {
-    if (winners.length === 0) return { body: null, fire: null };
+  answer(a: Auction, sel: Selection, candidates: readonly Candidate[]): { body: string | null; fire: (() => void) | null } {
+    const winners = sel.winners;
     const cfg = this.config.notices;
     const request = a.request;
-    const seats = new Map<string, { seat: string; bid: Bid[] }>();
-    const notices: { kind: 'win' | 'billing'; url: string }[] = [];
+    const notices: Notice[] = [];
     const billable = request.test !== 1;
+    if (billable && cfg.loss === 'exchange') this.lossNotices(a, sel, candidates, notices);
+    if (winners.length === 0) return { body: null, fire: notices.length === 0 ? null : this.firing(notices) };
+    const seats = new Map<string, { seat: string; bid: Bid[] }>();
     for (const w of winners) {
       const c = w.candidate;
       const seat = c.received.seat ?? c.partner;
@@ -554,13 +786,17 @@ class ExchangeImpl implements Exchange {
       if (typeof nurl === 'string') {
         // The exchange fires the win notice itself, unless it is the markup's source (no adm).
         if (cfg.win === 'exchange' && hasAdm) {
-          if (billable) notices.push({ kind: 'win', url: substituteMacros(nurl, values) });
+          if (billable) notices.push({ kind: 'win', partner: c.partner, key: noticeQueueKey('win', request.id, w.imp.id), url: substituteMacros(nurl, values) });
         } else out.nurl = substituteMacros(nurl, values);
       }
       if (typeof burl === 'string') {
         if (cfg.billing === 'source') out.burl = substituteMacros(burl, values);
-        else if (billable && cfg.billing === 'on-win') notices.push({ kind: 'billing', url: substituteMacros(burl, { ...values, impTs: Date.now() }) });
-        else if (billable && this.billables !== null) this.billables.set(billableKey(request.id, w.imp.id), { burl, values, fired: false });
+        else if (billable && cfg.billing === 'on-win') {
+          notices.push({ kind: 'billing', partner: c.partner, key: noticeQueueKey('billing', request.id, w.imp.id), url: substituteMacros(burl, { ...values, impTs: Date.now() }) });
+        } else if (billable) {
+          const b: Billable = { partner: c.partner, requestId: request.id, impId: w.imp.id, burl, values };
+          this.notices.keepBillable(b);
+        }
       }
       const key = `${c.partnerIndex}\u0000${seat}`;
       let sb = seats.get(key);
@@ -572,10 +808,41 @@ class ExchangeImpl implements Exchange {
       this.partners[c.partnerIndex]!.counters.bidsWon++;
     }
     const body = JSON.stringify({ id: request.id, bidid: a.id, cur: a.currency, seatbid: [...seats.values()] });
-    const fire = notices.length === 0 ? null : (): void => {
-      for (const n of notices) this.notices.fire(n.kind, n.url, `${a.id}/${n.kind}`);
+    return { body, fire: notices.length === 0 ? null : this.firing(notices) };
+  }
+
+  /** Loss notices of the bids that carry an `lurl` and did not win (OpenRTB 2.6 §5.25 codes: 102, 100, 3). */
+  private lossNotices(a: Auction, sel: Selection, candidates: readonly Candidate[], out: Notice[]): void {
+    const request = a.request;
+    for (let i = 0; i < candidates.length; i++) {
+      const fate = sel.fates[i]!;
+      const c = candidates[i]!;
+      const bid = c.received.bid;
+      if (fate === 'won' || typeof bid.lurl !== 'string') continue;
+      const impId = typeof bid.impid === 'string' ? bid.impid : '';
+      const winner = sel.winners.find((w) => w.imp.id === impId);
+      const floor = request.imp.find((imp) => imp.id === impId)?.bidfloor ?? null;
+      const values: MacroValues = {
+        auctionId: request.id,
+        bidId: c.bidid,
+        impId,
+        seatId: c.received.seat ?? c.partner,
+        adId: typeof bid.adid === 'string' ? bid.adid : null,
+        // The clearing price is the winner's (empty when nothing won the impression).
+        price: winner?.price ?? null,
+        currency: a.currency,
+        loss: lossCode(fate),
+        minToWin: winner?.price ?? floor,
+      };
+      const bidId = typeof bid.id === 'string' ? bid.id : String(i);
+      out.push({ kind: 'loss', partner: c.partner, key: noticeQueueKey('loss', request.id, impId, bidId), url: substituteMacros(bid.lurl, values) });
+    }
+  }
+
+  private firing(notices: readonly Notice[]): () => void {
+    return () => {
+      for (const n of notices) this.notices.send(n);
     };
-    return { body, fire };
   }
 
   setSourceEnabled(sourceId: string, enabled: boolean): void {
@@ -587,6 +854,10 @@ class ExchangeImpl implements Exchange {
     const p = this.partners.find((x) => x.name === name);
     if (p === undefined) throw new Error(`relent exchange: no partner named ${JSON.stringify(name)}`);
     p.enabled = enabled;
+  }
+
+  histograms(): ExchangeHistograms {
+    return { answerMs: this.answerMs.toSparse(), partners: this.partners.map((p) => p.counters.latency.toSparse()) };
   }
 
   stats(): ExchangeStats {
@@ -603,12 +874,9 @@ class ExchangeImpl implements Exchange {
         winners: this.winners,
       },
       partners: this.partners.map((p) => partnerStats(p, wall)),
-      notices: {
-        win: { ...this.notices.counters.win },
-        billing: { ...this.notices.counters.billing },
-        inFlight: this.notices.inFlight,
-        events: { ...this.events },
-      },
+      notices: this.notices.stats(),
+      requests: { ...this.requests },
+      ready: this.isReady && !this.stopping,
       internalErrors: this.internalErrors,
     };
   }
@@ -618,8 +886,14 @@ class ExchangeImpl implements Exchange {
     return this.closing;
   }
 
+  /**
+   * Stops accepting (the listening socket is closed, /readyz answers 503), answers every
+   * auction in flight (each by its own deadline), closes the connections, then hands the
+   * notices over: written to the durable store, or drained for `noticeDrainMs` in memory.
+   */
   private async shutdown(o: CloseOptions): Promise<void> {
     this.stopping = true;
+    if (this.readying !== null) await this.readying.catch(() => {});
     const server = this.server;
     if (server !== null) {
       this.serverClosed = new Promise<void>((resolve) => server.close(() => resolve()));
@@ -634,8 +908,7 @@ class ExchangeImpl implements Exchange {
       clearTimeout(timer);
     }
     await Promise.all(this.partners.map((p) => p.close(o.force === true)));
-    await this.notices.close(o.force === true ? 0 : o.noticeDrainMs ?? 2000);
-    this.billables?.clear();
+    if (this.ownNotices) await this.notices.close({ drainMs: o.noticeDrainMs ?? 2000, force: o.force === true });
   }
 }
 
@@ -654,10 +927,6 @@ function nbrKey(counters: Record<string, number>, code: number): string {
   const key = `nbr:${code}`;
   if (code <= 17 || counters[key] !== undefined || Object.keys(counters).length < 48) return key;
   return 'nbr:other';
-}
-
-function billableKey(requestId: string, impId: string): string {
-  return `${requestId}\u0000${impId}`;
 }
 
 function multiplierOf(imp: { readonly [k: string]: unknown }): number | null {
@@ -776,7 +1045,7 @@ class Auction implements CallOwner {
     if (!p.enabled) return this.skip(p, 'disabled');
     const left = this.deadlineAt - now;
     if (left < Math.max(1, p.config.minTimeMs)) return this.skip(p, 'no_time');
-    if (p.bulkhead.active >= p.config.maxConcurrency) return this.skip(p, 'at_capacity');
+    if (p.bulkhead.active >= p.cap) return this.skip(p, 'at_capacity');
     // The breaker is asked here, not inside execute(): a skipped partner costs no executor run.
     if (p.breaker !== null && !p.breaker.tryPass(this.clock.wallNow())) return this.skip(p, 'circuit_open');
     p.bulkhead.tryAcquire();
@@ -900,7 +1169,7 @@ class Auction implements CallOwner {
       }
     }
     const sel = selectWinners(this.request, this.candidates, this.currency);
-    const { body, fire } = this.ex.answer(this, sel.winners);
+    const { body, fire } = this.ex.answer(this, sel, this.candidates);
     const status = body === null ? 204 : 200;
     const summary: AuctionSummary = {
       type: 'auction',

@@ -13,11 +13,14 @@ export function headerSafe(s: string): string {
   return s.replace(/[^\x20-\x7e]/g, '?').slice(0, 200);
 }
 
-/** Starts `server` listening; resolves with its address, rejects with the listen error (EADDRINUSE…). */
-export function listenOn(server: http.Server, port: number, host: string): Promise<AddressInfo> {
+/**
+ * Starts `server` listening; resolves with its address, rejects with the listen error
+ * (EADDRINUSE…). `exclusive`: never share the port with other cluster workers.
+ */
+export function listenOn(server: http.Server, port: number, host: string, exclusive = false): Promise<AddressInfo> {
   return new Promise<AddressInfo>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(port, host, () => {
+    server.listen({ port, host, exclusive }, () => {
       server.off('error', reject);
       resolve(server.address() as AddressInfo);
     });

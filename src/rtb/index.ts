@@ -1,10 +1,10 @@
 // relent/rtb: an OpenRTB exchange and bidder that hold their deadline, on relent's
 // decision core. Every export is named here (no `export *`).
 
-export { createExchange, AFTER_DEADLINE_SLACK_MS } from './exchange.js';
+export { createExchange, AFTER_DEADLINE_SLACK_MS, READ_CHECK_INTERVAL_MS, LOSS_REASONS } from './exchange.js';
 export type {
   Exchange, ExchangeOptions, ExchangeStats, PartnerStats, AuctionSummary, AuctionOutcome, AuctionReason, PartnerResult, PartnerOutcome,
-  PartnerBreakerChange, ListenInfo, CloseOptions,
+  PartnerBreakerChange, ListenInfo, CloseOptions, WarmupReport,
 } from './exchange.js';
 export { createBidder } from './bidder.js';
 export type { Bidder, BidderOptions, BidderStats, BidderBehaviour, BidderRequestInfo, BidderListenInfo } from './bidder.js';
@@ -12,7 +12,7 @@ export {
   resolveExchangeConfig, resolveBidderConfig, EXCHANGE_DEFAULTS, BIDDER_DEFAULTS, PARTNER_BREAKER_DEFAULTS,
 } from './config.js';
 export type {
-  ExchangeConfig, PartnerConfig, NoticeConfig, ResolvedExchangeConfig, ResolvedPartner, ResolvedNotices, BidderConfig, ResolvedBidderConfig,
+  ExchangeConfig, PartnerConfig, NoticeConfig, WarmupConfig, ResolvedExchangeConfig, ResolvedPartner, ResolvedNotices, BidderConfig, ResolvedBidderConfig,
   LatencySpec, PriceSpec, FailureSpec,
 } from './config.js';
 export { checkBidRequest, sourceIdOf, auctionCurrency, REQUEST_LIMITS_DEFAULTS } from './model.js';
@@ -24,9 +24,9 @@ export type { PartnerAnswer, NoBidForm, AnswerError, ReceivedBid } from './answe
 export { substituteMacros, formatDecimal, AUCTION_MACROS } from './macros.js';
 export type { MacroValues } from './macros.js';
 export { selectWinners } from './select.js';
-export type { Candidate, Winner, Selection, BidRejection } from './select.js';
-export { WIN_NOTICE_OVERRIDES } from './notices.js';
-export type { NoticeKind, NoticeCounters } from './notices.js';
+export type { Candidate, Winner, Selection, BidRejection, BidFate } from './select.js';
+export { WIN_NOTICE_OVERRIDES, NOTICE_WORKER_DEFAULTS } from './notices.js';
+export type { NoticeKind, NoticeCounters, NoticeStats, NoticeOutlet, Notice, Billable, BillingEventResult } from './notices.js';
 export type { SkipReason, PartnerCounters } from './partner.js';
 export { Histogram } from './stats.js';
 export type { LatencySummary } from './stats.js';

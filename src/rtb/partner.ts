@@ -1,4 +1,4 @@
-import { Agent, type Dispatcher } from 'undici';
+import { buildConnector, Pool, type Dispatcher } from 'undici';
 import {
   createCircuitBreaker, type BreakerOutcome, type BreakerSnapshot, type BreakerState, type BreakerStateChange, type CircuitBreaker,
   type ResolvedBreakerSpec,
@@ -13,6 +13,7 @@ import type { AttemptContext, Classified } from '../run/run.js';
 import { answerBreakerOutcome, classifyBidAnswer, tooLargeAnswer, type PartnerAnswer } from './answer.js';
 import type { ResolvedPartner } from './config.js';
 import { Histogram } from './stats.js';
+import { WarmConnector } from './warm.js';
 
 /** Why a partner was not called in an auction (each counted, none waited for). */
 export type SkipReason = 'circuit_open' | 'at_capacity' | 'no_time' | 'disabled';
@@ -68,6 +69,10 @@ export class Partner {
   readonly endpoint: string;
   readonly dispatcher: Dispatcher;
   private readonly ownDispatcher: boolean;
+  /** Hands the pool the connections opened before serving (null with a dispatcher of the caller's). */
+  readonly connector: WarmConnector | null;
+  /** Calls in flight at most in this process (its share of `maxConcurrency`), and the pool's connections. */
+  readonly cap: number;
   readonly breaker: CircuitBreaker | null;
   readonly bulkhead: Bulkhead;
   /**
@@ -83,6 +88,8 @@ export class Partner {
   constructor(index: number, config: ResolvedPartner, auctionTimeoutMs: number, o: {
     dispatcher?: Dispatcher | null;
     onBreakerStateChange?: ((change: BreakerStateChange) => void) | null;
+    /** This process's share of maxConcurrency (default: all of it). */
+    cap?: number;
   }) {
     this.index = index;
     this.config = config;
@@ -91,19 +98,21 @@ export class Partner {
     this.origin = config.url.origin;
     this.path = `${config.url.pathname}${config.url.search}`;
     this.endpoint = normalizeEndpoint(config.url);
+    this.cap = o.cap ?? config.maxConcurrency;
     this.ownDispatcher = !o.dispatcher;
-    this.dispatcher = o.dispatcher ?? new Agent({
-      connections: config.maxConcurrency,
+    this.connector = o.dispatcher ? null : new WarmConnector(buildConnector({ timeout: config.timeoutMs + config.lateGraceMs + 100 }));
+    this.dispatcher = o.dispatcher ?? new Pool(this.origin, {
+      connections: this.cap,
       pipelining: 1,
       keepAliveTimeout: 30_000,
       keepAliveMaxTimeout: 600_000,
-      connect: { timeout: config.timeoutMs + config.lateGraceMs + 100 },
+      connect: this.connector!.connect,
     });
     this.breaker = config.breaker === null ? null : createCircuitBreaker(config.breaker, {
       name: config.name,
       onStateChange: o.onBreakerStateChange ?? null,
     });
-    this.bulkhead = createBulkhead({ maxConcurrent: config.maxConcurrency, maxQueue: 0 });
+    this.bulkhead = createBulkhead({ maxConcurrent: this.cap, maxQueue: 0 });
     this.policy = withOverrides(presetPolicy('openrtb-bid'), {
       maxAttempts: 1 + config.preSendRetries,
       deadlineMs: Math.max(auctionTimeoutMs, config.timeoutMs),
@@ -119,9 +128,16 @@ export class Partner {
     return this.breaker === null ? 'none' : this.breaker.state(now);
   }
 
+  /** Connections to open before serving: `warmConnections`, else min(the pool's size, 32). */
+  get warmTarget(): number {
+    if (this.connector === null || !this.enabled) return 0;
+    return Math.min(this.cap, this.config.warmConnections ?? 32);
+  }
+
   async close(force: boolean): Promise<void> {
+    this.connector?.close();
     if (!this.ownDispatcher) return;
-    const d = this.dispatcher as Agent;
+    const d = this.dispatcher as Pool;
     if (d.destroyed || d.closed) return;
     if (force) await d.destroy();
     else await d.close();

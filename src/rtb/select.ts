@@ -34,11 +34,16 @@ export interface Winner {
   readonly competing: number;
 }
 
+/** What became of one candidate: it won, it was valid and lost to a higher (or equal, earlier) bid, or why it was refused. */
+export type BidFate = 'won' | 'lost' | BidRejection;
+
 export interface Selection {
   /** In the request's impression order; impressions without a valid bid have none. */
   readonly winners: readonly Winner[];
   readonly validBids: number;
   readonly rejected: Readonly<Partial<Record<BidRejection, number>>>;
+  /** The fate of each candidate, in the order the candidates were given. */
+  readonly fates: readonly BidFate[];
 }
 
 /**
@@ -52,17 +57,22 @@ export interface Selection {
 export function selectWinners(request: BidRequest, candidates: readonly Candidate[], currency: string): Selection {
   const imps = new Map<string, Imp>();
   for (const imp of request.imp) imps.set(imp.id, imp);
-  const best = new Map<string, { c: Candidate; price: number; order: number; second: number; count: number }>();
+  const best = new Map<string, { c: Candidate; i: number; price: number; order: number; second: number; count: number }>();
   const rejected: Partial<Record<BidRejection, number>> = {};
+  const fates = new Array<BidFate>(candidates.length).fill('lost');
+  let i = -1;
   const reject = (r: BidRejection): void => {
     rejected[r] = (rejected[r] ?? 0) + 1;
+    fates[i] = r;
   };
   const multi = request.imp.length > 1;
   let valid = 0;
   let order = 0;
-  // Candidates in partner order, then response order: a strict `>` keeps the first of equals.
-  const sorted = [...candidates].sort((a, b) => a.partnerIndex - b.partnerIndex);
-  for (const c of sorted) {
+  // Candidates in partner order, then response order (a stable sort): a strict `>` keeps the first of equals.
+  const sorted = candidates.map((_, k) => k).sort((a, b) => candidates[a]!.partnerIndex - candidates[b]!.partnerIndex);
+  for (const k of sorted) {
+    const c = candidates[k]!;
+    i = k;
     order++;
     const bid = c.received.bid;
     if (typeof bid.id !== 'string' || bid.id.length === 0) { reject('missing_id'); continue; }
@@ -76,12 +86,13 @@ export function selectWinners(request: BidRequest, candidates: readonly Candidat
     if (price < floor) { reject('below_floor'); continue; }
     valid++;
     const cur = best.get(imp.id);
-    if (cur === undefined) best.set(imp.id, { c, price, order, second: floor, count: 1 });
+    if (cur === undefined) best.set(imp.id, { c, i: k, price, order, second: floor, count: 1 });
     else {
       cur.count++;
       if (price > cur.price) {
         cur.second = Math.max(cur.second, cur.price);
         cur.c = c;
+        cur.i = k;
         cur.price = price;
         cur.order = order;
       } else cur.second = Math.max(cur.second, price);
@@ -92,6 +103,7 @@ export function selectWinners(request: BidRequest, candidates: readonly Candidat
     const b = best.get(imp.id);
     if (b === undefined) continue;
     winners.push({ imp, candidate: b.c, bid: b.c.received.bid, price: b.price, minToWin: b.second, competing: b.count });
+    fates[b.i] = 'won';
   }
-  return { winners, validBids: valid, rejected };
+  return { winners, validBids: valid, rejected, fates };
 }

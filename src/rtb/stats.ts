@@ -33,6 +33,24 @@ export class Histogram {
     return this.max;
   }
 
+  /** The non-empty buckets as [bucket, count, …], with count, sum and max: what another process needs to merge this histogram. */
+  toSparse(): SparseHistogram {
+    const buckets: number[] = [];
+    for (let i = 0; i <= BUCKETS; i++) if (this.counts[i] !== 0) buckets.push(i, this.counts[i]!);
+    return { buckets, count: this.count, sum: this.sum, max: this.max };
+  }
+
+  /** Adds another histogram's counts (from toSparse()). */
+  addSparse(h: SparseHistogram): void {
+    for (let i = 0; i + 1 < h.buckets.length; i += 2) {
+      const b = h.buckets[i]!;
+      if (b >= 0 && b <= BUCKETS) this.counts[b]! += h.buckets[i + 1]!;
+    }
+    this.count += h.count;
+    this.sum += h.sum;
+    if (h.max > this.max) this.max = h.max;
+  }
+
   reset(): void {
     this.counts.fill(0);
     this.count = 0;
@@ -43,6 +61,14 @@ export class Histogram {
   toJSON(): LatencySummary {
     return { count: this.count, p50Ms: this.quantile(0.5), p90Ms: this.quantile(0.9), p99Ms: this.quantile(0.99), maxMs: round(this.max), meanMs: this.count === 0 ? 0 : round(this.sum / this.count) };
   }
+}
+
+/** A histogram in a form that crosses processes (JSON). */
+export interface SparseHistogram {
+  readonly buckets: readonly number[];
+  readonly count: number;
+  readonly sum: number;
+  readonly max: number;
 }
 
 export interface LatencySummary {

@@ -55,9 +55,11 @@ describe('relent exchange', () => {
     try {
       const config = file('ex.json', { auctionTimeoutMs: 250, reserveMs: 20, partners: [{ name: 'p', url: p.url, timeoutMs: 200, maxConcurrency: 10 }] });
       const t = io();
-      const running = main(['exchange', '--config', config, '--port', '0', '--quiet'], t.io);
-      await until(() => t.out().includes('listening on'));
-      const url = /listening on (\S+)/.exec(t.out())![1]!;
+      const running = main(['exchange', '--config', config, '--port', '0', '--quiet', '--workers', '1'], t.io);
+      await until(() => t.err().includes('ready on'));
+      const url = /ready on (\S+)/.exec(t.err())![1]!;
+      expect(t.err().split('\n').filter((l) => l.includes('ready on'))).toHaveLength(1);
+      expect(t.err()).toMatch(/connections p 10\/10; 48 dry-run auctions; notices: sqlite:.*ex\.notices\.db\)/);
       const inflight = [post(url, bidRequest()), post(url, bidRequest())];
       await until(() => p.seen.length === 2);
       process.emit('SIGTERM');

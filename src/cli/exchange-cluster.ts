@@ -1,0 +1,420 @@
+// `relent exchange --workers N`: N exchange processes (node:cluster) serving one port. The
+// primary process serves no auction: it owns the notices (one hub: the durable queue and
+// its delivery worker, or the in-memory sender, and the impressions that wait for a
+// billing event), adds up the workers' statistics, restarts a worker that dies, and
+// stops them in order on SIGTERM. Each worker warms up before it listens, so the port
+// hands connections only to workers that are ready.
+import cluster, { type Worker } from 'node:cluster';
+import { fileURLToPath } from 'node:url';
+import { createSeededRandom } from '../core/random.js';
+import type { DeliveryEvent } from '../delivery/index.js';
+import type { ResolvedExchangeConfig } from '../rtb/config.js';
+import { createExchange, exchangeHistograms, type Exchange, type ExchangeOptions, type ExchangeStats, type WarmupReport } from '../rtb/exchange.js';
+import {
+  NoticeHub, type Billable, type BillingEventResult, type Notice, type NoticeCounters, type NoticeOutlet, type NoticeStats,
+} from '../rtb/notices.js';
+import { mergeExchangeStats, type StatsPart } from '../rtb/stats-merge.js';
+import { systemClock } from '../run/clock.js';
+import type { RelentEvent } from '../run/run.js';
+
+const BIN = fileURLToPath(new URL('../../bin/relent', import.meta.url));
+
+/** How often a worker reports its statistics to the primary, ms. */
+export const WORKER_STATS_EVERY_MS = 1_000;
+
+/** Memory of the exchange's processes. */
+export interface ProcessMemory {
+  readonly rssBytes: number;
+  readonly heapUsedBytes: number;
+  readonly processes: number;
+}
+
+/** A running exchange: one process, or a primary and its workers. */
+export interface ExchangeProcesses {
+  readonly url: string;
+  readonly workers: number;
+  /** Each worker's warm-up (one in a single process). */
+  readonly warmup: readonly WarmupReport[];
+  /** From start to ready to serve, ms. */
+  readonly readyMs: number;
+  /** The statistics of every worker added up (the workers report every second). */
+  stats(): ExchangeStats;
+  memory(): ProcessMemory;
+  /** Stops accepting, answers what is in flight, hands the notices over, stops. Resolves with the final statistics. */
+  close(): Promise<ExchangeStats>;
+}
+
+type Mem = { rss: number; heapUsed: number };
+
+type ToPrimary =
+  | { readonly t: 'ready'; readonly url: string; readonly report: WarmupReport; readonly part: StatsPart; readonly mem: Mem }
+  | { readonly t: 'failed'; readonly message: string }
+  | { readonly t: 'notices'; readonly n: readonly Notice[]; readonly b: readonly Billable[] }
+  | { readonly t: 'event'; readonly id: number; readonly requestId: string; readonly impId: string }
+  | { readonly t: 'sync'; readonly id: number }
+  | { readonly t: 'stats'; readonly part: StatsPart; readonly mem: Mem; readonly final: boolean };
+
+type ToWorker =
+  | { readonly t: 'event'; readonly id: number; readonly r: BillingEventResult }
+  | { readonly t: 'sync'; readonly id: number }
+  | { readonly t: 'stop' };
+
+function zero(): NoticeCounters {
+  return { sent: 0, stored: 0, delivered: 0, failed: 0, dropped: 0, abandoned: 0, attempts: 0 };
+}
+
+/**
+ * A worker's notice outlet: notices and won impressions go to the primary's hub over the
+ * IPC channel (one message per turn of the event loop); billing events are asked there.
+ */
+export class IpcOutlet implements NoticeOutlet {
+  readonly store: string;
+  private notices: Notice[] = [];
+  private billables: Billable[] = [];
+  private scheduled = false;
+  private seq = 0;
+  private readonly waiting = new Map<number, (r: unknown) => void>();
+  private readonly counters = { win: zero(), billing: zero(), loss: zero() };
+
+  constructor(store: string) {
+    this.store = store;
+    process.on('message', (m: ToWorker) => {
+      if (m.t === 'event' || m.t === 'sync') {
+        const f = this.waiting.get(m.id);
+        this.waiting.delete(m.id);
+        f?.(m.t === 'event' ? m.r : undefined);
+      }
+    });
+    process.on('disconnect', () => {
+      // The primary is gone: nothing more can be handed over.
+      for (const f of this.waiting.values()) f('unknown');
+      this.waiting.clear();
+    });
+  }
+
+  open(): Promise<void> {
+    return Promise.resolve();
+  }
+
+  send(n: Notice): boolean {
+    if (!process.connected) {
+      this.counters[n.kind].dropped++;
+      return false;
+    }
+    this.counters[n.kind].sent++;
+    this.notices.push(n);
+    this.schedule();
+    return true;
+  }
+
+  keepBillable(b: Billable): void {
+    this.billables.push(b);
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(() => this.flush());
+  }
+
+  private flush(): void {
+    this.scheduled = false;
+    if (this.notices.length === 0 && this.billables.length === 0) return;
+    const msg: ToPrimary = { t: 'notices', n: this.notices, b: this.billables };
+    this.notices = [];
+    this.billables = [];
+    if (process.connected) process.send!(msg);
+  }
+
+  private ask<T>(msg: (id: number) => ToPrimary, fallback: T): Promise<T> {
+    this.flush(); // what this worker handed over before goes first (one channel, in order)
+    if (!process.connected) return Promise.resolve(fallback);
+    const id = ++this.seq;
+    return new Promise<T>((resolve) => {
+      this.waiting.set(id, resolve as (r: unknown) => void);
+      process.send!(msg(id));
+    });
+  }
+
+  billingEvent(requestId: string, impId: string): Promise<BillingEventResult> {
+    return this.ask((id) => ({ t: 'event', id, requestId, impId }), 'unknown' as BillingEventResult);
+  }
+
+  /** Resolves once the primary has stored everything this worker handed over. */
+  stored(): Promise<void> {
+    return this.ask((id) => ({ t: 'sync', id }), undefined);
+  }
+
+  stats(): NoticeStats {
+    return {
+      win: { ...this.counters.win }, billing: { ...this.counters.billing }, loss: { ...this.counters.loss },
+      inFlight: this.notices.length, events: { received: 0, fired: 0, duplicate: 0, unknown: 0 }, storeErrors: 0,
+    };
+  }
+
+  async close(): Promise<void> {
+    await this.stored();
+  }
+}
+
+export interface WorkerSetup {
+  readonly config: ResolvedExchangeConfig | unknown;
+  readonly port: number | undefined;
+  readonly host: string | undefined;
+  readonly processes: number;
+  readonly onEvent?: ((e: RelentEvent) => void) | null;
+  readonly onAuction?: ExchangeOptions['onAuction'];
+}
+
+function memoryNow(): Mem {
+  const m = process.memoryUsage();
+  return { rss: m.rss, heapUsed: m.heapUsed };
+}
+
+function partOf(exchange: Exchange): StatsPart {
+  return { stats: exchange.stats(), hist: exchangeHistograms(exchange) };
+}
+
+/**
+ * The body of a worker process: an exchange whose notices go to the primary; it reports
+ * its statistics every second and stops on the primary's word, on SIGTERM/SIGINT, or when
+ * the primary is gone.
+ */
+export async function runExchangeWorker(setup: WorkerSetup): Promise<number> {
+  const send = (m: ToPrimary): void => {
+    if (process.connected) process.send!(m);
+  };
+  let exchange: Exchange;
+  try {
+    exchange = createExchange(setup.config as never, {
+      processes: setup.processes,
+      noticeOutlet: new IpcOutlet((setup.config as ResolvedExchangeConfig).notices?.store ?? 'memory'),
+      onEvent: setup.onEvent ?? null,
+      onAuction: setup.onAuction ?? null,
+    });
+  } catch (e) {
+    send({ t: 'failed', message: e instanceof Error ? e.message : String(e) });
+    return 2;
+  }
+  let info;
+  try {
+    info = await exchange.listen(setup.port, setup.host);
+  } catch (e) {
+    send({ t: 'failed', message: `cannot listen: ${e instanceof Error ? e.message : String(e)}` });
+    await exchange.close({ force: true, noticeDrainMs: 0 });
+    return 1;
+  }
+  send({ t: 'ready', url: info.url, report: await exchange.ready(), part: partOf(exchange), mem: memoryNow() });
+  const timer = setInterval(() => send({ t: 'stats', part: partOf(exchange), mem: memoryNow(), final: false }), WORKER_STATS_EVERY_MS);
+  await new Promise<void>((resolve) => {
+    process.on('message', (m: ToWorker) => {
+      if (m.t === 'stop') resolve();
+    });
+    process.once('SIGTERM', () => resolve());
+    process.once('SIGINT', () => resolve());
+    process.once('disconnect', () => resolve());
+  });
+  clearInterval(timer);
+  await exchange.close();
+  send({ t: 'stats', part: partOf(exchange), mem: memoryNow(), final: true });
+  // Let the last message leave, then let go of the channel (it would keep the process alive).
+  await new Promise<void>((resolve) => (process.connected ? process.send!({ t: 'sync', id: 0 } satisfies ToPrimary, () => resolve()) : resolve()));
+  if (process.connected) process.disconnect();
+  return 0;
+}
+
+export interface ClusterOptions {
+  /** The resolved configuration (the primary's copy: notices and partners). */
+  readonly config: ResolvedExchangeConfig;
+  /** The arguments of `relent exchange` each worker is started with. */
+  readonly argv: readonly string[];
+  readonly workers: number;
+  /** The primary's lines (a worker that died and was restarted…). */
+  readonly log: (line: string) => void;
+  /** In-process notice calls' events (memory store). */
+  readonly onEvent?: ((e: RelentEvent) => void) | null;
+  readonly onDeliveryEvent?: ((e: DeliveryEvent) => void) | null;
+  /** Extra environment of the workers. */
+  readonly env?: Readonly<Record<string, string>>;
+}
+
+interface Slot {
+  worker: Worker;
+  part: StatsPart | null;
+  /** Statistics of the slot's earlier processes (restarted after they died). */
+  past: StatsPart[];
+  mem: Mem | null;
+  ready: boolean;
+}
+
+/** Starts the primary's notice hub and N workers; resolves once every worker is ready to serve. */
+export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses> {
+  const t0 = performance.now();
+  const hub = new NoticeHub(o.config.notices, {
+    clock: systemClock,
+    random: createSeededRandom(Date.now()),
+    onEvent: o.onEvent ?? undefined,
+    onDeliveryEvent: o.onDeliveryEvent ?? null,
+    partners: o.config.partners.map((p) => ({ name: p.name, url: p.url })),
+  });
+  // A store that cannot be opened stops everything before a worker starts.
+  await hub.open();
+  cluster.setupPrimary({ exec: BIN, args: ['exchange', ...o.argv], silent: false });
+  const slots: Slot[] = [];
+  let stopping = false;
+  const warmup: WarmupReport[] = [];
+  let url = '';
+  let failed: ((e: Error) => void) | null = null;
+  let allReady: (() => void) | null = null;
+  const readyPromise = new Promise<void>((resolve, reject) => {
+    allReady = resolve;
+    failed = reject;
+  });
+
+  const onMessage = (slot: Slot, m: ToPrimary): void => {
+    const reply = (r: ToWorker): void => {
+      if (slot.worker.isConnected()) slot.worker.send(r);
+    };
+    switch (m.t) {
+      case 'notices':
+        for (const b of m.b) hub.keepBillable(b);
+        for (const n of m.n) hub.send(n);
+        break;
+      case 'event': {
+        const r = hub.billingEvent(m.requestId, m.impId);
+        if (r === 'fired') void hub.stored().then(() => reply({ t: 'event', id: m.id, r }));
+        else reply({ t: 'event', id: m.id, r });
+        break;
+      }
+      case 'sync':
+        if (m.id !== 0) void hub.stored().then(() => reply({ t: 'sync', id: m.id }));
+        break;
+      case 'stats':
+        slot.part = m.part;
+        slot.mem = m.mem;
+        break;
+      case 'ready':
+        slot.ready = true;
+        slot.part = m.part;
+        slot.mem = m.mem;
+        url = m.url;
+        warmup.push(m.report);
+        if (slots.length === o.workers && slots.every((s) => s.ready)) allReady?.();
+        break;
+      case 'failed':
+        failed?.(new Error(m.message));
+        break;
+    }
+  };
+
+  const fork = (slot?: Slot): Slot => {
+    const worker = cluster.fork({ ...o.env, RELENT_EXCHANGE_WORKERS: String(o.workers) });
+    const s: Slot = slot ?? { worker, part: null, past: [], mem: null, ready: false };
+    if (slot) {
+      if (slot.part !== null) slot.past.push(slot.part);
+      slot.worker = worker;
+      slot.part = null;
+      slot.ready = false;
+    }
+    worker.on('message', (m: ToPrimary) => onMessage(s, m));
+    worker.on('exit', (code, signal) => {
+      if (stopping || s.worker !== worker) return;
+      if (!s.ready && url === '') {
+        failed?.(new Error(`a worker exited while starting (${signal ?? `exit ${code}`})`));
+        return;
+      }
+      o.log(`relent exchange: worker ${worker.process.pid} exited (${signal ?? `exit ${code}`}); starting another`);
+      setTimeout(() => {
+        if (!stopping) fork(s);
+      }, 500);
+    });
+    return s;
+  };
+  for (let i = 0; i < o.workers; i++) slots.push(fork());
+  try {
+    await readyPromise;
+  } catch (e) {
+    stopping = true;
+    for (const s of slots) s.worker.kill('SIGKILL');
+    await hub.close({ drainMs: 0, force: true });
+    throw e;
+  }
+  const readyMs = Math.round(performance.now() - t0);
+
+  const stats = (): ExchangeStats => mergeExchangeStats(slots.flatMap((s) => [...s.past, ...(s.part ? [s.part] : [])]), hub.stats());
+  return {
+    url,
+    workers: o.workers,
+    warmup,
+    readyMs,
+    stats,
+    memory: () => {
+      const own = process.memoryUsage();
+      let rss = own.rss;
+      let heap = own.heapUsed;
+      for (const s of slots) {
+        rss += s.mem?.rss ?? 0;
+        heap += s.mem?.heapUsed ?? 0;
+      }
+      return { rssBytes: rss, heapUsedBytes: heap, processes: slots.length + 1 };
+    },
+    close: async () => {
+      stopping = true;
+      const exits = slots.map((s) => new Promise<void>((resolve) => {
+        if (s.worker.isDead()) return resolve();
+        s.worker.once('exit', () => resolve());
+        if (s.worker.isConnected()) s.worker.send({ t: 'stop' } satisfies ToWorker);
+        else s.worker.kill('SIGTERM');
+      }));
+      // Each answers its auctions (bounded by their deadlines) and hands its notices over.
+      const limit = setTimeout(() => {
+        for (const s of slots) if (!s.worker.isDead()) s.worker.kill('SIGKILL');
+      }, 30_000);
+      await Promise.all(exits);
+      clearTimeout(limit);
+      await hub.close({ drainMs: 2_000, force: false });
+      return stats();
+    },
+  };
+}
+
+/** One process: the exchange serves here, and its notices go through its own hub. */
+export async function startInProcess(o: {
+  readonly config: unknown;
+  readonly port: number | undefined;
+  readonly host: string | undefined;
+  readonly options: ExchangeOptions;
+}): Promise<ExchangeProcesses & { readonly exchange: Exchange }> {
+  const t0 = performance.now();
+  const exchange = createExchange(o.config as never, o.options);
+  let info;
+  try {
+    info = await exchange.listen(o.port, o.host);
+  } catch (e) {
+    await exchange.close({ force: true, noticeDrainMs: 0 });
+    throw e;
+  }
+  const report = await exchange.ready();
+  return {
+    exchange,
+    url: info.url,
+    workers: 1,
+    warmup: [report],
+    readyMs: Math.round(performance.now() - t0),
+    stats: () => exchange.stats(),
+    memory: () => {
+      const m = process.memoryUsage();
+      return { rssBytes: m.rss, heapUsedBytes: m.heapUsed, processes: 1 };
+    },
+    close: async () => {
+      await exchange.close();
+      return exchange.stats();
+    },
+  };
+}
+
+/** True in a process started by startCluster(). */
+export function isExchangeWorker(): boolean {
+  return cluster.isWorker && process.env.RELENT_EXCHANGE_WORKERS !== undefined;
+}
