@@ -86,18 +86,26 @@ export class Admission {
   release(): void {
     this.inFlight--;
     const now = this.clock.now();
+    // A handler that throws while being admitted must not leave the others waiting: the
+    // loop goes on and the first error is thrown afterwards (as it would be without relent).
+    let failure: { error: unknown } | null = null;
     while (this.inFlight < (this.limits.maxConcurrent ?? Infinity)) {
       const w = this.firsts.shift() ?? this.retries.shift();
-      if (w === undefined) return;
+      if (w === undefined) break;
       w.cancelTimer?.();
       w.cancelTimer = null;
-      if (w.t.deadlineAt <= now) {
-        w.t.expire();
-        continue;
+      try {
+        if (w.t.deadlineAt <= now) {
+          w.t.expire();
+          continue;
+        }
+        this.inFlight++;
+        w.t.admit(now - w.t.arrivedAt);
+      } catch (error) {
+        failure ??= { error };
       }
-      this.inFlight++;
-      w.t.admit(now - w.t.arrivedAt);
     }
+    if (failure !== null) throw failure.error;
   }
 
   private remove(w: Waiting): boolean {

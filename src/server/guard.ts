@@ -138,6 +138,9 @@ export interface ServedRequest extends IncomingCall {
   readonly dependencyNoRetry: boolean;
 }
 
+/** A request (node:http, Express, Connect) as the handler sees it after the middleware: `req.relent`. */
+export type WithRelent<R extends IncomingMessage = IncomingMessage> = R & { relent: ServedRequest };
+
 /** Counts since the guard was made, and its current load. */
 export interface ServerStats {
   readonly inFlight: number;
@@ -460,14 +463,16 @@ function pathOf(url: string | undefined): string {
   return p.length > 200 ? p.slice(0, 200) : p;
 }
 
-function nodeAdapter(req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void): Adapter {
+function nodeAdapter(req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void): Adapter & { proceeded: boolean } {
   return {
+    proceeded: false,
     respond(status, headers, body) {
       res.statusCode = status;
       for (const k in headers) res.setHeader(k, headers[k]!);
       res.end(body);
     },
     proceed(served) {
+      this.proceeded = true;
       (req as IncomingMessage & { relent?: ServedRequest }).relent = served;
       runIncoming(served, next);
     },
@@ -485,15 +490,19 @@ const DISPLAY_NAME = Symbol.for('fastify.display-name');
 export function createServerGuard(options: ServerOptions = {}): ServerGuard {
   const g = new Guard(options);
   const middleware = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void): void => {
+    const adapter = nodeAdapter(req, res, next);
     try {
-      g.handle(req, res, nodeAdapter(req, res, next));
+      g.handle(req, res, adapter);
     } catch (e) {
+      // An error of the handler itself (next) is not the guard's to report: never call it twice.
+      if (adapter.proceeded) throw e;
       next(e);
     }
   };
   const fastify: FastifyPlugin = (instance, _opts, done) => {
     instance.decorateRequest('relent', null);
     instance.addHook('onRequest', (request, reply, hookDone) => {
+      let proceeded = false;
       try {
         g.handle(request.raw, reply.raw, {
           respond(status, headers, body) {
@@ -502,11 +511,13 @@ export function createServerGuard(options: ServerOptions = {}): ServerGuard {
             reply.send(body);
           },
           proceed(served) {
+            proceeded = true;
             request.relent = served;
             runIncoming(served, () => hookDone());
           },
         });
       } catch (e) {
+        if (proceeded) throw e;
         hookDone(e instanceof Error ? e : new Error(String(e)));
       }
     });

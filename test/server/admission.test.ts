@@ -98,6 +98,19 @@ describe('Admission: concurrency limit, bounded queue, queue timeout, first atte
     expect(t.log).toEqual(['a admitted after 0']);
   });
 
+  it('a handler that throws when admitted: its error comes out, the counts stay right, the next one is served', () => {
+    const clock = createTestClock();
+    const a = new Admission({ maxConcurrent: 1, maxQueue: 5, queueTimeoutMs: 100 }, clock);
+    const t = tickets(clock);
+    a.arrive(t.make('a'), clock.now());
+    a.arrive({ ...t.make('bad'), admit: () => { throw new Error('handler'); } }, clock.now());
+    a.arrive(t.make('c'), clock.now());
+    expect(() => a.release()).toThrow('handler');
+    expect([a.inFlight, a.queued]).toEqual([1, 1]); // 'bad' holds its slot until its response closes
+    a.release();
+    expect(t.log).toEqual(['a admitted after 0', 'c admitted after 0']);
+  });
+
   it('a request whose deadline passed while it waited expires when its turn comes', () => {
     const clock = createTestClock();
     const a = new Admission({ maxConcurrent: 1, maxQueue: 5, queueTimeoutMs: 100 }, clock);

@@ -236,6 +236,24 @@ describe('load shedding (Express-style next)', () => {
     expect(guard.stats().inFlight).toBe(0);
   });
 
+  it('a plain node:http handler that throws is not called twice (its error is its own)', async () => {
+    let calls = 0;
+    const guard = relentMiddleware();
+    const server = http.createServer((req, res) => {
+      try {
+        guard(req, res, () => { calls++; throw new Error('handler bug'); });
+      } catch {
+        res.statusCode = 500;
+        res.end('caught outside');
+      }
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    closers.push(() => new Promise((r) => server.close(r)));
+    const res = await get(`http://127.0.0.1:${(server.address() as net.AddressInfo).port}/`, { 'x-relent-deadline-ms': '500' });
+    expect(res.body).toBe('caught outside');
+    expect(calls).toBe(1);
+  });
+
   it('a handler\'s error goes to next(err); a listener that throws breaks nothing', async () => {
     const a = await app(relentMiddleware({ onEvent: () => { throw new Error('listener'); } }), (_q, _r, next) => next(new Error('boom')));
     const res = await get(a.url, { 'x-relent-deadline-ms': '500' });
