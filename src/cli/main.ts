@@ -21,6 +21,7 @@ Commands:
   exchange          an OpenRTB exchange that holds its deadline (--config FILE; POST /openrtb2/auction)
   bidder            a simulated DSP: price, latency, no-bids, failures, load shedding (--config FILE)
   exchange-demo     the bundled example (what \`npm start\` runs): bidders, exchange and traffic, live statistics
+  exchange-bench    the exchange's load test: open-loop traffic at a rate, simulated bidders, p50/p99, late answers, memory
   report LOG|-      read an event log (JSONL): do retries help? tables, --json, or --html FILE with charts
   help [COMMAND]    this text, or a command's own
 
@@ -42,6 +43,7 @@ const COMMANDS: Record<string, Command> = {
   exchange: async (argv, io) => (await import('./exchange.js')).exchangeCommand(argv, io),
   bidder: async (argv, io) => (await import('./bidder.js')).bidderCommand(argv, io),
   'exchange-demo': async (argv, io) => (await import('./exchange-demo.js')).exchangeDemoCommand(argv, io),
+  'exchange-bench': async (argv, io) => (await import('./exchange-bench.js')).exchangeBenchCommand(argv, io),
 };
 
 /** Runs one command; returns the exit status. Never throws. */
