@@ -28,6 +28,7 @@ export { RelentError, REASON_CODES } from './core/errors.js';
 export type { RelentErrorCode } from './core/errors.js';
 export { createSeededRandom } from './core/random.js';
 export { createCircuitBreaker, normalizeBreakerSpec, breakerOutcome, BREAKER_DEFAULTS } from './core/breaker.js';
+export type { Fleet } from './core/fleet.js';
 export type {
   CircuitBreaker, BreakerSpec, ResolvedBreakerSpec, BreakerOptions, BreakerState, BreakerOutcome, BreakerStateChange, BreakerSnapshot,
   BreakerTransitionReason,

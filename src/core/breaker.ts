@@ -160,6 +160,16 @@ export function breakerOutcome(obs: Observation): BreakerOutcome {
   return 'failure';
 }
 
+/**
+ * The closed → open rule: the window holds at least `minimumThroughput` calls and the
+ * failures' share reaches `failureRatio`. (relent/fleet's Lua script applies the same
+ * rule to the fleet's window.)
+ */
+export function windowTrips(spec: ResolvedBreakerSpec, successes: number, failures: number): boolean {
+  const calls = successes + failures;
+  return calls >= spec.minimumThroughput && failures / calls >= spec.failureRatio;
+}
+
 /** Creates a breaker (closed, or in the state of `opts.initialState`). Validates at construction. */
 export function createCircuitBreaker(spec?: BreakerSpec | null, opts: BreakerOptions = {}): CircuitBreaker {
   const resolved = normalizeBreakerSpec(spec);
@@ -355,8 +365,7 @@ class Breaker implements CircuitBreaker {
 
   private evaluate(t: number): void {
     const { successes, failures } = this.window(t);
-    const calls = successes + failures;
-    if (calls >= this.spec.minimumThroughput && failures / calls >= this.spec.failureRatio) this.open(t, 'failure_ratio');
+    if (windowTrips(this.spec, successes, failures)) this.open(t, 'failure_ratio');
   }
 
   private open(t: number, reason: BreakerTransitionReason): void {

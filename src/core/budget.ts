@@ -86,7 +86,7 @@ export interface RetryBudget {
 export const SERVING_WINDOW_MS = 1000;
 
 /** An answer that is not a failure the policy retries: the dependency is serving. */
-function isAnswer(o: BudgetObservation): boolean {
+export function isAnswer(o: BudgetObservation): boolean {
   return o.success || !o.retryableFailure;
 }
 
@@ -180,9 +180,25 @@ function withAnswers(rules: TokenRules): RetryBudget {
   };
 }
 
-function ratioBudget(spec: Extract<ResolvedBudgetSpec, { kind: 'ratio' }>): RetryBudget {
-  const { ratio, minPerSecond, maxTokens, refund } = spec;
-  const perOperation = spec.deposit === 'operation';
+/** A resolved `ratio` budget spec. */
+export type RatioBudgetSpec = Extract<ResolvedBudgetSpec, { kind: 'ratio' }>;
+
+/**
+ * What one observed attempt deposits into a `ratio` budget: `ratio` for an answered
+ * attempt (or, with `deposit: "operation"`, for a first attempt), plus the token back
+ * for a retry that was answered (`refund`). The one home of the deposit rule: the
+ * in-process budget and the fleet's leased budget (src/core/fleet.ts) both use it.
+ */
+export function ratioDeposit(spec: RatioBudgetSpec, o: BudgetObservation): number {
+  const answered = isAnswer(o);
+  let add = (spec.deposit === 'operation' ? o.attempt === 1 : answered) ? spec.ratio : 0;
+  // A retry that succeeded paid for load the dependency could serve: its token comes back.
+  if (spec.refund && answered && o.attempt > 1) add += 1;
+  return add;
+}
+
+function ratioBudget(spec: RatioBudgetSpec): RetryBudget {
+  const { minPerSecond, maxTokens } = spec;
   let tokens = maxTokens;
   let last: number | null = null;
   let answerAt: number | null = null;
@@ -196,11 +212,8 @@ function ratioBudget(spec: Extract<ResolvedBudgetSpec, { kind: 'ratio' }>): Retr
     spec,
     observe(o, now) {
       refill(now);
-      const answered = isAnswer(o);
-      if (answered) answerAt = now;
-      let add = (perOperation ? o.attempt === 1 : answered) ? ratio : 0;
-      // A retry that succeeded paid for load the dependency could serve: its token comes back.
-      if (refund && answered && o.attempt > 1) add += 1;
+      if (isAnswer(o)) answerAt = now;
+      const add = ratioDeposit(spec, o);
       if (add > 0) tokens = Math.min(maxTokens, tokens + add);
     },
     tryAcquire(_o, now) {

@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { createRetryBudget, type RetryBudget } from '../core/budget.js';
+import type { Fleet } from '../core/fleet.js';
 import {
   afterRetry, attemptBudgetMs, beginAttempt, decide, isIdempotent, preflight, startOperation, type OperationState,
 } from '../core/decide.js';
@@ -97,8 +98,11 @@ export interface WorkerOptions extends WorkerSettings {
    * retry refused by a budget would be dropped, and the queue bounds load with the
    * destination's rate limit and adaptive concurrency instead. `policy`: one budget per
    * destination from the policy (an exhausted budget drops the batch: budget_exhausted).
+   * With `fleet`, `policy` budgets are the fleet's, one per destination.
    */
   readonly budget?: 'none' | 'policy';
+  /** Share each destination's budget with every worker that delivers to it (relent/fleet; the destination's name is the dependency). */
+  readonly fleet?: Fleet | null;
 }
 
 export interface DeliveryWorker {
@@ -214,12 +218,17 @@ class Worker implements DeliveryWorker {
     if (o.budget !== undefined && o.budget !== 'none' && o.budget !== 'policy') {
       throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`budget\` to be "none" or "policy", got ${JSON.stringify(o.budget)}`, { field: 'budget' });
     }
+    const fleet = o.fleet ?? null;
+    if (fleet !== null && (typeof fleet !== 'object' || typeof fleet.budget !== 'function')) {
+      throw new DeliveryError('ERR_INVALID_CONFIG', 'Expected `fleet` to be a fleet (relent/fleet createRedisFleet())', { field: 'fleet' });
+    }
+    const budgets = o.budget === 'policy';
     for (const d of resolved.values()) {
       this.dests.set(d.name, {
         d,
         aimd: new AimdLimiter(d.concurrency),
         rate: d.rateLimit ? new SlidingWindowLimiter(d.rateLimit.requests, d.rateLimit.perMs) : null,
-        budget: o.budget === 'policy' && d.policy.budget ? createRetryBudget(d.policy.budget) : null,
+        budget: budgets && d.policy.budget ? (fleet !== null ? fleet.budget(d.name, d.policy.budget) : createRetryBudget(d.policy.budget)) : null,
         inflight: 0,
         pausedUntil: 0,
       });

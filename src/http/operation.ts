@@ -5,6 +5,7 @@ import {
   createCircuitBreaker, type BreakerSnapshot, type BreakerSpec, type BreakerStateChange, type CircuitBreaker,
 } from '../core/breaker.js';
 import { createRetryBudget, type RetryBudget } from '../core/budget.js';
+import type { Fleet } from '../core/fleet.js';
 import { RelentError } from '../core/errors.js';
 import type { Policy, PolicySpec } from '../core/policy.js';
 import { resolvePolicy, withOverrides } from '../presets/index.js';
@@ -17,7 +18,7 @@ import { pickHintHeaders } from '../core/hints.js';
 
 /** What the client and the interceptor protect a dependency with by default: a shared budget, no breaker, no bulkhead. */
 export const PROTECTION_DEFAULTS = Object.freeze({
-  budget: true, breaker: false as const, breakerState: null, onBreakerStateChange: null, bulkhead: false as const,
+  budget: true, breaker: false as const, breakerState: null, onBreakerStateChange: null, bulkhead: false as const, fleet: null,
 });
 
 export function invalid(field: string, message: string): RelentError {
@@ -40,6 +41,11 @@ export interface ProtectionOptions {
   readonly onBreakerStateChange?: ((change: BreakerStateChange) => void) | null;
   /** A bulkhead per key (max concurrent calls + bounded queue), or false for none (default). */
   readonly bulkhead?: BulkheadOptions | false;
+  /**
+   * Share each key's budget and breaker with every process that calls it (relent/fleet's
+   * `createRedisFleet()`): the key is the dependency's name in the fleet. `breakerState` is not used then.
+   */
+  readonly fleet?: Fleet | null;
 }
 
 export interface Dependency {
@@ -63,8 +69,13 @@ export class Dependencies {
   private readonly shareBudget: boolean;
   private readonly breakerSpec: BreakerSpec | false;
   private readonly bulkheadOpts: BulkheadOptions | false;
+  private readonly fleet: Fleet | null;
 
   constructor(private readonly o: ProtectionOptions) {
+    this.fleet = o.fleet ?? null;
+    if (this.fleet !== null && (typeof this.fleet !== 'object' || typeof this.fleet.budget !== 'function' || typeof this.fleet.breaker !== 'function')) {
+      throw invalid('fleet', 'Expected `fleet` to be a fleet (relent/fleet createRedisFleet())');
+    }
     this.shareBudget = o.budget ?? PROTECTION_DEFAULTS.budget;
     if (typeof this.shareBudget !== 'boolean') throw invalid('budget', 'Expected `budget` to be a boolean');
     this.breakerSpec = o.breaker ?? PROTECTION_DEFAULTS.breaker;
@@ -95,12 +106,15 @@ export class Dependencies {
     }
     this.lastKey = null;
     this.lastDep = null;
-    const budget = this.shareBudget && policy.budget !== null ? createRetryBudget(policy.budget) : null;
-    const breaker = this.breakerSpec === false ? null : createCircuitBreaker(this.breakerSpec, {
-      name: key,
-      initialState: this.o.breakerState?.[key] ?? null,
-      onStateChange: this.o.onBreakerStateChange ?? null,
-    });
+    const fleet = this.fleet;
+    const budget = this.shareBudget && policy.budget !== null ? (fleet !== null ? fleet.budget(key, policy.budget) : createRetryBudget(policy.budget)) : null;
+    const breaker = this.breakerSpec === false ? null : fleet !== null
+      ? fleet.breaker(key, this.breakerSpec, { name: key, onStateChange: this.o.onBreakerStateChange ?? null })
+      : createCircuitBreaker(this.breakerSpec, {
+        name: key,
+        initialState: this.o.breakerState?.[key] ?? null,
+        onStateChange: this.o.onBreakerStateChange ?? null,
+      });
     const bulkhead = this.bulkheadOpts === false ? null : createBulkhead(this.bulkheadOpts);
     d = { budget, breaker, bulkhead };
     this.deps.set(key, d);

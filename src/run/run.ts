@@ -1,4 +1,4 @@
-import { breakerOutcome, type CircuitBreaker } from '../core/breaker.js';
+import { breakerOutcome, type BreakerSpec, type CircuitBreaker } from '../core/breaker.js';
 import { safeEndpoint } from '../core/endpoint.js';
 import { pickHintHeaders } from '../core/hints.js';
 import type { RetryBudget } from '../core/budget.js';
@@ -6,6 +6,7 @@ import {
   afterRetry, attemptBudgetMs, beginAttempt, decide, isPlainAnswer, preflight, startOperation, type OperationState,
 } from '../core/decide.js';
 import { errorClassOfCode } from '../core/error-codes.js';
+import type { Fleet } from '../core/fleet.js';
 import { RelentError, REASON_CODES } from '../core/errors.js';
 import { ERROR_CLASSES, type Policy, type PolicySpec } from '../core/policy.js';
 import type {
@@ -112,8 +113,15 @@ export interface RunOptions<T> {
   /**
    * The dependency's circuit breaker (R11): asked before every call (refused → no call,
    * terminal `circuit_open`, ERR_CIRCUIT_OPEN); told every call's outcome. Share one per dependency.
+   * With `fleet` and `dependency`, `true` or a breaker spec takes the fleet's breaker of the dependency.
    */
-  readonly breaker?: CircuitBreaker | null;
+  readonly breaker?: CircuitBreaker | BreakerSpec | true | null;
+  /**
+   * A fleet (relent/fleet `createRedisFleet()`) and the dependency's name in it: unless
+   * `budget` is given, the policy's budget is the one the fleet shares for `dependency`.
+   */
+  readonly fleet?: Fleet | null;
+  readonly dependency?: string;
   /**
    * The dependency's bulkhead (R11): a slot is held for each call, waited for (abortable,
    * within the deadline) when none is free. A full queue ends the operation with terminal
@@ -336,8 +344,8 @@ class Runner<T> {
     this.clock = options.clock ?? systemClock;
     this.random = options.random ?? systemRandom;
     this.signal = options.signal;
-    this.budget = options.budget ?? null;
-    this.breaker = options.breaker ?? null;
+    this.budget = options.budget !== undefined ? options.budget : fleetBudget(options, this.policy);
+    this.breaker = breakerOf(options);
     this.bulkhead = options.bulkhead ?? null;
     this.method = options.method ?? null;
     // R14: whatever the caller passed, events never carry a query, userinfo or fragment.
@@ -587,6 +595,32 @@ class Runner<T> {
     }
     this.settleRun({ operationId: this.operationId, reason, attempts, last, outcome, stateCheck: extra.stateCheck ?? null, delayMs: d?.delayMs ?? null, why: d?.why ?? null });
   }
+}
+
+type FleetFields = Pick<RunOptions<unknown>, 'fleet' | 'dependency' | 'breaker'>;
+
+/** The fleet's budget of `dependency` (none without a fleet, a dependency or a policy budget). */
+function fleetBudget(o: FleetFields, policy: Policy): RetryBudget | null {
+  const fleet = o.fleet;
+  if (fleet === undefined || fleet === null || policy.budget === null) return null;
+  return fleet.budget(fleetDependency(o), policy.budget);
+}
+
+function fleetDependency(o: FleetFields): string {
+  if (typeof o.dependency !== 'string' || o.dependency.length === 0) {
+    throw new RelentError('ERR_INVALID_INPUT', 'Expected `dependency` (the name of what is called, e.g. "payments") with `fleet`', { field: 'dependency' });
+  }
+  return o.dependency;
+}
+
+function breakerOf(o: FleetFields): CircuitBreaker | null {
+  const b = o.breaker;
+  if (b === undefined || b === null) return null;
+  if (typeof (b as CircuitBreaker).tryPass === 'function') return b as CircuitBreaker;
+  if (o.fleet === undefined || o.fleet === null) {
+    throw new RelentError('ERR_INVALID_INPUT', 'Expected `breaker` to be a CircuitBreaker (a breaker spec needs `fleet` and `dependency`)', { field: 'breaker' });
+  }
+  return o.fleet.breaker(fleetDependency(o), b === true ? null : b as BreakerSpec);
 }
 
 const TIMEOUT_OUTCOME = { kind: 'timeout' } as const;

@@ -1,0 +1,132 @@
+import type { BreakerOptions, BreakerSpec, CircuitBreaker } from './breaker.js';
+import { isAnswer, ratioDeposit, type BudgetSpec, type RatioBudgetSpec, type RetryBudget } from './budget.js';
+import { invalidPolicy } from './errors.js';
+
+/**
+ * State shared by every process that calls one dependency: what a driver needs from a
+ * fleet (relent/fleet's `createRedisFleet()` makes one). The objects it hands out are
+ * ordinary `RetryBudget`s and `CircuitBreaker`s, synchronous and never waiting on the
+ * network, so `decide()` and the executor use them as they use the in-process ones.
+ * A driver that takes a `fleet` asks it once per dependency and keeps the object.
+ */
+export interface Fleet {
+  /**
+   * The retry budget of `dependency`, shared by the fleet (the same object for the same
+   * dependency in one process). Kinds the fleet does not share come back as an
+   * in-process budget.
+   */
+  budget(dependency: string, spec: BudgetSpec): RetryBudget;
+  /** The circuit breaker of `dependency`: one state for the whole fleet. */
+  breaker(dependency: string, spec?: BreakerSpec | null, options?: BreakerOptions): CircuitBreaker;
+}
+
+/**
+ * A `ratio` budget's share of a fleet-wide bucket: the tokens this process holds (its
+ * lease, at most `leaseTokens`), spent without asking anyone, and the deposits that did
+ * not fit in the lease, waiting to be handed to the shared bucket. Deposits follow the
+ * in-process budget's rule (`ratioDeposit`); time adds nothing here (the shared bucket
+ * refills, on the shared clock). Pure arithmetic: the driver moves tokens between this
+ * and the shared bucket (`takePending`, `wanted`, `grant`).
+ *
+ * A new lease starts full, on credit: its pending deposits start at −leaseTokens, a debt
+ * that the first visit to the shared bucket pays (the bucket may go below zero for it),
+ * so a process's first retries need not wait for a round trip.
+ *
+ * Invariant: held() ≤ leaseTokens, and a debt is at most leaseTokens. So across P
+ * processes the fleet spends at most what one budget would allow plus P leases
+ * (docs/fleet.md).
+ */
+export interface LeasedBudget extends RetryBudget {
+  readonly leaseTokens: number;
+  /** Tokens in the lease. */
+  held(): number;
+  /** Whole tokens the lease has room for (what to ask the shared bucket for). */
+  wanted(): number;
+  /** Deposits that did not fit in the lease and are not yet handed over (negative: a debt to pay). */
+  pending(): number;
+  /** Returns the pending deposits and forgets them (deposits are handed over at most once). */
+  takePending(): number;
+  /** Takes back a debt that `takePending()` returned and that could not be handed over (debts are never forgotten). */
+  keepDebt(taken: number): void;
+  /** Adds tokens taken from the shared bucket; what does not fit becomes pending again. */
+  grant(tokens: number): void;
+  /** Retries paid from the lease so far. */
+  spent(): number;
+}
+
+export function createLeasedBudget(spec: RatioBudgetSpec, leaseTokens: number): LeasedBudget {
+  if (typeof leaseTokens !== 'number' || !(leaseTokens >= 1) || !Number.isFinite(leaseTokens)) throw invalidPolicy('leaseTokens', 'a finite number >= 1', leaseTokens);
+  let lease = leaseTokens;
+  let pending = -leaseTokens;
+  let spent = 0;
+  let answerAt: number | null = null;
+  const add = (tokens: number): void => {
+    const room = leaseTokens - lease;
+    if (tokens <= room) lease += tokens;
+    else {
+      lease = leaseTokens;
+      pending += tokens - room;
+    }
+  };
+  return {
+    spec,
+    leaseTokens,
+    observe(o, now) {
+      if (isAnswer(o)) answerAt = now;
+      const d = ratioDeposit(spec, o);
+      if (d > 0) add(d);
+    },
+    tryAcquire() {
+      if (lease < 1) return false;
+      lease -= 1;
+      spent++;
+      return 1;
+    },
+    available: () => lease,
+    lastAnswerAt: () => answerAt,
+    held: () => lease,
+    wanted: () => Math.max(0, Math.floor(leaseTokens - lease)),
+    pending: () => pending,
+    takePending() {
+      const p = pending;
+      pending = 0;
+      return p;
+    },
+    keepDebt(taken) {
+      if (taken < 0) pending += taken;
+    },
+    grant(tokens) {
+      if (tokens > 0 && Number.isFinite(tokens)) add(tokens);
+    },
+    spent: () => spent,
+  };
+}
+
+/** The shared bucket of a `ratio` budget as stored (tokens, and the shared clock's ms of its last refill). */
+export interface SharedBucket {
+  readonly tokens: number;
+  readonly at: number;
+}
+
+/**
+ * One visit to the shared bucket at shared time `now` (ms): refill `minPerSecond` per
+ * second since the last visit (capped at maxTokens, as the in-process budget), add the
+ * handed-over deposits (capped; a negative deposit is a lease's debt and may take the
+ * bucket below zero), then take up to `want` whole tokens. An absent bucket starts
+ * full, as an in-process budget does. This is the arithmetic relent/fleet's Lua
+ * script runs atomically in Redis, on Redis's clock; it is written here so that it can
+ * be tested on a test clock and against the script.
+ */
+export function takeFromSharedBucket(
+  bucket: SharedBucket | null, now: number, spec: RatioBudgetSpec, deposit: number, want: number,
+): { readonly bucket: SharedBucket; readonly granted: number } {
+  let tokens = bucket === null ? spec.maxTokens : bucket.tokens;
+  let at = bucket === null ? now : bucket.at;
+  if (now > at) {
+    if (spec.minPerSecond > 0) tokens = Math.min(spec.maxTokens, tokens + ((now - at) / 1000) * spec.minPerSecond);
+    at = now;
+  }
+  if (deposit !== 0) tokens = Math.min(spec.maxTokens, tokens + deposit);
+  const granted = Math.max(0, Math.min(Math.floor(want), Math.floor(tokens)));
+  return { bucket: { tokens: tokens - granted, at }, granted };
+}

@@ -1,0 +1,160 @@
+// The Lua scripts relent/fleet runs in Redis. Each runs atomically and reads Redis's own
+// clock (TIME), so every process refills and times out on one clock. Every reply starts
+// with that clock's ms, from which a process maps shared times onto its own.
+//
+// Arithmetic: the budget script is core/fleet.ts's takeFromSharedBucket(); the breaker's
+// closed → open rule is core/breaker.ts's windowTrips(). test/fleet/scripts.test.ts runs
+// both against the TypeScript on random inputs.
+
+/** Effects replication (needed before Redis 5 for a script that calls TIME and then writes). */
+const PRELUDE = `
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local t = redis.call('TIME')
+local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(us / 1000)
+local function fmt(x) return string.format('%.0f', x) end
+`;
+
+/**
+ * The shared bucket of a ratio budget: refill, add deposits (negative: a new lease's debt), grant up to `want` tokens.
+ * KEYS[1] the bucket (hash: tokens, at). ARGV: maxTokens, minPerSecond, deposit, want, ttlMs.
+ * Reply: { Redis µs, granted, tokens (string, exact) }.
+ */
+export const BUDGET_SCRIPT = `${PRELUDE}
+local max = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local deposit = tonumber(ARGV[3])
+local want = tonumber(ARGV[4])
+local v = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(v[1])
+local at = tonumber(v[2])
+if tokens == nil or at == nil then tokens = max; at = now end
+if now > at then
+  if rate > 0 then tokens = math.min(max, tokens + (now - at) / 1000 * rate) end
+  at = now
+end
+if deposit ~= 0 then tokens = math.min(max, tokens + deposit) end
+local granted = math.min(math.floor(want), math.floor(tokens))
+if granted < 0 then granted = 0 end
+tokens = tokens - granted
+local s = string.format('%.17g', tokens)
+redis.call('HSET', KEYS[1], 'tokens', s, 'at', at)
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return { us, granted, s }
+`;
+
+/** Breaker reply codes (the second element of every breaker reply). */
+export const BreakerCode = Object.freeze({
+  /** Closed. */
+  Closed: 0,
+  /** Open, openUntil not reached. */
+  Open: 1,
+  /** Half-open: openUntil passed; the trial is someone else's (or none was asked for). */
+  HalfOpen: 2,
+  /** Half-open, and the one trial call of this period is this process's. */
+  Granted: 3,
+});
+
+/**
+ * Hands in one process's counts of the closed breaker and reads the fleet's state.
+ * KEYS[1] the state (hash: openedAt, openUntil, trials), KEYS[2] the window (hash:
+ * s<bucket>/f<bucket> → count), KEYS[3] the trial holder.
+ * ARGV: successes, failures, announce (1: this process opened on its own evidence),
+ * windowMs, buckets, failureRatio, minimumThroughput, openMs, channel, dependency, ttlMs.
+ * Reply: { Redis µs, code, openedAt, openUntil (ms), windowSuccesses, windowFailures, opened }.
+ * Counts that arrive while the circuit is open or half-open are dropped (as the
+ * in-process breaker ignores results that arrive while open).
+ */
+export const BREAKER_SYNC_SCRIPT = `${PRELUDE}
+local s = tonumber(ARGV[1])
+local f = tonumber(ARGV[2])
+local announce = tonumber(ARGV[3])
+local windowMs = tonumber(ARGV[4])
+local n = tonumber(ARGV[5])
+local openMs = tonumber(ARGV[8])
+local ttl = tonumber(ARGV[11])
+local st = redis.call('HMGET', KEYS[1], 'openedAt', 'openUntil')
+local openedAt = tonumber(st[1])
+local openUntil = tonumber(st[2])
+if openUntil ~= nil then
+  local code = 1
+  if now >= openUntil then code = 2 end
+  return { us, code, openedAt, openUntil, 0, 0, 0 }
+end
+local bucketMs = windowMs / n
+local cur = math.floor(now / bucketMs)
+if s > 0 then redis.call('HINCRBY', KEYS[2], 's' .. cur, s) end
+if f > 0 then redis.call('HINCRBY', KEYS[2], 'f' .. cur, f) end
+local ws = 0
+local wf = 0
+local all = redis.call('HGETALL', KEYS[2])
+for i = 1, #all, 2 do
+  local b = tonumber(string.sub(all[i], 2))
+  if b == nil or b <= cur - n then
+    redis.call('HDEL', KEYS[2], all[i])
+  elseif b <= cur then
+    if string.sub(all[i], 1, 1) == 's' then ws = ws + tonumber(all[i + 1]) else wf = wf + tonumber(all[i + 1]) end
+  end
+end
+if s + f > 0 then redis.call('PEXPIRE', KEYS[2], math.ceil(windowMs + bucketMs)) end
+local calls = ws + wf
+local trips = f > 0 and calls >= tonumber(ARGV[7]) and wf / calls >= tonumber(ARGV[6])
+if announce == 1 or trips then
+  openedAt = now
+  openUntil = now + openMs
+  redis.call('HSET', KEYS[1], 'openedAt', openedAt, 'openUntil', openUntil, 'trials', 0)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('DEL', KEYS[3])
+  redis.call('PUBLISH', ARGV[9], cjson.encode({ d = ARGV[10], s = 'open', a = fmt(openedAt), u = fmt(openUntil), n = fmt(us), r = 'failure_ratio' }))
+  return { us, 1, openedAt, openUntil, ws, wf, 1 }
+end
+return { us, 0, 0, 0, ws, wf, 0 }
+`;
+
+/**
+ * The half-open trial: ask for it (one per half-open period in the whole fleet: SET NX
+ * PX, the holder's claim expiring after openMs as the in-process breaker presumes a
+ * trial lost), or report its outcome.
+ * KEYS as BREAKER_SYNC_SCRIPT. ARGV: op (probe | success | failure | ignored), holder id,
+ * openMs, successThreshold, channel, dependency, ttlMs.
+ * Reply: { Redis µs, code, openedAt, openUntil (ms) }.
+ */
+export const BREAKER_TRIAL_SCRIPT = `${PRELUDE}
+local op = ARGV[1]
+local openMs = tonumber(ARGV[3])
+local st = redis.call('HMGET', KEYS[1], 'openedAt', 'openUntil')
+local openedAt = tonumber(st[1])
+local openUntil = tonumber(st[2])
+if openUntil == nil then return { us, 0, 0, 0 } end
+if op == 'probe' then
+  if now < openUntil then return { us, 1, openedAt, openUntil } end
+  if redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', openMs) then
+    redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]))
+    return { us, 3, openedAt, openUntil }
+  end
+  return { us, 2, openedAt, openUntil }
+end
+if redis.call('GET', KEYS[3]) ~= ARGV[2] then
+  local code = 1
+  if now >= openUntil then code = 2 end
+  return { us, code, openedAt, openUntil }
+end
+redis.call('DEL', KEYS[3])
+if op == 'failure' then
+  openedAt = now
+  openUntil = now + openMs
+  redis.call('HSET', KEYS[1], 'openedAt', openedAt, 'openUntil', openUntil, 'trials', 0)
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]))
+  redis.call('PUBLISH', ARGV[5], cjson.encode({ d = ARGV[6], s = 'open', a = fmt(openedAt), u = fmt(openUntil), n = fmt(us), r = 'trial_failure' }))
+  return { us, 1, openedAt, openUntil }
+end
+if op == 'success' then
+  local trials = redis.call('HINCRBY', KEYS[1], 'trials', 1)
+  if trials >= tonumber(ARGV[4]) then
+    redis.call('DEL', KEYS[1], KEYS[2])
+    redis.call('PUBLISH', ARGV[5], cjson.encode({ d = ARGV[6], s = 'closed', n = fmt(us), r = 'trial_success' }))
+    return { us, 0, 0, 0 }
+  end
+end
+return { us, 2, openedAt, openUntil }
+`;

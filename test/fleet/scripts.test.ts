@@ -1,0 +1,111 @@
+// The Lua scripts against the TypeScript rules they implement, on the real Redis: each
+// reply carries the Redis time the script used, and the TypeScript replays the step at
+// that time.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import fc from 'fast-check';
+import { Redis } from 'ioredis';
+import { normalizeBreakerSpec, windowTrips } from '../../src/core/breaker.js';
+import { normalizeBudget, type RatioBudgetSpec } from '../../src/core/budget.js';
+import { takeFromSharedBucket, type SharedBucket } from '../../src/core/fleet.js';
+import { BREAKER_SYNC_SCRIPT, BREAKER_TRIAL_SCRIPT, BUDGET_SCRIPT } from '../../src/fleet/scripts.js';
+import { dropPrefix, REDIS_URL, redisEnabled, uniquePrefix } from './support.js';
+
+const enabled = await redisEnabled();
+const prefix = uniquePrefix('scripts');
+let redis: Redis;
+
+beforeAll(() => {
+  if (!enabled) return;
+  redis = new Redis(REDIS_URL);
+});
+afterAll(async () => {
+  if (!enabled) return;
+  await dropPrefix(prefix);
+  redis.disconnect();
+});
+
+describe.skipIf(!enabled)('Lua scripts (real Redis)', () => {
+  it('the budget script is takeFromSharedBucket() at Redis time, with exact tokens', async () => {
+    let n = 0;
+    await fc.assert(fc.asyncProperty(
+      fc.record({ ratio: fc.constantFrom(0.1, 0.5), minPerSecond: fc.constantFrom(0, 1, 1000, 1e6), maxTokens: fc.constantFrom(1, 10, 33.3) }),
+      fc.array(fc.tuple(fc.oneof(fc.double({ min: 0, max: 20, noNaN: true }), fc.constantFrom(-1, -2, -3.5)), fc.integer({ min: 0, max: 12 })), { minLength: 1, maxLength: 12 }),
+      async (over, visits) => {
+        const spec = normalizeBudget({ kind: 'ratio', ...over }) as RatioBudgetSpec;
+        const key = `${prefix}{b${n++}}:budget`;
+        let model: SharedBucket | null = null;
+        for (const [deposit, want] of visits) {
+          const r = await redis.eval(BUDGET_SCRIPT, 1, key, spec.maxTokens, spec.minPerSecond, deposit, want, 60_000) as [number, number, string];
+          const now = Math.floor(Number(r[0]) / 1000);
+          const step = takeFromSharedBucket(model, now, spec, deposit, want);
+          expect(Number(r[1])).toBe(step.granted);
+          expect(Number(r[2])).toBe(step.bucket.tokens);
+          model = step.bucket;
+        }
+        const ttl = await redis.pttl(key);
+        expect(ttl).toBeGreaterThan(0);
+        expect(ttl).toBeLessThanOrEqual(60_000);
+      },
+    ), { numRuns: 60, seed: 3 });
+  });
+
+  it('the breaker opens on the fleet window exactly when windowTrips() says so', async () => {
+    let n = 0;
+    await fc.assert(fc.asyncProperty(
+      fc.record({ failureRatio: fc.constantFrom(0.2, 0.5, 1), minimumThroughput: fc.integer({ min: 1, max: 20 }) }),
+      fc.array(fc.tuple(fc.nat(8), fc.nat(8)), { minLength: 1, maxLength: 8 }),
+      async (over, counts) => {
+        const spec = normalizeBreakerSpec({ ...over, windowMs: 60_000, buckets: 6, openMs: 5000 });
+        const tag = `c${n++}`;
+        const keys = [`${prefix}{${tag}}:breaker`, `${prefix}{${tag}}:window`, `${prefix}{${tag}}:trial`];
+        let s = 0;
+        let f = 0;
+        for (const [ds, df] of counts) {
+          const r = await redis.eval(BREAKER_SYNC_SCRIPT, 3, ...keys, ds, df, 0, spec.windowMs, spec.buckets, spec.failureRatio, spec.minimumThroughput,
+            spec.openMs, `${prefix}breaker`, tag, 60_000) as number[];
+          s += ds;
+          f += df;
+          const trips = df > 0 && windowTrips(spec, s, f);
+          expect(r[1]).toBe(trips ? 1 : 0);
+          expect([r[4], r[5]]).toEqual([s, f]);
+          if (trips) {
+            expect(r[3]! - r[2]!).toBe(spec.openMs);
+            // Counts that arrive while open are dropped.
+            const again = await redis.eval(BREAKER_SYNC_SCRIPT, 3, ...keys, 5, 5, 0, spec.windowMs, spec.buckets, spec.failureRatio, spec.minimumThroughput,
+              spec.openMs, `${prefix}breaker`, tag, 60_000) as number[];
+            expect(again[1]).toBe(1);
+            const w = Object.entries(await redis.hgetall(keys[1]!));
+            const sum = (c: string) => w.filter(([k]) => k.startsWith(c)).reduce((x, [, v]) => x + Number(v), 0);
+            expect([sum('s'), sum('f')]).toEqual([s, f]);
+            break;
+          }
+        }
+      },
+    ), { numRuns: 60, seed: 5 });
+  });
+
+  it('one trial per half-open period: SET NX PX among many asking', async () => {
+    const keys = [`${prefix}{t}:breaker`, `${prefix}{t}:window`, `${prefix}{t}:trial`];
+    const openMs = 40;
+    const sync = (announce: number) => redis.eval(BREAKER_SYNC_SCRIPT, 3, ...keys, 0, 0, announce, 60_000, 10, 0.5, 10, openMs, `${prefix}breaker`, 't', 60_000) as Promise<number[]>;
+    const trial = (op: string, id: string) => redis.eval(BREAKER_TRIAL_SCRIPT, 3, ...keys, op, id, openMs, 1, `${prefix}breaker`, 't', 60_000) as Promise<number[]>;
+    expect((await trial('probe', 'p0'))[1]).toBe(0); // closed: no trial to hand out
+    expect((await sync(1))[1]).toBe(1); // announced open
+    expect((await trial('probe', 'p0'))[1]).toBe(1); // open, not yet elapsed
+    await new Promise((r) => setTimeout(r, openMs + 5));
+    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => trial('probe', `p${i}`)));
+    const granted = answers.map((a, i) => [a[1], i] as const).filter(([c]) => c === 3);
+    expect(granted).toHaveLength(1);
+    const holder = `p${granted[0]![1]}`;
+    // Somebody else's result does not count; the holder's failure reopens for another period.
+    expect((await trial('failure', holder === 'p0' ? 'p1' : 'p0'))[1]).toBe(2);
+    const reopened = await trial('failure', holder);
+    expect(reopened[1]).toBe(1);
+    expect((await trial('probe', 'p5'))[1]).toBe(1);
+    await new Promise((r) => setTimeout(r, openMs + 5));
+    expect((await trial('probe', 'p7'))[1]).toBe(3);
+    expect((await trial('probe', 'p8'))[1]).toBe(2);
+    expect((await trial('success', 'p7'))[1]).toBe(0); // closed for everyone
+    expect(await redis.exists(keys[0]!, keys[2]!)).toBe(0);
+  });
+});
