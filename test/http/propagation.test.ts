@@ -102,10 +102,12 @@ describe('client.fetch under a relent server: what is left of the caller\'s dead
     const s = await server((_q, res) => { res.writeHead(503); res.end(); });
     const log = eventLog();
     const c = client({ policy: { maxAttempts: 50, deadlineMs: 10_000, backoff: { kind: 'constant', delayMs: 40 } }, onEvent: log.onEvent, budget: false });
-    const res = await runIncoming(incoming(150), () => c.fetch(s.url));
-    expect(res.status).toBe(503);
+    const t0 = performance.now();
+    // Ends on the last 503, or (on a loaded machine) on an attempt cut at the deadline: either way at the inherited deadline.
+    await runIncoming(incoming(200), () => c.fetch(s.url)).catch((e: unknown) => e);
+    expect(performance.now() - t0).toBeLessThan(2000); // not the client's own 10 s
     expect(log.result()!.reason).toBe('deadline_exceeded');
-    expect(s.count()).toBeLessThanOrEqual(4);
+    expect(s.count()).toBeLessThanOrEqual(6);
   });
   it('inheritDeadline: false keeps the client\'s own deadline', async () => {
     const s = await server((_q, res) => { res.writeHead(200); res.end(); });
