@@ -54,6 +54,7 @@ describe('README', () => {
     expect(row('backoff')).toBe(`full jitter, base ${b.baseMs} ms, cap ${b.capMs} ms, ×${b.multiplier}`);
     expect(b.kind).toBe('full-jitter');
     expect(row('retryOn.status')).toBe(POLICY_DEFAULTS.retryOn.status.join(', '));
+    expect(row('retryOn.statusWithWait')).toMatch(new RegExp(`^${POLICY_DEFAULTS.retryOn.statusWithWait.join(', ')} \\(`));
     expect(row('retryAfter.maxMs')).toMatch(new RegExp(`^${POLICY_DEFAULTS.retryAfter.maxMs}\\b`));
     const budget = POLICY_DEFAULTS.budget as { ratio: number; minPerSecond: number; maxTokens: number; deposit: string; refund: boolean };
     expect(row('budget')).toBe(`ratio ${budget.ratio}, minPerSecond ${budget.minPerSecond}, maxTokens ${budget.maxTokens}, deposit "${budget.deposit}", refund ${budget.refund}`);

@@ -31,8 +31,9 @@ export async function presetsCommand(argv: string[], io: Io): Promise<number> {
     io.out(`${r.name}\n  ${r.summary}\n`);
     io.out(`  schedule: ${r.schedule}\n`);
     io.out(`  attempts ${p.maxAttempts} · deadline ${dur(p.deadlineMs)}${p.attemptTimeoutMs !== null ? ` · attempt timeout ${dur(p.attemptTimeoutMs)}` : ''} · backoff ${JSON.stringify(p.backoff)}\n`);
-    io.out(`  retry on status ${JSON.stringify(p.retryOn.status)} · errors ${p.retryOn.errors.join(', ') || 'none'}\n`);
-    io.out(`  Retry-After ${p.retryAfter.honor ? `honoured on ${JSON.stringify(p.retryAfter.statuses)} up to ${dur(p.retryAfter.maxMs)}` : 'ignored'} · budget ${p.budget ? JSON.stringify(p.budget) : 'none'}${p.deferOverMs !== null ? ` · defer waits over ${dur(p.deferOverMs)}` : ''}\n`);
+    const withWait = p.retryAfter.honor && p.retryOn.statusWithWait.length > 0 ? ` · with a Retry-After also ${JSON.stringify(p.retryOn.statusWithWait)}` : '';
+    io.out(`  retry on status ${JSON.stringify(p.retryOn.status)}${withWait} · errors ${p.retryOn.errors.join(', ') || 'none'}\n`);
+    io.out(`  Retry-After ${p.retryAfter.honor ? `honoured on ${JSON.stringify(p.retryAfter.statuses)} up to ${dur(p.retryAfter.maxMs)}${p.retryAfter.lengthenOnly ? ' (lengthens the own wait, never shortens it)' : ''}` : 'ignored'} · budget ${p.budget ? JSON.stringify(p.budget) : 'none'}${p.deferOverMs !== null ? ` · defer waits over ${dur(p.deferOverMs)}` : ''}\n`);
     io.out(`  source: ${r.source}\n`);
     for (const note of r.notes) io.out(`  note: ${note}\n`);
     io.out('\n');

@@ -211,7 +211,8 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
   let retryable: boolean;
   let safe: boolean;
   if (status !== null) {
-    retryable = policy.retryOnStatus.has(status);
+    // retryOn.statusWithWait (413 by default): retryable only when the server said how long to wait.
+    retryable = policy.retryOnStatus.has(status) || (hint !== null && hint.valid && !hint.noRetry && policy.retryOnStatusWithWait.has(status));
     safe = state.idempotent || policy.safeStatuses.has(status);
   } else {
     retryable = policy.retryOnErrors.has(errorClass!);
@@ -241,11 +242,19 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
 
   const mayDefer = policy.deferOverMs !== null && ctx.durable !== true;
   const room = remaining - policy.minAttemptMs;
+  // The policy's own wait: the throttle backoff after a throttling status, else the backoff.
+  const ownDelay = (): number => {
+    const spec = throttled && policy.throttleBackoff ? policy.throttleBackoff : policy.backoff;
+    // n counts retries of this kind: throttled ones for a throttle backoff that does not count.
+    const n = uncounted ? prevUncounted : state.attempt - 1 - (policy.throttleCountsAsAttempt ? 0 : prevUncounted);
+    return computeBackoff(spec, n, state.prevDelayMs, ctx.random);
+  };
   let delay: number;
   if (hint && hint.valid && hint.noRetry) {
     return terminal('not_retryable', 'retry_after_no_retry', hintSeen);
   } else if (hint && hint.valid) {
-    // R8: never earlier than the server asked; a small positive jitter after it.
+    // R8: never earlier than the server asked; a small positive jitter after it. Over the
+    // cap stops, however far away the server's wait is (never a quick retry instead).
     const asked = hint.delayMs;
     if (asked > policy.retryAfter.maxMs) return terminal('not_retryable', 'retry_after_over_cap', hintSeen);
     const ra = policy.retryAfter;
@@ -254,14 +263,20 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
     if (asked + jitter > ra.maxMs) jitter = ra.maxMs - asked;
     if (asked < room && asked + jitter >= room) jitter = Math.max(0, Math.ceil(room) - 1 - asked);
     delay = asked + jitter;
+    // lengthenOnly: the server's wait may lengthen the policy's own wait, never shorten it.
+    let why: DecisionWhy = 'retry_after_past_deadline';
+    if (ra.lengthenOnly) {
+      const own = ownDelay();
+      if (own > delay) {
+        delay = own;
+        why = 'delay_past_deadline';
+      }
+    }
     if (!(delay < room)) {
-      return mayDefer ? deferred(delay, hintSeen, uncounted) : terminal('deadline_exceeded', 'retry_after_past_deadline', hintSeen);
+      return mayDefer ? deferred(delay, hintSeen, uncounted) : terminal('deadline_exceeded', why, hintSeen);
     }
   } else {
-    const spec = throttled && policy.throttleBackoff ? policy.throttleBackoff : policy.backoff;
-    // n counts retries of this kind: throttled ones for a throttle backoff that does not count.
-    const n = uncounted ? prevUncounted : state.attempt - 1 - (policy.throttleCountsAsAttempt ? 0 : prevUncounted);
-    delay = computeBackoff(spec, n, state.prevDelayMs, ctx.random);
+    delay = ownDelay();
     if (!(delay < room)) {
       return mayDefer ? deferred(delay, hintSeen, uncounted) : terminal('deadline_exceeded', 'delay_past_deadline', hintSeen);
     }

@@ -19,8 +19,11 @@ export const ERROR_CLASSES: Readonly<Record<ErrorClass, { readonly sent: 'not_se
 
 export const ALL_ERROR_CLASSES = Object.freeze(Object.keys(ERROR_CLASSES) as ErrorClass[]);
 
-/** Methods that RFC 9110 §9.2.2 makes idempotent. */
-export const IDEMPOTENT_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE']);
+/**
+ * Methods that RFC 9110 §9.2.2 makes idempotent, and QUERY ("The HTTP QUERY Method",
+ * draft-ietf-httpbis-safe-method-w-body: safe and idempotent, a GET with a body).
+ */
+export const IDEMPOTENT_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE', 'QUERY']);
 
 /** A status pattern: a code (`503`), a class (`"5xx"`), a range (`"500-599"`) or a bound (`">500"`, `">=500"`). */
 export type StatusPattern = number | string;
@@ -40,7 +43,17 @@ export interface PolicySpec {
   readonly backoff?: BackoffSpec;
   /** The backoff after a throttling status (AWS uses a longer base for throttling). */
   readonly throttleBackoff?: BackoffSpec | null;
-  readonly retryOn?: { readonly status?: readonly StatusPattern[]; readonly errors?: readonly ErrorClass[] };
+  readonly retryOn?: {
+    readonly status?: readonly StatusPattern[];
+    readonly errors?: readonly ErrorClass[];
+    /**
+     * Statuses retried only when the response says how long to wait (a valid Retry-After
+     * or RateLimit field; their hints are read as for `retryAfter.statuses`). Default
+     * [413]: RFC 9110 §15.5.14 lets a server answer "Content Too Large" with a Retry-After
+     * when the condition is temporary; without one, 413 is final.
+     */
+    readonly statusWithWait?: readonly StatusPattern[];
+  };
   /** Statuses that mean "refused before processing": retryable for any method (408, 429). */
   readonly safeStatuses?: readonly StatusPattern[];
   /** Statuses that mean "too much load from you" (429): throttleBackoff, budget cost. */
@@ -81,8 +94,14 @@ export interface RetryAfterSpec {
   readonly honor?: boolean;
   /** Statuses whose hints are read. */
   readonly statuses?: readonly StatusPattern[];
-  /** The longest server-requested wait the policy accepts; longer → stop now (R8). */
+  /** The longest server-requested wait the policy accepts; longer → stop now (R8), however far away. */
   readonly maxMs?: number;
+  /**
+   * false (default): the server's wait replaces the policy's backoff. true: the later of
+   * the two — a server's wait can lengthen the policy's own wait, never shorten it
+   * (Adobe's configurable aggregation retries a rate-limited batch 30 minutes later).
+   */
+  readonly lengthenOnly?: boolean;
   /** Positive jitter added after a server-requested wait: U[0, clamp(wait·ratio, minMs, maxMs)). */
   readonly jitterRatio?: number;
   readonly jitterMinMs?: number;
@@ -106,8 +125,11 @@ export interface Policy {
   readonly throttleBackoff: BackoffSpec | null;
   readonly retryOnStatus: StatusSet;
   readonly retryOnErrors: ReadonlySet<ErrorClass>;
+  /** Statuses retried only with a valid server wait (retryOn.statusWithWait). */
+  readonly retryOnStatusWithWait: StatusSet;
   readonly safeStatuses: StatusSet;
   readonly throttleStatuses: StatusSet;
+  /** `statuses`: whose hints are read — retryAfter.statuses plus retryOn.statusWithWait. */
   readonly retryAfter: Required<Omit<RetryAfterSpec, 'statuses'>> & { readonly statuses: StatusSet };
   readonly unknownOutcome: 'check_state' | 'stop';
   readonly idempotent: boolean | null;
@@ -124,7 +146,7 @@ export interface Policy {
 
 /** A policy spec with every field filled in (the JSON form of a Policy). */
 export interface ResolvedPolicySpec extends Required<Omit<PolicySpec, 'preset' | 'retryOn' | 'retryAfter'>> {
-  readonly retryOn: { readonly status: readonly StatusPattern[]; readonly errors: readonly ErrorClass[] };
+  readonly retryOn: { readonly status: readonly StatusPattern[]; readonly errors: readonly ErrorClass[]; readonly statusWithWait: readonly StatusPattern[] };
   readonly retryAfter: Required<RetryAfterSpec>;
 }
 
@@ -139,6 +161,7 @@ export const POLICY_DEFAULTS = Object.freeze({
   retryOn: Object.freeze({
     status: Object.freeze([408, 429, 500, 502, 503, 504]) as readonly StatusPattern[],
     errors: Object.freeze(['connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed', 'protocol', 'error']) as readonly ErrorClass[],
+    statusWithWait: Object.freeze([413]) as readonly StatusPattern[],
   }),
   safeStatuses: Object.freeze([408, 429]) as readonly StatusPattern[],
   throttleStatuses: Object.freeze([429]) as readonly StatusPattern[],
@@ -149,6 +172,7 @@ export const POLICY_DEFAULTS = Object.freeze({
     jitterRatio: 0.1,
     jitterMinMs: 100,
     jitterMaxMs: 10_000,
+    lengthenOnly: false,
   }),
   unknownOutcome: 'check_state' as const,
   idempotent: null,
@@ -241,9 +265,12 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
     ? null : normalizeBackoff(input.throttleBackoff, 'throttleBackoff');
 
   const retryOnIn = input.retryOn ?? {};
-  if (typeof retryOnIn !== 'object' || retryOnIn === null || Array.isArray(retryOnIn)) throw invalidPolicy('retryOn', 'an object with `status` and/or `errors`', retryOnIn);
-  for (const k of Object.keys(retryOnIn)) if (k !== 'status' && k !== 'errors') throw invalidPolicy(`retryOn.${k}`, 'absent (retryOn takes status, errors)', (retryOnIn as Record<string, unknown>)[k]);
+  if (typeof retryOnIn !== 'object' || retryOnIn === null || Array.isArray(retryOnIn)) throw invalidPolicy('retryOn', 'an object with `status`, `errors` and/or `statusWithWait`', retryOnIn);
+  for (const k of Object.keys(retryOnIn)) {
+    if (k !== 'status' && k !== 'errors' && k !== 'statusWithWait') throw invalidPolicy(`retryOn.${k}`, 'absent (retryOn takes status, errors, statusWithWait)', (retryOnIn as Record<string, unknown>)[k]);
+  }
   const retryOnStatus = compileStatuses(retryOnIn.status ?? d.retryOn.status, 'retryOn.status');
+  const retryOnStatusWithWait = compileStatuses(retryOnIn.statusWithWait ?? d.retryOn.statusWithWait, 'retryOn.statusWithWait');
   const errorsIn = retryOnIn.errors ?? d.retryOn.errors;
   if (!Array.isArray(errorsIn)) throw invalidPolicy('retryOn.errors', `an array of error classes (${ALL_ERROR_CLASSES.join(', ')})`, errorsIn);
   errorsIn.forEach((e: unknown, i: number) => {
@@ -257,7 +284,7 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
 
   const raIn = input.retryAfter ?? {};
   if (typeof raIn !== 'object' || raIn === null || Array.isArray(raIn)) throw invalidPolicy('retryAfter', 'an object', raIn);
-  const raKeys = ['honor', 'statuses', 'maxMs', 'jitterRatio', 'jitterMinMs', 'jitterMaxMs'];
+  const raKeys = ['honor', 'statuses', 'maxMs', 'jitterRatio', 'jitterMinMs', 'jitterMaxMs', 'lengthenOnly'];
   for (const k of Object.keys(raIn)) if (!raKeys.includes(k)) throw invalidPolicy(`retryAfter.${k}`, `absent (retryAfter takes ${raKeys.join(', ')})`, (raIn as Record<string, unknown>)[k]);
   const honor = raIn.honor ?? d.retryAfter.honor;
   if (typeof honor !== 'boolean') throw invalidPolicy('retryAfter.honor', 'a boolean', honor);
@@ -266,13 +293,18 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
   const jitterMinMs = finiteMs(raIn.jitterMinMs ?? d.retryAfter.jitterMinMs, 'retryAfter.jitterMinMs');
   const jitterMaxMs = finiteMs(raIn.jitterMaxMs ?? d.retryAfter.jitterMaxMs, 'retryAfter.jitterMaxMs');
   if (jitterMaxMs < jitterMinMs) throw invalidPolicy('retryAfter.jitterMaxMs', `>= retryAfter.jitterMinMs (${jitterMinMs})`, jitterMaxMs);
+  const lengthenOnly = raIn.lengthenOnly ?? d.retryAfter.lengthenOnly;
+  if (typeof lengthenOnly !== 'boolean') throw invalidPolicy('retryAfter.lengthenOnly', 'a boolean', lengthenOnly);
+  const hintStatuses = compileStatuses(raIn.statuses ?? d.retryAfter.statuses, 'retryAfter.statuses');
   const retryAfter = Object.freeze({
     honor,
-    statuses: compileStatuses(raIn.statuses ?? d.retryAfter.statuses, 'retryAfter.statuses'),
+    // A status retried only with a wait must have its wait read.
+    statuses: Object.freeze({ has: (st: number) => hintStatuses.has(st) || retryOnStatusWithWait.has(st), patterns: hintStatuses.patterns }),
     maxMs: finiteMs(raIn.maxMs ?? d.retryAfter.maxMs, 'retryAfter.maxMs'),
     jitterRatio,
     jitterMinMs,
     jitterMaxMs,
+    lengthenOnly,
   });
 
   const unknownOutcome = input.unknownOutcome ?? d.unknownOutcome;
@@ -298,15 +330,15 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
 
   const spec = Object.freeze({
     maxAttempts, deadlineMs, attemptTimeoutMs, minAttemptMs, backoff, throttleBackoff,
-    retryOn: Object.freeze({ status: retryOnStatus.patterns, errors: Object.freeze([...retryOnErrors]) }),
+    retryOn: Object.freeze({ status: retryOnStatus.patterns, errors: Object.freeze([...retryOnErrors]), statusWithWait: retryOnStatusWithWait.patterns }),
     safeStatuses: safeStatuses.patterns, throttleStatuses: throttleStatuses.patterns,
-    retryAfter: Object.freeze({ honor, statuses: retryAfter.statuses.patterns, maxMs: retryAfter.maxMs, jitterRatio, jitterMinMs, jitterMaxMs }),
+    retryAfter: Object.freeze({ honor, statuses: retryAfter.statuses.patterns, maxMs: retryAfter.maxMs, jitterRatio, jitterMinMs, jitterMaxMs, lengthenOnly }),
     unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts, budgetExhausted,
   });
 
   return Object.freeze({
     name, maxAttempts, deadlineMs, attemptTimeoutMs, minAttemptMs, backoff, throttleBackoff,
-    retryOnStatus, retryOnErrors, safeStatuses, throttleStatuses, retryAfter,
+    retryOnStatus, retryOnErrors, retryOnStatusWithWait, safeStatuses, throttleStatuses, retryAfter,
     unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts, budgetExhausted, maxDelayMs, spec,
   });
 }

@@ -10,15 +10,20 @@
 //   that is not an HTTP-date is invalid: a leading `-` followed by a number → 'negative'
 //   (also `-0`, `-1.5`); digits with one `.` (`1.5`, `2.0`, `.5`, `5.`) → 'fractional';
 //   the rest (`+5`, `1e3`, `0x10`, `5s`, `soon`, `1 2`, non-ASCII digits) → 'malformed'.
-// - Any delay above MAX_SANE_RETRY_AFTER_MS (366 days) → 'absurd'; exactly 366 days is
-//   valid. Long digit strings are judged by their significant digits, never via a
-//   Number that could overflow to Infinity or round.
+// - Any well-formed value is valid, however far away: a server that asks for a year has
+//   asked to wait a year. The policy's cap (`retryAfter.maxMs`) then stops the operation
+//   (decide(): not_retryable, why retry_after_over_cap, the asked wait in the result); it
+//   never falls back to a quick retry of its own. Long digit strings are judged by their
+//   significant digits, never via a Number that could overflow to Infinity or round: more
+//   than 12 significant digits (over 31,000 years) gives RETRY_AFTER_FOREVER_MS
+//   (Number.MAX_SAFE_INTEGER), which also bounds an HTTP-date's delay.
 // - HTTP-date: delayMs = date − Date header (skewCorrected) when `ctx.dateHeader` is a
 //   valid HTTP-date, else date − wallNowMs. Dates in the past give 0. The result is
 //   rounded up to a whole ms (only matters for a fractional wallNowMs). RFC 850 two-digit
 //   years in either header are resolved against `ctx.wallNowMs`.
 // - If the delay cannot be computed because `ctx.wallNowMs` is not finite (and there is no
-//   valid Date header), the value is reported as invalid 'absurd' rather than guessed.
+//   valid Date header), the value is reported as invalid 'absurd' rather than guessed
+//   (the only 'absurd' left).
 // - Never throws, whatever the input (including non-string values from untyped callers,
 //   which are 'malformed').
 
@@ -41,10 +46,15 @@ export type RetryAfterParse =
       readonly skewCorrected: boolean;
     };
 
-/** 366 days in ms. A Retry-After further away than this is 'absurd' (invalid). */
+/**
+ * 366 days in ms: the longest wait a rate-limit field (`RateLimit`, `X-RateLimit-Reset`…)
+ * may give before it is ignored as misread (see ratelimit.ts). Retry-After has no such
+ * limit: any well-formed value is a real request to wait, and the policy's cap decides.
+ */
 export const MAX_SANE_RETRY_AFTER_MS: number = 366 * 24 * 60 * 60 * 1000;
 
-const MAX_SANE_SECONDS = MAX_SANE_RETRY_AFTER_MS / 1000; // 31_622_400 (8 digits)
+/** The delay of a delay-seconds value too long to hold exactly (more than 12 significant digits). */
+const RETRY_AFTER_FOREVER_MS = Number.MAX_SAFE_INTEGER;
 
 const NOT_PRESENT: RetryAfterParse = Object.freeze({ present: false });
 
@@ -86,11 +96,9 @@ export function parseRetryAfter(
     let i = 0;
     while (i < s.length - 1 && s.charCodeAt(i) === 0x30) i++; // leading zeros
     const significant = s.length - i;
-    // More than 9 significant digits is over 10^9 s: absurd without converting (no Infinity, no rounding).
-    if (significant > 9) return invalid('absurd');
-    const seconds = Number(s.slice(i));
-    if (seconds > MAX_SANE_SECONDS) return invalid('absurd');
-    return valid(seconds * 1000, 'delay-seconds', false);
+    // Up to 12 significant digits, seconds × 1000 is exact (< 2^53); longer is "forever" (no Infinity, no rounding).
+    if (significant > 12) return valid(RETRY_AFTER_FOREVER_MS, 'delay-seconds', false);
+    return valid(Number(s.slice(i)) * 1000, 'delay-seconds', false);
   }
 
   const wallNowMs = ctx !== null && typeof ctx === 'object' ? ctx.wallNowMs : Number.NaN;
@@ -99,8 +107,8 @@ export function parseRetryAfter(
     const { ms: baseMs, fromDate: skewCorrected } = serverNow(ctx);
     if (!Number.isFinite(baseMs)) return invalid('absurd');
     const delayMs = Math.max(0, Math.ceil(dateMs - baseMs));
-    if (!Number.isFinite(delayMs) || delayMs > MAX_SANE_RETRY_AFTER_MS) return invalid('absurd');
-    return valid(delayMs, httpDateForm(s), skewCorrected);
+    if (!Number.isFinite(delayMs)) return invalid('absurd');
+    return valid(Math.min(delayMs, RETRY_AFTER_FOREVER_MS), httpDateForm(s), skewCorrected);
   }
 
   if (NEGATIVE.test(s)) return invalid('negative');

@@ -1,4 +1,4 @@
-import { RelentError } from '../core/errors.js';
+import { describe, RelentError } from '../core/errors.js';
 import type { Policy, PolicySpec } from '../core/policy.js';
 import { resolvePolicy } from '../presets/index.js';
 import { DeliveryError, invalidConfig } from './errors.js';
@@ -120,14 +120,21 @@ export function resolveDestination(name: string, input: unknown, field = `destin
   onlyKeys(input, DEST_KEYS, field);
   const d = DESTINATION_DEFAULTS;
 
+  // The URL is never echoed in an error: it may hold a token (query) or credentials.
+  const badUrl = (): DeliveryError => new DeliveryError('ERR_INVALID_CONFIG', `Expected \`${field}.url\` to be an absolute http:// or https:// URL, got ${
+    typeof input.url === 'string' ? 'another string (not shown: a URL may hold a secret)' : describe(input.url)}`, { field: `${field}.url` });
   let url: URL;
   try {
     if (typeof input.url !== 'string') throw new Error('not a string');
     url = new URL(input.url);
   } catch {
-    throw invalidConfig(`${field}.url`, 'an absolute http:// or https:// URL', input.url);
+    throw badUrl();
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw invalidConfig(`${field}.url`, 'an absolute http:// or https:// URL', input.url);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw badUrl();
+  // As the HTTP client: credentials in a URL end up in logs and proxies; they belong in a header.
+  if (url.username !== '' || url.password !== '') {
+    throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`${field}.url\` to have no user name or password: a URL with credentials is refused (send them in \`${field}.headers\`, e.g. Authorization)`, { field: `${field}.url` });
+  }
 
   const method = input.method ?? d.method;
   if (method !== 'POST' && method !== 'PUT' && method !== 'PATCH') throw invalidConfig(`${field}.method`, '"POST", "PUT" or "PATCH"', method);

@@ -13,7 +13,7 @@ import { execute, newOperationId, type AttemptContext, type Classified, type Rel
 import { AttemptHandler, headerPairs } from './attempt.js';
 import { prepareBody, type PreparedBody } from './body.js';
 import { checkRouteTemplate, normalizeEndpoint, originKey } from './endpoint.js';
-import { failureError, notReplayableError, RelentFetchError, tooLongError, waitTooLong, whereOf } from './errors.js';
+import { bodyDeadlineError, failureError, notReplayableError, RelentFetchError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from './idempotency.js';
 import {
   asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, inherit, invalid, listenerOf, observeResponse, passOnNoRetry,
@@ -52,8 +52,15 @@ export interface RelentRequestInit {
   readonly redirect?: 'follow' | 'manual' | 'error';
   /** Accepted for fetch compatibility (streams are always sent half-duplex). */
   readonly duplex?: 'half';
-  /** This call's deadline (ms from now) for the whole operation, waits included; up to the response head. */
+  /** This call's deadline (ms from now) for the whole operation, waits included, and the body unless `bodyDeadline: false`. */
   readonly deadlineMs?: number;
+  /**
+   * The deadline also covers reading the response body (default: the client's option, true).
+   * A body still arriving when the deadline passes is aborted: reading it rejects with
+   * ERR_DEADLINE_EXCEEDED naming the deadline. false for long downloads: the body then
+   * streams under the caller's `signal` only.
+   */
+  readonly bodyDeadline?: boolean;
   /** This call's per-attempt timeout (ms); each attempt gets min(this, remaining). */
   readonly attemptTimeoutMs?: number;
   /** Sent as `Idempotency-Key` (a quoted Structured Field String) on every attempt; makes POST/PATCH retryable. */
@@ -102,6 +109,8 @@ export interface ClientOptions extends ProtectionOptions {
   /** Injected time and randomness (tests without sockets). Default: the system clock and Math.random. */
   readonly clock?: Clock | null;
   readonly random?: Random | null;
+  /** The deadline covers reading the body too (default true; see RelentRequestInit.bodyDeadline). */
+  readonly bodyDeadline?: boolean;
 }
 
 /** The client defaults, written once. */
@@ -118,6 +127,7 @@ export const CLIENT_DEFAULTS = Object.freeze({
   propagate: PROPAGATION_DEFAULTS,
   clock: null,
   random: null,
+  bodyDeadline: true,
 });
 
 export interface RelentClient {
@@ -267,9 +277,12 @@ async function prepareRequest(input: string | URL | Request, init: RelentRequest
  * method and the normalised endpoint, never the query, headers or body. Invalid input
  * (URL, method, headers, body, options) rejects with ERR_INVALID_INPUT before any call.
  *
- * The deadline and the attempt timeout cover each attempt up to the response head; the
- * body then streams under the caller's `signal` (and undici's `bodyTimeout`). Read or
- * cancel every body you get, or its connection stays busy.
+ * The attempt timeout covers each attempt up to the response head; the deadline covers
+ * the whole operation and, by default, reading the body too: a body still arriving when
+ * the deadline passes is aborted, and reading it rejects with ERR_DEADLINE_EXCEEDED
+ * naming the deadline (`bodyDeadline: false` for long downloads: the body then streams
+ * under the caller's `signal` only). A Response attached to an error has no query in its
+ * `url` and no Set-Cookie. Read or cancel every body you get, or its connection stays busy.
  */
 export function createClient(options: ClientOptions = {}): RelentClient {
   if (typeof options !== 'object' || options === null) throw invalid('options', 'Expected `options` to be an object');
@@ -288,6 +301,8 @@ export function createClient(options: ClientOptions = {}): RelentClient {
   const clock = options.clock ?? undefined;
   const random = options.random ?? undefined;
   const timers: Clock = clock ?? systemClock;
+  const bodyDeadlineDefault = options.bodyDeadline ?? CLIENT_DEFAULTS.bodyDeadline;
+  if (typeof bodyDeadlineDefault !== 'boolean') throw invalid('bodyDeadline', 'Expected `bodyDeadline` to be a boolean');
   const deps = new Dependencies(options);
   const policyCache = new WeakMap<object, Policy>();
   const prop = resolvePropagation(options.propagate);
@@ -295,6 +310,8 @@ export function createClient(options: ClientOptions = {}): RelentClient {
   const fetch = async (input: string | URL | Request, init: RelentRequestInit = {}): Promise<Response> => {
     if (typeof init !== 'object' || init === null) throw invalid('init', 'Expected `init` to be an object');
     const req = await prepareRequest(input, init, autoKey, prop);
+    const bodyDeadline = init.bodyDeadline ?? bodyDeadlineDefault;
+    if (typeof bodyDeadline !== 'boolean') throw invalid('bodyDeadline', 'Expected `bodyDeadline` to be a boolean');
     const lim = callLimits(callPolicy(basePolicy, init.policy, policyCache), {
       deadlineMs: init.deadlineMs, attemptTimeoutMs: init.attemptTimeoutMs, stream: req.body.kind === 'stream',
     });
@@ -346,7 +363,8 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       throw e;
     }
     passOnNoRetry(incoming, result);
-    return settle(result, call, req, policy, endpoint, lim.streamLimited, timers.wallNow);
+    const limit: BodyLimit | null = bodyDeadline ? { clock: timers, remainingMs: result.remainingMs, deadlineMs: deadlineMs ?? policy.deadlineMs } : null;
+    return settle(result, call, req, policy, endpoint, lim.streamLimited, limit);
   };
 
   return {
@@ -363,10 +381,11 @@ export function createClient(options: ClientOptions = {}): RelentClient {
 }
 
 function settle(
-  r: RunResult<AttemptHandler | Response>, call: Call, req: Prepared, policy: Policy, endpoint: string, streamLimited: boolean, wallNow: () => number,
+  r: RunResult<AttemptHandler | Response>, call: Call, req: Prepared, policy: Policy, endpoint: string, streamLimited: boolean, limitIn: BodyLimit | null,
 ): Response {
   // Built only for an error: a success never needs it.
   const where = (): string => whereOf(req.method, endpoint, r);
+  const limit = limitIn === null ? null : { ...limitIn, where, r };
   if (r.outcome.ok) {
     const v = r.outcome.value;
     if (!(v instanceof AttemptHandler)) {
@@ -374,9 +393,9 @@ function settle(
       return v; // the state check's Response
     }
     call.current = v;
-    const tooLong = waitTooLong(r, policy, wallNow());
-    if (tooLong !== null) throw tooLongError(r, tooLong, policy, where(), v.status, toResponse(v, req, call));
-    if (streamLimited && r.reason === 'max_attempts') throw notReplayableError(r, where(), { status: v.status, response: toResponse(v, req, call) });
+    const tooLong = waitTooLong(r);
+    if (tooLong !== null) throw tooLongError(r, tooLong, policy, where(), v.status, toResponse(v, req, call, limit, true));
+    if (streamLimited && r.reason === 'max_attempts') throw notReplayableError(r, where(), { status: v.status, response: toResponse(v, req, call, limit, true) });
     if (req.redirect === 'error' && REDIRECT_STATUSES.has(v.status)) {
       v.discard();
       call.release();
@@ -384,7 +403,7 @@ function settle(
         reason: r.reason, attempts: r.attempts, operationId: r.operationId, status: v.status,
       });
     }
-    return toResponse(v, req, call);
+    return toResponse(v, req, call, limit, false);
   }
   // Nothing of a response is handed over: let its connection go.
   call.current?.discard();
@@ -392,15 +411,32 @@ function settle(
   throw failureError(r, r.outcome.error, where(), streamLimited);
 }
 
-/** A committed attempt as a WHATWG Response whose body streams from the socket with backpressure. */
-function toResponse(h: AttemptHandler, req: Prepared, call: Call): Response {
+/** The deadline over a response body: the operation's time left when it ended. */
+interface BodyLimit {
+  readonly clock: Clock;
+  readonly remainingMs: number;
+  /** The operation's deadline, for the error message. */
+  readonly deadlineMs: number;
+}
+
+/** A body limit with what its error names. */
+type BoundBodyLimit = BodyLimit & { readonly where: () => string; readonly r: RunResult<unknown> };
+
+/**
+ * A committed attempt as a WHATWG Response whose body streams from the socket with
+ * backpressure, under the body deadline when one is given. A Response handed over on
+ * an error (`forError`) carries no secret: its `url` has no query or fragment, and the
+ * server's Set-Cookie is dropped (an error may be logged whole).
+ */
+function toResponse(h: AttemptHandler, req: Prepared, call: Call, limit: BoundBodyLimit | null, forError: boolean): Response {
   const nullBody = NULL_BODY_STATUSES.has(h.status) || req.method === 'HEAD';
   let body: ReadableStream<Uint8Array> | null = null;
   if (nullBody) {
     h.drain();
     call.release();
-  } else body = webBody(h, call);
-  const headers = headerPairs(h.headers);
+  } else body = webBody(h, call, limit);
+  let headers = headerPairs(h.headers);
+  if (forError) headers = headers.filter(([name]) => name !== 'set-cookie' && name !== 'set-cookie2');
   let res: Response;
   try {
     res = new Response(body, { status: h.status, statusText: h.statusText, headers });
@@ -408,17 +444,26 @@ function toResponse(h: AttemptHandler, req: Prepared, call: Call): Response {
     res = new Response(body, { status: h.status, headers }); // a reason phrase a Response refuses
   }
   const hist = h.history;
-  const finalUrl = hist !== null && hist.length > 0 ? hist[hist.length - 1]!.href : req.url.href;
-  Object.defineProperty(res, 'url', { value: finalUrl.replace(/#.*$/, ''), enumerable: true });
+  const final = hist !== null && hist.length > 0 ? hist[hist.length - 1]! : req.url;
+  const url = forError ? final.origin + final.pathname : final.href.replace(/#.*$/, '');
+  Object.defineProperty(res, 'url', { value: url, enumerable: true });
   if (hist !== null && hist.length > 1) Object.defineProperty(res, 'redirected', { value: true, enumerable: true });
   return res;
 }
 
-/** The body as a web stream: backpressure pauses the socket; the caller's signal (via `call`) aborts it. */
-function webBody(h: AttemptHandler, call: Call): ReadableStream<Uint8Array> {
+/**
+ * The body as a web stream: backpressure pauses the socket; the caller's signal (via
+ * `call`) aborts it, and so does the deadline when `limit` is given.
+ */
+function webBody(h: AttemptHandler, call: Call, limit: BoundBodyLimit | null): ReadableStream<Uint8Array> {
   let done = false;
+  let cancelTimer: (() => void) | null = null;
   const finish = (): void => {
     done = true;
+    if (cancelTimer !== null) {
+      cancelTimer();
+      cancelTimer = null;
+    }
     call.release();
   };
   return new ReadableStream<Uint8Array>({
@@ -440,6 +485,17 @@ function webBody(h: AttemptHandler, call: Call): ReadableStream<Uint8Array> {
           c.error(e);
         },
       });
+      if (done || limit === null) return;
+      const expire = (): void => {
+        cancelTimer = null;
+        if (done) return;
+        const e = bodyDeadlineError(limit.r, limit.deadlineMs, limit.where(), h.status);
+        finish();
+        c.error(e);
+        h.abort(e);
+      };
+      if (limit.remainingMs <= 0) expire();
+      else cancelTimer = limit.clock.setTimer(expire, limit.remainingMs);
     },
     pull() {
       h.resume();

@@ -1,6 +1,5 @@
 import { RelentError, REASON_CODES, type RelentErrorCode } from '../core/errors.js';
 import type { Policy } from '../core/policy.js';
-import { readServerHint } from '../core/hints.js';
 import type { ErrorClass, SendState, TerminalReason } from '../core/types.js';
 import type { RunResult } from '../run/run.js';
 import { WireError } from './classify.js';
@@ -29,19 +28,16 @@ export class RelentFetchError extends RelentError {
 }
 
 /**
- * The server's wait that relent would not sleep, or null: the operation ended on a
- * response whose valid hint (Retry-After or a RateLimit field, read by the core's own
- * `readServerHint`) was over the policy's `retryAfter.maxMs` (reason not_retryable) or
- * did not fit the deadline (reason deadline_exceeded).
+ * The server's wait that relent would not sleep, or null: the core ended the operation
+ * because a valid hint (Retry-After or a RateLimit field) was over the policy's
+ * `retryAfter.maxMs` (why retry_after_over_cap, reason not_retryable) or did not fit
+ * the deadline (why retry_after_past_deadline, reason deadline_exceeded). Read from the
+ * result (the decision's `why` and the asked wait): nothing is parsed again here.
  */
-export function waitTooLong(r: RunResult<unknown>, policy: Policy, wallNow: number): number | null {
-  const last = r.last;
-  if (last === null || last.status === null || last.status === undefined || !last.headers) return null;
-  if (r.reason !== 'not_retryable' && r.reason !== 'deadline_exceeded') return null;
-  const hint = readServerHint(policy, last, wallNow);
-  if (hint === null || !hint.valid) return null;
-  if (r.reason === 'deadline_exceeded') return hint.delayMs > 0 ? hint.delayMs : null;
-  return hint.delayMs > policy.retryAfter.maxMs ? hint.delayMs : null;
+export function waitTooLong(r: RunResult<unknown>): number | null {
+  if (r.why === 'retry_after_over_cap') return r.retryAfterMs;
+  if (r.why === 'retry_after_past_deadline' && r.retryAfterMs !== null && r.retryAfterMs > 0) return r.retryAfterMs;
+  return null;
 }
 
 const plural = (n: number): string => `${n} attempt${n === 1 ? '' : 's'}`;
@@ -55,6 +51,13 @@ export function tooLongError(r: RunResult<unknown>, waitMs: number, policy: Poli
   const over = r.reason === 'not_retryable';
   const msg = `${r.reason}: the server asked to wait ${waitMs} ms, ${over ? `over the policy's cap of ${policy.retryAfter.maxMs} ms` : 'past the deadline'}; not waiting (${where}, last: ${status})`;
   return new RelentFetchError('ERR_RETRY_AFTER_TOO_LONG', msg, { reason: r.reason, attempts: r.attempts, operationId: r.operationId, status, response });
+}
+
+/** A body still arriving when the operation's deadline passed (the deadline covers the body by default). */
+export function bodyDeadlineError(r: RunResult<unknown>, deadlineMs: number, where: string, status: number): RelentFetchError {
+  return new RelentFetchError('ERR_DEADLINE_EXCEEDED',
+    `deadline_exceeded: the response body was still arriving when the deadline of ${Math.round(deadlineMs)} ms passed, so it was aborted (${where}; pass bodyDeadline: false for long downloads)`,
+    { reason: 'deadline_exceeded', attempts: r.attempts, operationId: r.operationId, status });
 }
 
 const REPLAY_HINT = 'pass a string, bytes or a Blob to make it replayable';

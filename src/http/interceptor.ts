@@ -8,7 +8,7 @@ import { execute, type AttemptContext, type RelentEvent, type RunOptions, type R
 import type { AttemptHandler } from './attempt.js';
 import { beforeQuery, normalizeUrlEndpoint } from '../core/endpoint.js';
 import { checkRouteTemplate } from './endpoint.js';
-import { failureError, notReplayableError, tooLongError, waitTooLong, whereOf } from './errors.js';
+import { bodyDeadlineError, failureError, notReplayableError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from './idempotency.js';
 import {
   asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, inherit, invalid, listenerOf, observeResponse, passOnNoRetry,
@@ -35,10 +35,15 @@ export interface InterceptorOptions extends ProtectionOptions {
   /** Injected time and randomness. Default: the system clock and Math.random. */
   readonly clock?: Clock | null;
   readonly random?: Random | null;
+  /**
+   * The deadline covers the response body too (default true): a body still arriving when
+   * it passes is aborted and the handler gets ERR_DEADLINE_EXCEEDED. false for long downloads.
+   */
+  readonly bodyDeadline?: boolean;
 }
 
 export const INTERCEPTOR_DEFAULTS = Object.freeze({
-  policy: null, onEvent: null, key: null, autoIdempotencyKey: false, routeTemplate: null, propagate: PROPAGATION_DEFAULTS, clock: null, random: null,
+  policy: null, onEvent: null, key: null, autoIdempotencyKey: false, routeTemplate: null, propagate: PROPAGATION_DEFAULTS, clock: null, random: null, bodyDeadline: true,
   ...PROTECTION_DEFAULTS,
 });
 
@@ -46,6 +51,8 @@ export const INTERCEPTOR_DEFAULTS = Object.freeze({
 export interface RelentDispatchOptions {
   readonly deadlineMs?: number;
   readonly attemptTimeoutMs?: number;
+  /** This request's choice of `bodyDeadline` (see InterceptorOptions). */
+  readonly bodyDeadline?: boolean;
   /** Sent as `Idempotency-Key` (quoted) on every attempt; makes POST/PATCH retryable. */
   readonly idempotencyKey?: string;
   readonly idempotent?: boolean;
@@ -201,6 +208,8 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
   const clock = options.clock ?? undefined;
   const random = options.random ?? undefined;
   const timers: Clock = clock ?? systemClock;
+  const bodyDeadlineDefault = options.bodyDeadline ?? INTERCEPTOR_DEFAULTS.bodyDeadline;
+  if (typeof bodyDeadlineDefault !== 'boolean') throw invalid('bodyDeadline', 'Expected `bodyDeadline` to be a boolean');
   const policyCache = new WeakMap<object, Policy>();
   const prop = resolvePropagation(options.propagate);
 
@@ -222,6 +231,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
     private call: Call | null = null;
     private ctl: AbortController | null = null;
     private done = false;
+    private cancelBodyTimer: (() => void) | null = null;
 
     constructor(private readonly handler: Dispatcher.DispatchHandler) {}
 
@@ -298,11 +308,14 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         random,
       };
       const streamLimited = lim !== null && lim.streamLimited;
+      const bodyDeadline = per.bodyDeadline ?? bodyDeadlineDefault;
+      if (typeof bodyDeadline !== 'boolean') throw invalid('bodyDeadline', 'Expected `bodyDeadline` to be a boolean');
+      const bodyDeadlineMs = deadlineMs ?? policy.deadlineMs;
       execute<AttemptHandler>(attempt, runOptions).then(
         (r) => {
           this.release();
           passOnNoRetry(incoming, r);
-          this.settle(r, call, policy, () => whereOf(method, endpoint ?? endpointOf(), r), streamLimited);
+          this.settle(r, call, policy, () => whereOf(method, endpoint ?? endpointOf(), r), streamLimited, bodyDeadline ? bodyDeadlineMs : null);
         },
         (e: unknown) => {
           this.release();
@@ -318,7 +331,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       }
     }
 
-    private settle(r: RunResult<AttemptHandler>, call: Call, policy: Policy, where: () => string, streamLimited: boolean): void {
+    private settle(r: RunResult<AttemptHandler>, call: Call, policy: Policy, where: () => string, streamLimited: boolean, deadlineMs: number | null): void {
       if (this.aborted) {
         call.current?.discard();
         this.fail(this.reason ?? new Error('aborted'));
@@ -330,7 +343,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         return;
       }
       const v = r.outcome.value;
-      const tooLong = waitTooLong(r, policy, timers.wallNow());
+      const tooLong = waitTooLong(r);
       if (tooLong !== null) {
         v.discard();
         this.fail(tooLongError(r, tooLong, policy, where(), v.status, null));
@@ -342,6 +355,25 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         return;
       }
       this.commit(v);
+      if (deadlineMs !== null && !this.done && !this.aborted) {
+        // The deadline covers the body: one still arriving when it passes is cut.
+        const expire = (): void => {
+          this.cancelBodyTimer = null;
+          if (this.done) return;
+          const e = bodyDeadlineError(r, deadlineMs, where(), v.status);
+          v.abort(e);
+          this.fail(e);
+        };
+        if (r.remainingMs <= 0) expire();
+        else this.cancelBodyTimer = timers.setTimer(expire, r.remainingMs);
+      }
+    }
+
+    private clearBodyTimer(): void {
+      if (this.cancelBodyTimer !== null) {
+        this.cancelBodyTimer();
+        this.cancelBodyTimer = null;
+      }
     }
 
     /** Hands the final response to the wrapped handler, body and all, with its backpressure. */
@@ -376,6 +408,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
     end(trailers: Record<string, string | string[] | undefined>): void {
       if (this.done) return;
       try {
+        this.clearBodyTimer();
         this.handler.onResponseEnd?.(this, trailers as IncomingHttpHeaders);
         this.done = true;
       } catch (e) {
@@ -392,6 +425,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
     fail(error: Error): void {
       if (this.done) return;
       this.done = true;
+      this.clearBodyTimer();
       this.handler.onResponseError?.(this, error);
     }
 

@@ -18,7 +18,7 @@ export const grpc: PresetDefinition = {
     maxAttempts: 4,
     deadlineMs: 10_000,
     backoff: { kind: 'proportional-jitter', baseMs: 100, capMs: 1000, multiplier: 2, jitter: 0.2 },
-    retryOn: { status: [503], errors: [...TRANSPORT] },
+    retryOn: { status: [503], errors: [...TRANSPORT], statusWithWait: [] },
     budget: { kind: 'throttle', maxTokens: 10, tokenRatio: 0.1 },
   },
 };
@@ -34,7 +34,7 @@ export const grpc2017: PresetDefinition = {
     maxAttempts: 4,
     deadlineMs: 10_000,
     backoff: { kind: 'full-jitter', baseMs: 100, capMs: 1000, multiplier: 2 },
-    retryOn: { status: [503], errors: [...TRANSPORT] },
+    retryOn: { status: [503], errors: [...TRANSPORT], statusWithWait: [] },
     budget: { kind: 'throttle', maxTokens: 10, tokenRatio: 0.1 },
   },
 };
@@ -59,7 +59,7 @@ export const awsStandard: PresetDefinition = {
     deadlineMs: 60_000,
     backoff: { kind: 'full-jitter', baseMs: 50, capMs: 20_000, multiplier: 2 },
     throttleBackoff: { kind: 'full-jitter', baseMs: 1000, capMs: 20_000, multiplier: 2 },
-    retryOn: { status: [429, 500, 502, 503, 504], errors: [...TRANSPORT, 'timeout'] },
+    retryOn: { status: [429, 500, 502, 503, 504], errors: [...TRANSPORT, 'timeout'], statusWithWait: [] },
     budget: { kind: 'quota', capacity: 500, retryCost: 14, throttleCost: 5, timeoutCost: 14, successRefund: 1 },
   },
 };

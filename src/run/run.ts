@@ -145,8 +145,12 @@ export interface RunResult<T> {
   readonly stateCheck: Classified | null;
   /** The wait a `defer` asks the durable queue for. */
   readonly delayMs: number | null;
-  /** Why the last decision was taken (e.g. `retry_after_no_retry`), when the core took one. */
-  readonly why?: DecisionWhy | null;
+  /** Why the last decision was taken (the core's `why`); null when no decision ended it (a cancel, a crash, a full bulkhead). */
+  readonly why: DecisionWhy | null;
+  /** The server's asked wait (Retry-After or a RateLimit field) seen by the last decision, ms; null when none. */
+  readonly retryAfterMs: number | null;
+  /** The operation's time left when it ended (ms, negative once past the deadline): what a driver may still spend, e.g. reading the body. */
+  readonly remainingMs: number;
 }
 
 let idCounter = 0;
@@ -593,7 +597,10 @@ class Runner<T> {
       else this.rejectValue!(outcome.error);
       return;
     }
-    this.settleRun({ operationId: this.operationId, reason, attempts, last, outcome, stateCheck: extra.stateCheck ?? null, delayMs: d?.delayMs ?? null, why: d?.why ?? null });
+    this.settleRun({
+      operationId: this.operationId, reason, attempts, last, outcome, stateCheck: extra.stateCheck ?? null, delayMs: d?.delayMs ?? null,
+      why: d?.why ?? null, retryAfterMs: d?.retryAfterMs ?? null, remainingMs: this.state.deadlineAt - this.clock.now(),
+    });
   }
 }
 

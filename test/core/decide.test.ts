@@ -120,7 +120,7 @@ describe('R4 retry only what can succeed', () => {
 
 describe('R5 idempotency', () => {
   const spec: PolicySpec = { backoff: { kind: 'constant', delayMs: 10 } };
-  it.each(['GET', 'HEAD', 'OPTIONS', 'PUT', 'DELETE'])('%i is retried after a 503', (method) => {
+  it.each(['GET', 'HEAD', 'OPTIONS', 'PUT', 'DELETE', 'QUERY', 'query'])('%s is retried after a 503', (method) => {
     const { policy, state } = opAt(spec, { method });
     expect(decide(policy, state, { status: 503, elapsedMs: 1 }, ctx(1)).decision).toBe('retry');
   });
@@ -210,13 +210,21 @@ describe('R8 Retry-After', () => {
     expect(d.delayMs!).toBeGreaterThanOrEqual(0);
     expect(d.delayMs!).toBeLessThan(100);
   });
-  it.each(['-5', 'soon', '1.5', '', '1e3', '99999999999999999999'])('invalid %j → own backoff, retryAfterValid false', (v) => {
+  it.each(['-5', 'soon', '1.5', '', '1e3'])('invalid %j → own backoff, retryAfterValid false', (v) => {
     const d = run429({ 'retry-after': v });
     expect(d).toMatchObject({ decision: 'retry', retryAfterValid: false, retryAfterMs: null, delayMs: 50 });
   });
   it('over the cap → stop now, not sleep', () => {
     const d = run429({ 'retry-after': '3600' });
     expect(d).toMatchObject({ decision: 'not_retryable', why: 'retry_after_over_cap', retryAfterMs: 3_600_000, retryAfterValid: true });
+  });
+  it.each([
+    ['31536000', 31_536_000_000], // a year (got's suite: over the cap means stop, however far)
+    ['31622401', 31_622_401_000], // just over 366 days (once "absurd", then retried at once with the own backoff)
+    ['99999999999999999999', Number.MAX_SAFE_INTEGER], // too long to hold exactly: "forever"
+    ['Fri, 31 Dec 9999 23:59:59 GMT', Date.UTC(9999, 11, 31, 23, 59, 59) - WALL - 10],
+  ])('a well-formed Retry-After however far away (%s) is over the cap: stop, with the asked wait', (v, asked) => {
+    expect(run429({ 'retry-after': v })).toMatchObject({ decision: 'not_retryable', why: 'retry_after_over_cap', retryAfterMs: asked, retryAfterValid: true, delayMs: null });
   });
   it('over the remaining deadline → deadline_exceeded now', () => {
     const s: PolicySpec = { deadlineMs: 2000, retryAfter: { maxMs: 60_000 } };
@@ -238,6 +246,35 @@ describe('R8 Retry-After', () => {
       expect(d.delayMs!).toBeGreaterThanOrEqual(1000);
       expect(d.delayMs!).toBeLessThan(1040);
     }
+  });
+  it('413 with a Retry-After is retried like 429/503 (after the asked wait); without one it is final', () => {
+    const d = decide(createPolicy(spec), opAt(spec).state, { status: 413, headers: { 'retry-after': '2' }, elapsedMs: 10 }, ctx(10));
+    expect(d).toMatchObject({ decision: 'retry', retryAfterMs: 2000, retryAfterValid: true });
+    expect(d.delayMs!).toBeGreaterThanOrEqual(2000);
+    expect(decide(createPolicy(spec), opAt(spec).state, { status: 413, elapsedMs: 10 }, ctx(10))).toMatchObject({ decision: 'not_retryable', why: 'status_not_retryable' });
+    expect(decide(createPolicy(spec), opAt(spec).state, { status: 413, headers: { 'retry-after': 'soon' }, elapsedMs: 10 }, ctx(10)))
+      .toMatchObject({ decision: 'not_retryable', why: 'status_not_retryable', retryAfterValid: false });
+    // A RateLimit field is a wait too; over the cap stops; a POST without a key is not repeated.
+    expect(decide(createPolicy(spec), opAt(spec).state, { status: 413, headers: { 'ratelimit-reset': '3' }, elapsedMs: 10 }, ctx(10))).toMatchObject({ decision: 'retry', retryAfterMs: 3000 });
+    expect(decide(createPolicy(spec), opAt(spec).state, { status: 413, headers: { 'retry-after': '3600' }, elapsedMs: 10 }, ctx(10))).toMatchObject({ decision: 'not_retryable', why: 'retry_after_over_cap' });
+    expect(decide(createPolicy(spec), opAt(spec, { method: 'POST' }).state, { status: 413, headers: { 'retry-after': '2' }, elapsedMs: 10 }, ctx(10))).toMatchObject({ decision: 'not_retryable', why: 'not_idempotent' });
+    // retryOn.statusWithWait: [] turns it off (the presets that copy a documented list do).
+    const off: PolicySpec = { ...spec, retryOn: { statusWithWait: [] } };
+    expect(decide(createPolicy(off), opAt(off).state, { status: 413, headers: { 'retry-after': '2' }, elapsedMs: 10 }, ctx(10))).toMatchObject({ decision: 'not_retryable', why: 'status_not_retryable' });
+  });
+  it('retryAfter.lengthenOnly: the later of the own backoff and the server wait', () => {
+    const s: PolicySpec = { deadlineMs: 600_000, backoff: { kind: 'constant', delayMs: 30_000 }, retryAfter: { maxMs: 120_000, lengthenOnly: true } };
+    const short = run429({ 'retry-after': '5' }, s);
+    expect(short).toMatchObject({ decision: 'retry', delayMs: 30_000, retryAfterMs: 5000, retryAfterValid: true });
+    const long = run429({ 'retry-after': '40' }, s);
+    expect(long).toMatchObject({ decision: 'retry', retryAfterMs: 40_000 });
+    expect(long.delayMs!).toBeGreaterThanOrEqual(40_000);
+    expect(long.delayMs!).toBeLessThanOrEqual(44_000);
+    expect(run429({ 'retry-after': '121' }, s)).toMatchObject({ decision: 'not_retryable', why: 'retry_after_over_cap', retryAfterMs: 121_000 });
+    // the own wait past the deadline is the own wait's fault
+    expect(run429({ 'retry-after': '1' }, { ...s, deadlineMs: 20_000 })).toMatchObject({ decision: 'deadline_exceeded', why: 'delay_past_deadline' });
+    // without it, the server's wait replaces the backoff
+    expect(run429({ 'retry-after': '5' }, { ...s, retryAfter: { maxMs: 120_000 } }).delayMs!).toBeLessThan(6000);
   });
   it('not read for statuses the policy does not list, nor when honor is false', () => {
     expect(decide(createPolicy(spec), opAt(spec).state, { status: 500, headers: { 'retry-after': '3' }, elapsedMs: 1 }, ctx(1))).toMatchObject({ delayMs: 50, retryAfterValid: null });

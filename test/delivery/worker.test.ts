@@ -75,15 +75,15 @@ describe('adobe-best-effort: 15 s, then 30 s, then dropped with its last status'
 });
 
 describe('Retry-After is honoured as asked, within the policy cap, never shortened', () => {
-  it('adobe-configurable: a 429 asking for 20 minutes is retried after 20 minutes (plus a small positive jitter)', async () => {
-    const t = await setup({ policy: 'adobe-configurable', maxPauseMs: 0 }, (_r, n) => (n === 1 ? { status: 429, headers: { 'retry-after': '1200' } } : { status: 200 }));
+  it('adobe-configurable: a 429 asking for 40 minutes is retried after 40 minutes (plus a small positive jitter)', async () => {
+    const t = await setup({ policy: 'adobe-configurable', maxPauseMs: 0 }, (_r, n) => (n === 1 ? { status: 429, headers: { 'retry-after': '2400' } } : { status: 200 }));
     await t.queue.enqueue('d', { x: 1 });
-    await t.clock.advanceAsync(40 * 60_000);
+    await t.clock.advanceAsync(60 * 60_000);
     expect(t.seen).toHaveLength(2);
-    expect(t.seen[1]!.at).toBeGreaterThanOrEqual(1_200_000);
-    expect(t.seen[1]!.at).toBeLessThanOrEqual(1_210_000); // jitter at most 10 s (the core's retryAfter.jitterMaxMs)
+    expect(t.seen[1]!.at).toBeGreaterThanOrEqual(2_400_000);
+    expect(t.seen[1]!.at).toBeLessThanOrEqual(2_410_000); // jitter at most 10 s (the core's retryAfter.jitterMaxMs)
     const b = (await t.queue.list({ state: 'delivered' }))[0]!;
-    expect((await t.queue.show(b.id))!.attempts[0]).toMatchObject({ status: 429, decision: 'retry', retryAfterMs: 1_200_000 });
+    expect((await t.queue.show(b.id))!.attempts[0]).toMatchObject({ status: 429, decision: 'retry', retryAfterMs: 2_400_000 });
     await finish(t.queue, t.worker);
   });
 
