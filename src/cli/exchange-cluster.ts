@@ -6,6 +6,8 @@
 // hands connections only to workers that are ready.
 import cluster, { type Worker } from 'node:cluster';
 import { fileURLToPath } from 'node:url';
+import { RelentError } from '../core/errors.js';
+import type { Fleet } from '../core/fleet.js';
 import { createSeededRandom } from '../core/random.js';
 import type { DeliveryEvent } from '../delivery/index.js';
 import type { ResolvedExchangeConfig } from '../rtb/config.js';
@@ -37,6 +39,8 @@ export interface ExchangeProcesses {
   readonly warmup: readonly WarmupReport[];
   /** From start to ready to serve, ms. */
   readonly readyMs: number;
+  /** The fleet the partners' breakers and budgets are shared through: `redis://host:port (fleet)`, or `… (local: why)`; null without one. */
+  readonly fleet: string | null;
   /** The statistics of every worker added up (the workers report every second). */
   stats(): ExchangeStats;
   memory(): ProcessMemory;
@@ -47,7 +51,7 @@ export interface ExchangeProcesses {
 type Mem = { rss: number; heapUsed: number };
 
 type ToPrimary =
-  | { readonly t: 'ready'; readonly url: string; readonly report: WarmupReport; readonly part: StatsPart; readonly mem: Mem }
+  | { readonly t: 'ready'; readonly url: string; readonly report: WarmupReport; readonly part: StatsPart; readonly mem: Mem; readonly fleet: string | null }
   | { readonly t: 'failed'; readonly message: string }
   | { readonly t: 'notices'; readonly n: readonly Notice[]; readonly b: readonly Billable[] }
   | { readonly t: 'event'; readonly id: number; readonly requestId: string; readonly impId: string }
@@ -160,11 +164,48 @@ export class IpcOutlet implements NoticeOutlet {
 
 export interface WorkerSetup {
   readonly config: ResolvedExchangeConfig | unknown;
+  /** The config's `fleet` options. */
+  readonly fleet: Readonly<Record<string, unknown>> | null;
   readonly port: number | undefined;
   readonly host: string | undefined;
   readonly processes: number;
   readonly onEvent?: ((e: RelentEvent) => void) | null;
   readonly onAuction?: ExchangeOptions['onAuction'];
+}
+
+interface OpenedFleet {
+  readonly fleet: Fleet;
+  /** How the ready line shows it. */
+  describe(): string;
+  close(): Promise<void>;
+}
+
+/**
+ * The fleet of the config's `fleet` options (relent/fleet, loaded only then). It joins
+ * within 2 s or serves on local state (said in the ready line); errors name `fleet.<field>`.
+ */
+export async function openFleet(options: Readonly<Record<string, unknown>> | null, join = true): Promise<OpenedFleet | null> {
+  if (options === null) return null;
+  const { createRedisFleet } = await import('../fleet/index.js');
+  let fleet;
+  try {
+    fleet = createRedisFleet(options as never);
+  } catch (e) {
+    if (RelentError.is(e) && e.code === 'ERR_INVALID_INPUT') {
+      throw new RelentError('ERR_INVALID_INPUT', e.message.replace(/`(\w+)`/, '`fleet.$1`'), { field: `fleet.${e.field ?? ''}` });
+    }
+    throw e;
+  }
+  if (join) await fleet.ready(2_000);
+  const u = new URL(String(options.url));
+  return {
+    fleet,
+    describe: () => {
+      const st = fleet.stats();
+      return `${u.protocol}//${u.host} (${st.mode === 'fleet' ? 'shared' : `local: ${st.reason ?? 'not joined'}`})`;
+    },
+    close: () => fleet.close(),
+  };
 }
 
 function memoryNow(): Mem {
@@ -186,8 +227,11 @@ export async function runExchangeWorker(setup: WorkerSetup): Promise<number> {
     if (process.connected) process.send!(m);
   };
   let exchange: Exchange;
+  let fleet: OpenedFleet | null = null;
   try {
+    fleet = await openFleet(setup.fleet);
     exchange = createExchange(setup.config as never, {
+      fleet: fleet?.fleet ?? null,
       processes: setup.processes,
       noticeOutlet: new IpcOutlet((setup.config as ResolvedExchangeConfig).notices?.store ?? 'memory'),
       onEvent: setup.onEvent ?? null,
@@ -195,6 +239,7 @@ export async function runExchangeWorker(setup: WorkerSetup): Promise<number> {
     });
   } catch (e) {
     send({ t: 'failed', message: e instanceof Error ? e.message : String(e) });
+    await fleet?.close();
     return 2;
   }
   let info;
@@ -203,9 +248,10 @@ export async function runExchangeWorker(setup: WorkerSetup): Promise<number> {
   } catch (e) {
     send({ t: 'failed', message: `cannot listen: ${e instanceof Error ? e.message : String(e)}` });
     await exchange.close({ force: true, noticeDrainMs: 0 });
+    await fleet?.close();
     return 1;
   }
-  send({ t: 'ready', url: info.url, report: await exchange.ready(), part: partOf(exchange), mem: memoryNow() });
+  send({ t: 'ready', url: info.url, report: await exchange.ready(), part: partOf(exchange), mem: memoryNow(), fleet: fleet?.describe() ?? null });
   const timer = setInterval(() => send({ t: 'stats', part: partOf(exchange), mem: memoryNow(), final: false }), WORKER_STATS_EVERY_MS);
   await new Promise<void>((resolve) => {
     process.on('message', (m: ToWorker) => {
@@ -217,6 +263,7 @@ export async function runExchangeWorker(setup: WorkerSetup): Promise<number> {
   });
   clearInterval(timer);
   await exchange.close();
+  await fleet?.close();
   send({ t: 'stats', part: partOf(exchange), mem: memoryNow(), final: true });
   // Let the last message leave, then let go of the channel (it would keep the process alive).
   await new Promise<void>((resolve) => (process.connected ? process.send!({ t: 'sync', id: 0 } satisfies ToPrimary, () => resolve()) : resolve()));
@@ -265,6 +312,7 @@ export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses
   let stopping = false;
   const warmup: WarmupReport[] = [];
   let url = '';
+  let fleetLine: string | null = null;
   let failed: ((e: Error) => void) | null = null;
   let allReady: (() => void) | null = null;
   const readyPromise = new Promise<void>((resolve, reject) => {
@@ -299,6 +347,7 @@ export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses
         slot.part = m.part;
         slot.mem = m.mem;
         url = m.url;
+        fleetLine ??= m.fleet;
         warmup.push(m.report);
         if (slots.length === o.workers && slots.every((s) => s.ready)) allReady?.();
         break;
@@ -348,6 +397,7 @@ export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses
     workers: o.workers,
     warmup,
     readyMs,
+    fleet: fleetLine,
     stats,
     memory: () => {
       const own = process.memoryUsage();
@@ -385,14 +435,23 @@ export async function startInProcess(o: {
   readonly port: number | undefined;
   readonly host: string | undefined;
   readonly options: ExchangeOptions;
+  readonly fleet: Readonly<Record<string, unknown>> | null;
 }): Promise<ExchangeProcesses & { readonly exchange: Exchange }> {
   const t0 = performance.now();
-  const exchange = createExchange(o.config as never, o.options);
+  const fleet = await openFleet(o.fleet);
+  let exchange: Exchange;
+  try {
+    exchange = createExchange(o.config as never, { ...o.options, fleet: fleet?.fleet ?? null });
+  } catch (e) {
+    await fleet?.close();
+    throw e;
+  }
   let info;
   try {
     info = await exchange.listen(o.port, o.host);
   } catch (e) {
     await exchange.close({ force: true, noticeDrainMs: 0 });
+    await fleet?.close();
     throw e;
   }
   const report = await exchange.ready();
@@ -402,6 +461,7 @@ export async function startInProcess(o: {
     workers: 1,
     warmup: [report],
     readyMs: Math.round(performance.now() - t0),
+    fleet: fleet?.describe() ?? null,
     stats: () => exchange.stats(),
     memory: () => {
       const m = process.memoryUsage();
@@ -409,6 +469,7 @@ export async function startInProcess(o: {
     },
     close: async () => {
       await exchange.close();
+      await fleet?.close();
       return exchange.stats();
     },
   };

@@ -6,7 +6,7 @@ import { RelentError } from '../core/errors.js';
 import { resolveExchangeConfig, type ResolvedExchangeConfig } from '../rtb/config.js';
 import type { AuctionSummary, ExchangeStats, WarmupReport } from '../rtb/exchange.js';
 import { createJsonlSink, type JsonlSink } from '../run/sinks.js';
-import { isExchangeWorker, runExchangeWorker, startCluster, startInProcess, type ExchangeProcesses } from './exchange-cluster.js';
+import { isExchangeWorker, openFleet, runExchangeWorker, startCluster, startInProcess, type ExchangeProcesses } from './exchange-cluster.js';
 import { alignedTable, EXIT, fsReason, jsonErrorWhere, parseDuration, type Io } from './args.js';
 
 export const EXCHANGE_HELP = `relent exchange --config FILE [options]
@@ -254,25 +254,28 @@ export async function exchangeCommand(argv: string[], io: Io): Promise<number> {
   if (isExchangeWorker()) {
     try {
       return await runExchangeWorker({
-        config: raw, port, host: values.host, processes: Number(process.env.RELENT_EXCHANGE_WORKERS), onEvent: events?.onEvent ?? null, onAuction,
+        config: raw, fleet: config.fleet, port, host: values.host, processes: Number(process.env.RELENT_EXCHANGE_WORKERS), onEvent: events?.onEvent ?? null, onAuction,
       });
     } finally {
       closeSinks();
     }
   }
+  // A bad `fleet` option is a configuration error (exit 2) before any worker starts.
+  if (workers > 1) await (await openFleet(config.fleet, false))?.close();
   let running: ExchangeProcesses;
   try {
     running = workers === 1
-      ? await startInProcess({ config: raw, port, host: values.host, options: { onEvent: events?.onEvent ?? null, onAuction } })
+      ? await startInProcess({ config: raw, fleet: config.fleet, port, host: values.host, options: { onEvent: events?.onEvent ?? null, onAuction } })
       : await startCluster({ config, argv, workers, log: (l) => io.err(`${l}\n`), onEvent: events?.onEvent ?? null });
   } catch (e) {
     closeSinks();
-    if (RelentError.is(e)) throw e;
+    if (RelentError.is(e) && e.code === 'ERR_INVALID_INPUT') throw e;
     io.err(`relent exchange: cannot start: ${e instanceof Error ? e.message : String(e)}\n`);
     return EXIT.failure;
   }
   const started = performance.now();
-  io.err(`relent exchange: ready on ${running.url} after ${running.readyMs} ms (${workers === 1 ? '1 process' : `${workers} workers`}; ${warmupSummary(running.warmup)})\n`);
+  const fleet = running.fleet === null ? '' : `; breakers and budgets shared through ${running.fleet}`;
+  io.err(`relent exchange: ready on ${running.url} after ${running.readyMs} ms (${workers === 1 ? '1 process' : `${workers} workers`}; ${warmupSummary(running.warmup)}${fleet})\n`);
   const timer = !values.quiet && every > 0 ? setInterval(() => io.err(`${statsLine(running.stats(), (performance.now() - started) / 1000)}\n`), every) : null;
   timer?.unref();
   const stop = waitForStop(() => {

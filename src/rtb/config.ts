@@ -1,4 +1,5 @@
 import { normalizeBreakerSpec, type BreakerSpec, type ResolvedBreakerSpec } from '../core/breaker.js';
+import { normalizeBudget, type BudgetSpec, type ResolvedBudgetSpec } from '../core/budget.js';
 import { describe, RelentError } from '../core/errors.js';
 import type { PolicySpec } from '../core/policy.js';
 import { DeliveryError, resolveWorkerSettings } from '../delivery/index.js';
@@ -123,6 +124,11 @@ export interface PartnerConfig {
    * (per worker process: min(its share of maxConcurrency, 32)); 0: none.
    */
   readonly warmConnections?: number;
+  /**
+   * A retry budget for the pre-send retries (`preSendRetries`): `{ "kind": "ratio", … }`
+   * (the core's budget kinds). Shared by the fleet when the exchange has one. Default none.
+   */
+  readonly retryBudget?: BudgetSpec | null;
 }
 
 export interface NoticeConfig {
@@ -203,6 +209,12 @@ export interface ExchangeConfig {
   readonly maxHeaderBytes?: number;
   /** Warm-up before serving: `false` to serve at once (tests). */
   readonly warmup?: WarmupConfig | false;
+  /**
+   * Shared state of the partners' breakers and retry budgets across processes and
+   * machines: relent/fleet's `createRedisFleet()` options (`url`, `prefix`, …), read by
+   * `relent exchange` (createExchange() takes a Fleet object in its options instead).
+   */
+  readonly fleet?: Readonly<Record<string, unknown>> | null;
   readonly notices?: NoticeConfig;
   readonly partners: readonly PartnerConfig[];
 }
@@ -221,6 +233,7 @@ export interface ResolvedPartner {
   readonly enabled: boolean;
   /** null: the default, min(the pool's size, 32). */
   readonly warmConnections: number | null;
+  readonly retryBudget: ResolvedBudgetSpec | null;
 }
 
 export interface ResolvedNotices {
@@ -254,6 +267,8 @@ export interface ResolvedExchangeConfig {
   readonly maxHeaderBytes: number;
   /** null: no warm-up. */
   readonly warmup: Readonly<Required<WarmupConfig>> | null;
+  /** The `fleet` options as written (validated by relent/fleet where the fleet is made); null: none. */
+  readonly fleet: Readonly<Record<string, unknown>> | null;
   readonly notices: ResolvedNotices;
   readonly partners: readonly ResolvedPartner[];
 }
@@ -278,11 +293,11 @@ export const EXCHANGE_DEFAULTS = Object.freeze({
 
 const EXCHANGE_KEYS = [
   'host', 'port', 'path', 'auctionTimeoutMs', 'reserveMs', 'defaultTmaxMs', 'maxRequestBytes', 'maxResponseBytes', 'maxImps',
-  'currency', 'disabledSources', 'readTimeoutMs', 'maxHeaderBytes', 'warmup', 'notices', 'partners',
+  'currency', 'disabledSources', 'readTimeoutMs', 'maxHeaderBytes', 'warmup', 'fleet', 'notices', 'partners',
 ];
 const PARTNER_KEYS = [
   'name', 'url', 'timeoutMs', 'maxConcurrency', 'breaker', 'minTimeMs', 'lateGraceMs', 'preSendRetries', 'maxResponseBytes', 'headers', 'enabled',
-  'warmConnections',
+  'warmConnections', 'retryBudget',
 ];
 const NOTICE_KEYS = ['win', 'billing', 'billingPolicy', 'winPolicy', 'maxPending', 'eventTtlMs', 'eventMaxKeys', 'loss', 'lossPolicy', 'store', 'worker'];
 const WARMUP_KEYS = ['auctions', 'timeoutMs'];
@@ -341,7 +356,28 @@ function resolvePartner(v: unknown, i: number, d: { maxResponseBytes: number }):
     headers: Object.freeze(headers),
     enabled: o.enabled === undefined ? pd.enabled : bool(o.enabled, `${f}.enabled`),
     warmConnections: o.warmConnections === undefined ? null : int(o.warmConnections, `${f}.warmConnections`, 0, maxConcurrency),
+    retryBudget: o.retryBudget === undefined || o.retryBudget === null ? null : budgetSpec(o.retryBudget, `${f}.retryBudget`),
   });
+}
+
+function budgetSpec(v: unknown, field: string): ResolvedBudgetSpec {
+  try {
+    return normalizeBudget(v, field);
+  } catch (e) {
+    if (RelentError.is(e)) throw new RelentError('ERR_INVALID_INPUT', e.message, { field: e.field ?? field });
+    throw e;
+  }
+}
+
+function fleetOptions(v: unknown): Readonly<Record<string, unknown>> | null {
+  if (v === undefined || v === null) return null;
+  const o = obj(v, 'fleet');
+  if (o.client !== undefined) throw invalidConfig('fleet.client', 'absent (a config file names the Redis `url`)', '(set)');
+  if (typeof o.url !== 'string') {
+    // The URL may hold a password: it is not echoed.
+    throw new RelentError('ERR_INVALID_INPUT', 'Expected `fleet.url` to be a redis:// or rediss:// URL', { field: 'fleet.url' });
+  }
+  return Object.freeze({ ...o });
 }
 
 function noticeStore(v: unknown): string {
@@ -431,6 +467,7 @@ export function resolveExchangeConfig(input: unknown): ResolvedExchangeConfig {
     readTimeoutMs: o.readTimeoutMs === undefined ? defaultTmaxMs : int(o.readTimeoutMs, 'readTimeoutMs', 1, 600_000),
     maxHeaderBytes: o.maxHeaderBytes === undefined ? d.maxHeaderBytes : int(o.maxHeaderBytes, 'maxHeaderBytes', 1024, 1024 * 1024),
     warmup: warmupConfig(o.warmup),
+    fleet: fleetOptions(o.fleet),
     notices,
     partners: Object.freeze(partners),
   });

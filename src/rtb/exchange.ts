@@ -4,6 +4,7 @@ import { Pool, type Dispatcher } from 'undici';
 import { headerSafe, listenOn, plain } from './http-util.js';
 import type { BreakerStateChange } from '../core/breaker.js';
 import { RelentError } from '../core/errors.js';
+import type { Fleet } from '../core/fleet.js';
 import type { Clock, Random } from '../core/types.js';
 import { systemClock, systemRandom } from '../run/clock.js';
 import { execute, type RelentEvent, type RunResult } from '../run/run.js';
@@ -130,6 +131,12 @@ export interface ExchangeOptions {
    * ⌈maxConcurrency / processes⌉ of it (its calls in flight and its pool). Default 1.
    */
   readonly processes?: number;
+  /**
+   * Shares each partner's circuit breaker and retry budget with the other processes of
+   * the fleet (dependency `rtb:<partner>`; relent/fleet's `createRedisFleet()` makes one).
+   * Default: per process. Connection caps stay per process (⌈maxConcurrency / processes⌉).
+   */
+  readonly fleet?: Fleet | null;
 }
 
 /** What `ready()` did before the exchange served. */
@@ -369,6 +376,7 @@ class ExchangeImpl implements Exchange {
     this.partners = config.partners.map((p, i) => new Partner(i, p, config.auctionTimeoutMs, {
       dispatcher: o.dispatcherFor?.(p) ?? null,
       cap: Math.ceil(p.maxConcurrency / processes),
+      fleet: o.fleet ?? null,
       onBreakerStateChange: onBreaker === null ? null : (change) => {
         try {
           onBreaker({ ...change, partner: p.name });
@@ -1058,6 +1066,7 @@ class Auction implements CallOwner {
         policy: p.policy,
         deadlineMs: left,
         breaker: call.breaker,
+        budget: p.budget,
         operationId: `${this.id}/${p.name}`,
         method: 'POST',
         endpoint: p.endpoint,

@@ -3,6 +3,8 @@ import {
   createCircuitBreaker, type BreakerOutcome, type BreakerSnapshot, type BreakerState, type BreakerStateChange, type CircuitBreaker,
   type ResolvedBreakerSpec,
 } from '../core/breaker.js';
+import { createRetryBudget, type RetryBudget } from '../core/budget.js';
+import type { Fleet } from '../core/fleet.js';
 import type { Policy } from '../core/policy.js';
 import type { Clock } from '../core/types.js';
 import { classifyWireError, WireError } from '../http/classify.js';
@@ -74,6 +76,8 @@ export class Partner {
   /** Calls in flight at most in this process (its share of `maxConcurrency`), and the pool's connections. */
   readonly cap: number;
   readonly breaker: CircuitBreaker | null;
+  /** The pre-send retries' budget (`retryBudget`), null for none. */
+  readonly budget: RetryBudget | null;
   readonly bulkhead: Bulkhead;
   /**
    * The `openrtb-bid` preset made per partner: attempt timeout and minimum attempt time =
@@ -90,6 +94,8 @@ export class Partner {
     onBreakerStateChange?: ((change: BreakerStateChange) => void) | null;
     /** This process's share of maxConcurrency (default: all of it). */
     cap?: number;
+    /** Shares the breaker and the retry budget with other processes (dependency `rtb:<name>`). */
+    fleet?: Fleet | null;
   }) {
     this.index = index;
     this.config = config;
@@ -108,16 +114,21 @@ export class Partner {
       keepAliveMaxTimeout: 600_000,
       connect: this.connector!.connect,
     });
-    this.breaker = config.breaker === null ? null : createCircuitBreaker(config.breaker, {
-      name: config.name,
-      onStateChange: o.onBreakerStateChange ?? null,
-    });
+    const breakerOptions = { name: config.name, onStateChange: o.onBreakerStateChange ?? null };
+    const dependency = `rtb:${config.name}`;
+    const fleet = o.fleet ?? null;
+    this.breaker = config.breaker === null ? null
+      : fleet !== null ? fleet.breaker(dependency, config.breaker, breakerOptions) : createCircuitBreaker(config.breaker, breakerOptions);
+    this.budget = config.retryBudget === null ? null
+      : fleet !== null ? fleet.budget(dependency, config.retryBudget) : createRetryBudget(config.retryBudget);
     this.bulkhead = createBulkhead({ maxConcurrent: this.cap, maxQueue: 0 });
     this.policy = withOverrides(presetPolicy('openrtb-bid'), {
       maxAttempts: 1 + config.preSendRetries,
       deadlineMs: Math.max(auctionTimeoutMs, config.timeoutMs),
       attemptTimeoutMs: config.timeoutMs,
       minAttemptMs: config.timeoutMs,
+      // An auction never waits for retry tokens: an empty budget ends the call (the partner's answer is a timeout or an error).
+      budgetExhausted: 'stop',
     });
     const h: string[] = ['content-type', 'application/json', 'x-openrtb-version', '2.6'];
     for (const [k, v] of Object.entries(config.headers)) h.push(k, v);

@@ -37,10 +37,12 @@ describe('relent exchange', () => {
       [{ auctionTimeoutMs: 100, reserveMs: 10, partners: [{ name: 'a', url: 'ftp://x', timeoutMs: 50, maxConcurrency: 1 }] }, '`partners[0].url`'],
       [{ auctionTimeoutMs: 100, reserveMs: 10, partners: [{ name: 'a', url: 'http://x/', timeoutMs: 50, maxConcurrency: 1, breaker: { openMs: -1 } }] }, '`partners[0].breaker.openMs`'],
       ['{"auctionTimeoutMs": 100,', 'invalid JSON at line 1'],
+      [{ auctionTimeoutMs: 100, reserveMs: 10, fleet: { url: 'redis://127.0.0.1:1', timeoutMs: -1 }, partners: [{ name: 'a', url: 'http://x/', timeoutMs: 50, maxConcurrency: 1 }] }, '`fleet.timeoutMs`'],
+      [{ auctionTimeoutMs: 100, reserveMs: 10, readTimeoutMs: 'soon', partners: [{ name: 'a', url: 'http://x/', timeoutMs: 50, maxConcurrency: 1 }] }, '`readTimeoutMs`'],
     ];
     for (const [content, field] of cases) {
       const t = io();
-      const code = await main(['exchange', '--config', file('bad.json', content), '--port', '0'], t.io);
+      const code = await main(['exchange', '--config', file('bad.json', content), '--port', '0', '--workers', '1'], t.io);
       expect(code).toBe(2);
       expect(t.err()).toContain(field);
       expect(t.err().trim().split('\n')).toHaveLength(1);

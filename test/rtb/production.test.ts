@@ -306,6 +306,9 @@ describe('new configuration keys', () => {
       [{ notices: { worker: { lease: 5 } } }, /notices.worker.lease/],
       [{ notices: { loss: 'sometimes' } }, /`notices.loss` to be one of "exchange", "off"/],
       [{ partners: [{ ...base.partners[0], warmConnections: 5 }] }, /`partners\[0\].warmConnections` to be an integer in \[0, 4\]/],
+      [{ partners: [{ ...base.partners[0], retryBudget: { kind: 'lottery' } }] }, /partners\[0\]\.retryBudget/],
+      [{ fleet: { prefix: 'x:' } }, /`fleet.url` to be a redis:\/\/ or rediss:\/\/ URL/],
+      [{ fleet: 'redis://x' }, /`fleet` to be an object/],
     ];
     for (const [over, message] of cases) {
       expect(() => resolveExchangeConfig({ ...base, ...over })).toThrow(message);
