@@ -17,10 +17,20 @@ export type BodyFormat =
 
 export const BODY_FORMATS: readonly BodyFormat[] = Object.freeze(['envelope', 'array', 'ndjson', 'single']);
 
+/**
+ * Whose limit it is: `shared` (default) — every worker of the destination on the same
+ * store together (kept in the store); `worker` — each worker process on its own.
+ */
+export type LimitScope = 'shared' | 'worker';
+
+export const LIMIT_SCOPES: readonly LimitScope[] = Object.freeze(['shared', 'worker']);
+
 export interface RateLimitOptions {
-  /** At most this many requests in any window of `perMs` (a sliding window, per worker process). */
+  /** At most this many requests in any window of `perMs` (a sliding window). */
   readonly requests: number;
   readonly perMs?: number;
+  /** `shared` (default): across every worker on the store; `worker`: per worker process. */
+  readonly scope?: LimitScope;
 }
 
 export interface ConcurrencyOptions {
@@ -33,6 +43,12 @@ export interface ConcurrencyOptions {
   readonly decrease?: number;
   /** Statuses that make the limit shrink. */
   readonly backoffOn?: readonly number[];
+  /**
+   * `worker` (default): each worker process keeps its own limit; `shared`: requests in
+   * flight to the destination from every worker on the store together stay within the
+   * (claiming worker's) limit.
+   */
+  readonly scope?: LimitScope;
 }
 
 /** One destination: where batches go and with which policy. Every field but `url` is optional. */
@@ -77,7 +93,10 @@ export const DESTINATION_DEFAULTS = Object.freeze({
   format: 'envelope' as BodyFormat,
   rateLimit: null,
   rateLimitPerMs: 60_000,
-  concurrency: Object.freeze({ initial: 8, min: 1, max: 64, adaptive: true, decrease: 0.5, backoffOn: Object.freeze([429, 503]) as readonly number[] }),
+  rateLimitScope: 'shared' as LimitScope,
+  concurrency: Object.freeze({
+    initial: 8, min: 1, max: 64, adaptive: true, decrease: 0.5, backoffOn: Object.freeze([429, 503]) as readonly number[], scope: 'worker' as LimitScope,
+  }),
   maxPauseMs: 60_000,
 });
 
@@ -103,6 +122,11 @@ export function intIn(v: unknown, field: string, min: number, max: number): numb
 function numIn(v: unknown, field: string, min: number, max: number): number {
   if (typeof v !== 'number' || !Number.isFinite(v) || v < min || v > max) throw invalidConfig(field, `a number in [${min}, ${max}]`, v);
   return v;
+}
+
+function scopeOf(v: unknown, field: string): LimitScope {
+  if (!LIMIT_SCOPES.includes(v as LimitScope)) throw invalidConfig(field, '"shared" or "worker"', v);
+  return v as LimitScope;
 }
 
 /** A destination name: letters, digits and `._:-`, 1–100 characters (it is stored and shown). */
@@ -177,16 +201,17 @@ export function resolveDestination(name: string, input: unknown, field = `destin
   if (input.rateLimit !== undefined && input.rateLimit !== null) {
     const rl = input.rateLimit;
     if (!isObject(rl)) throw invalidConfig(`${field}.rateLimit`, 'an object { requests, perMs } or null', rl);
-    onlyKeys(rl, ['requests', 'perMs'], `${field}.rateLimit`);
+    onlyKeys(rl, ['requests', 'perMs', 'scope'], `${field}.rateLimit`);
     rateLimit = Object.freeze({
       requests: intIn(rl.requests, `${field}.rateLimit.requests`, 1, 10_000_000),
       perMs: intIn(rl.perMs ?? d.rateLimitPerMs, `${field}.rateLimit.perMs`, 1, 86_400_000),
+      scope: scopeOf(rl.scope ?? d.rateLimitScope, `${field}.rateLimit.scope`),
     });
   }
 
   const cIn = input.concurrency ?? {};
   if (!isObject(cIn)) throw invalidConfig(`${field}.concurrency`, 'an object', cIn);
-  onlyKeys(cIn, ['initial', 'min', 'max', 'adaptive', 'decrease', 'backoffOn'], `${field}.concurrency`);
+  onlyKeys(cIn, ['initial', 'min', 'max', 'adaptive', 'decrease', 'backoffOn', 'scope'], `${field}.concurrency`);
   const max = intIn(cIn.max ?? Math.max(d.concurrency.max, typeof cIn.initial === 'number' ? cIn.initial : 0), `${field}.concurrency.max`, 1, 100_000);
   const min = intIn(cIn.min ?? d.concurrency.min, `${field}.concurrency.min`, 1, max);
   const initial = intIn(cIn.initial ?? Math.min(Math.max(d.concurrency.initial, min), max), `${field}.concurrency.initial`, min, max);
@@ -196,7 +221,7 @@ export function resolveDestination(name: string, input: unknown, field = `destin
   const backoffIn = cIn.backoffOn ?? d.concurrency.backoffOn;
   if (!Array.isArray(backoffIn)) throw invalidConfig(`${field}.concurrency.backoffOn`, 'an array of statuses', backoffIn);
   const backoffOn = Object.freeze(backoffIn.map((s: unknown, i: number) => intIn(s, `${field}.concurrency.backoffOn[${i}]`, 100, 999)));
-  const concurrency = Object.freeze({ initial, min, max, adaptive, decrease, backoffOn });
+  const concurrency = Object.freeze({ initial, min, max, adaptive, decrease, backoffOn, scope: scopeOf(cIn.scope ?? d.concurrency.scope, `${field}.concurrency.scope`) });
 
   const maxPauseMs = intIn(input.maxPauseMs ?? d.maxPauseMs, `${field}.maxPauseMs`, 0, 2 ** 31 - 1);
 
@@ -222,8 +247,10 @@ export interface WorkerSettings {
   readonly claimChunk?: number;
   /** How long a graceful stop waits for requests in flight before giving their claims back. */
   readonly stopTimeoutMs?: number;
-  /** Delivered batches are deleted after this long (dropped ones are kept until requeued). */
+  /** Delivered batches (with their items and history) are deleted this long after delivery. */
   readonly retainDeliveredMs?: number;
+  /** Dropped batches are deleted this long after they were dropped; null: kept until requeued. */
+  readonly retainDroppedMs?: number | null;
 }
 
 export const WORKER_DEFAULTS = Object.freeze({
@@ -232,7 +259,11 @@ export const WORKER_DEFAULTS = Object.freeze({
   claimChunk: 200,
   stopTimeoutMs: 10_000,
   retainDeliveredMs: 7 * 86_400_000,
+  retainDroppedMs: 30 * 86_400_000 as number | null,
 });
+
+/** The longest retention accepted (ten years). */
+const MAX_RETAIN_MS = 10 * 365 * 86_400_000;
 
 export function resolveWorkerSettings(input: unknown, field = 'worker'): Required<WorkerSettings> {
   const w = input ?? {};
@@ -244,7 +275,8 @@ export function resolveWorkerSettings(input: unknown, field = 'worker'): Require
     pollMs: intIn(w.pollMs ?? d.pollMs, `${field}.pollMs`, 1, 3_600_000),
     claimChunk: intIn(w.claimChunk ?? d.claimChunk, `${field}.claimChunk`, 1, 10_000),
     stopTimeoutMs: intIn(w.stopTimeoutMs ?? d.stopTimeoutMs, `${field}.stopTimeoutMs`, 0, 3_600_000),
-    retainDeliveredMs: intIn(w.retainDeliveredMs ?? d.retainDeliveredMs, `${field}.retainDeliveredMs`, 0, 2 ** 31 - 1),
+    retainDeliveredMs: intIn(w.retainDeliveredMs ?? d.retainDeliveredMs, `${field}.retainDeliveredMs`, 0, MAX_RETAIN_MS),
+    retainDroppedMs: w.retainDroppedMs === null ? null : intIn(w.retainDroppedMs ?? d.retainDroppedMs, `${field}.retainDroppedMs`, 0, MAX_RETAIN_MS),
   });
 }
 

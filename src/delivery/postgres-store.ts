@@ -1,12 +1,14 @@
+import { createHash } from 'node:crypto';
 import type * as Pg from 'pg';
 import { cutBatches, type PendingRow } from './batching.js';
 import { DeliveryError } from './errors.js';
 import {
-  listCondition, mergeStats, rowToAttempt, rowToSummary, toClaimed, LIST_DEFAULT_LIMIT, PURGE_CHUNK, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION, type AttemptRow, type BatchRow,
+  listCondition, mergeStats, rowToAttempt, rowToSummary, toClaimed, LIST_DEFAULT_LIMIT, PURGE_DELIVERED_CHUNK, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION,
+  type AttemptRow, type BatchRow,
 } from './store-common.js';
 import type {
   BatchDetail, BatchLimits, BatchSummary, ClaimedBatch, CompleteResult, DeliveryStore, DestinationStats, DropStat,
-  EnqueueResult, FormResult, Lease, ListFilter, NewItem, Outcome, RequeueFilter,
+  EnqueueResult, FinishedState, FormResult, Lease, LimitedClaim, ListFilter, NewItem, Outcome, RequeueFilter, SharedLimits,
 } from './types.js';
 
 export interface PostgresStoreOptions {
@@ -98,7 +100,8 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   });
   // An idle client that loses its connection must not crash the process; the next query reports it.
   pool.on('error', () => {});
-  const store = new PostgresStore(pool, where, schema, prefix);
+  const listenClient = (): Pg.Client => new pg.Client({ connectionString, connectionTimeoutMillis: options.connectTimeoutMs ?? POSTGRES_DEFAULTS.connectTimeoutMs });
+  const store = new PostgresStore(pool, where, schema, prefix, listenClient);
   try {
     await store.init();
   } catch (e) {
@@ -122,14 +125,69 @@ function whereDestinationAndReason(filter: { readonly destination?: string; read
   }
 }
 
+/** A claimed batch row joined with one of its items (the claim reads both in one statement). */
+type ClaimRow = BatchRow & { item_key: string; item_payload: string };
+
+/** Splits claim rows (one per item) into batch rows and item rows for toClaimed(). */
+function splitClaimRows(rows: readonly ClaimRow[]): { batches: BatchRow[]; items: { batch_id: number; key: string; payload: string }[] } {
+  const batches: BatchRow[] = [];
+  const items: { batch_id: number; key: string; payload: string }[] = [];
+  let last = -1;
+  for (const r of rows) {
+    if (r.id !== last) {
+      batches.push(r);
+      last = r.id;
+    }
+    items.push({ batch_id: r.id, key: r.item_key, payload: r.item_payload });
+  }
+  return { batches, items };
+}
+
 class PostgresStore implements DeliveryStore {
   readonly kind = 'postgres' as const;
-  private readonly t: { items: string; batches: string; attempts: string; meta: string };
+  private readonly t: { items: string; batches: string; attempts: string; meta: string; dests: string; rate: string };
   private closed = false;
+  /** The LISTEN/NOTIFY channel of these tables (an identifier derived from schema and prefix). */
+  private readonly channel: string;
+  private readonly names = new Map<string, string>();
+  private readonly listeners = new Set<(destination: string) => void>();
+  private listener: Pg.Client | null = null;
+  private listening: Promise<void> | null = null;
+  private relisten: ReturnType<typeof setTimeout> | null = null;
+  private readonly claimSql: string;
 
-  constructor(private readonly pool: Pg.Pool, readonly description: string, private readonly schema: string, prefix: string) {
+  constructor(private readonly pool: Pg.Pool, readonly description: string, private readonly schema: string, prefix: string, private readonly listenClient: () => Pg.Client) {
     const q = (name: string): string => `"${schema}"."${prefix}${name}"`;
-    this.t = { items: q('items'), batches: q('batches'), attempts: q('attempts'), meta: q('meta') };
+    this.t = { items: q('items'), batches: q('batches'), attempts: q('attempts'), meta: q('meta'), dests: q('destinations'), rate: q('rate') };
+    this.channel = `relent_${createHash('sha256').update(`${schema}.${prefix}`).digest('hex').slice(0, 16)}`;
+    // One statement claims and reads the items: due batches of a destination that is not paused, oldest due first.
+    this.claimSql = `
+      WITH c AS (
+        SELECT id FROM ${this.t.batches}
+        WHERE state = 'queued' AND destination = $1 AND due_at <= $2
+          AND NOT EXISTS (SELECT 1 FROM ${this.t.dests} p WHERE p.destination = $1 AND p.paused_at IS NOT NULL)
+        ORDER BY due_at, id LIMIT $3 FOR UPDATE SKIP LOCKED
+      ), u AS (
+        UPDATE ${this.t.batches} b SET lease_token = b.lease_token + 1, lease_owner = $4, lease_until = $5, due_at = $5, claims = b.claims + 1
+        FROM c WHERE b.id = c.id
+        RETURNING b.id, b.destination, b.key, b.lease_token, b.round, b.attempt, b.op_started_at, b.op_deadline_at, b.prev_delay_ms, b.op_throttled,
+          b.created_at, b.not_before, b.bytes, b.due_at
+      )
+      SELECT u.*, i.key AS item_key, i.payload AS item_payload FROM u JOIN ${this.t.items} i ON i.batch_id = u.id ORDER BY u.id, i.id`;
+  }
+
+  /** A statement as a named (prepared) query: parsed and planned once per connection. */
+  private named(text: string, values: unknown[]): Pg.QueryConfig {
+    let name = this.names.get(text);
+    if (name === undefined) {
+      name = `relent_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`;
+      this.names.set(text, name);
+    }
+    return { name, text, values };
+  }
+
+  private async run<R>(c: Pg.PoolClient, text: string, values: unknown[] = []): Promise<R[]> {
+    return (await c.query(this.named(text, values))).rows as R[];
   }
 
   /** Runs `fn` with a client inside a transaction; a deadlock is retried (twice) before it is reported. */
@@ -162,7 +220,7 @@ class PostgresStore implements DeliveryStore {
     if (this.closed) throw new DeliveryError('ERR_STORE_CLOSED', `${this.description}: the store is closed`);
     for (let tries = 0; ; tries++) {
       try {
-        return (await this.pool.query(text, values)).rows as R[];
+        return (await this.pool.query(this.named(text, values))).rows as R[];
       } catch (e) {
         const code = (e as { code?: string }).code ?? '';
         if (RETRYABLE_PG.has(code) && tries < 2) continue;
@@ -172,7 +230,7 @@ class PostgresStore implements DeliveryStore {
   }
 
   async init(): Promise<void> {
-    const { items, batches, attempts, meta } = this.t;
+    const { items, batches, attempts, meta, dests, rate } = this.t;
     const idx = (name: string): string => `"${name}"`;
     const base = this.t.items.split('.')[1]!.replace(/"/g, '').replace(/items$/, '');
     await this.tx('creating the tables', async (c) => {
@@ -217,11 +275,11 @@ class PostgresStore implements DeliveryStore {
           last_error_class TEXT,
           last_decision TEXT,
           last_why TEXT,
-          finished_at BIGINT
+          finished_at BIGINT,
+          enqueued_at BIGINT
         );
         CREATE INDEX IF NOT EXISTS ${idx(`${base}batches_due`)} ON ${batches} (destination, due_at, id) WHERE state = 'queued';
         CREATE INDEX IF NOT EXISTS ${idx(`${base}batches_dropped`)} ON ${batches} (destination, id) WHERE state = 'dropped';
-        CREATE INDEX IF NOT EXISTS ${idx(`${base}batches_key`)} ON ${batches} (key);
         CREATE TABLE IF NOT EXISTS ${attempts} (
           batch_id BIGINT NOT NULL,
           round INTEGER NOT NULL,
@@ -237,6 +295,9 @@ class PostgresStore implements DeliveryStore {
           worker TEXT,
           PRIMARY KEY (batch_id, round, attempt)
         );
+        CREATE TABLE IF NOT EXISTS ${dests} (destination TEXT PRIMARY KEY, paused_at BIGINT);
+        CREATE TABLE IF NOT EXISTS ${rate} (id BIGSERIAL PRIMARY KEY, destination TEXT NOT NULL, at BIGINT NOT NULL, n INTEGER NOT NULL);
+        CREATE INDEX IF NOT EXISTS ${idx(`${base}rate_window`)} ON ${rate} (destination, at);
       `);
       // Columns added after the tables were first released: a database created by an earlier
       // relent gets them here. Looked up first, so the usual start takes no table lock.
@@ -245,6 +306,20 @@ class PostgresStore implements DeliveryStore {
       if (!cols.some((r) => r.column_name === 'op_throttled')) {
         await c.query(`ALTER TABLE ${batches} ADD COLUMN IF NOT EXISTS op_throttled INTEGER NOT NULL DEFAULT 0`);
       }
+      if (!cols.some((r) => r.column_name === 'enqueued_at')) {
+        await c.query(`ALTER TABLE ${batches} ADD COLUMN IF NOT EXISTS enqueued_at BIGINT`);
+        await c.query(`UPDATE ${batches} SET enqueued_at = created_at WHERE enqueued_at IS NULL`);
+      }
+      // An index no query used (every batch update paid for it); dropped where an earlier relent made it.
+      const old = await c.query(`SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = $2`, [this.schema, `${base}batches_key`]);
+      if (old.rows.length > 0) await c.query(`DROP INDEX IF EXISTS "${this.schema}".${idx(`${base}batches_key`)}`);
+      // Indexes added later: live leases per destination (shared concurrency, stats) and finished
+      // batches by age (retention). After the columns, for a database made before them.
+      await c.query(`
+        CREATE INDEX IF NOT EXISTS ${idx(`${base}batches_leased`)} ON ${batches} (destination, lease_until) WHERE state = 'queued' AND lease_owner IS NOT NULL;
+        CREATE INDEX IF NOT EXISTS ${idx(`${base}batches_delivered_at`)} ON ${batches} (finished_at) WHERE state = 'delivered';
+        CREATE INDEX IF NOT EXISTS ${idx(`${base}batches_dropped_at`)} ON ${batches} (finished_at) WHERE state = 'dropped';
+      `);
       const v = (await c.query(`SELECT v FROM ${meta} WHERE k = 'schema'`)).rows as { v: string }[];
       if (v.length === 0) await c.query(`INSERT INTO ${meta} (k, v) VALUES ('schema', $1)`, [String(SCHEMA_VERSION)]);
       else if (v[0]!.v !== String(SCHEMA_VERSION)) throw new DeliveryError('ERR_STORE', `${this.description}: schema version ${v[0]!.v}, this relent knows ${SCHEMA_VERSION}`);
@@ -256,22 +331,24 @@ class PostgresStore implements DeliveryStore {
     return this.tx(`enqueueing ${list.length} item${list.length === 1 ? '' : 's'}`, async (c) => {
       const dests = list.map((i) => i.destination);
       const keys = list.map((i) => i.key);
-      const inserted = (await c.query(
+      const inserted = await this.run<{ id: number; destination: string; key: string }>(c,
         `INSERT INTO ${this.t.items} (destination, key, payload, bytes, enqueued_at)
          SELECT d, k, p, octet_length(p), $4 FROM unnest($1::text[], $2::text[], $3::text[]) AS u(d, k, p)
          ON CONFLICT (destination, key) DO NOTHING RETURNING id, destination, key`,
         [dests, keys, list.map((i) => i.payload), now],
-      )).rows as { id: number; destination: string; key: string }[];
+      );
       const fresh = new Map(inserted.map((r) => [`${r.destination}\0${r.key}`, r.id]));
       const missing = list.filter((i) => !fresh.has(`${i.destination}\0${i.key}`));
       const known = new Map<string, number>();
       if (missing.length > 0) {
-        const rows = (await c.query(
+        const rows = await this.run<{ id: number; destination: string; key: string }>(c,
           `SELECT i.id, i.destination, i.key FROM ${this.t.items} i JOIN unnest($1::text[], $2::text[]) AS u(d, k) ON i.destination = u.d AND i.key = u.k`,
           [missing.map((i) => i.destination), missing.map((i) => i.key)],
-        )).rows as { id: number; destination: string; key: string }[];
+        );
         for (const r of rows) known.set(`${r.destination}\0${r.key}`, r.id);
       }
+      // Workers of other processes wake up (delivered when the transaction commits).
+      if (inserted.length > 0) await this.run(c, `SELECT pg_notify($1, d) FROM (SELECT DISTINCT unnest($2::text[]) AS d) x`, [this.channel, [...new Set(inserted.map((r) => r.destination))]]);
       const seen = new Set<string>();
       return list.map((i) => {
         const k = `${i.destination}\0${i.key}`;
@@ -289,53 +366,83 @@ class PostgresStore implements DeliveryStore {
   async formBatches(destination: string, limits: BatchLimits, now: number, maxBatches: number): Promise<FormResult> {
     return this.tx('forming batches', async (c) => {
       const limit = Math.max(1, maxBatches * limits.maxItems);
-      const rows = (await c.query(
+      const rows = await this.run<PendingRow>(c,
         `SELECT id, key, bytes, enqueued_at AS "enqueuedAt" FROM ${this.t.items}
          WHERE destination = $1 AND batch_id IS NULL ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`,
         [destination, limit],
-      )).rows as PendingRow[];
+      );
       if (rows.length === 0) return { formed: 0, nextAt: null };
       const { cuts, nextAt } = cutBatches(destination, rows, limits, now, maxBatches, rows.length < limit);
       if (cuts.length === 0) return { formed: 0, nextAt };
-      const made = (await c.query(
-        `INSERT INTO ${this.t.batches} (destination, key, state, items, bytes, created_at, not_before, due_at)
-         SELECT $1, k, 'queued', n, b, $5, $5, $5 FROM unnest($2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY AS u(k, n, b, o) ORDER BY o
-         RETURNING id, key`,
-        [destination, cuts.map((x) => x.key), cuts.map((x) => x.rows.length), cuts.map((x) => x.bytes), now],
-      )).rows as { id: number; key: string }[];
-      const idOf = new Map(made.map((r) => [r.key, r.id]));
       const itemIds: number[] = [];
-      const batchIds: number[] = [];
-      for (const cut of cuts) {
-        const bid = idOf.get(cut.key)!;
+      const itemBatch: number[] = [];
+      cuts.forEach((cut, i) => {
         for (const r of cut.rows) {
           itemIds.push(r.id);
-          batchIds.push(bid);
+          itemBatch.push(i + 1);
         }
-      }
-      await c.query(
-        `UPDATE ${this.t.items} i SET batch_id = m.b FROM unnest($1::bigint[], $2::bigint[]) AS m(i, b) WHERE i.id = m.i`,
-        [itemIds, batchIds],
-      );
+      });
+      // The batches and their items' batch_id in one statement (ordinality ties them).
+      await this.run(c, `
+        WITH b AS (
+          INSERT INTO ${this.t.batches} (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at)
+          SELECT $1, k, 'queued', n, b, $5, $5, $5, e FROM unnest($2::text[], $3::int[], $4::bigint[], $6::bigint[]) WITH ORDINALITY AS u(k, n, b, e, o) ORDER BY o
+          RETURNING id, key
+        ), o AS (
+          SELECT b.id, u.o FROM b JOIN unnest($2::text[]) WITH ORDINALITY AS u(k, o) ON u.k = b.key
+        )
+        UPDATE ${this.t.items} i SET batch_id = o.id FROM unnest($7::bigint[], $8::int[]) AS m(i, o) JOIN o ON o.o = m.o WHERE i.id = m.i`,
+      [destination, cuts.map((x) => x.key), cuts.map((x) => x.rows.length), cuts.map((x) => x.bytes), now, cuts.map((x) => x.rows[0]!.enqueuedAt), itemIds, itemBatch]);
       return { formed: cuts.length, nextAt };
     });
   }
 
   async claim(destination: string, limit: number, now: number, leaseMs: number, owner: string): Promise<ClaimedBatch[]> {
-    const until = now + leaseMs;
-    const rows = await this.q<BatchRow>('claiming batches', `
-      WITH c AS (
-        SELECT id FROM ${this.t.batches}
-        WHERE state = 'queued' AND destination = $1 AND due_at <= $2
-        ORDER BY due_at, id LIMIT $3 FOR UPDATE SKIP LOCKED
-      )
-      UPDATE ${this.t.batches} b SET lease_token = b.lease_token + 1, lease_owner = $4, lease_until = $5, due_at = $5, claims = b.claims + 1
-      FROM c WHERE b.id = c.id
-      RETURNING b.*`, [destination, now, limit, owner, until]);
+    const rows = await this.q<ClaimRow>('claiming batches', this.claimSql, [destination, now, limit, owner, now + leaseMs]);
     if (rows.length === 0) return [];
-    const items = await this.q<{ batch_id: number; key: string; payload: string }>('reading claimed items',
-      `SELECT batch_id, key, payload FROM ${this.t.items} WHERE batch_id = ANY($1::bigint[]) ORDER BY batch_id, id`, [rows.map((r) => r.id)]);
-    return toClaimed(rows, items);
+    const { batches, items } = splitClaimRows(rows);
+    return toClaimed(batches, items);
+  }
+
+  async claimLimited(destination: string, want: number, limits: SharedLimits, now: number, leaseMs: number, owner: string): Promise<LimitedClaim> {
+    return this.tx('claiming batches', async (c) => {
+      // Claims of this destination, from every worker, one at a time: the destination's row is the lock.
+      const lock = `SELECT paused_at FROM ${this.t.dests} WHERE destination = $1 FOR UPDATE`;
+      let row = await this.run<{ paused_at: number | null }>(c, lock, [destination]);
+      if (row.length === 0) {
+        await this.run(c, `INSERT INTO ${this.t.dests} (destination) VALUES ($1) ON CONFLICT DO NOTHING`, [destination]);
+        row = await this.run(c, lock, [destination]);
+      }
+      if (row[0]?.paused_at !== null && row[0]?.paused_at !== undefined) return { claimed: [], retryAt: null };
+      // A new statement, so a new snapshot: it sees every claim committed before the lock was ours.
+      const perMs = limits.rate?.perMs ?? 0;
+      const [use] = await this.run<{ used: number; leased: number }>(c, `
+        WITH gone AS (DELETE FROM ${this.t.rate} WHERE destination = $1 AND at <= $2::bigint - $3::bigint)
+        SELECT (SELECT coalesce(sum(n), 0) FROM ${this.t.rate} WHERE destination = $1 AND at > $2::bigint - $3::bigint) AS used,
+               (SELECT count(*) FROM ${this.t.batches} WHERE destination = $1 AND state = 'queued' AND lease_owner IS NOT NULL AND lease_until > $2) AS leased`,
+      [destination, now, perMs]);
+      let allowed = want;
+      let retryAt: number | null = null;
+      if (limits.concurrency !== null) allowed = Math.min(allowed, limits.concurrency - Number(use!.leased));
+      if (limits.rate !== null) {
+        const left = limits.rate.requests - Number(use!.used);
+        if (left < allowed) {
+          // When enough of the window's claims have aged out for one more.
+          const need = Number(use!.used) - limits.rate.requests + 1;
+          const [first] = await this.run<{ at: number }>(c, `
+            SELECT at FROM (SELECT at, sum(n) OVER (ORDER BY at, id) AS cum FROM ${this.t.rate} WHERE destination = $1 AND at > $2::bigint - $3::bigint) x
+            WHERE cum >= $4 ORDER BY at LIMIT 1`, [destination, now, perMs, need]);
+          retryAt = first ? Number(first.at) + perMs : now + perMs;
+        }
+        allowed = Math.min(allowed, left);
+      }
+      if (allowed <= 0) return { claimed: [], retryAt };
+      const rows = await this.run<ClaimRow>(c, this.claimSql, [destination, now, allowed, owner, now + leaseMs]);
+      if (rows.length === 0) return { claimed: [], retryAt };
+      const { batches, items } = splitClaimRows(rows);
+      if (limits.rate !== null) await this.run(c, `INSERT INTO ${this.t.rate} (destination, at, n) VALUES ($1, $2, $3)`, [destination, now, batches.length]);
+      return { claimed: toClaimed(batches, items), retryAt };
+    });
   }
 
   async renew(leases: readonly Lease[], now: number, leaseMs: number): Promise<number[]> {
@@ -352,15 +459,19 @@ class PostgresStore implements DeliveryStore {
 
   async complete(outcomes: readonly Outcome[]): Promise<CompleteResult> {
     if (outcomes.length === 0) return { applied: [], lost: [] };
-    const o = outcomes;
-    const withRecord = o.filter((x) => x.record !== null);
-    const r = withRecord.map((x) => x.record!);
+    // One JSON parameter (one JSON.stringify here, parsed by PostgreSQL) instead of a text array per column.
+    const rows = outcomes.map((x) => {
+      const r = x.record;
+      return [x.id, x.token, x.state, x.notBefore, x.attempt, x.opStartedAt, x.opDeadlineAt, x.prevDelayMs, x.lastStatus, x.lastErrorClass,
+        x.lastDecision, x.lastWhy, x.finishedAt, x.opThrottled,
+        r === null ? null : [r.attempt, r.at, r.status, r.errorClass, r.elapsedMs, r.decision, r.why, r.delayMs, r.retryAfterMs, r.worker]];
+    });
     const applied = await this.q<{ id: number }>('recording outcomes', `
       WITH o AS (
-        SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::int[], $6::bigint[], $7::bigint[], $8::bigint[],
-                             $9::int[], $10::text[], $11::text[], $12::text[], $13::bigint[], $25::int[])
-          AS o(id, token, state, not_before, attempt, op_started_at, op_deadline_at, prev_delay_ms, last_status, last_error_class, last_decision, last_why, finished_at,
-               op_throttled)
+        SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS state, (e->>3)::bigint AS not_before, (e->>4)::int AS attempt,
+          (e->>5)::bigint AS op_started_at, (e->>6)::bigint AS op_deadline_at, (e->>7)::bigint AS prev_delay_ms, (e->>8)::int AS last_status,
+          e->>9 AS last_error_class, e->>10 AS last_decision, e->>11 AS last_why, (e->>12)::bigint AS finished_at, (e->>13)::int AS op_throttled, e->14 AS r
+        FROM jsonb_array_elements($1::jsonb) AS e
       ), u AS (
         UPDATE ${this.t.batches} b SET state = o.state, not_before = o.not_before, due_at = o.not_before, lease_owner = NULL, lease_until = 0,
           attempt = o.attempt, op_started_at = o.op_started_at, op_deadline_at = o.op_deadline_at, prev_delay_ms = o.prev_delay_ms, op_throttled = o.op_throttled,
@@ -370,22 +481,14 @@ class PostgresStore implements DeliveryStore {
         RETURNING b.id, b.round
       ), a AS (
         INSERT INTO ${this.t.attempts} (batch_id, round, attempt, at, status, error_class, elapsed_ms, decision, why, delay_ms, retry_after_ms, worker)
-        SELECT r.id, u.round, r.attempt, r.at, r.status, r.error_class, r.elapsed_ms, r.decision, r.why, r.delay_ms, r.retry_after_ms, r.worker
-        FROM unnest($14::bigint[], $15::int[], $16::bigint[], $17::int[], $18::text[], $19::bigint[], $20::text[], $21::text[], $22::bigint[], $23::bigint[], $24::text[])
-          AS r(id, attempt, at, status, error_class, elapsed_ms, decision, why, delay_ms, retry_after_ms, worker)
-        JOIN u ON u.id = r.id
+        SELECT o.id, u.round, (o.r->>0)::int, (o.r->>1)::bigint, (o.r->>2)::int, o.r->>3, (o.r->>4)::bigint, o.r->>5, o.r->>6, (o.r->>7)::bigint,
+          (o.r->>8)::bigint, o.r->>9
+        FROM o JOIN u ON u.id = o.id WHERE jsonb_typeof(o.r) = 'array'
         ON CONFLICT DO NOTHING
       )
-      SELECT id FROM u`, [
-      o.map((x) => x.id), o.map((x) => x.token), o.map((x) => x.state), o.map((x) => x.notBefore), o.map((x) => x.attempt),
-      o.map((x) => x.opStartedAt), o.map((x) => x.opDeadlineAt), o.map((x) => x.prevDelayMs), o.map((x) => x.lastStatus),
-      o.map((x) => x.lastErrorClass), o.map((x) => x.lastDecision), o.map((x) => x.lastWhy), o.map((x) => x.finishedAt),
-      withRecord.map((x) => x.id), r.map((x) => x.attempt), r.map((x) => x.at), r.map((x) => x.status), r.map((x) => x.errorClass),
-      r.map((x) => x.elapsedMs), r.map((x) => x.decision), r.map((x) => x.why), r.map((x) => x.delayMs), r.map((x) => x.retryAfterMs),
-      r.map((x) => x.worker), o.map((x) => x.opThrottled),
-    ]);
+      SELECT id FROM u`, [JSON.stringify(rows)]);
     const ok = new Set(applied.map((x) => x.id));
-    return { applied: o.filter((x) => ok.has(x.id)).map((x) => x.id), lost: o.filter((x) => !ok.has(x.id)).map((x) => x.id) };
+    return { applied: outcomes.filter((x) => ok.has(x.id)).map((x) => x.id), lost: outcomes.filter((x) => !ok.has(x.id)).map((x) => x.id) };
   }
 
   async release(leases: readonly Lease[], _now: number): Promise<number> {
@@ -399,20 +502,25 @@ class PostgresStore implements DeliveryStore {
   }
 
   async stats(now: number): Promise<DestinationStats[]> {
-    const pending = await this.q<{ destination: string; n: number }>('reading statistics',
-      `SELECT destination, count(*) AS n FROM ${this.t.items} WHERE batch_id IS NULL GROUP BY destination`);
+    const { items, batches, dests } = this.t;
+    // Pending items and the oldest of them per destination come from the pending index.
+    const pending = await this.q<{ destination: string; n: number; oldest: number | null }>('reading statistics', `
+      SELECT p.destination, p.n, i.enqueued_at AS oldest
+      FROM (SELECT destination, count(*) AS n, min(id) AS first FROM ${items} WHERE batch_id IS NULL GROUP BY destination) p JOIN ${items} i ON i.id = p.first`);
     const f = (cond: string): string => `count(*) FILTER (WHERE ${cond}), coalesce(sum(items) FILTER (WHERE ${cond}), 0)`;
     const rows = await this.q<Record<string, number | string>>('reading statistics', `
-      SELECT destination, rb, ri, fb, fi, db, di, vb, vi, xb, xi FROM (
+      SELECT * FROM (
         SELECT destination,
           ${f(`state = 'queued' AND lease_until <= $1 AND not_before <= $1`)},
           ${f(`state = 'queued' AND lease_until > $1`)},
           ${f(`state = 'queued' AND lease_until <= $1 AND not_before > $1`)},
           ${f(`state = 'delivered'`)},
-          ${f(`state = 'dropped'`)}
-        FROM ${this.t.batches} GROUP BY destination
-      ) AS s(destination, rb, ri, fb, fi, db, di, vb, vi, xb, xi)`, [now]);
-    return mergeStats(pending, rows);
+          ${f(`state = 'dropped'`)},
+          min(coalesce(enqueued_at, created_at)) FILTER (WHERE state = 'queued')
+        FROM ${batches} GROUP BY destination
+      ) AS s(destination, rb, ri, fb, fi, db, di, vb, vi, xb, xi, oldest)`, [now]);
+    const paused = await this.q<{ destination: string }>('reading statistics', `SELECT destination FROM ${dests} WHERE paused_at IS NOT NULL`);
+    return mergeStats(pending, rows, paused.map((p) => p.destination));
   }
 
   async list(filter: ListFilter, now: number): Promise<BatchSummary[]> {
@@ -448,7 +556,9 @@ class PostgresStore implements DeliveryStore {
       WITH c AS (SELECT id FROM ${this.t.batches} WHERE ${where.join(' AND ')} ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
       UPDATE ${this.t.batches} b SET state = 'queued', round = b.round + 1, attempt = 0, op_started_at = NULL, op_deadline_at = NULL,
         prev_delay_ms = NULL, op_throttled = 0, not_before = $1, due_at = $1, lease_owner = NULL, lease_until = 0, lease_token = b.lease_token + 1, finished_at = NULL
-      FROM c WHERE b.id = c.id RETURNING b.id`, values);
+      FROM c WHERE b.id = c.id RETURNING b.id, b.destination`, values);
+    const touched = [...new Set(rows.map((r) => (r as { destination?: string }).destination).filter((d): d is string => d !== undefined))];
+    if (touched.length > 0) await this.q('requeueing batches', `SELECT pg_notify($1, d) FROM unnest($2::text[]) AS d`, [this.channel, touched]).catch(() => {});
     return rows.length;
   }
 
@@ -463,19 +573,96 @@ class PostgresStore implements DeliveryStore {
   }
 
   async purgeDelivered(before: number): Promise<number> {
-    return this.tx('purging delivered batches', async (c) => {
-      const ids = (await c.query(`SELECT id FROM ${this.t.batches} WHERE state = 'delivered' AND finished_at < $1 LIMIT ${PURGE_CHUNK} FOR UPDATE SKIP LOCKED`, [before])).rows.map((r: { id: number }) => r.id);
+    return this.purge('delivered', before, PURGE_DELIVERED_CHUNK);
+  }
+
+  async purge(state: FinishedState, before: number, limit: number): Promise<number> {
+    if (state !== 'delivered' && state !== 'dropped') throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`state\` to be delivered or dropped, got ${JSON.stringify(state)}`, { field: 'state' });
+    return this.tx(`purging ${state} batches`, async (c) => {
+      const ids = (await this.run<{ id: number }>(c,
+        `SELECT id FROM ${this.t.batches} WHERE state = '${state}' AND finished_at < $1 ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED`, [before, limit])).map((r) => r.id);
       if (ids.length === 0) return 0;
-      await c.query(`DELETE FROM ${this.t.items} WHERE batch_id = ANY($1::bigint[])`, [ids]);
-      await c.query(`DELETE FROM ${this.t.attempts} WHERE batch_id = ANY($1::bigint[])`, [ids]);
-      await c.query(`DELETE FROM ${this.t.batches} WHERE id = ANY($1::bigint[])`, [ids]);
+      await this.run(c, `
+        WITH i AS (DELETE FROM ${this.t.items} WHERE batch_id = ANY($1::bigint[])), a AS (DELETE FROM ${this.t.attempts} WHERE batch_id = ANY($1::bigint[]))
+        DELETE FROM ${this.t.batches} WHERE id = ANY($1::bigint[])`, [ids]);
       return ids.length;
     });
+  }
+
+  async setPaused(destination: string, paused: boolean, now: number): Promise<boolean> {
+    const rows = await this.q<{ changed: boolean }>(paused ? 'pausing a destination' : 'resuming a destination', paused
+      ? `INSERT INTO ${this.t.dests} (destination, paused_at) VALUES ($1, $2)
+         ON CONFLICT (destination) DO UPDATE SET paused_at = $2 WHERE ${this.t.dests}.paused_at IS NULL RETURNING true AS changed`
+      : `WITH u AS (UPDATE ${this.t.dests} SET paused_at = NULL WHERE destination = $1 AND paused_at IS NOT NULL AND $2::bigint IS NOT NULL RETURNING destination)
+         SELECT true AS changed, pg_notify($3, destination) FROM u`, paused ? [destination, now] : [destination, now, this.channel]);
+    return rows.length > 0;
+  }
+
+  async subscribe(listener: (destination: string) => void): Promise<() => Promise<void>> {
+    if (this.closed) throw new DeliveryError('ERR_STORE_CLOSED', `${this.description}: the store is closed`);
+    this.listeners.add(listener);
+    try {
+      await this.listen();
+    } catch (e) {
+      this.listeners.delete(listener);
+      throw postgresError(e, this.description, 'listening for new work');
+    }
+    return async () => {
+      this.listeners.delete(listener);
+      if (this.listeners.size === 0) await this.unlisten();
+    };
+  }
+
+  /** One connection per store LISTENs; when it breaks it is made again (a second later), and polling covers the gap. */
+  private listen(): Promise<void> {
+    this.listening ??= (async () => {
+      const client = this.listenClient();
+      client.on('error', () => {});
+      client.on('notification', (m) => {
+        if (m.channel !== this.channel || !m.payload) return;
+        for (const l of this.listeners) l(m.payload);
+      });
+      client.on('end', () => {
+        if (this.listener !== client) return;
+        this.listener = null;
+        this.listening = null;
+        if (!this.closed && this.listeners.size > 0) {
+          this.relisten = setTimeout(() => {
+            this.relisten = null;
+            if (!this.closed && this.listeners.size > 0) this.listen().catch(() => {});
+          }, 1_000);
+          this.relisten.unref?.();
+        }
+      });
+      try {
+        await client.connect();
+        await client.query(`LISTEN ${this.channel}`);
+      } catch (e) {
+        this.listening = null;
+        await client.end().catch(() => {});
+        throw e;
+      }
+      this.listener = client;
+    })();
+    return this.listening;
+  }
+
+  private async unlisten(): Promise<void> {
+    if (this.relisten) clearTimeout(this.relisten);
+    this.relisten = null;
+    const pending = this.listening;
+    this.listening = null;
+    await pending?.catch(() => {});
+    const client = this.listener;
+    this.listener = null;
+    await client?.end().catch(() => {});
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.listeners.clear();
+    await this.unlisten();
     await this.pool.end().catch(() => {});
   }
 }

@@ -2,11 +2,12 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { cutBatches, type PendingRow } from './batching.js';
 import { DeliveryError } from './errors.js';
 import {
-  listCondition, mergeStats, rowToAttempt, rowToSummary, toClaimed, LIST_DEFAULT_LIMIT, PURGE_CHUNK, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION, type AttemptRow, type BatchRow,
+  listCondition, mergeStats, rowToAttempt, rowToSummary, toClaimed, LIST_DEFAULT_LIMIT, PURGE_DELIVERED_CHUNK, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION,
+  type AttemptRow, type BatchRow,
 } from './store-common.js';
 import type {
   BatchDetail, BatchLimits, BatchSummary, ClaimedBatch, CompleteResult, DeliveryStore, DestinationStats, DropStat,
-  EnqueueResult, FormResult, Lease, ListFilter, NewItem, Outcome, RequeueFilter,
+  EnqueueResult, FinishedState, FormResult, Lease, LimitedClaim, ListFilter, NewItem, Outcome, RequeueFilter, SharedLimits,
 } from './types.js';
 
 const NOTHING_PENDING: FormResult = Object.freeze({ formed: 0, nextAt: null });
@@ -87,7 +88,7 @@ export async function openSqliteStore(options: SqliteStoreOptions): Promise<Deli
 class SqliteStore implements DeliveryStore {
   readonly kind = 'sqlite' as const;
   readonly description: string;
-  private readonly t: { items: string; batches: string; attempts: string; meta: string };
+  private readonly t: { items: string; batches: string; attempts: string; meta: string; dests: string; rate: string };
   private s: Record<string, Stmt> = {};
   private closed = false;
 
@@ -95,7 +96,7 @@ class SqliteStore implements DeliveryStore {
     this.description = where;
     const p = options.tablePrefix ?? SQLITE_DEFAULTS.tablePrefix;
     if (!/^[A-Za-z_][A-Za-z0-9_]{0,40}$/.test(p)) throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`tablePrefix\` to be letters, digits and _, got ${JSON.stringify(p)}`, { field: 'tablePrefix' });
-    this.t = { items: `${p}items`, batches: `${p}batches`, attempts: `${p}attempts`, meta: `${p}meta` };
+    this.t = { items: `${p}items`, batches: `${p}batches`, attempts: `${p}attempts`, meta: `${p}meta`, dests: `${p}destinations`, rate: `${p}rate` };
   }
 
   private guard<T>(what: string, fn: () => T): Promise<T> {
@@ -109,7 +110,7 @@ class SqliteStore implements DeliveryStore {
 
   init(): Promise<void> {
     return this.guard('creating the tables', () => {
-      const { items, batches, attempts, meta } = this.t;
+      const { items, batches, attempts, meta, dests, rate } = this.t;
       if (this.options.file !== ':memory:' && this.options.file !== '') this.db.pragma('journal_mode = WAL');
       this.db.pragma(`synchronous = ${this.options.synchronous ?? SQLITE_DEFAULTS.synchronous}`);
       if (this.options.maxSizeBytes !== undefined) {
@@ -154,11 +155,12 @@ class SqliteStore implements DeliveryStore {
           last_error_class TEXT,
           last_decision TEXT,
           last_why TEXT,
-          finished_at INTEGER
+          finished_at INTEGER,
+          enqueued_at INTEGER
         );
         CREATE INDEX IF NOT EXISTS ${batches}_due ON ${batches} (destination, due_at, id) WHERE state = 'queued';
         CREATE INDEX IF NOT EXISTS ${batches}_dropped ON ${batches} (destination, id) WHERE state = 'dropped';
-        CREATE INDEX IF NOT EXISTS ${batches}_key ON ${batches} (key);
+        DROP INDEX IF EXISTS ${batches}_key;
         CREATE TABLE IF NOT EXISTS ${attempts} (
           batch_id INTEGER NOT NULL,
           round INTEGER NOT NULL,
@@ -174,8 +176,18 @@ class SqliteStore implements DeliveryStore {
           worker TEXT,
           PRIMARY KEY (batch_id, round, attempt)
         );
+        CREATE TABLE IF NOT EXISTS ${dests} (destination TEXT PRIMARY KEY, paused_at INTEGER);
+        CREATE TABLE IF NOT EXISTS ${rate} (id INTEGER PRIMARY KEY, destination TEXT NOT NULL, at INTEGER NOT NULL, n INTEGER NOT NULL);
+        CREATE INDEX IF NOT EXISTS ${rate}_window ON ${rate} (destination, at);
       `);
       this.addMissingColumns();
+      // Indexes added later (after the columns they name): live leases per destination (shared
+      // concurrency, stats) and finished batches by age (retention).
+      this.db.exec(`
+        CREATE INDEX IF NOT EXISTS ${batches}_leased ON ${batches} (destination, lease_until) WHERE state = 'queued' AND lease_owner IS NOT NULL;
+        CREATE INDEX IF NOT EXISTS ${batches}_delivered_at ON ${batches} (finished_at) WHERE state = 'delivered';
+        CREATE INDEX IF NOT EXISTS ${batches}_dropped_at ON ${batches} (finished_at) WHERE state = 'dropped';
+      `);
       const v = this.db.prepare(`SELECT v FROM ${meta} WHERE k = 'schema'`).get() as { v: string } | undefined;
       if (v === undefined) this.db.prepare(`INSERT INTO ${meta} (k, v) VALUES ('schema', ?)`).run(String(SCHEMA_VERSION));
       else if (v.v !== String(SCHEMA_VERSION)) {
@@ -193,27 +205,32 @@ class SqliteStore implements DeliveryStore {
    */
   private addMissingColumns(): void {
     const { batches } = this.t;
-    const missing = (): boolean => !(this.db.pragma(`table_info(${batches})`) as { name: string }[]).some((c) => c.name === 'op_throttled');
-    if (!missing()) return;
+    const has = (name: string): boolean => (this.db.pragma(`table_info(${batches})`) as { name: string }[]).some((c) => c.name === name);
+    if (has('op_throttled') && has('enqueued_at')) return;
     this.db.transaction(() => {
-      if (missing()) this.db.exec(`ALTER TABLE ${batches} ADD COLUMN op_throttled INTEGER NOT NULL DEFAULT 0`);
+      if (!has('op_throttled')) this.db.exec(`ALTER TABLE ${batches} ADD COLUMN op_throttled INTEGER NOT NULL DEFAULT 0`);
+      if (!has('enqueued_at')) {
+        this.db.exec(`ALTER TABLE ${batches} ADD COLUMN enqueued_at INTEGER`);
+        this.db.exec(`UPDATE ${batches} SET enqueued_at = created_at`);
+      }
     }).immediate();
   }
 
   private prepare(): void {
-    const { items, batches, attempts } = this.t;
+    const { items, batches, attempts, dests, rate } = this.t;
     const p = (sql: string): Stmt => this.db.prepare(sql);
     this.s = {
       insertItem: p(`INSERT INTO ${items} (destination, key, payload, bytes, enqueued_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (destination, key) DO NOTHING RETURNING id`),
       findItem: p(`SELECT id FROM ${items} WHERE destination = ? AND key = ?`),
       anyPending: p(`SELECT 1 FROM ${items} WHERE destination = ? AND batch_id IS NULL LIMIT 1`),
       pending: p(`SELECT id, key, bytes, enqueued_at AS enqueuedAt FROM ${items} WHERE destination = ? AND batch_id IS NULL ORDER BY id LIMIT ?`),
-      insertBatch: p(`INSERT INTO ${batches} (destination, key, state, items, bytes, created_at, not_before, due_at) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?) RETURNING id`),
+      insertBatch: p(`INSERT INTO ${batches} (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?) RETURNING id`),
       setBatch: p(`UPDATE ${items} SET batch_id = m.b FROM (SELECT value ->> 0 AS i, value ->> 1 AS b FROM json_each(?)) AS m
         WHERE ${items}.id = m.i AND +${items}.batch_id IS NULL`), // `+`: look rows up by id, never scan the index
       // One statement for the whole claim; the subquery picks the oldest due batches.
-      lease: p(`UPDATE ${batches} SET lease_token = lease_token + 1, lease_owner = ?, lease_until = ?, due_at = ?, claims = claims + 1
-        WHERE id IN (SELECT id FROM ${batches} WHERE state = 'queued' AND destination = ? AND due_at <= ? ORDER BY due_at, id LIMIT ?)
+      lease: p(`UPDATE ${batches} SET lease_token = lease_token + 1, lease_owner = @owner, lease_until = @until, due_at = @until, claims = claims + 1
+        WHERE id IN (SELECT id FROM ${batches} WHERE state = 'queued' AND destination = @d AND due_at <= @now
+          AND NOT EXISTS (SELECT 1 FROM ${dests} WHERE destination = @d AND paused_at IS NOT NULL) ORDER BY due_at, id LIMIT @limit)
         RETURNING id, destination, key, lease_token, round, attempt, op_started_at, op_deadline_at, prev_delay_ms, op_throttled, created_at, not_before, bytes, due_at`),
       batchItems: p(`SELECT batch_id, key, payload FROM ${items} WHERE batch_id IN (SELECT value FROM json_each(?)) ORDER BY batch_id, id`),
       renew: p(`UPDATE ${batches} SET lease_until = ?, due_at = ? WHERE id = ? AND lease_token = ? AND state = 'queued'`),
@@ -234,6 +251,12 @@ class SqliteStore implements DeliveryStore {
       getBatch: p(`SELECT * FROM ${batches} WHERE id = ?`),
       getItems: p(`SELECT id, key, payload, enqueued_at AS enqueuedAt FROM ${items} WHERE batch_id = ? ORDER BY id`),
       getAttempts: p(`SELECT * FROM ${attempts} WHERE batch_id = ? ORDER BY round, attempt`),
+      paused: p(`SELECT paused_at FROM ${dests} WHERE destination = ?`),
+      rateUsed: p(`SELECT coalesce(sum(n), 0) AS used FROM ${rate} WHERE destination = ? AND at > ?`),
+      rateLog: p(`SELECT at, n FROM ${rate} WHERE destination = ? AND at > ? ORDER BY at, id`),
+      rateGone: p(`DELETE FROM ${rate} WHERE destination = ? AND at <= ?`),
+      rateTake: p(`INSERT INTO ${rate} (destination, at, n) VALUES (?, ?, ?)`),
+      leased: p(`SELECT count(*) AS n FROM ${batches} WHERE destination = ? AND state = 'queued' AND lease_owner IS NOT NULL AND lease_until > ?`),
       requeueOne: p(`UPDATE ${batches} SET state = 'queued', round = round + 1, attempt = 0, op_started_at = NULL, op_deadline_at = NULL,
         prev_delay_ms = NULL, op_throttled = 0, not_before = ?, due_at = ?, lease_owner = NULL, lease_until = 0, lease_token = lease_token + 1, finished_at = NULL
         WHERE id = ? AND state = 'dropped'`),
@@ -268,7 +291,7 @@ class SqliteStore implements DeliveryStore {
       const { cuts, nextAt } = cutBatches(destination, rows, limits, now, maxBatches, rows.length < limit);
       const pairs: [number, number][] = [];
       for (const cut of cuts) {
-        const { id } = this.s.insertBatch!.get(destination, cut.key, cut.rows.length, cut.bytes, now, now, now) as { id: number };
+        const { id } = this.s.insertBatch!.get(destination, cut.key, cut.rows.length, cut.bytes, now, now, now, cut.rows[0]!.enqueuedAt) as { id: number };
         for (const r of cut.rows) pairs.push([r.id, id]);
       }
       if (pairs.length > 0) this.s.setBatch!.run(JSON.stringify(pairs));
@@ -277,11 +300,47 @@ class SqliteStore implements DeliveryStore {
   }
 
   claim(destination: string, limit: number, now: number, leaseMs: number, owner: string): Promise<ClaimedBatch[]> {
-    return this.guard('claiming batches', () => this.db.transaction(() => {
-      const until = now + leaseMs;
-      const rows = this.s.lease!.all(owner, until, until, destination, now, limit) as BatchRow[];
-      if (rows.length === 0) return [];
-      return toClaimed(rows, this.s.batchItems!.all(JSON.stringify(rows.map((r) => r.id))) as { batch_id: number; key: string; payload: string }[]);
+    return this.guard('claiming batches', () => this.db.transaction(() => this.claimLocked(destination, limit, now, leaseMs, owner)).immediate());
+  }
+
+  private claimLocked(destination: string, limit: number, now: number, leaseMs: number, owner: string): ClaimedBatch[] {
+    const until = now + leaseMs;
+    const rows = this.s.lease!.all({ owner, until, d: destination, now, limit }) as BatchRow[];
+    if (rows.length === 0) return [];
+    return toClaimed(rows, this.s.batchItems!.all(JSON.stringify(rows.map((r) => r.id))) as { batch_id: number; key: string; payload: string }[]);
+  }
+
+  claimLimited(destination: string, want: number, limits: SharedLimits, now: number, leaseMs: number, owner: string): Promise<LimitedClaim> {
+    // One write transaction: every process's claims of the database are serialised by SQLite's lock.
+    return this.guard('claiming batches', () => this.db.transaction((): LimitedClaim => {
+      const p = this.s.paused!.get(destination) as { paused_at: number | null } | undefined;
+      if (p && p.paused_at !== null) return { claimed: [], retryAt: null };
+      let allowed = want;
+      let retryAt: number | null = null;
+      if (limits.concurrency !== null) allowed = Math.min(allowed, limits.concurrency - (this.s.leased!.get(destination, now) as { n: number }).n);
+      if (limits.rate !== null) {
+        const since = now - limits.rate.perMs;
+        this.s.rateGone!.run(destination, since);
+        const used = (this.s.rateUsed!.get(destination, since) as { used: number }).used;
+        const left = limits.rate.requests - used;
+        if (left < allowed) {
+          // When enough of the window's claims have aged out for one more.
+          let need = used - limits.rate.requests + 1;
+          retryAt = now + limits.rate.perMs;
+          for (const r of this.s.rateLog!.iterate(destination, since) as Iterable<{ at: number; n: number }>) {
+            need -= r.n;
+            if (need <= 0) {
+              retryAt = r.at + limits.rate.perMs;
+              break;
+            }
+          }
+        }
+        allowed = Math.min(allowed, left);
+      }
+      if (allowed <= 0) return { claimed: [], retryAt };
+      const claimed = this.claimLocked(destination, allowed, now, leaseMs, owner);
+      if (limits.rate !== null && claimed.length > 0) this.s.rateTake!.run(destination, now, claimed.length);
+      return { claimed, retryAt };
     }).immediate());
   }
 
@@ -325,8 +384,10 @@ class SqliteStore implements DeliveryStore {
 
   stats(now: number): Promise<DestinationStats[]> {
     return this.guard('reading statistics', () => {
-      const { items, batches } = this.t;
-      const pending = this.db.prepare(`SELECT destination, count(*) AS n FROM ${items} WHERE batch_id IS NULL GROUP BY destination`).all() as { destination: string; n: number }[];
+      const { items, batches, dests } = this.t;
+      const pending = this.db.prepare(`SELECT p.destination, p.n, i.enqueued_at AS oldest
+        FROM (SELECT destination, count(*) AS n, min(id) AS first FROM ${items} WHERE batch_id IS NULL GROUP BY destination) p JOIN ${items} i ON i.id = p.first`)
+        .all() as { destination: string; n: number; oldest: number }[];
       const rows = this.db.prepare(`SELECT destination,
           sum(state = 'queued' AND lease_until <= @now AND not_before <= @now) AS rb,
           sum(CASE WHEN state = 'queued' AND lease_until <= @now AND not_before <= @now THEN items ELSE 0 END) AS ri,
@@ -335,9 +396,11 @@ class SqliteStore implements DeliveryStore {
           sum(state = 'queued' AND lease_until <= @now AND not_before > @now) AS db,
           sum(CASE WHEN state = 'queued' AND lease_until <= @now AND not_before > @now THEN items ELSE 0 END) AS di,
           sum(state = 'delivered') AS vb, sum(CASE WHEN state = 'delivered' THEN items ELSE 0 END) AS vi,
-          sum(state = 'dropped') AS xb, sum(CASE WHEN state = 'dropped' THEN items ELSE 0 END) AS xi
+          sum(state = 'dropped') AS xb, sum(CASE WHEN state = 'dropped' THEN items ELSE 0 END) AS xi,
+          min(CASE WHEN state = 'queued' THEN coalesce(enqueued_at, created_at) END) AS oldest
         FROM ${batches} GROUP BY destination`).all({ now }) as Record<string, number | string>[];
-      return mergeStats(pending, rows);
+      const paused = (this.db.prepare(`SELECT destination FROM ${dests} WHERE paused_at IS NOT NULL`).all() as { destination: string }[]).map((r) => r.destination);
+      return mergeStats(pending, rows, paused);
     });
   }
 
@@ -407,16 +470,33 @@ class SqliteStore implements DeliveryStore {
   }
 
   purgeDelivered(before: number): Promise<number> {
-    return this.guard('purging delivered batches', () => this.db.transaction(() => {
+    return this.purge('delivered', before, PURGE_DELIVERED_CHUNK);
+  }
+
+  purge(state: FinishedState, before: number, limit: number): Promise<number> {
+    if (state !== 'delivered' && state !== 'dropped') {
+      return Promise.reject(new DeliveryError('ERR_INVALID_CONFIG', `Expected \`state\` to be delivered or dropped, got ${JSON.stringify(state)}`, { field: 'state' }));
+    }
+    return this.guard(`purging ${state} batches`, () => this.db.transaction(() => {
       const { items, batches, attempts } = this.t;
-      // At most PURGE_CHUNK batches per call, so one purge never holds the write lock for long.
-      const ids = JSON.stringify((this.db.prepare(`SELECT id FROM ${batches} WHERE state = 'delivered' AND finished_at < ? LIMIT ${PURGE_CHUNK}`)
-        .all(before) as { id: number }[]).map((r) => r.id));
+      // At most `limit` batches per call (one short transaction), oldest first, through the finished index.
+      const ids = JSON.stringify((this.db.prepare(`SELECT id FROM ${batches} WHERE state = '${state}' AND finished_at < ? ORDER BY finished_at LIMIT ?`)
+        .all(before, limit) as { id: number }[]).map((r) => r.id));
       const sub = 'SELECT value FROM json_each(?)';
       this.db.prepare(`DELETE FROM ${items} WHERE batch_id IN (${sub})`).run(ids);
       this.db.prepare(`DELETE FROM ${attempts} WHERE batch_id IN (${sub})`).run(ids);
       return this.db.prepare(`DELETE FROM ${batches} WHERE id IN (${sub})`).run(ids).changes;
     }).immediate());
+  }
+
+  setPaused(destination: string, paused: boolean, now: number): Promise<boolean> {
+    return this.guard(paused ? 'pausing a destination' : 'resuming a destination', () => {
+      const { dests } = this.t;
+      const r = paused
+        ? this.db.prepare(`INSERT INTO ${dests} (destination, paused_at) VALUES (?, ?) ON CONFLICT (destination) DO UPDATE SET paused_at = excluded.paused_at WHERE paused_at IS NULL`).run(destination, now)
+        : this.db.prepare(`UPDATE ${dests} SET paused_at = NULL WHERE destination = ? AND paused_at IS NOT NULL`).run(destination);
+      return r.changes > 0;
+    });
   }
 
   close(): Promise<void> {

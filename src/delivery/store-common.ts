@@ -6,8 +6,10 @@ import type { AttemptRecord, BatchState, BatchSummary, ClaimedBatch, Destination
 export const SCHEMA_VERSION = 1;
 export const LIST_DEFAULT_LIMIT = 100;
 export const REQUEUE_DEFAULT_LIMIT = 1000;
-/** Delivered batches deleted per purge call. */
-export const PURGE_CHUNK = 10_000;
+/** Delivered batches deleted per purgeDelivered call. */
+export const PURGE_DELIVERED_CHUNK = 10_000;
+/** Finished batches a worker deletes per transaction: small, so a purge never holds locks for long. */
+export const PURGE_CHUNK = 500;
 
 /** A batches row as both stores read it (snake_case columns; numbers already numbers). */
 export interface BatchRow {
@@ -114,22 +116,31 @@ export function listCondition(state: ListFilter['state'], now: string): string |
   }
 }
 
-export function mergeStats(pending: readonly { destination: string; n: number | string }[], rows: readonly Record<string, number | string | null>[]): DestinationStats[] {
+export function mergeStats(
+  pending: readonly { destination: string; n: number | string; oldest?: number | string | null }[],
+  rows: readonly Record<string, number | string | null>[],
+  paused: readonly string[] = [],
+): DestinationStats[] {
   const by = new Map<string, DestinationStats>();
   const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
   const blank = (destination: string): DestinationStats => ({
     destination, pendingItems: 0, readyBatches: 0, readyItems: 0, inflightBatches: 0, inflightItems: 0, deferredBatches: 0, deferredItems: 0,
-    deliveredBatches: 0, deliveredItems: 0, droppedBatches: 0, droppedItems: 0,
+    deliveredBatches: 0, deliveredItems: 0, droppedBatches: 0, droppedItems: 0, paused: false, oldestEnqueuedAt: null,
   });
+  const older = (a: number | null, b: unknown): number | null => (b === null || b === undefined ? a : a === null ? Number(b) : Math.min(a, Number(b)));
   for (const r of rows) {
     const d = String(r.destination);
     by.set(d, {
       ...blank(d),
       readyBatches: num(r.rb), readyItems: num(r.ri), inflightBatches: num(r.fb), inflightItems: num(r.fi),
       deferredBatches: num(r.db), deferredItems: num(r.di), deliveredBatches: num(r.vb), deliveredItems: num(r.vi),
-      droppedBatches: num(r.xb), droppedItems: num(r.xi),
+      droppedBatches: num(r.xb), droppedItems: num(r.xi), oldestEnqueuedAt: older(null, r.oldest),
     });
   }
-  for (const p of pending) by.set(p.destination, { ...(by.get(p.destination) ?? blank(p.destination)), pendingItems: num(p.n) });
+  for (const p of pending) {
+    const had = by.get(p.destination) ?? blank(p.destination);
+    by.set(p.destination, { ...had, pendingItems: num(p.n), oldestEnqueuedAt: older(had.oldestEnqueuedAt, p.oldest) });
+  }
+  for (const d of paused) by.set(d, { ...(by.get(d) ?? blank(d)), paused: true });
   return [...by.values()].sort((a, b) => (a.destination < b.destination ? -1 : a.destination > b.destination ? 1 : 0));
 }

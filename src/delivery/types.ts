@@ -191,6 +191,10 @@ export interface DestinationStats {
   readonly deliveredItems: number;
   readonly droppedBatches: number;
   readonly droppedItems: number;
+  /** Paused by `queue pause` (workers claim nothing for it until `resume`). */
+  readonly paused: boolean;
+  /** When the oldest item not yet delivered or dropped was enqueued (epoch ms); null: none waits. */
+  readonly oldestEnqueuedAt: number | null;
 }
 
 export interface DropStat {
@@ -202,6 +206,23 @@ export interface DropStat {
   readonly batches: number;
   readonly items: number;
 }
+
+/** Limits a claim honours together with every other worker of the destination (kept in the store). */
+export interface SharedLimits {
+  /** At most `requests` claims in any window of `perMs` (each claimed batch is one request), across workers. */
+  readonly rate: { readonly requests: number; readonly perMs: number } | null;
+  /** At most this many live leases of the destination across workers (requests in flight). */
+  readonly concurrency: number | null;
+}
+
+export interface LimitedClaim {
+  readonly claimed: ClaimedBatch[];
+  /** When the shared rate limit allows the next claim (null: it did not stop this one). */
+  readonly retryAt: number | null;
+}
+
+/** What `purge` deletes: delivered or dropped batches, with their items and attempt history. */
+export type FinishedState = 'delivered' | 'dropped';
 
 export interface DeliveryStore {
   readonly kind: 'sqlite' | 'postgres';
@@ -221,6 +242,12 @@ export interface DeliveryStore {
    * lease), oldest due first. Every claim increments the batch's fencing token.
    */
   claim(destination: string, limit: number, now: number, leaseMs: number, owner: string): Promise<ClaimedBatch[]>;
+  /**
+   * Like `claim`, within limits shared by every worker of the destination: claims of the
+   * destination are serialised through the store, the shared rate window and the live
+   * leases are counted, and at most what both allow is claimed.
+   */
+  claimLimited(destination: string, want: number, limits: SharedLimits, now: number, leaseMs: number, owner: string): Promise<LimitedClaim>;
   /** Extends live leases; returns the ids whose lease was lost (fence mismatch). */
   renew(leases: readonly Lease[], now: number, leaseMs: number): Promise<number[]>;
   /** Writes the core's decisions, each only if its lease token still matches (fenced). */
@@ -235,5 +262,15 @@ export interface DeliveryStore {
   dropStats(): Promise<DropStat[]>;
   /** Deletes delivered batches finished before `before` (with their items and history), at most 10,000 a call. Returns batches deleted. */
   purgeDelivered(before: number): Promise<number>;
+  /** Deletes up to `limit` batches in `state` finished before `before`, with their items and history, in one short transaction. Returns how many. */
+  purge(state: FinishedState, before: number, limit: number): Promise<number>;
+  /** Pauses (workers claim nothing for it; requests in flight finish) or resumes a destination. Returns whether that changed anything. */
+  setPaused(destination: string, paused: boolean, now: number): Promise<boolean>;
+  /**
+   * Calls `listener` with a destination's name when another process may have made work
+   * for it (enqueue, requeue, resume); resolves to a function that stops listening.
+   * Optional: a store without it is polled.
+   */
+  subscribe?(listener: (destination: string) => void): Promise<() => Promise<void>>;
   close(): Promise<void>;
 }

@@ -14,6 +14,7 @@ import { encodeBatch } from './batching.js';
 import { resolveDestinations, resolveWorkerSettings, type DestinationOptions, type ResolvedDestination, type WorkerSettings } from './config.js';
 import { DeliveryError } from './errors.js';
 import { AimdLimiter, SlidingWindowLimiter } from './limits.js';
+import { PURGE_CHUNK } from './store-common.js';
 import { createHttpTransport, type Transport, type TransportResult } from './transport.js';
 import type { AttemptRecord, ClaimedBatch, DeliveryStore, Outcome } from './types.js';
 
@@ -125,10 +126,41 @@ export interface DeliveryWorker {
 interface Dest {
   readonly d: ResolvedDestination;
   readonly aimd: AimdLimiter;
+  /** The destination's rate limit when it is this process's alone (`rateLimit.scope: "worker"`). */
   readonly rate: SlidingWindowLimiter | null;
+  /** Limits kept in the store, shared by every worker of the destination (null: none). */
+  readonly shared: { readonly rate: { readonly requests: number; readonly perMs: number } | null; readonly concurrency: boolean } | null;
   readonly budget: RetryBudget | null;
+  /** Requests started and not finished. */
   inflight: number;
+  /** A throttling answer with Retry-After paused the destination until then (wall ms). */
   pausedUntil: number;
+  /** Claimed batches not started yet, oldest due first (the claim-ahead buffer). */
+  readonly ready: ClaimedBatch[];
+  /** A claim round trip is under way. */
+  claiming: boolean;
+  /** Look again as soon as the claim under way ends. */
+  again: boolean;
+  /**
+   * The last claim found less than it asked for: nothing more is due now, so finishing
+   * requests do not claim again; a timer, a wake-up or a retry falling due does.
+   */
+  dry: boolean;
+  /**
+   * Pending items may need sealing into batches: set by a timer, a wake-up or a form that
+   * left more to seal; cleared by a form that sealed everything due. Claims that follow
+   * finishing requests do not look for new items.
+   */
+  formDue: boolean;
+  cancelTimer: (() => void) | null;
+  timerAt: number;
+  /** not_before times this worker stored and has not reached yet: the destination is looked at then, not a poll later. */
+  readonly wakeTimes: Set<number>;
+  /** Completions since `sampleAt` (monotonic) and their smoothed rate per ms; with the claim time, how far to claim ahead. */
+  done: number;
+  sampleAt: number;
+  rateEwma: number;
+  claimMsEwma: number;
 }
 
 interface Held {
@@ -136,6 +168,8 @@ interface Held {
   readonly token: number;
   readonly dest: Dest;
   readonly abort: AbortController;
+  /** The request went out (false: claimed ahead, waiting in `ready`). */
+  started: boolean;
   /** Set when stop() gave up waiting: the result is not recorded, the claim is released. */
   abandoned: boolean;
   /** The outcome is waiting to be written. */
@@ -178,21 +212,22 @@ class Worker implements DeliveryWorker {
   private readonly dests = new Map<string, Dest>();
   private readonly held = new Map<number, Held>();
   private readonly onEvent: ((e: DeliveryEvent) => void) | null;
+  /** Outcomes waiting to be written; one write (one transaction) takes all that have gathered: group commit. */
   private outcomes: Outcome[] = [];
+  private flushing: Promise<void> | null = null;
+  private cancelFlushRetry: (() => void) | null = null;
+  private cancelFlushWait: (() => void) | null = null;
   private readonly c: WorkerCounters = {
     attempts: 0, deliveredBatches: 0, deliveredItems: 0, deferredBatches: 0, droppedBatches: 0, droppedItems: 0, inflight: 0, leaseLost: 0, storeErrors: 0,
   };
   private isRunning = false;
   private stopping = false;
-  private cycling: Promise<void> | null = null;
-  private again = false;
-  private cancelCycle: (() => void) | null = null;
-  private cycleDue = Number.POSITIVE_INFINITY;
+  /** Claim round trips under way (stop() waits for them). */
+  private readonly claims = new Set<Promise<void>>();
   private cancelRenew: (() => void) | null = null;
   private cancelPurge: (() => void) | null = null;
+  private unsubscribe: (() => Promise<void>) | null = null;
   private storeFailures = 0;
-  /** not_before times this worker stored and has not reached yet: a cycle runs at each, not a poll later. */
-  private readonly wakeTimes = new Set<number>();
   /** Attempt deadlines (monotonic), swept by one timer instead of a timer per request. */
   private readonly deadlines = new Map<Held, number>();
   private cancelSweep: (() => void) | null = null;
@@ -212,6 +247,7 @@ class Worker implements DeliveryWorker {
       ...(o.claimChunk !== undefined ? { claimChunk: o.claimChunk } : {}),
       ...(o.stopTimeoutMs !== undefined ? { stopTimeoutMs: o.stopTimeoutMs } : {}),
       ...(o.retainDeliveredMs !== undefined ? { retainDeliveredMs: o.retainDeliveredMs } : {}),
+      ...(o.retainDroppedMs !== undefined ? { retainDroppedMs: o.retainDroppedMs } : {}),
     }, 'worker');
     this.id = o.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     const resolved = o.destinations instanceof Map ? o.destinations as ReadonlyMap<string, ResolvedDestination> : resolveDestinations(o.destinations);
@@ -224,13 +260,28 @@ class Worker implements DeliveryWorker {
     }
     const budgets = o.budget === 'policy';
     for (const d of resolved.values()) {
+      const sharedRate = d.rateLimit && d.rateLimit.scope === 'shared' ? { requests: d.rateLimit.requests, perMs: d.rateLimit.perMs } : null;
+      const sharedConcurrency = d.concurrency.scope === 'shared';
       this.dests.set(d.name, {
         d,
         aimd: new AimdLimiter(d.concurrency),
-        rate: d.rateLimit ? new SlidingWindowLimiter(d.rateLimit.requests, d.rateLimit.perMs) : null,
+        rate: d.rateLimit && d.rateLimit.scope === 'worker' ? new SlidingWindowLimiter(d.rateLimit.requests, d.rateLimit.perMs) : null,
+        shared: sharedRate || sharedConcurrency ? { rate: sharedRate, concurrency: sharedConcurrency } : null,
         budget: budgets && d.policy.budget ? (fleet !== null ? fleet.budget(d.name, d.policy.budget) : createRetryBudget(d.policy.budget)) : null,
         inflight: 0,
         pausedUntil: 0,
+        ready: [],
+        claiming: false,
+        again: false,
+        dry: false,
+        formDue: true,
+        cancelTimer: null,
+        timerAt: Number.POSITIVE_INFINITY,
+        wakeTimes: new Set(),
+        done: 0,
+        sampleAt: 0,
+        rateEwma: 0,
+        claimMsEwma: 0,
       });
     }
   }
@@ -240,7 +291,9 @@ class Worker implements DeliveryWorker {
   }
 
   counters(): Readonly<WorkerCounters> {
-    return { ...this.c, inflight: this.held.size };
+    let inflight = 0;
+    for (const h of this.held.values()) if (h.started) inflight++;
+    return { ...this.c, inflight };
   }
 
   concurrency(destination: string): number {
@@ -255,52 +308,42 @@ class Worker implements DeliveryWorker {
     if (this.isRunning) return;
     this.isRunning = true;
     this.stopping = false;
-    this.schedule(0);
+    const now = this.clock.now();
+    for (const dest of this.dests.values()) {
+      dest.sampleAt = now;
+      this.arm(dest, 0);
+    }
     this.armRenew();
     this.armPurge();
+    // Wake-ups from other processes (PostgreSQL LISTEN/NOTIFY): new items, requeues, a resume.
+    if (this.store.subscribe) {
+      this.store.subscribe((destination) => {
+        const dest = this.dests.get(destination);
+        if (dest) this.look(dest);
+      }).then((unsubscribe) => {
+        if (this.isRunning && !this.stopping) this.unsubscribe = unsubscribe;
+        else void unsubscribe().catch(() => {});
+      }, (e: unknown) => this.storeError('listening for new work', e));
+    }
   }
 
   wake(): void {
-    if (this.isRunning && !this.stopping) this.schedule(0);
-  }
-
-  /** Runs a cycle after `ms` (an earlier request wins; a cycle in progress runs again at its end). */
-  private schedule(ms: number): void {
     if (!this.isRunning || this.stopping) return;
-    if (this.cycling) {
-      if (ms === 0) this.again = true;
-      return;
-    }
-    const due = this.clock.now() + ms;
-    if (this.cancelCycle && this.cycleDue <= due) return;
-    this.cancelCycle?.();
-    this.cycleDue = due;
-    this.cancelCycle = this.clock.setTimer(() => {
-      this.cancelCycle = null;
-      this.cycleDue = Number.POSITIVE_INFINITY;
-      this.runCycle();
-    }, ms);
+    for (const dest of this.dests.values()) this.look(dest);
   }
 
-  private runCycle(): void {
-    if (this.cycling || !this.isRunning) return;
-    this.again = false;
-    this.cycling = this.cycle().then(
-      (next) => {
-        this.cycling = null;
-        this.storeFailures = 0;
-        this.schedule(this.again ? 0 : next);
-        this.notifyIdle();
-      },
-      (e: unknown) => {
-        this.cycling = null;
-        this.storeError('a delivery cycle', e);
-        // Back off while the store fails (full disk, database down), up to 5 s.
-        this.storeFailures++;
-        this.schedule(Math.min(5_000, this.settings.pollMs * 2 ** Math.min(this.storeFailures, 10)));
-        this.notifyIdle();
-      },
-    );
+  /** Looks at `dest` again after `ms` (an earlier request wins). */
+  private arm(dest: Dest, ms: number): void {
+    if (!this.isRunning || this.stopping) return;
+    const due = this.clock.now() + ms;
+    if (dest.cancelTimer && dest.timerAt <= due) return;
+    dest.cancelTimer?.();
+    dest.timerAt = due;
+    dest.cancelTimer = this.clock.setTimer(() => {
+      dest.cancelTimer = null;
+      dest.timerAt = Number.POSITIVE_INFINITY;
+      this.look(dest);
+    }, ms);
   }
 
   private notifyIdle(): void {
@@ -315,51 +358,163 @@ class Worker implements DeliveryWorker {
     this.emit({ type: 'store_error', during, error });
   }
 
-  /** One pass: write finished outcomes, form due batches, claim what the limits allow, start deliveries. Returns ms to the next pass. */
-  private async cycle(): Promise<number> {
-    await this.flush();
-    if (this.stopping) return this.settings.pollMs;
+  /**
+   * How many batches to hold claimed ahead of free slots, so a finishing request is
+   * followed at once by the next one instead of by a store round trip, and claims come
+   * in chunks: two claim round trips' worth of the destination's recent completion
+   * rate, at least twice its concurrency, at most claimChunk. Nothing is claimed ahead
+   * for a destination that has not completed anything lately, when claims take no time
+   * (a test clock), or when the destination's limits are shared through the store
+   * (there the claim is the permit).
+   */
+  private ahead(dest: Dest): number {
+    if (dest.shared || dest.rate || dest.rateEwma === 0 || dest.claimMsEwma === 0) return 0;
+    return Math.min(this.settings.claimChunk, Math.max(Math.round(2 * dest.rateEwma * dest.claimMsEwma), 2 * dest.aimd.limit));
+  }
+
+  /** Something may have fallen due or arrived for `dest` (a timer, a wake-up): look for it. */
+  private look(dest: Dest): void {
+    dest.formDue = true;
+    this.pump(dest, true);
+  }
+
+  /**
+   * Starts what the limits allow from the claimed batches, and claims more when there is
+   * room. `fresh`: claim even if the last claim came back short.
+   */
+  private pump(dest: Dest, fresh = false): void {
+    if (!this.isRunning || this.stopping) return;
+    if (fresh) dest.dry = false;
     const now = this.clock.wallNow();
-    let wait = this.settings.pollMs;
-    for (const at of this.wakeTimes) {
-      if (at <= now) this.wakeTimes.delete(at); // due: this cycle claims it
-      else if (at - now < wait) wait = at - now;
+    if (dest.pausedUntil > now) {
+      this.arm(dest, dest.pausedUntil - now);
+      return;
     }
+    while (dest.ready.length > 0 && dest.inflight < dest.aimd.limit) {
+      const b = dest.ready.shift()!;
+      const h = this.held.get(b.id);
+      if (h && !h.started) void this.deliver(dest, b, h);
+    }
+    const room = dest.aimd.limit - dest.inflight - dest.ready.length + this.ahead(dest);
+    if (room <= 0) return; // a finishing request looks again
+    if (dest.claiming) {
+      if (fresh) dest.again = true;
+      return;
+    }
+    if (dest.dry) return;
+    // With a buffer to draw from, claim in chunks: wait until half of it is used.
+    if (dest.ready.length > 0 && room < Math.max(1, this.ahead(dest) >> 1)) return;
+    const round = this.claimRound(dest, room).finally(() => this.claims.delete(round));
+    this.claims.add(round);
+  }
+
+  /** One claim round trip for `dest`: seal due batches, lease up to `room`, start them; then decide when to look again. */
+  private async claimRound(dest: Dest, room: number): Promise<void> {
+    const d = dest.d;
+    dest.claiming = true;
+    dest.again = false;
+    let wait = this.settings.pollMs;
     let more = false;
-    for (const dest of this.dests.values()) {
-      if (this.stopping) break;
-      const d = dest.d;
-      if (dest.pausedUntil > now) {
-        wait = Math.min(wait, dest.pausedUntil - now);
-        continue;
+    try {
+      const now = this.clock.wallNow();
+      const t0 = this.clock.now();
+      for (const at of dest.wakeTimes) {
+        if (at <= now) dest.wakeTimes.delete(at); // due: this round claims it
+        else if (at - now < wait) wait = at - now;
       }
-      let room = dest.aimd.limit - dest.inflight;
-      if (room <= 0) continue; // a finishing delivery wakes the worker
+      let want = Math.min(room, this.settings.claimChunk);
       if (dest.rate) {
         const allowed = dest.rate.available(now);
         if (allowed <= 0) {
           wait = Math.min(wait, Math.max(1, dest.rate.nextAt(now) - now));
-          continue;
+          want = 0;
         }
-        room = Math.min(room, allowed);
+        want = Math.min(want, allowed);
       }
-      room = Math.min(room, this.settings.claimChunk);
-      const formed = await this.store.formBatches(d.name, d.batch, now, this.settings.claimChunk);
-      // A partial batch falls due by age: look again exactly then (or at once if more can be sealed now).
-      if (formed.nextAt !== null) {
-        if (formed.nextAt <= now) more = true;
-        else wait = Math.min(wait, formed.nextAt - now);
+      if (want > 0) {
+        if (dest.formDue) {
+          const formed = await this.store.formBatches(d.name, d.batch, now, this.settings.claimChunk);
+          // A partial batch falls due by age: look again exactly then (or at once if more can be sealed now).
+          dest.formDue = formed.nextAt !== null && formed.nextAt <= now;
+          if (formed.nextAt !== null) {
+            if (formed.nextAt <= now) more = true;
+            else wait = Math.min(wait, formed.nextAt - now);
+          }
+        }
+        let claimed: ClaimedBatch[];
+        if (dest.shared) {
+          const limits = { rate: dest.shared.rate, concurrency: dest.shared.concurrency ? dest.aimd.limit : null };
+          const r = await this.store.claimLimited(d.name, want, limits, now, this.settings.leaseMs, this.id);
+          claimed = r.claimed;
+          if (r.retryAt !== null) wait = Math.min(wait, Math.max(1, r.retryAt - now));
+        } else {
+          claimed = await this.store.claim(d.name, want, now, this.settings.leaseMs, this.id);
+        }
+        const t1 = this.clock.now();
+        dest.claimMsEwma = dest.claimMsEwma === 0 ? t1 - t0 : 0.8 * dest.claimMsEwma + 0.2 * (t1 - t0);
+        if (t1 - dest.sampleAt >= 20) {
+          const rate = dest.done / (t1 - dest.sampleAt);
+          dest.rateEwma = dest.rateEwma === 0 ? rate : 0.7 * dest.rateEwma + 0.3 * rate;
+          dest.done = 0;
+          dest.sampleAt = t1;
+        }
+        dest.rate?.take(claimed.length, now);
+        if (claimed.length === want && want > 0) more = true;
+        for (const b of claimed) {
+          this.held.set(b.id, { id: b.id, token: b.token, dest, abort: new AbortController(), started: false, abandoned: false, settled: false, timedOut: false });
+          dest.ready.push(b);
+        }
       }
-      const claimed = await this.store.claim(d.name, room, now, this.settings.leaseMs, this.id);
-      if (claimed.length === 0) continue;
-      dest.rate?.take(claimed.length, now);
-      if (claimed.length === room) more = true;
-      for (const b of claimed) void this.deliver(dest, b);
+      this.storeFailures = 0;
+    } catch (e) {
+      this.storeError('claiming batches', e);
+      // Back off while the store fails (full disk, database down), up to 5 s.
+      this.storeFailures++;
+      wait = Math.min(5_000, this.settings.pollMs * 2 ** Math.min(this.storeFailures, 10));
+      more = false;
+    } finally {
+      dest.claiming = false;
     }
-    return more ? 0 : wait;
+    dest.dry = !more;
+    this.arm(dest, wait);
+    this.pump(dest, more || dest.again); // start what was claimed, and claim again if more may be due
+    this.notifyIdle();
   }
 
-  /** Writes finished outcomes (fenced). On a store error they stay queued for the next cycle. */
+  /**
+   * Writes finished outcomes (fenced): one store call, one transaction, for all that
+   * have gathered — those of the same turn of the event loop, and those that finish
+   * while the previous write is under way (group commit). One write at a time.
+   */
+  private kickFlush(): void {
+    if (this.flushing || this.cancelFlushRetry || this.outcomes.length === 0) return;
+    let cancelled = false;
+    const run = new Promise<void>((resolve) => {
+      const cancel = this.clock.setTimer(resolve, 0);
+      this.cancelFlushWait = () => {
+        cancelled = true;
+        cancel();
+        resolve();
+      };
+    }).then(() => {
+      this.cancelFlushWait = null;
+      return cancelled ? undefined : this.flush();
+    }).then(() => {
+      this.flushing = null;
+      this.kickFlush();
+    }, (e: unknown) => {
+      this.flushing = null;
+      this.storeError('recording outcomes', e);
+      // Kept; written again after a pause (or the leases expire and the batches are delivered again).
+      this.storeFailures++;
+      this.cancelFlushRetry = this.clock.setTimer(() => {
+        this.cancelFlushRetry = null;
+        this.kickFlush();
+      }, Math.min(5_000, this.settings.pollMs * 2 ** Math.min(this.storeFailures, 10)));
+    });
+    this.flushing = run;
+  }
+
   private async flush(): Promise<void> {
     if (this.outcomes.length === 0) return;
     const batch = this.outcomes;
@@ -371,13 +526,21 @@ class Worker implements DeliveryWorker {
       this.outcomes = batch.concat(this.outcomes);
       throw e;
     }
-    for (const id of res.applied) this.held.delete(id);
+    // A destination whose limits live in the store counted these leases until now: there may be room again.
+    const freed = new Set<Dest>();
+    for (const id of res.applied) {
+      const dest = this.held.get(id)?.dest;
+      if (dest?.shared) freed.add(dest);
+      this.held.delete(id);
+    }
     for (const id of res.lost) {
       const h = this.held.get(id);
       this.held.delete(id);
       this.c.leaseLost++;
       this.emit({ type: 'lease_lost', destination: h?.dest.d.name ?? '', batchId: id });
     }
+    for (const dest of freed) this.pump(dest, true);
+    this.notifyIdle();
   }
 
   private armRenew(): void {
@@ -401,17 +564,37 @@ class Worker implements DeliveryWorker {
     }, every);
   }
 
+  /**
+   * Retention: delivered batches older than retainDeliveredMs and dropped ones older than
+   * retainDroppedMs are deleted, in small chunks (one short transaction each), every
+   * minute, so a large backlog of old rows never holds a long lock.
+   */
   private armPurge(): void {
-    const every = 600_000;
+    const every = Math.min(60_000, Math.max(1_000, this.settings.retainDeliveredMs));
     this.cancelPurge = this.clock.setTimer(() => {
       this.cancelPurge = null;
       if (!this.isRunning) return;
-      this.store.purgeDelivered(this.clock.wallNow() - this.settings.retainDeliveredMs)
-        .catch((e: unknown) => this.storeError('purging delivered batches', e))
-        .finally(() => {
-          if (this.isRunning) this.armPurge();
-        });
+      void this.purge().finally(() => {
+        if (this.isRunning) this.armPurge();
+      });
     }, every);
+  }
+
+  private async purge(): Promise<void> {
+    const now = this.clock.wallNow();
+    const passes: ['delivered' | 'dropped', number][] = [['delivered', now - this.settings.retainDeliveredMs]];
+    if (this.settings.retainDroppedMs !== null) passes.push(['dropped', now - this.settings.retainDroppedMs]);
+    try {
+      for (const [state, before] of passes) {
+        // Chunks until a short one; at most 100 a pass (the next pass carries on).
+        for (let i = 0; i < 100 && this.isRunning && !this.stopping; i++) {
+          const n = await this.store.purge(state, before, PURGE_CHUNK);
+          if (n < PURGE_CHUNK) break;
+        }
+      }
+    } catch (e) {
+      this.storeError('purging finished batches', e);
+    }
   }
 
   /** The core's operation state of a claimed batch: new on its first attempt (of a round), else as stored. */
@@ -430,10 +613,9 @@ class Worker implements DeliveryWorker {
     };
   }
 
-  private async deliver(dest: Dest, b: ClaimedBatch): Promise<void> {
+  private async deliver(dest: Dest, b: ClaimedBatch, h: Held): Promise<void> {
     const d = dest.d;
-    const h: Held = { id: b.id, token: b.token, dest, abort: new AbortController(), abandoned: false, settled: false, timedOut: false };
-    this.held.set(b.id, h);
+    h.started = true;
     dest.inflight++;
     const ref: BatchRef = { destination: d.name, batchId: b.id, key: b.key, items: b.items.length };
     try {
@@ -510,7 +692,7 @@ class Worker implements DeliveryWorker {
         });
         this.c.deferredBatches++;
         this.emit({ type: 'deferred', ...ref, notBefore, delayMs: res.delayMs, ts: Math.round(now) });
-        this.wakeAt(notBefore);
+        this.wakeAt(dest, notBefore);
       } else {
         this.settle(h, {
           ...base, ...last, state: 'dropped', notBefore: b.notBefore, attempt: state.attempt, prevDelayMs: state.prevDelayMs, opThrottled: state.throttled ?? 0, finishedAt: now,
@@ -522,15 +704,16 @@ class Worker implements DeliveryWorker {
       this.storeError(`delivering batch ${b.id}`, e);
     } finally {
       dest.inflight--;
+      dest.done++;
       this.notifyIdle();
-      this.schedule(0);
+      this.pump(dest);
     }
   }
 
-  /** Makes sure a cycle runs at wall time `at` (a retry this worker scheduled falls due). */
-  private wakeAt(at: number): void {
-    if (this.wakeTimes.size < 10_000) this.wakeTimes.add(at); // past that, polling finds the rest
-    if (!this.cycling) this.schedule(Math.max(0, at - this.clock.wallNow()));
+  /** Makes sure `dest` is looked at at wall time `at` (a retry this worker scheduled falls due). */
+  private wakeAt(dest: Dest, at: number): void {
+    if (dest.wakeTimes.size < 10_000) dest.wakeTimes.add(at); // past that, polling finds the rest
+    this.arm(dest, Math.max(0, at - this.clock.wallNow()));
   }
 
   /** Aborts the attempt of `h` at `due` (monotonic ms). */
@@ -561,6 +744,7 @@ class Worker implements DeliveryWorker {
   private settle(h: Held, o: Outcome): void {
     h.settled = true;
     this.outcomes.push(o);
+    this.kickFlush();
   }
 
   private countDrop(ref: BatchRef, reason: Decision, why: DecisionWhy | null, status: number | null, errorClass: ErrorClass | null, attempts: number): void {
@@ -589,15 +773,27 @@ class Worker implements DeliveryWorker {
   async stop(): Promise<{ released: number; abandoned: number }> {
     if (!this.isRunning) return { released: 0, abandoned: 0 };
     this.stopping = true;
-    this.cancelCycle?.();
-    this.cancelCycle = null;
+    for (const dest of this.dests.values()) {
+      dest.cancelTimer?.();
+      dest.cancelTimer = null;
+      dest.timerAt = Number.POSITIVE_INFINITY;
+    }
     this.cancelRenew?.();
     this.cancelRenew = null;
     this.cancelPurge?.();
     this.cancelPurge = null;
-    if (this.cycling) await this.cycling.catch(() => {});
+    const unsubscribe = this.unsubscribe;
+    this.unsubscribe = null;
+    await unsubscribe?.().catch(() => {});
+    await Promise.all([...this.claims]);
+    // Batches claimed ahead and not started are given back below, untouched.
+    for (const dest of this.dests.values()) dest.ready.length = 0;
     // Wait for requests in flight (their outcomes are still recorded), at most stopTimeoutMs.
-    const inFlight = (): number => [...this.held.values()].filter((h) => !h.settled).length;
+    const inFlight = (): number => {
+      let n = 0;
+      for (const h of this.held.values()) if (h.started && !h.settled) n++;
+      return n;
+    };
     if (inFlight() > 0 && this.settings.stopTimeoutMs > 0) {
       await new Promise<void>((resolve) => {
         const cancel = this.clock.setTimer(() => finish(), this.settings.stopTimeoutMs);
@@ -617,13 +813,17 @@ class Worker implements DeliveryWorker {
     }
     let abandoned = 0;
     for (const h of this.held.values()) {
-      if (!h.settled) {
+      if (!h.settled && h.started) {
         h.abandoned = true;
         abandoned++;
         h.abort.abort(new DeliveryError('ERR_STORE_CLOSED', 'the worker is stopping'));
       }
     }
     let released = 0;
+    this.cancelFlushRetry?.();
+    this.cancelFlushRetry = null;
+    this.cancelFlushWait?.();
+    if (this.flushing) await this.flushing;
     try {
       await this.flush();
     } catch (e) {

@@ -141,5 +141,7 @@ describe('docs/delivery.md', () => {
     expect(row('pollMs')).toBe(`${WORKER_DEFAULTS.pollMs}`);
     expect(row('stopTimeoutMs')).toBe(`${WORKER_DEFAULTS.stopTimeoutMs}`);
     expect(row('retainDeliveredMs')).toBe(`${WORKER_DEFAULTS.retainDeliveredMs}`);
+    expect(row('retainDroppedMs')).toBe(`${WORKER_DEFAULTS.retainDroppedMs}`);
+    expect(row('concurrency.scope')).toBe(`\`"${b.concurrency.scope}"\``);
   });
 });
