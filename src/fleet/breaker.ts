@@ -14,6 +14,15 @@ export interface FleetBreakerStats {
 }
 
 type Listener = (change: BreakerStateChange) => void;
+
+/** A pub/sub announcement: { s: 'open' | 'closed', n: Redis µs, a, u: open times (Redis ms), r: reason }. */
+export interface Announcement {
+  readonly s: string;
+  readonly n: number;
+  readonly a?: number | undefined;
+  readonly u?: number | undefined;
+  readonly r?: string | undefined;
+}
 type Trial = 'none' | 'asking' | 'held' | 'out';
 
 /**
@@ -216,8 +225,8 @@ export class FleetBreaker implements CircuitBreaker, Member {
     }
   }
 
-  /** A pub/sub announcement: { s: 'open' | 'closed', n: Redis µs, a, u: open times (ms), r: reason }. */
-  announced(m: { s: string; n: number; a?: number; u?: number; r?: string }): void {
+  /** A pub/sub announcement. */
+  announced(m: Announcement): void {
     if (m.s === 'open' && typeof m.a === 'number' && typeof m.u === 'number') this.apply('open', m.n, m.a, m.u, reasonOf(m.r));
     else if (m.s === 'closed') {
       if (this.announce) return; // this process has just opened on its own evidence; Redis will settle it

@@ -6,7 +6,7 @@ import type * as IORedis from 'ioredis';
 import { createCircuitBreaker, normalizeBreakerSpec, type BreakerOptions, type BreakerSpec, type CircuitBreaker } from '../core/breaker.js';
 import { createRetryBudget, normalizeBudget, type BudgetSpec, type RetryBudget } from '../core/budget.js';
 import type { Fleet } from '../core/fleet.js';
-import { FleetBreaker, type FleetBreakerStats } from './breaker.js';
+import { FleetBreaker, type Announcement, type FleetBreakerStats } from './breaker.js';
 import { FleetBudget, type FleetBudgetStats } from './budget.js';
 import type { Command, Link, Member } from './link.js';
 import { checkUrl, invalid, resolveSettings, where, type FleetSettings } from './options.js';
@@ -82,7 +82,11 @@ export interface FleetStats {
 export interface RedisFleet extends Fleet {
   /** `fleet` or `local` (see stats()). */
   readonly mode: 'fleet' | 'local';
-  /** Resolves true once the process has joined the fleet, false if it has not within `timeoutMs` (default 2000) or the fleet is closed. Never rejects. */
+  /**
+   * Resolves true once the process has joined the fleet (syncs succeed, and breaker
+   * announcements arrive), false if it has not within `timeoutMs` (default 2000) or the
+   * fleet is closed. Never rejects. Calls need not wait for it: until then they run on local state.
+   */
   ready(timeoutMs?: number): Promise<boolean>;
   stats(): FleetStats;
   /** Hands in what is pending (bounded by timeoutMs), then ends the fleet's own connections. Budgets and breakers keep working, locally. */
@@ -161,6 +165,7 @@ class RedisFleetImpl implements RedisFleet, Link {
   private readonly breakers = new Map<string, FleetBreaker>();
   private readonly keyNames = new Map<string, string>();
   private readonly byKey = new Map<string, FleetBreaker>();
+  private readonly heard = new Map<string, Announcement>();
   private readonly timer: ReturnType<typeof setInterval>;
   private scriptsLoaded = false;
   private inFlight = false;
@@ -228,6 +233,7 @@ class RedisFleetImpl implements RedisFleet, Link {
     this.sub.on('ready', () => {
       this.sub.subscribe(this.channel).then(() => {
         this.subscribed = true;
+        this.wake();
       }, (e: unknown) => {
         this.lastError = this.clean(e);
       });
@@ -281,6 +287,11 @@ class RedisFleetImpl implements RedisFleet, Link {
       b = new FleetBreaker(this, keyName, [this.key(name, 'breaker'), this.key(name, 'window'), this.key(name, 'trial')], resolved, options.name ?? name);
       this.breakers.set(name, b);
       this.byKey.set(keyName, b);
+      const heard = this.heard.get(keyName);
+      if (heard !== undefined) {
+        this.heard.delete(keyName);
+        b.announced(heard);
+      }
       this.members.push(b);
       if (!this.local) this.soon();
     }
@@ -289,7 +300,7 @@ class RedisFleetImpl implements RedisFleet, Link {
   }
 
   ready(timeoutMs = 2000): Promise<boolean> {
-    if (!this.local) return Promise.resolve(true);
+    if (this.joined()) return Promise.resolve(true);
     if (this.closed) return Promise.resolve(false);
     return new Promise<boolean>((resolve) => {
       const t = setTimeout(() => done(false), timeoutMs);
@@ -432,7 +443,7 @@ class RedisFleetImpl implements RedisFleet, Link {
       if (r === undefined || r[0] !== null || !Array.isArray(r[1])) error ??= r?.[0] ? this.clean(r[0]) : 'an unexpected reply from Redis';
       if (r?.[0] && /NOSCRIPT/.test(String((r[0] as Error).message))) this.scriptsLoaded = false;
     }
-    if (error === null) {
+    if (error === null && !this.closed) {
       this.rttLast = rtt;
       this.rttAvg = this.rttAvg === null ? rtt : this.rttAvg * 0.9 + rtt * 0.1;
       this.rttMax = this.rttMax === null ? rtt : Math.max(this.rttMax, rtt);
@@ -489,12 +500,21 @@ class RedisFleetImpl implements RedisFleet, Link {
       return;
     }
     if (typeof m !== 'object' || m === null || typeof m.d !== 'string') return;
-    const b = this.byKey.get(m.d);
-    if (b === undefined) return;
     const n = Number(m.n);
     if (!Number.isFinite(n)) return;
-    // A late announcement is still news to a process that missed it; its times are Redis's.
-    b.announced({ s: String(m.s), n, a: m.a === undefined ? undefined : Number(m.a), u: m.u === undefined ? undefined : Number(m.u), r: typeof m.r === 'string' ? m.r : undefined });
+    const a: Announcement = { s: String(m.s), n, a: m.a === undefined ? undefined : Number(m.a), u: m.u === undefined ? undefined : Number(m.u), r: typeof m.r === 'string' ? m.r : undefined };
+    const b = this.byKey.get(m.d);
+    if (b !== undefined) {
+      b.announced(a);
+      return;
+    }
+    // A dependency this process has not called yet: remembered, so that its breaker starts
+    // in the fleet's state instead of learning it at its first sync.
+    const known = this.heard.get(m.d);
+    if (known !== undefined && known.n > n) return;
+    this.heard.delete(m.d);
+    if (this.heard.size >= MAX_SHARED) this.heard.delete(this.heard.keys().next().value as string);
+    this.heard.set(m.d, a);
   }
 
   // --- modes, events, errors -----------------------------------------------------
@@ -509,9 +529,18 @@ class RedisFleetImpl implements RedisFleet, Link {
     if (mode === 'local') this.fallbacks += before === 'fleet' ? 1 : 0;
     if (mode === 'fleet') {
       if (before === 'local') this.rejoins++;
-      for (const w of [...this.waiters]) w(true);
+      this.wake();
     }
     this.emit({ type: 'fleet_mode', ts: this.since, mode: mode === 'fleet' ? 'fleet' : 'local', reason });
+  }
+
+  /** Joined: syncs succeed and announcements arrive. */
+  private joined(): boolean {
+    return !this.local && this.subscribed;
+  }
+
+  private wake(): void {
+    if (this.joined()) for (const w of [...this.waiters]) w(true);
   }
 
   private connectionError(e: unknown, label: string): void {
