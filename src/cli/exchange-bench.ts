@@ -187,7 +187,7 @@ async function runLoadgen(): Promise<void> {
           const seconds = r.durationMs / 1000;
           resolve({
             rate: r.rate, seconds, sent, answered, achieved: Math.round(answered / seconds), statuses, errors, shed,
-            p50Ms: hist.quantile(0.5), p99Ms: hist.quantile(0.99), maxMs: Math.round(hist.max * 10) / 10, overTmax,
+            p50Ms: Math.round(hist.quantile(0.5) * 10) / 10, p99Ms: Math.round(hist.quantile(0.99) * 10) / 10, maxMs: Math.round(hist.max * 10) / 10, overTmax,
           });
         };
         finish();

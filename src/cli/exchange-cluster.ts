@@ -60,7 +60,7 @@ type ToPrimary =
 
 type ToWorker =
   | { readonly t: 'event'; readonly id: number; readonly r: BillingEventResult }
-  | { readonly t: 'sync'; readonly id: number }
+  | { readonly t: 'sync'; readonly id: number; readonly ok: boolean }
   | { readonly t: 'stop' };
 
 function zero(): NoticeCounters {
@@ -86,7 +86,7 @@ export class IpcOutlet implements NoticeOutlet {
       if (m.t === 'event' || m.t === 'sync') {
         const f = this.waiting.get(m.id);
         this.waiting.delete(m.id);
-        f?.(m.t === 'event' ? m.r : undefined);
+        f?.(m.t === 'event' ? m.r : m.ok);
       }
     });
     process.on('disconnect', () => {
@@ -145,9 +145,9 @@ export class IpcOutlet implements NoticeOutlet {
     return this.ask((id) => ({ t: 'event', id, requestId, impId }), 'unknown' as BillingEventResult);
   }
 
-  /** Resolves once the primary has stored everything this worker handed over. */
-  stored(): Promise<void> {
-    return this.ask((id) => ({ t: 'sync', id }), undefined);
+  /** Resolves once the primary has stored everything this worker handed over (false: a write failed meanwhile). */
+  stored(): Promise<boolean> {
+    return this.ask((id) => ({ t: 'sync', id }), false);
   }
 
   stats(): NoticeStats {
@@ -329,14 +329,11 @@ export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses
         for (const b of m.b) hub.keepBillable(b);
         for (const n of m.n) hub.send(n);
         break;
-      case 'event': {
-        const r = hub.billingEvent(m.requestId, m.impId);
-        if (r === 'fired') void hub.stored().then(() => reply({ t: 'event', id: m.id, r }));
-        else reply({ t: 'event', id: m.id, r });
+      case 'event':
+        reply({ t: 'event', id: m.id, r: hub.billingEvent(m.requestId, m.impId) });
         break;
-      }
       case 'sync':
-        if (m.id !== 0) void hub.stored().then(() => reply({ t: 'sync', id: m.id }));
+        if (m.id !== 0) void hub.stored().then((ok) => reply({ t: 'sync', id: m.id, ok }));
         break;
       case 'stats':
         slot.part = m.part;

@@ -278,7 +278,7 @@ const DISCARD: NoticeOutlet = {
   store: 'memory',
   open: () => Promise.resolve(),
   send: () => true,
-  stored: () => Promise.resolve(),
+  stored: () => Promise.resolve(true),
   keepBillable: () => {},
   billingEvent: () => 'unknown',
   stats: () => {
@@ -656,7 +656,7 @@ class ExchangeImpl implements Exchange {
     // 204 only once the billing notice is stored (durable store): an answered event is not lost.
     this.billingEvent(id, imp).then(async (r) => {
       if (r === 'unknown') return plain(res, 404, 'no won impression with this id (or it expired)\n');
-      if (r === 'fired') await this.notices.stored();
+      if (!(await this.notices.stored())) return plain(res, 503, 'the billing notice is not stored yet; send the event again\n', { 'retry-after': '1' });
       res.writeHead(204);
       res.end();
     }).catch(() => {

@@ -77,8 +77,11 @@ export interface NoticeOutlet {
   open(): Promise<void>;
   /** Takes one notice; false when it was dropped (counted). */
   send(notice: Notice): boolean;
-  /** Resolves once every notice taken so far is written to the durable store (at once in memory). */
-  stored(): Promise<void>;
+  /**
+   * Resolves true once every notice taken so far is written to the durable store (at once
+   * in memory); false when a write failed meanwhile (the notices wait and are tried again).
+   */
+  stored(): Promise<boolean>;
   keepBillable(billable: Billable): void;
   billingEvent(requestId: string, impId: string): BillingEventResult | Promise<BillingEventResult>;
   stats(): NoticeStats;
@@ -175,8 +178,8 @@ export class NoticeHub implements NoticeOutlet {
     return this.memory !== null ? this.memory.fire(n) : this.durable!.send(n);
   }
 
-  stored(): Promise<void> {
-    return this.durable === null ? Promise.resolve() : this.durable.stored();
+  stored(): Promise<boolean> {
+    return this.durable === null ? Promise.resolve(true) : this.durable.stored();
   }
 
   keepBillable(b: Billable): void {
@@ -355,13 +358,18 @@ export class DurableNotices {
   private queue: DeliveryQueue | null = null;
   private worker: DeliveryWorker | null = null;
   private opening: Promise<void> | null = null;
-  private buffer: { item: NewItem; kind: NoticeKind }[] = [];
+  /** Notices waiting to be written, oldest first; `n` numbers them in the order they came. */
+  private buffer: { item: NewItem; kind: NoticeKind; n: number }[] = [];
+  private seq = 0;
+  /** The notices of the write in progress (its first `n`), or null. */
+  private writingFrom: number | null = null;
   private flushing: Promise<void> | null = null;
   private scheduled = false;
   private closing = false;
   private retryMs = 0;
   private cancelRetry: (() => void) | null = null;
-  private waiters: (() => void)[] = [];
+  /** stored() calls, each waiting until every notice up to its `n` is written (or given up). */
+  private waiters: { upTo: number; resolve: (ok: boolean) => void }[] = [];
   private readonly agent: Agent;
   private readonly own: boolean;
   private readonly kindOf = new Map<string, NoticeKind>();
@@ -459,15 +467,24 @@ export class DurableNotices {
       return false;
     }
     c.sent++;
-    this.buffer.push({ item: { destination: noticeDestination(n.partner, n.kind), key: n.key, payload: JSON.stringify({ url: n.url }) }, kind: n.kind });
+    this.buffer.push({ item: { destination: noticeDestination(n.partner, n.kind), key: n.key, payload: JSON.stringify({ url: n.url }) }, kind: n.kind, n: ++this.seq });
     this.schedule();
     return true;
   }
 
-  /** Resolves once the buffer (as of now) is written, or the store is given up at close. */
-  stored(): Promise<void> {
-    if (this.buffer.length === 0 && this.flushing === null) return Promise.resolve();
-    return new Promise<void>((resolve) => this.waiters.push(resolve));
+  /**
+   * Resolves true once every notice taken so far is written — not waiting for later
+   * ones; false as soon as a write of one of them fails (it waits and is tried again), or
+   * it is dropped or abandoned.
+   */
+  stored(): Promise<boolean> {
+    if (this.oldestPending() > this.seq) return Promise.resolve(true);
+    return new Promise<boolean>((resolve) => this.waiters.push({ upTo: this.seq, resolve }));
+  }
+
+  /** The `n` of the oldest notice not yet written or given up (seq + 1 when there is none). */
+  private oldestPending(): number {
+    return this.writingFrom ?? this.buffer[0]?.n ?? this.seq + 1;
   }
 
   private schedule(): void {
@@ -487,6 +504,7 @@ export class DurableNotices {
     }
     const batch = this.buffer;
     this.buffer = [];
+    this.writingFrom = batch[0]!.n;
     const queue = this.queue;
     this.flushing = (async () => {
       try {
@@ -496,31 +514,45 @@ export class DurableNotices {
         this.retryMs = 0;
         this.worker?.wake();
       } catch {
-        // The store is unreachable or full: keep the notices (bounded) and try again later.
+        // The store is unreachable or full: keep the notices, oldest first, and try again
+        // later; past maxPending the newest are dropped (counted).
         this.storeErrors++;
-        const room = Math.max(0, this.cfg.maxPending - this.buffer.length);
-        const keep = batch.slice(0, room);
-        for (const b of batch.slice(room)) this.counters[b.kind].dropped++;
-        this.buffer = keep.concat(this.buffer);
+        // Who waits for one of these learns it now (a billing event is answered 503: send it again).
+        const first = batch[0]!.n;
+        this.waiters = this.waiters.filter((w) => {
+          if (w.upTo < first) return true;
+          w.resolve(false);
+          return false;
+        });
+        const all = batch.concat(this.buffer);
+        for (const b of all.splice(this.cfg.maxPending)) this.counters[b.kind].dropped++;
+        this.buffer = all;
         this.retryMs = Math.min(5_000, this.retryMs === 0 ? 100 : this.retryMs * 2);
       }
     })().finally(() => {
       this.flushing = null;
+      this.writingFrom = null;
+      this.release();
       if (this.retryMs > 0 && this.buffer.length > 0 && !this.closing) {
         this.cancelRetry = this.o.clock.setTimer(() => {
           this.cancelRetry = null;
           this.schedule();
         }, this.retryMs);
       } else if (this.buffer.length > 0 && !this.closing) this.schedule();
-      else if (this.buffer.length === 0) this.release();
     });
     return this.flushing;
   }
 
+  /** Resolves the stored() calls whose notices are all written or given up. */
   private release(): void {
-    const w = this.waiters;
-    this.waiters = [];
-    for (const f of w) f();
+    if (this.waiters.length === 0) return;
+    const oldest = this.oldestPending();
+    const still: typeof this.waiters = [];
+    for (const w of this.waiters) {
+      if (w.upTo < oldest) w.resolve(true);
+      else still.push(w);
+    }
+    this.waiters = still;
   }
 
   /**
@@ -537,6 +569,7 @@ export class DurableNotices {
     if (this.buffer.length > 0 && this.queue !== null) await this.flush();
     for (const b of this.buffer.splice(0)) this.counters[b.kind].abandoned++;
     this.release();
+    for (const w of this.waiters.splice(0)) w.resolve(false);
     if (this.worker !== null) await this.worker.stop().catch(() => {});
     if (this.queue !== null) await this.queue.close().catch(() => {});
     if (this.own && !this.agent.closed && !this.agent.destroyed) await this.agent.destroy();

@@ -90,10 +90,11 @@ function codeOf(e: unknown): string {
 }
 
 /**
- * A stand-in partner for the dry-run auctions: on loopback, it answers every bid request
- * at once, in turn with bids on every impression (with notice URLs and macros), a 204,
- * a 200 with `nbr`, a 500 and a bid below the floor, so that every path an auction
- * takes is run before the first real one.
+ * A stand-in partner for the dry-run auctions: on loopback, it answers bid requests in
+ * turn with bids on every impression (with notice URLs and macros), a 204, a 200 with
+ * `nbr`, a 500, a bid below the floor, no answer at all (the partner is cut at its time,
+ * as a hanging partner is) and a reset connection, so that every path an auction takes —
+ * the cut and the late-answer grace included — is run before the first real one.
  */
 export async function startStandIn(): Promise<{ readonly url: string; close(): Promise<void> }> {
   let n = 0;
@@ -107,10 +108,12 @@ export async function startStandIn(): Promise<{ readonly url: string; close(): P
       } catch {
         // answered below like any other
       }
-      const k = n++ % 6;
+      const k = n++ % 8;
       if (k === 1) return void res.writeHead(204).end();
       if (k === 2) return send(res, 200, JSON.stringify({ id: request.id, nbr: 8 }));
       if (k === 3) return send(res, 500, 'no');
+      if (k === 5) return; // never answers: the exchange cuts it (closeAllConnections() ends it at the latest)
+      if (k === 6) return void req.socket.destroy();
       const imps = Array.isArray(request.imp) ? request.imp : [];
       const host = `http://${req.headers.host ?? '127.0.0.1'}`;
       const bid = imps.map((imp, i) => {

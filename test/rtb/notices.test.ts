@@ -168,6 +168,38 @@ describe('durable notices: keys, events and shutdown', () => {
     expect([...r.unique.keys()]).toEqual(['/bill:ev-1:1']);
   });
 
+  it('a billing event whose notice cannot be stored (the disk is full) is answered 503, not 204', async () => {
+    const r = await receiver();
+    open.push(r);
+    const p = await startPartner(bidding(r.base));
+    open.push(p);
+    // A store limited to 64 KiB, filled up to the limit: nothing more fits.
+    const store = `sqlite:${join(dir, 'full.db')}?maxSizeBytes=65536`;
+    const q = await openDeliveryQueue({ store });
+    let full = false;
+    for (const size of [1_000, 100, 1]) {
+      full = false;
+      for (let i = 0; i < 2_000 && !full; i++) {
+        try {
+          await q.enqueue('filler', { pad: 'x'.repeat(size) });
+        } catch (e) {
+          full = (e as { code?: string }).code === 'ERR_STORE_FULL';
+        }
+      }
+    }
+    await q.close();
+    expect(full).toBe(true);
+    const ex = await startExchange(exchangeConfig([partnerConfig('dsp', p.url)], { notices: { win: 'source', billing: 'on-event', store } }));
+    open.push(ex);
+    expect((await post(ex.url, bidRequest({ id: 'full-1' }))).status).toBe(200);
+    const res = await fetch(`${ex.origin}/openrtb2/billing?id=full-1&imp=1`, { method: 'POST' });
+    expect(res.status).toBe(503);
+    expect(res.headers.get('retry-after')).toBe('1');
+    const n = ex.exchange.stats().notices;
+    expect(n.storeErrors).toBeGreaterThan(0);
+    expect(n.billing).toMatchObject({ sent: 1, stored: 0 });
+  });
+
   it('on shutdown the notices are written, not abandoned; the next start delivers them', async () => {
     const r = await receiver();
     open.push(r);
