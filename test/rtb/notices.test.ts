@@ -173,13 +173,13 @@ describe('durable notices: keys, events and shutdown', () => {
     open.push(r);
     const p = await startPartner(bidding(r.base));
     open.push(p);
-    // A store limited to 64 KiB, filled up to the limit: nothing more fits.
-    const store = `sqlite:${join(dir, 'full.db')}?maxSizeBytes=65536`;
+    // A store limited to 512 KiB, filled up to the limit: nothing more fits.
+    const store = `sqlite:${join(dir, 'full.db')}?maxSizeBytes=${512 * 1024}`;
     const q = await openDeliveryQueue({ store });
     let full = false;
     for (const size of [1_000, 100, 1]) {
       full = false;
-      for (let i = 0; i < 2_000 && !full; i++) {
+      for (let i = 0; i < 5_000 && !full; i++) {
         try {
           await q.enqueue('filler', { pad: 'x'.repeat(size) });
         } catch (e) {
