@@ -17,7 +17,7 @@ import type { BidderConfig, ExchangeConfig, ResolvedExchangeConfig } from '../rt
 import type { ExchangeStats } from '../rtb/exchange.js';
 import { Histogram } from '../rtb/stats.js';
 import { EXIT, parseDuration, type Io } from './args.js';
-import { startCluster } from './exchange-cluster.js';
+import { startCluster, type ProcessMemory } from './exchange-cluster.js';
 import { loadExchangeConfig, parseFlagsOrUsage, partnerTable } from './exchange.js';
 
 const BIN = fileURLToPath(new URL('../../bin/relent', import.meta.url));
@@ -225,8 +225,11 @@ function next<T>(child: ChildProcess, t: string): Promise<T> {
 export interface MemorySample {
   /** Seconds into the measured run. */
   readonly atS: number;
+  /** All the exchange's processes. */
   readonly rssMB: number;
   readonly heapMB: number;
+  /** Each: the primary, then the workers. */
+  readonly each: readonly { readonly role: string; readonly rssMB: number; readonly heapMB: number }[];
 }
 
 export interface StepResult {
@@ -276,6 +279,12 @@ export interface BenchResult {
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+const mb = (b: number): number => Math.round(b / 1048576);
+
+function memorySample(m: ProcessMemory, atS: number): MemorySample {
+  return { atS, rssMB: mb(m.rssBytes), heapMB: mb(m.heapUsedBytes), each: m.each.map((x) => ({ role: x.role, rssMB: mb(x.rssBytes), heapMB: mb(x.heapUsedBytes) })) };
+}
 
 /** Runs the load test; the caller prints it. */
 export async function runExchangeBench(o: BenchOptions): Promise<BenchResult> {
@@ -333,8 +342,7 @@ async function measure(o: BenchOptions, workers: number, configPath: string, res
         const t0 = performance.now() + warmupMs;
         const every = Math.max(1_000, Math.round(durationMs / 12));
         const sample = (): void => {
-          const m = ex.memory();
-          memory.push({ atS: Math.max(0, Math.round((performance.now() - t0) / 100) / 10), rssMB: Math.round(m.rssBytes / 1048576), heapMB: Math.round(m.heapUsedBytes / 1048576) });
+          memory.push(memorySample(ex.memory(), Math.max(0, Math.round((performance.now() - t0) / 100) / 10)));
         };
         setTimeout(() => {
           sample();
@@ -345,10 +353,7 @@ async function measure(o: BenchOptions, workers: number, configPath: string, res
       const { result: load } = await next<{ result: LoadResult }>(loadgen, 'result');
       if (sampler !== null) clearInterval(sampler);
       await sleep(1_200);
-      if (memory !== null) {
-        const m = ex.memory();
-        memory.push({ atS: Math.round(durationMs / 100) / 10, rssMB: Math.round(m.rssBytes / 1048576), heapMB: Math.round(m.heapUsedBytes / 1048576) });
-      }
+      if (memory !== null) memory.push(memorySample(ex.memory(), Math.round(durationMs / 100) / 10));
       const after = ex.stats();
       const auctions = after.auctions.total - before.auctions.total;
       const afterDeadline = after.auctions.afterDeadline - before.auctions.afterDeadline;
@@ -537,6 +542,11 @@ export function formatBench(r: BenchResult): string {
     lines.push(`  in the exchange: p50 ${a.answerMs.p50Ms} ms · p99 ${a.answerMs.p99Ms} ms (all auctions of this exchange)`);
     lines.push(`  answers after deadline + 5 ms: ${run.afterDeadline} of ${run.auctions} in the run (${a.afterDeadline} of ${a.total} since start)`);
     lines.push(`  memory of the exchange's ${w.workers + 1} processes (RSS / heap used, MB): ${w.memory.map((m) => `${m.atS}s ${m.rssMB}/${m.heapMB}`).join(' · ')}`);
+    const first = w.memory[0];
+    const last = w.memory[w.memory.length - 1];
+    if (first !== undefined && last !== undefined) {
+      lines.push(`  RSS per process, start → end (MB): ${first.each.map((x, i) => `${x.role} ${x.rssMB} → ${last.each[i]?.rssMB ?? '?'}`).join(', ')}`);
+    }
     lines.push(partnerTable(w.exchange).trimEnd().split('\n').map((x) => `  ${x}`).join('\n'));
   }
   if (r.results.length > 1) {

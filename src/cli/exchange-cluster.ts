@@ -29,6 +29,8 @@ export interface ProcessMemory {
   readonly rssBytes: number;
   readonly heapUsedBytes: number;
   readonly processes: number;
+  /** Each process: the primary first (with --workers), then the workers. */
+  readonly each: readonly { readonly role: 'primary' | 'worker' | 'single'; readonly rssBytes: number; readonly heapUsedBytes: number }[];
 }
 
 /** A running exchange: one process, or a primary and its workers. */
@@ -398,13 +400,11 @@ export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses
     stats,
     memory: () => {
       const own = process.memoryUsage();
-      let rss = own.rss;
-      let heap = own.heapUsed;
-      for (const s of slots) {
-        rss += s.mem?.rss ?? 0;
-        heap += s.mem?.heapUsed ?? 0;
-      }
-      return { rssBytes: rss, heapUsedBytes: heap, processes: slots.length + 1 };
+      const each = [
+        { role: 'primary' as const, rssBytes: own.rss, heapUsedBytes: own.heapUsed },
+        ...slots.map((s) => ({ role: 'worker' as const, rssBytes: s.mem?.rss ?? 0, heapUsedBytes: s.mem?.heapUsed ?? 0 })),
+      ];
+      return { rssBytes: each.reduce((n, x) => n + x.rssBytes, 0), heapUsedBytes: each.reduce((n, x) => n + x.heapUsedBytes, 0), processes: each.length, each };
     },
     close: async () => {
       stopping = true;
@@ -462,7 +462,7 @@ export async function startInProcess(o: {
     stats: () => exchange.stats(),
     memory: () => {
       const m = process.memoryUsage();
-      return { rssBytes: m.rss, heapUsedBytes: m.heapUsed, processes: 1 };
+      return { rssBytes: m.rss, heapUsedBytes: m.heapUsed, processes: 1, each: [{ role: 'single' as const, rssBytes: m.rss, heapUsedBytes: m.heapUsed }] };
     },
     close: async () => {
       await exchange.close();
