@@ -462,6 +462,8 @@ export class DurableNotices {
 
   send(n: Notice): boolean {
     const c = this.counters[n.kind];
+    // Auctions run without ready() (exchange.auction()) open the store on the first notice.
+    if (this.opening === null && !this.closing) this.open().catch(() => { this.storeErrors++; });
     if (this.closing || this.buffer.length >= this.cfg.maxPending || httpUrl(n.url) === null) {
       c.dropped++;
       return false;

@@ -41,7 +41,7 @@ function exited(child: ChildProcess): Promise<void> {
 }
 
 describe('relent exchange --workers 2', () => {
-  it('serves from two processes on one port, adds their statistics up, and stops cleanly on SIGTERM', async () => {
+  it('serves from two processes on one port, replaces a worker that dies, adds their statistics up, and stops cleanly on SIGTERM', async () => {
     if (!existsSync(DIST)) throw new Error('dist/ is missing: run `npm run build` first (CI builds before testing)');
     const partner = await startPartner((_req, res, _n, s: PartnerSeen) => {
       answer(res, 200, JSON.stringify({ id: s.body?.id, seatbid: [{ seat: 's', bid: [{ id: 'b', impid: '1', price: 1, adm: '<ad/>' }] }] }));
@@ -60,12 +60,26 @@ describe('relent exchange --workers 2', () => {
         const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', connection: 'close' }, body: JSON.stringify({ id: `w-${i}`, imp: [{ id: '1' }], tmax: 300 }) });
         await r.arrayBuffer();
       }
+      // Stats are reported every second: let the last report of both workers arrive.
+      await sleep(1_500);
+      // A worker that dies is replaced; the port keeps serving meanwhile.
+      const { execFileSync } = await import('node:child_process');
+      const workers = execFileSync('ps', ['-o', 'pid=', '--ppid', String(ex.child.pid)]).toString().trim().split(/\s+/).map(Number);
+      expect(workers).toHaveLength(2);
+      process.kill(workers[0]!, 'SIGKILL');
+      for (let i = 0; i < 500 && !/exited \(SIGKILL\); starting another/.test(ex.log()); i++) await sleep(10);
+      for (let i = 0; i < 10; i++) {
+        const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', connection: 'close' }, body: JSON.stringify({ id: `after-${i}`, imp: [{ id: '1' }], tmax: 300 }) });
+        expect(r.status).toBe(200);
+        await r.arrayBuffer();
+      }
+      await sleep(1_500);
       ex.child.kill('SIGTERM');
       const code = await new Promise<number | null>((resolve) => ex.child.once('exit', (c) => resolve(c)));
       expect(code).toBe(0);
-      expect(ex.log()).toMatch(/stopped\. auctions 20 /);
-      expect(ex.log()).toMatch(/^dsp\s+20\s/m);
-      expect(partner.seen).toHaveLength(20);
+      expect(ex.log()).toMatch(/stopped\. auctions 30 /);
+      expect(ex.log()).toMatch(/^dsp\s+30\s/m);
+      expect(partner.seen).toHaveLength(30);
     } finally {
       await partner.close();
     }

@@ -220,6 +220,20 @@ describe('durable notices: keys, events and shutdown', () => {
     expect([...r.unique.keys()].sort()).toEqual(Array.from({ length: 5 }, (_, i) => `/bill:rs-${i}:1`));
   });
 
+  it('auctions run in process (auction(), no listen) open the store on their first notice', async () => {
+    const r = await receiver();
+    open.push(r);
+    const p = await startPartner(bidding(r.base));
+    open.push(p);
+    const { createExchange } = await import('../../src/rtb/exchange.js');
+    const ex = createExchange(exchangeConfig([partnerConfig('dsp', p.url)], { warmup: false, notices: { win: 'source', billing: 'on-win', store: `sqlite:${join(dir, 'inproc.db')}`, worker: { pollMs: 50 } } }));
+    open.push({ close: () => ex.close() });
+    expect((await ex.auction(bidRequest({ id: 'inproc-1' }))).status).toBe(200);
+    for (let i = 0; i < 300 && r.unique.size < 1; i++) await sleep(10);
+    expect([...r.unique.keys()]).toEqual(['/bill:inproc-1:1']);
+    expect(ex.stats().notices.billing).toMatchObject({ sent: 1, stored: 1, delivered: 1 });
+  });
+
   it('a store that cannot be opened keeps the exchange from serving, with the reason', async () => {
     const ex = (await import('../../src/rtb/exchange.js')).createExchange(exchangeConfig([partnerConfig('dsp', 'http://127.0.0.1:9/bid')], {
       notices: { store: `sqlite:${join(dir, 'no-such-dir', 'x', 'n.db')}` },
