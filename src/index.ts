@@ -41,7 +41,7 @@ export type { PresetDefinition } from './presets/index.js';
 // The executor and its drivers.
 export { run, execute, newOperationId } from './run/run.js';
 export type { RunOptions, RunResult, AttemptContext, Classified, RelentEvent } from './run/run.js';
-export type { Instrumentation, OperationInfo, OperationScope, AttemptScope } from './run/run.js';
+export type { Instrumentation, OperationInfo, OperationScope, AttemptScope, WorkInfo, WorkScope, DriverName, InstrumentationAttributes } from './run/run.js';
 export { createBulkhead, BULKHEAD_DEFAULTS } from './run/bulkhead.js';
 export type { Bulkhead, BulkheadOptions, ResolvedBulkheadOptions } from './run/bulkhead.js';
 export { systemClock, systemRandom } from './run/clock.js';

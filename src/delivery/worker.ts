@@ -6,16 +6,17 @@ import {
   afterRetry, attemptBudgetMs, beginAttempt, decide, isIdempotent, preflight, startOperation, type OperationState,
 } from '../core/decide.js';
 import { errorClassOfCode } from '../core/error-codes.js';
-import type { Clock, Decision, DecisionResult, DecisionWhy, ErrorClass, Observation, Random } from '../core/types.js';
+import type { Clock, Decision, DecisionResult, DecisionWhy, ErrorClass, Observation, Random, TerminalReason } from '../core/types.js';
 import { classifyWireError } from '../http/classify.js';
 import { formatIdempotencyKey } from '../http/idempotency.js';
 import { systemClock, systemRandom } from '../run/clock.js';
+import type { Instrumentation, OperationScope } from '../run/run.js';
 import { encodeBatch } from './batching.js';
 import { resolveDestinations, resolveWorkerSettings, type DestinationOptions, type ResolvedDestination, type WorkerSettings } from './config.js';
 import { DeliveryError } from './errors.js';
 import { AimdLimiter, SlidingWindowLimiter } from './limits.js';
 import { PURGE_CHUNK } from './store-common.js';
-import { createHttpTransport, type Transport, type TransportResult } from './transport.js';
+import { createHttpTransport, type DeliveryRequest, type Transport, type TransportResult } from './transport.js';
 import type { AttemptRecord, ClaimedBatch, DeliveryStore, Outcome } from './types.js';
 
 /** Fields every delivery event carries. */
@@ -104,6 +105,12 @@ export interface WorkerOptions extends WorkerSettings {
   readonly budget?: 'none' | 'policy';
   /** Share each destination's budget with every worker that delivers to it (relent/fleet; the destination's name is the dependency). */
   readonly fleet?: Fleet | null;
+  /**
+   * Spans and metrics (relent/otel): a span per batch delivery (`relent delivery batch`,
+   * `relent.driver: "delivery"`, with the destination, batch id, items and round) and
+   * under it the HTTP attempt's span, with the transport running in its context.
+   */
+  readonly instrumentation?: Instrumentation | null;
 }
 
 export interface DeliveryWorker {
@@ -212,6 +219,7 @@ class Worker implements DeliveryWorker {
   private readonly dests = new Map<string, Dest>();
   private readonly held = new Map<number, Held>();
   private readonly onEvent: ((e: DeliveryEvent) => void) | null;
+  private readonly instrumentation: Instrumentation | null;
   /** Outcomes waiting to be written; one write (one transaction) takes all that have gathered: group commit. */
   private outcomes: Outcome[] = [];
   private flushing: Promise<void> | null = null;
@@ -241,6 +249,7 @@ class Worker implements DeliveryWorker {
     this.ownTransport = o.transport === undefined;
     this.transport = o.transport ?? createHttpTransport();
     this.onEvent = o.onEvent ?? null;
+    this.instrumentation = o.instrumentation ?? null;
     this.settings = resolveWorkerSettings({
       ...(o.leaseMs !== undefined ? { leaseMs: o.leaseMs } : {}),
       ...(o.pollMs !== undefined ? { pollMs: o.pollMs } : {}),
@@ -618,12 +627,28 @@ class Worker implements DeliveryWorker {
     h.started = true;
     dest.inflight++;
     const ref: BatchRef = { destination: d.name, batchId: b.id, key: b.key, items: b.items.length };
+    // Tracing: this delivery of the batch is one operation span (ended once, whatever happens).
+    let scope: OperationScope | null = null;
+    let attempts = 0;
+    const endScope = (reason: TerminalReason, status: number | null, errorClass: ErrorClass | null): void => {
+      if (scope === null) return;
+      scope.end({ type: 'result', operationId: b.key, status, errorClass, reason, attempts, ts: Math.round(this.clock.wallNow()) });
+      scope = null;
+    };
     try {
       const startWall = this.clock.wallNow();
       let state = this.operationOf(d, b, startWall);
+      attempts = state.attempt;
+      if (this.instrumentation !== null) {
+        scope = this.instrumentation.operation({
+          operationId: b.key, method: d.method, endpoint: endpointOf(d.url), driver: 'delivery',
+          attributes: { 'relent.delivery.destination': d.name, 'relent.delivery.batch_id': b.id, 'relent.delivery.items': b.items.length, 'relent.delivery.round': b.round },
+        });
+      }
       const base = { id: b.id, token: b.token, opStartedAt: state.startedAt, opDeadlineAt: state.deadlineAt };
       const refused = preflight(state, startWall);
       if (refused) {
+        endScope(refused.decision as TerminalReason, null, null);
         // The operation's deadline passed while the batch waited: no call; kept as dropped.
         this.settle(h, {
           ...base, state: 'dropped', notBefore: b.notBefore, attempt: state.attempt, prevDelayMs: state.prevDelayMs, opThrottled: state.throttled ?? 0,
@@ -633,6 +658,7 @@ class Worker implements DeliveryWorker {
         return;
       }
       state = beginAttempt(state);
+      attempts = state.attempt;
       const remainingMs = Math.max(0, state.deadlineAt - startWall);
       const timeoutMs = Math.max(1, attemptBudgetMs(d.policy, state, startWall));
       const { body, contentType } = encodeBatch(d.format, b.key, b.items);
@@ -643,17 +669,27 @@ class Worker implements DeliveryWorker {
       const t0 = this.clock.now();
       this.watch(h, t0 + timeoutMs);
       let result: TransportResult;
+      const aScope = scope === null ? null : (scope as OperationScope).attempt(state.attempt, { requestId, remainingMs, timeoutMs });
       try {
-        result = await this.transport({
+        const req: DeliveryRequest = {
           destination: d, url: d.url, method: d.method, headers, body, batchKey: b.key, attempt: state.attempt, items: b.items,
           signal: h.abort.signal, timeoutMs,
-        });
+        };
+        result = await (aScope !== null ? aScope.run(this.transport, req) : this.transport(req));
       } catch (e) {
         result = h.timedOut ? { errorClass: 'timeout', sent: 'unknown' } : classifyThrown(e);
       } finally {
         this.deadlines.delete(h);
       }
-      if (h.abandoned || !this.held.has(b.id)) return; // stopped meanwhile, or the lease was lost
+      if (h.abandoned || !this.held.has(b.id)) {
+        // Stopped meanwhile, or the lease was lost: nothing is recorded; the span says so.
+        aScope?.end({
+          type: 'attempt', operationId, requestId, attempt: state.attempt, method: d.method, endpoint: endpointOf(d.url), status: null, errorClass: 'aborted',
+          elapsedMs: Math.max(0, Math.round(this.clock.now() - t0)), remainingMs, decision: 'cancelled', delayMs: null, retryAfterMs: null, retryAfterValid: null,
+          ts: Math.round(this.clock.wallNow()),
+        });
+        return;
+      }
       const elapsedMs = Math.max(0, Math.round(this.clock.now() - t0));
       if (h.timedOut && !('status' in result)) result = { errorClass: 'timeout', sent: 'unknown' };
       const obs: Observation = 'status' in result
@@ -664,11 +700,15 @@ class Worker implements DeliveryWorker {
       this.c.attempts++;
       const status = obs.status ?? null;
       const errorClass = obs.errorClass ?? null;
-      this.emit({
-        type: 'attempt', ...ref, operationId, requestId, round: b.round, attempt: state.attempt, method: d.method, endpoint: endpointOf(d.url),
+      const ev = {
+        type: 'attempt' as const, ...ref, operationId, requestId, round: b.round, attempt: state.attempt, method: d.method, endpoint: endpointOf(d.url),
         status, errorClass, elapsedMs, remainingMs, decision: res.decision, why: res.why, delayMs: res.delayMs,
         retryAfterMs: res.retryAfterMs, retryAfterValid: res.retryAfterValid, ts: Math.round(now),
-      });
+      };
+      aScope?.end(ev);
+      // A retry the queue stores is, for this process, a deferral.
+      endScope(res.decision === 'retry' ? 'defer' : res.decision as TerminalReason, status, errorClass);
+      this.emit(ev);
       this.shed(dest, status, res, generation, now);
       const whole = (v: number | null): number | null => (v === null ? null : Math.round(v));
       const record: AttemptRecord = {
@@ -703,6 +743,7 @@ class Worker implements DeliveryWorker {
       // Not expected (encoding, a throwing onEvent): the claim is left to expire, so the batch comes back.
       this.storeError(`delivering batch ${b.id}`, e);
     } finally {
+      endScope('cancelled', null, null); // stopped meanwhile, the lease lost, or an unexpected error
       dest.inflight--;
       dest.done++;
       this.notifyIdle();

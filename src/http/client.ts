@@ -9,7 +9,8 @@ import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import type { Bulkhead } from '../run/bulkhead.js';
 import { systemClock } from '../run/clock.js';
-import { execute, newOperationId, type AttemptContext, type Classified, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
+import { forDriver } from '../run/instrument.js';
+import { execute, newOperationId, type AttemptContext, type Classified, type Instrumentation, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
 import { AttemptHandler, headerPairs } from './attempt.js';
 import { prepareBody, type PreparedBody } from './body.js';
 import { checkRouteTemplate, normalizeEndpoint, originKey } from './endpoint.js';
@@ -111,6 +112,8 @@ export interface ClientOptions extends ProtectionOptions {
   readonly random?: Random | null;
   /** The deadline covers reading the body too (default true; see RelentRequestInit.bodyDeadline). */
   readonly bodyDeadline?: boolean;
+  /** Spans and metrics (relent/otel's createOtelInstrumentation()); every operation is marked `relent.driver: "client.fetch"`. */
+  readonly instrumentation?: Instrumentation | null;
 }
 
 /** The client defaults, written once. */
@@ -128,6 +131,7 @@ export const CLIENT_DEFAULTS = Object.freeze({
   clock: null,
   random: null,
   bodyDeadline: true,
+  instrumentation: null,
 });
 
 export interface RelentClient {
@@ -301,6 +305,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
   const clock = options.clock ?? undefined;
   const random = options.random ?? undefined;
   const timers: Clock = clock ?? systemClock;
+  const instrumentation = forDriver(options.instrumentation, 'client.fetch');
   const bodyDeadlineDefault = options.bodyDeadline ?? CLIENT_DEFAULTS.bodyDeadline;
   if (typeof bodyDeadlineDefault !== 'boolean') throw invalid('bodyDeadline', 'Expected `bodyDeadline` to be a boolean');
   const deps = new Dependencies(options);
@@ -353,6 +358,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       signal: req.signal,
       clock,
       random,
+      instrumentation,
     };
     if (req.signal !== undefined) call.listen(req.signal);
     let result: RunResult<AttemptHandler | Response>;

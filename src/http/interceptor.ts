@@ -4,7 +4,8 @@ import { PROPAGATION_DEFAULTS, resolvePropagation, type PropagationSpec } from '
 import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import { systemClock } from '../run/clock.js';
-import { execute, type AttemptContext, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
+import { forDriver } from '../run/instrument.js';
+import { execute, type AttemptContext, type Instrumentation, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
 import type { AttemptHandler } from './attempt.js';
 import { beforeQuery, normalizeUrlEndpoint } from '../core/endpoint.js';
 import { checkRouteTemplate } from './endpoint.js';
@@ -40,10 +41,12 @@ export interface InterceptorOptions extends ProtectionOptions {
    * it passes is aborted and the handler gets ERR_DEADLINE_EXCEEDED. false for long downloads.
    */
   readonly bodyDeadline?: boolean;
+  /** Spans and metrics (relent/otel's createOtelInstrumentation()); every operation is marked `relent.driver: "interceptor"`. */
+  readonly instrumentation?: Instrumentation | null;
 }
 
 export const INTERCEPTOR_DEFAULTS = Object.freeze({
-  policy: null, onEvent: null, key: null, autoIdempotencyKey: false, routeTemplate: null, propagate: PROPAGATION_DEFAULTS, clock: null, random: null, bodyDeadline: true,
+  policy: null, onEvent: null, key: null, autoIdempotencyKey: false, routeTemplate: null, propagate: PROPAGATION_DEFAULTS, clock: null, random: null, bodyDeadline: true, instrumentation: null,
   ...PROTECTION_DEFAULTS,
 });
 
@@ -208,6 +211,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
   const clock = options.clock ?? undefined;
   const random = options.random ?? undefined;
   const timers: Clock = clock ?? systemClock;
+  const instrumentation = forDriver(options.instrumentation, 'interceptor');
   const bodyDeadlineDefault = options.bodyDeadline ?? INTERCEPTOR_DEFAULTS.bodyDeadline;
   if (typeof bodyDeadlineDefault !== 'boolean') throw invalid('bodyDeadline', 'Expected `bodyDeadline` to be a boolean');
   const policyCache = new WeakMap<object, Policy>();
@@ -256,7 +260,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       const lim = per === NO_OPTIONS && !stream ? null : callLimits(callPolicy(basePolicy, per.policy, policyCache), { deadlineMs: per.deadlineMs, attemptTimeoutMs: per.attemptTimeoutMs, stream });
       const policy = lim === null ? basePolicy : lim.policy;
       const path = opts.path;
-      // The endpoint is built only when someone listens (events); errors build it when they happen.
+      // The endpoint is built only when someone listens (events, tracing); errors build it when they happen.
       const endpointOf = (): string => {
         const p = beforeQuery(path);
         let template = per.routeTemplate;
@@ -264,7 +268,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         return normalizedOrigin(origin) + (template === undefined ? p : checkRouteTemplate(template));
       };
       const listened = onInterceptorEvent !== null || per.onEvent !== undefined;
-      const endpoint = listened ? endpointOf() : undefined;
+      const endpoint = listened || instrumentation !== null ? endpointOf() : undefined;
       const dep = deps.get(keyOf !== null ? keyOf(origin, path) : origin, policy);
       const call = new Call();
       this.call = call;
@@ -306,6 +310,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         attemptTimeoutMs: lim?.attemptTimeoutMs,
         clock,
         random,
+        instrumentation,
       };
       const streamLimited = lim !== null && lim.streamLimited;
       const bodyDeadline = per.bodyDeadline ?? bodyDeadlineDefault;

@@ -7,7 +7,8 @@ import { RelentError } from '../core/errors.js';
 import type { Fleet } from '../core/fleet.js';
 import type { Clock, Random } from '../core/types.js';
 import { systemClock, systemRandom } from '../run/clock.js';
-import { execute, type RelentEvent, type RunResult } from '../run/run.js';
+import { forDriver } from '../run/instrument.js';
+import { execute, type Instrumentation, type RelentEvent, type RunResult, type WorkScope } from '../run/run.js';
 import type { PartnerAnswer } from './answer.js';
 import { resolveExchangeConfig, type ExchangeConfig, type ResolvedExchangeConfig, type ResolvedPartner } from './config.js';
 import { substituteMacros, type MacroValues } from './macros.js';
@@ -137,6 +138,12 @@ export interface ExchangeOptions {
    * Default: per process. Connection caps stay per process (⌈maxConcurrency / processes⌉).
    */
   readonly fleet?: Fleet | null;
+  /**
+   * Spans and metrics (relent/otel): a span per auction (`relent auction`) whose children
+   * are its partner calls (`relent.driver: "exchange.partner"`, `relent.partner`), each
+   * with its attempt spans; notices are operations of their own (`exchange.notice`).
+   */
+  readonly instrumentation?: Instrumentation | null;
 }
 
 /** What `ready()` did before the exchange served. */
@@ -322,6 +329,9 @@ class ExchangeImpl implements Exchange {
   readonly random: Random;
   readonly partners: Partner[];
   readonly onEvent: ((e: RelentEvent) => void) | undefined;
+  /** The tracing hooks, and each partner's (its calls marked with the partner's name). */
+  readonly instrumentation: Instrumentation | null;
+  readonly partnerInstrumentation: readonly (Instrumentation | null)[];
   private readonly onAuction: ((s: AuctionSummary) => void) | null;
   private readonly notices: NoticeOutlet;
   private readonly ownNotices: boolean;
@@ -385,6 +395,8 @@ class ExchangeImpl implements Exchange {
         }
       },
     }));
+    this.instrumentation = o.instrumentation ?? null;
+    this.partnerInstrumentation = config.partners.map((p) => forDriver(this.instrumentation, 'exchange.partner', { 'relent.partner': p.name }));
     this.ownNotices = !o.noticeOutlet;
     this.notices = o.noticeOutlet ?? new NoticeHub(config.notices, {
       clock: this.clock,
@@ -393,6 +405,7 @@ class ExchangeImpl implements Exchange {
       onDeliveryEvent: o.onDeliveryEvent ?? null,
       dispatcher: o.noticeDispatcher ?? null,
       partners: config.partners.map((p) => ({ name: p.name, url: p.url })),
+      instrumentation: this.instrumentation,
     });
     this.disabledSources = new Set(config.disabledSources);
   }
@@ -992,6 +1005,11 @@ function partnerStats(p: Partner, wall: number): PartnerStats {
   };
 }
 
+/** Starts every partner call of an auction (a plain function: it runs inside the auction's span). */
+function callAll(a: Auction): void {
+  for (const p of a.exchange.partners) a.call(p);
+}
+
 /** One auction's fan-out: starts the partner calls, collects what arrives by the deadline, answers. */
 class Auction implements CallOwner {
   readonly id: string;
@@ -1005,6 +1023,7 @@ class Auction implements CallOwner {
   private closed = false;
   private cancelTimer: (() => void) | null = null;
   private resolve: ((f: Finished) => void) | null = null;
+  private work: WorkScope | null = null;
 
   constructor(
     private readonly ex: ExchangeImpl,
@@ -1029,10 +1048,23 @@ class Auction implements CallOwner {
     return `{"tmax":${tmaxMs},${this.base.slice(1)}`;
   }
 
+  get exchange(): ExchangeImpl {
+    return this.ex;
+  }
+
   start(): Promise<Finished> {
+    const inst = this.ex.instrumentation;
+    if (inst !== null && inst.work !== undefined) {
+      this.work = inst.work({
+        name: 'auction',
+        attributes: { 'relent.auction.id': this.id, 'relent.auction.imps': this.request.imp.length, 'relent.auction.tmax_ms': this.tmaxMs, 'relent.auction.window_ms': Math.round(this.windowMs) },
+      });
+    }
     return new Promise<Finished>((resolve) => {
       this.resolve = resolve;
-      for (const p of this.ex.partners) this.call(p);
+      // The partner calls start inside the auction's span: they are its children.
+      if (this.work !== null) this.work.run(callAll, this);
+      else callAll(this);
       if (this.pending === 0) this.finish();
       else if (!this.closed) this.cancelTimer = this.clock.setTimer(this.onDeadline, this.deadlineAt - this.clock.now());
     });
@@ -1048,7 +1080,8 @@ class Auction implements CallOwner {
     this.results[p.index] = result(p.name, `skipped_${why}`, null, 0, null);
   }
 
-  private call(p: Partner): void {
+  /** Asks one partner (or skips it). */
+  call(p: Partner): void {
     const now = this.clock.now();
     if (!p.enabled) return this.skip(p, 'disabled');
     const left = this.deadlineAt - now;
@@ -1075,6 +1108,7 @@ class Auction implements CallOwner {
         clock: this.clock,
         random: this.ex.random,
         onEvent: this.ex.onEvent,
+        instrumentation: this.ex.partnerInstrumentation[p.index] ?? null,
       });
     } catch (e) {
       run = Promise.reject(e);
@@ -1201,6 +1235,17 @@ class Auction implements CallOwner {
       results: this.results as PartnerResult[],
     };
     const outcome: AuctionOutcome = { status, body, reason: summary.reason, summary };
+    if (this.work !== null) {
+      this.work.end({
+        error: null,
+        attributes: {
+          'relent.auction.status': status, 'relent.auction.reason': summary.reason, 'relent.auction.partners.asked': asked, 'relent.auction.partners.bid': bid,
+          'relent.auction.partners.no_bid': noBid, 'relent.auction.partners.error': error, 'relent.auction.partners.timeout': timeout,
+          'relent.auction.partners.skipped': skipped, 'relent.auction.bids.won': sel.winners.length,
+        },
+      });
+      this.work = null;
+    }
     const resolve = this.resolve!;
     this.resolve = null;
     resolve({ outcome, fire });

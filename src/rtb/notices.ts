@@ -6,7 +6,8 @@ import type { Clock, Random } from '../core/types.js';
 import type { DeliveryEvent, DeliveryQueue, DeliveryRequest, DeliveryWorker, NewItem, TransportResult } from '../delivery/index.js';
 import { normalizeEndpoint } from '../http/endpoint.js';
 import { presetPolicy, withOverrides } from '../presets/index.js';
-import { execute, type AttemptContext, type RelentEvent } from '../run/run.js';
+import { forDriver } from '../run/instrument.js';
+import { execute, type AttemptContext, type Instrumentation, type RelentEvent } from '../run/run.js';
 import type { ResolvedNotices } from './config.js';
 import { substituteMacros, type MacroValues } from './macros.js';
 import { TtlMap } from './ttl-map.js';
@@ -143,6 +144,8 @@ export interface NoticeHubOptions {
   readonly dispatcher?: Dispatcher | null;
   /** The partners (name and bid URL): one queue destination per partner and kind. */
   readonly partners: readonly { readonly name: string; readonly url: URL }[];
+  /** Spans and metrics of notice calls (`relent.driver`: exchange.notice, or delivery through the durable queue). */
+  readonly instrumentation?: Instrumentation | null;
 }
 
 /**
@@ -161,7 +164,10 @@ export class NoticeHub implements NoticeOutlet {
     this.store = cfg.store;
     const policies = noticePolicies(cfg);
     if (cfg.store === 'memory') {
-      this.memory = new NoticeSender({ maxPending: cfg.maxPending, policies, clock: o.clock, random: o.random, onEvent: o.onEvent, dispatcher: o.dispatcher ?? null });
+      this.memory = new NoticeSender({
+        maxPending: cfg.maxPending, policies, clock: o.clock, random: o.random, onEvent: o.onEvent, dispatcher: o.dispatcher ?? null,
+        instrumentation: forDriver(o.instrumentation, 'exchange.notice'),
+      });
       this.durable = null;
     } else {
       this.memory = null;
@@ -251,6 +257,7 @@ export class NoticeSender {
     readonly random: Random;
     readonly onEvent: ((e: RelentEvent) => void) | undefined;
     readonly dispatcher?: Dispatcher | null;
+    readonly instrumentation?: Instrumentation | null;
   }) {
     this.own = !o.dispatcher;
     this.dispatcher = o.dispatcher ?? new Agent({ connections: 32, keepAliveTimeout: 10_000 });
@@ -295,6 +302,7 @@ export class NoticeSender {
       clock: this.o.clock,
       random: this.o.random,
       onEvent: this.o.onEvent,
+      instrumentation: this.o.instrumentation ?? null,
     }).then((r) => {
       if (r.reason === 'return') c.delivered++;
       else if (r.reason === 'cancelled') c.abandoned++;
@@ -432,6 +440,7 @@ export class DurableNotices {
       clock: this.o.clock,
       random: this.o.random,
       transport,
+      instrumentation: this.o.instrumentation ?? null,
       onEvent: (e) => {
         this.count(e);
         if (user !== null) {

@@ -48,17 +48,48 @@ export type RelentEvent = AttemptEvent | ResultEvent;
 export interface Instrumentation {
   /** At the operation's start (before the breaker, the bulkhead or the first call). */
   operation(info: OperationInfo): OperationScope;
+  /**
+   * Optional: a unit of work that holds operations (an auction and its partner calls).
+   * Operations started inside `scope.run(...)` are its children.
+   */
+  work?(info: WorkInfo): WorkScope;
 }
+
+/** The drivers that run operations (see `forDriver` in run/instrument.ts). */
+export type DriverName = 'client.fetch' | 'interceptor' | 'exchange.partner' | 'exchange.notice' | 'delivery';
+
+/** Span attributes a driver adds: closed names, no secrets (ids are fine on spans, never on metrics). */
+export type InstrumentationAttributes = Readonly<Record<string, string | number | boolean>>;
 
 export interface OperationInfo {
   readonly operationId: string;
   readonly method: string | null;
   readonly endpoint: string | null;
+  /** The driver running the operation; absent for a plain run()/execute(). */
+  readonly driver?: DriverName;
+  /** The driver's own span attributes (a partner's name, a delivery batch's id and size). */
+  readonly attributes?: InstrumentationAttributes;
+}
+
+export interface WorkInfo {
+  /** What the work is: `auction`. */
+  readonly name: string;
+  readonly attributes?: InstrumentationAttributes;
+}
+
+export interface WorkScope {
+  /** Runs `fn(arg)` in the work's context: operations it starts are the work's children. */
+  run<A, R>(fn: (arg: A) => R, arg: A): R;
+  /** Once, when the work is done: `error` names what failed (null: it succeeded). */
+  end(outcome: { readonly error: string | null; readonly attributes?: InstrumentationAttributes }): void;
 }
 
 export interface OperationScope {
-  /** Just before call number `attempt` is made (after the breaker and the bulkhead let it through). */
-  attempt(attempt: number): AttemptScope;
+  /**
+   * Just before call number `attempt` is made (after the breaker and the bulkhead let it
+   * through); `ctx` is the call's context (its requestId, remainingMs, timeoutMs).
+   */
+  attempt(attempt: number, ctx: Pick<AttemptContext, 'requestId' | 'remainingMs' | 'timeoutMs'>): AttemptScope;
   /** Runs the state check (R6) in the operation's context. */
   run<A, R>(fn: (arg: A) => R, arg: A): R;
   /** Once, when the operation ends, with its result event. */
@@ -428,7 +459,7 @@ class Runner<T> {
     this.checking = check !== undefined;
     this.attemptStart = now;
     this.phase = Phase.Calling;
-    const aScope = !check && this.scope !== null ? this.scope.attempt(state.attempt) : null;
+    const aScope = !check && this.scope !== null ? this.scope.attempt(state.attempt, ctx) : null;
     this.aScope = aScope;
     const fn = check ?? this.fn;
     let p: Promise<T>;

@@ -6,22 +6,30 @@ import {
 } from '@opentelemetry/api';
 import type { BreakerStateChange } from '../core/breaker.js';
 import type { AttemptEvent, ResultEvent } from '../core/types.js';
-import type { AttemptScope, Instrumentation, OperationInfo, OperationScope } from '../run/run.js';
+import type {
+  AttemptContext, AttemptScope, DriverName, Instrumentation, InstrumentationAttributes, OperationInfo, OperationScope, WorkInfo, WorkScope,
+} from '../run/run.js';
 import { unbrace } from '../core/endpoint.js';
 import { safeEndpoint } from './endpoint.js';
 
 /**
- * Pass the result as `instrumentation` to run()/execute() (or to the HTTP client):
+ * Pass the result as `instrumentation` to run()/execute(), createClient(),
+ * relentInterceptor(), createExchange() or a delivery worker:
  *
- * - a span per operation (`relent GET`, INTERNAL) and, under it, a span per call
+ * - a span per operation (`relent GET`, INTERNAL; `relent.driver` says which driver ran
+ *   it: client.fetch, interceptor, exchange.partner, exchange.notice, delivery — a
+ *   delivery batch's is named `relent delivery batch`) and, under it, a span per call
  *   (`GET`, or `GET /users/{id}` with a route template; CLIENT) that follows the HTTP
  *   client semantic conventions: `http.request.method`, `server.address`, `server.port`,
  *   `url.full` (normalised: no query, userinfo or fragment), `http.response.status_code`,
- *   `error.type`, and `http.request.resend_count` on resends. The call runs with its
- *   attempt span active, so instrumented clients and `propagation.inject` see it.
+ *   `error.type`, and `http.request.resend_count` on resends; plus `relent.attempt`,
+ *   `relent.request_id`, `relent.remaining_ms` (the operation's time left when the call
+ *   started) and `relent.timeout_ms`. The call runs with its attempt span active, so
+ *   instrumented clients and `propagation.inject` see it.
+ * - a span per auction (`relent auction`) whose children are its partner calls.
  * - metrics (see OTEL_METRICS) whose attributes hold no ids (R14): never operationId,
- *   requestId or url.full; only method, server address/port, status, error type and
- *   relent's closed vocabularies.
+ *   requestId, batch or auction ids or url.full; only method, server address/port,
+ *   status, error type, the driver and relent's closed vocabularies.
  *
  * Span times come from OpenTelemetry's own clock (the hooks are called when things
  * happen), not from the executor's clock.
@@ -117,6 +125,7 @@ const freeze = <T extends object>(o: T): Readonly<T> => Object.freeze(o);
  */
 class Profile {
   readonly method: string | null;
+  readonly driver: DriverName | null;
   readonly opName: string;
   readonly attemptName: string;
   readonly attemptKind: SpanKind;
@@ -125,19 +134,21 @@ class Profile {
   private readonly metricBase: Attributes;
   private readonly cache = new Map<string, Attributes>();
 
-  constructor(method: string | null, endpoint: string | null) {
+  constructor(method: string | null, endpoint: string | null, driver: DriverName | null) {
     const t = parseTarget(endpoint);
+    this.driver = driver;
     const upper = method === null ? null : method.toUpperCase();
     const known = upper !== null && KNOWN_METHODS.has(upper);
     this.method = upper;
     const tpl = t.template !== null ? ` ${t.template}` : '';
-    this.opName = `relent ${upper ?? 'operation'}${tpl}`;
+    this.opName = driver === 'delivery' ? 'relent delivery batch' : `relent ${upper ?? 'operation'}${tpl}`;
     this.attemptName = upper !== null ? `${upper}${tpl}` : 'relent attempt';
     this.attemptKind = upper !== null ? SpanKind.CLIENT : SpanKind.INTERNAL;
     const base: Attributes = {};
     if (upper !== null) base['http.request.method'] = known ? upper : '_OTHER';
     if (t.address !== null) base['server.address'] = t.address;
     if (t.port !== null) base['server.port'] = t.port;
+    if (driver !== null) base['relent.driver'] = driver;
     this.metricBase = freeze(base);
     const start: Attributes = { ...base };
     if (upper !== null && !known) start['http.request.method_original'] = method!;
@@ -196,11 +207,11 @@ class Profile {
 
 const profiles = new Map<string, Profile>();
 
-function profileOf(method: string | null, endpoint: string | null): Profile {
-  const key = `${method ?? ''} ${endpoint ?? ''}`;
+function profileOf(method: string | null, endpoint: string | null, driver: DriverName | null): Profile {
+  const key = `${driver ?? ''} ${method ?? ''} ${endpoint ?? ''}`;
   let p = profiles.get(key);
   if (p === undefined) {
-    p = new Profile(method, endpoint);
+    p = new Profile(method, endpoint, driver);
     if (profiles.size >= 1024) profiles.clear();
     profiles.set(key, p);
   }
@@ -239,6 +250,7 @@ export function createOtelInstrumentation(options: OtelOptions = {}): OtelInstru
 
   return {
     operation: (info) => new OtelOperation(info, tracer, inst),
+    work: (info) => (tracer === null ? NO_WORK : new OtelWork(info, tracer)),
     onBreakerStateChange(change) {
       if (inst === null) return;
       const a: Attributes = { 'relent.breaker.from': change.from, 'relent.breaker.to': change.to, 'relent.breaker.reason': change.reason };
@@ -258,11 +270,12 @@ class OtelOperation implements OperationScope {
   constructor(info: OperationInfo, tracer: Tracer | null, inst: Instruments | null) {
     this.tracer = tracer;
     this.inst = inst;
-    const p = (this.profile = profileOf(info.method, info.endpoint));
+    const p = (this.profile = profileOf(info.method, info.endpoint, info.driver ?? null));
     const parent = context.active();
     if (tracer !== null) {
       const span = tracer.startSpan(p.opName, { kind: SpanKind.INTERNAL, attributes: p.opStart }, parent);
       span.setAttribute('relent.operation.id', info.operationId);
+      if (info.attributes !== undefined) span.setAttributes(info.attributes);
       this.span = span;
       this.ctx = trace.setSpan(parent, span);
     } else {
@@ -271,8 +284,8 @@ class OtelOperation implements OperationScope {
     }
   }
 
-  attempt(attempt: number): AttemptScope {
-    return new OtelAttempt(this, attempt);
+  attempt(attempt: number, ctx?: Pick<AttemptContext, 'requestId' | 'remainingMs' | 'timeoutMs'>): AttemptScope {
+    return new OtelAttempt(this, attempt, ctx);
   }
 
   run<A, R>(fn: (arg: A) => R, arg: A): R {
@@ -309,11 +322,16 @@ class OtelAttempt implements AttemptScope {
   private readonly span: Span | null;
   private readonly ctx: Context;
 
-  constructor(op: OtelOperation, attempt: number) {
+  constructor(op: OtelOperation, attempt: number, ctx: Pick<AttemptContext, 'requestId' | 'remainingMs' | 'timeoutMs'> | undefined) {
     this.op = op;
     if (op.tracer !== null) {
       const p = op.profile;
       this.span = op.tracer.startSpan(p.attemptName, { kind: p.attemptKind, attributes: p.attemptStart(attempt) }, op.ctx);
+      if (ctx !== undefined && this.span.isRecording()) {
+        this.span.setAttribute('relent.request_id', ctx.requestId);
+        this.span.setAttribute('relent.remaining_ms', Math.round(ctx.remainingMs));
+        this.span.setAttribute('relent.timeout_ms', Math.round(ctx.timeoutMs));
+      }
       this.ctx = trace.setSpan(op.ctx, this.span);
     } else {
       this.span = null;
@@ -350,3 +368,37 @@ class OtelAttempt implements AttemptScope {
     }
   }
 }
+
+/** A unit of work (an auction): a span whose context its operations start in. */
+class OtelWork implements WorkScope {
+  private readonly span: Span;
+  private readonly ctx: Context;
+
+  constructor(info: WorkInfo, tracer: Tracer) {
+    const parent = context.active();
+    this.span = tracer.startSpan(`relent ${info.name}`, { kind: SpanKind.INTERNAL, attributes: info.attributes }, parent);
+    this.ctx = trace.setSpan(parent, this.span);
+  }
+
+  run<A, R>(fn: (arg: A) => R, arg: A): R {
+    return context.with(this.ctx, fn, undefined, arg);
+  }
+
+  end(outcome: { readonly error: string | null; readonly attributes?: InstrumentationAttributes }): void {
+    const span = this.span;
+    if (span.isRecording()) {
+      if (outcome.attributes !== undefined) span.setAttributes(outcome.attributes);
+      if (outcome.error !== null) {
+        span.setAttribute('error.type', outcome.error);
+        span.setStatus({ code: SpanStatusCode.ERROR, message: outcome.error });
+      }
+    }
+    span.end();
+  }
+}
+
+/** Tracing off: work runs as is. */
+const NO_WORK: WorkScope = Object.freeze({
+  run: <A, R>(fn: (arg: A) => R, arg: A): R => fn(arg),
+  end: () => {},
+});
