@@ -5,8 +5,11 @@ import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Redis } from 'ioredis';
 import { POLICY_DEFAULTS } from '../src/core/policy.js';
+import { dropPrefix, REDIS_URL, redisEnabled, uniquePrefix } from './fleet/support.js';
 
+const redisOn = await redisEnabled();
 const README = readFileSync(fileURLToPath(new URL('../README.md', import.meta.url)), 'utf8');
 const DIST = pathToFileURL(fileURLToPath(new URL('../dist/index.js', import.meta.url))).href;
 
@@ -42,6 +45,43 @@ describe('README', () => {
     const events = lines.slice(0, -1).map((l) => JSON.parse(l));
     expect(events.map((e) => e.type === 'attempt' ? `${e.status}:${e.decision}` : `result:${e.reason}`)).toEqual(['503:retry', '200:return', 'result:return']);
     expect(hits).toBe(2);
+  });
+
+  it.skipIf(!redisOn)('the fleet example runs as written against a real server and the shared Redis', async () => {
+    const section = README.slice(README.indexOf('## A fleet of processes'));
+    const code = /```js\n([\s\S]*?)```/.exec(section)![1]!;
+    const server = createServer((_req, res) => res.end('ok'));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as { port: number }).port;
+    const prefix = uniquePrefix('readme');
+    const dir = mkdtempSync(join(tmpdir(), 'relent-readme-'));
+    const file = join(dir, 'fleet.mjs');
+    const dist = (entry: string) => pathToFileURL(fileURLToPath(new URL(`../dist/${entry}/index.js`, import.meta.url))).href;
+    writeFileSync(file, code.replace(`from 'relent/http'`, `from '${dist('http')}'`).replace(`from 'relent/fleet'`, `from '${dist('fleet')}'`)
+      .replace('http://127.0.0.1:8080', `http://127.0.0.1:${port}`).replace('redis://127.0.0.1:6379', REDIS_URL).replace(`'relent:prod:'`, `'${prefix}'`));
+    const out = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+      const child = spawn(process.execPath, [file], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (d) => (stdout += d));
+      child.stderr.on('data', (d) => (stderr += d));
+      child.on('close', (c) => resolve({ code: c, stdout, stderr }));
+    });
+    server.close();
+    try {
+      expect(out.stderr).toBe('');
+      expect(out.code).toBe(0);
+      expect(out.stdout.trim()).toBe('200');
+      // It joined the fleet: close() handed in the budget's deposits and the breaker's counts.
+      const r = new Redis(REDIS_URL);
+      try {
+        expect((await r.keys(`${prefix}*`)).sort()).toEqual([`${prefix}{http://127.0.0.1:${port}}:budget`, `${prefix}{http://127.0.0.1:${port}}:window`]);
+      } finally {
+        r.disconnect();
+      }
+    } finally {
+      await dropPrefix(prefix);
+    }
   });
 
   it('the defaults table matches POLICY_DEFAULTS', () => {

@@ -22,10 +22,11 @@ export interface FleetBudgetStats {
  * from an in-process budget of the same spec, which has followed this process's own
  * calls all along (so a fallback behaves as relent does without a fleet).
  *
- * Syncs: at once when the lease runs dry (unless the last visit found the shared bucket
- * short: then at the next tick, so an outage costs one round trip per syncMs); after
- * `syncEvery` observations while the fleet is drawing on the shared bucket; else every
- * syncMs while there is something to hand in.
+ * Syncs: at once when a retry finds the lease dry (unless the last visit found the
+ * shared bucket short: then at the next tick, so an outage costs one round trip per
+ * syncMs); after `syncEvery` observations while the fleet is drawing on the shared
+ * bucket; else every syncMs while there is something to hand in or the lease has room
+ * (a lease emptied by a retry is often refilled by this process's own deposits first).
  */
 export class FleetBudget implements RetryBudget, Member {
   readonly spec: RatioBudgetSpec;
@@ -59,7 +60,7 @@ export class FleetBudget implements RetryBudget, Member {
     const paid = this.lease.tryAcquire(o, now);
     // The in-process budget is charged too, so that a fallback starts from what this process spent.
     if (paid !== false) this.own.tryAcquire(o, now);
-    if (this.lease.held() < 1 && !this.asking && !this.short) {
+    else if (!this.asking && !this.short) {
       this.asking = true;
       this.link.soon();
     }
