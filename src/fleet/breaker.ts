@@ -96,7 +96,7 @@ export class FleetBreaker implements CircuitBreaker, Member {
     }
     if (this.trial === 'none' && now >= this.askAfter) {
       this.trial = 'asking';
-      this.link.soon();
+      this.link.soon(true);
     }
     return false;
   }
@@ -115,7 +115,7 @@ export class FleetBreaker implements CircuitBreaker, Member {
         this.setClosed();
         this.report('closed', now, 'trial_success');
       }
-      this.link.soon();
+      this.link.soon(true);
       return;
     }
     if (this.link.local) {
@@ -324,7 +324,7 @@ export class FleetBreaker implements CircuitBreaker, Member {
       this.openUntil = c.at + this.spec.openMs;
       this.openedAtShared = NaN;
       this.report('open', c.at, c.reason);
-      this.link.soon();
+      this.link.soon(true);
     }
   };
 

@@ -13,8 +13,11 @@ export interface Link {
   readonly channel: string;
   /** This process's id among the fleet (holder of half-open trials). */
   readonly id: string;
-  /** Asks for a sync soon (coalesced; at most one in flight). */
-  soon(): void;
+  /**
+   * Asks for a sync soon (coalesced; one in flight at a time). `urgent` (a breaker's state
+   * change or trial) does not wait behind a sync already in flight.
+   */
+  soon(urgent?: boolean): void;
   /** The wall clock the callers use (ms). */
   wallNow(): number;
   /** A Redis time (ms) on the callers' wall clock. */

@@ -168,10 +168,11 @@ class RedisFleetImpl implements RedisFleet, Link {
   private readonly heard = new Map<string, Announcement>();
   private readonly timer: ReturnType<typeof setInterval>;
   private scriptsLoaded = false;
-  private inFlight = false;
+  private inFlight = 0;
   private again = false;
   private againAll = false;
   private soonArmed = false;
+  private urgentArmed = false;
   private retry: ReturnType<typeof setTimeout> | null = null;
   private closed = false;
   private closing: Promise<void> | null = null;
@@ -344,8 +345,18 @@ class RedisFleetImpl implements RedisFleet, Link {
 
   // --- Link ----------------------------------------------------------------------
 
-  soon(): void {
-    if (this.soonArmed || this.closed) return;
+  soon(urgent = false): void {
+    if (this.closed) return;
+    if (urgent) {
+      if (this.urgentArmed) return;
+      this.urgentArmed = true;
+      setImmediate(() => {
+        this.urgentArmed = false;
+        void this.sync(false, true);
+      });
+      return;
+    }
+    if (this.soonArmed) return;
     this.soonArmed = true;
     setImmediate(() => {
       this.soonArmed = false;
@@ -374,9 +385,10 @@ class RedisFleetImpl implements RedisFleet, Link {
   }
 
   /** One round trip: every member's commands in one pipeline. Never throws. */
-  private async sync(all: boolean): Promise<void> {
+  private async sync(all: boolean, urgent = false): Promise<void> {
     if (this.closed) return;
-    if (this.inFlight) {
+    // One sync at a time (a stalled Redis gets one pipeline, not a pile); an urgent one may pass a sync in flight.
+    if (this.inFlight >= (urgent && !this.local ? 2 : 1)) {
       this.again = true;
       this.againAll ||= all;
       return;
@@ -393,7 +405,7 @@ class RedisFleetImpl implements RedisFleet, Link {
       this.lastError = this.clean(e);
     }
     if (cmds.length === 0 && !all) return;
-    this.inFlight = true;
+    this.inFlight++;
     const pipeline = redis.pipeline();
     const loading = !this.scriptsLoaded;
     if (loading) for (const src of Object.values(SCRIPTS)) pipeline.script('LOAD', src);
@@ -404,14 +416,14 @@ class RedisFleetImpl implements RedisFleet, Link {
     // Joining (scripts to load, a cold connection) may take longer than a steady sync.
     const res = await this.bounded(pipeline, this.local ? Math.max(this.settings.timeoutMs, this.settings.connectTimeoutMs) : this.settings.timeoutMs);
     const rtt = performance.now() - t0;
-    this.inFlight = false;
+    this.inFlight--;
     this.roundTrips++;
     try {
       this.settle(res, cmds, loading, wall0, rtt);
     } catch (e) {
       this.lastError = this.clean(e);
     }
-    if (this.again && !this.closed) {
+    if (this.again && !this.closed && this.inFlight === 0) {
       const again = this.againAll;
       this.again = false;
       this.againAll = false;

@@ -25,6 +25,18 @@ const fleet = cfg.redisUrl
   })
   : null;
 const breakerChanges = [];
+// A measuring instrument: a subscriber of our own on the fleet's channel tells when an
+// announcement could first be read in this process, to compare with when the fleet's
+// breaker acted on it.
+const announcements = [];
+let watch = null;
+if (cfg.redisUrl && cfg.watch) {
+  const { Redis } = await import('ioredis');
+  watch = new Redis(cfg.redisUrl);
+  watch.on('error', () => {});
+  watch.on('message', (_channel, m) => announcements.push({ t: Date.now(), s: JSON.parse(m).s }));
+  await watch.subscribe(`${cfg.prefix}breaker`);
+}
 const client = createClient({
   policy: cfg.policy,
   fleet,
@@ -85,4 +97,5 @@ const stats = fleet ? fleet.stats() : null;
 if (fleet) await fleet.close();
 await client.close();
 commands.close();
-say({ index: cfg.index, sent, statuses, rejections, breakerChanges, fleetEvents, stats, problems });
+watch?.disconnect();
+say({ index: cfg.index, sent, statuses, rejections, breakerChanges, announcements, fleetEvents, stats, problems });
