@@ -1,7 +1,6 @@
-import { parseArgs } from 'node:util';
 import { createBidder, type Bidder, type BidderStats } from '../rtb/bidder.js';
-import { EXIT, type Io } from './args.js';
-import { inConfig, parseFlagsOrUsage, readJsonConfig, SERVER_FLAGS, serverSettings, waitForStop } from './exchange.js';
+import { EXIT, parseFlags, type Io } from './args.js';
+import { inConfig, readJsonConfig, SERVER_FLAGS, serverSettings, waitForStop } from './exchange.js';
 
 export const BIDDER_HELP = `relent bidder --config FILE [options]
 
@@ -30,14 +29,10 @@ export function bidderLine(name: string, s: BidderStats): string {
 }
 
 export async function bidderCommand(argv: string[], io: Io): Promise<number> {
-  const { values } = parseFlagsOrUsage(() => parseArgs({
+  const { values } = parseFlags({
     args: argv,
     options: SERVER_FLAGS,
-  }));
-  if (values.help) {
-    io.out(BIDDER_HELP);
-    return EXIT.ok;
-  }
+  });
   const { config, port, everyMs: every } = serverSettings(values, 'bidder');
   const raw = await readJsonConfig(config);
   const bidder: Bidder = inConfig(config, () => createBidder(raw as never));

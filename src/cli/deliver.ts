@@ -1,12 +1,12 @@
 import { closeSync, openSync, writeSync } from 'node:fs';
-import { parseArgs } from 'node:util';
 import { openDeliveryQueue, prepareItem, type DeliveryQueue } from '../delivery/queue.js';
-import type { DeliveryConfig } from '../delivery/config.js';
+import { resolveWorkerSettings, type DeliveryConfig } from '../delivery/config.js';
 import { DeliveryError } from '../delivery/errors.js';
 import type { DeliveryEvent } from '../delivery/worker.js';
 import type { DestinationStats } from '../delivery/types.js';
 import { systemClock } from '../run/clock.js';
-import { EXIT, parseDuration, type Io } from './args.js';
+import { EXIT, parseDuration, parseFlags, processIo, type Io } from './args.js';
+import { onOutputClosed } from './io.js';
 import { int, readConfig, reportError, storeUrl } from './delivery-common.js';
 
 export const DELIVER_HELP = `relent deliver --config FILE [--store URL] [options]
@@ -39,7 +39,8 @@ stored from a chunk that fails).
   --data JSON      one item: this payload
   --key KEY        its dedupe key (default: a random UUID); a known key is not stored twice
   --file FILE|-    JSON lines, each {"key"?: "...", "payload": ...}
-  --config FILE    check DESTINATION against the config's destinations (and take its store)
+  --config FILE    refuse a DESTINATION the config does not name (and take its store);
+                   without it, a warning says that nothing checked the destination
 `;
 
 function formatStats(stats: readonly DestinationStats[], limits: string): string {
@@ -59,20 +60,30 @@ function formatStats(stats: readonly DestinationStats[], limits: string): string
 }
 
 export async function deliverCommand(argv: string[], io: Io): Promise<number> {
-  const { values } = parseArgs({
+  const { values } = parseFlags({
     args: argv,
     options: {
       config: { type: 'string' }, store: { type: 'string' }, lease: { type: 'string' }, poll: { type: 'string' },
       'exit-when-idle': { type: 'boolean' }, events: { type: 'string' }, progress: { type: 'boolean' }, 'no-progress': { type: 'boolean' },
-      'worker-id': { type: 'string' }, help: { type: 'boolean', short: 'h' },
+      'worker-id': { type: 'string' },
     },
   });
-  if (values.help) {
-    io.out(DELIVER_HELP);
-    return EXIT.ok;
-  }
   if (!values.config) {
     io.err('relent deliver: missing --config FILE (the destinations to deliver to)\n');
+    return EXIT.usage;
+  }
+  // The flags are checked before anything is opened; each error names its flag.
+  const flagged: { leaseMs?: number; pollMs?: number } = {};
+  if (values.lease !== undefined) flagged.leaseMs = parseDuration(values.lease, '--lease');
+  if (values.poll !== undefined) flagged.pollMs = parseDuration(values.poll, '--poll');
+  try {
+    resolveWorkerSettings(flagged, 'worker');
+  } catch (e) {
+    if (!DeliveryError.is(e)) throw e;
+    const flag = e.field === 'worker.pollMs' ? '--poll' : '--lease';
+    const given = flag === '--poll' ? values.poll : values.lease;
+    const range = flag === '--poll' ? 'from 1ms to 1h' : 'from 100ms to 24h';
+    io.err(`relent deliver: ${flag}: expected a duration ${range}, got ${JSON.stringify(given)}\n`);
     return EXIT.usage;
   }
   let config: DeliveryConfig;
@@ -84,10 +95,24 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
     return reportError('deliver', e, io);
   }
   const progress = values['no-progress'] ? false : values.progress ?? Boolean(process.stderr.isTTY);
-  const fd = values.events === undefined ? null : values.events === '-' ? 2 : openSync(values.events, 'a');
+  let fd: number | null;
+  try {
+    fd = values.events === undefined ? null : values.events === '-' ? 2 : openSync(values.events, 'a');
+  } catch (e) {
+    await queue.close();
+    io.err(`relent deliver: --events: cannot open ${JSON.stringify(values.events)} (${(e as { code?: string }).code ?? 'error'})\n`);
+    return EXIT.usage;
+  }
   let lastError = '';
   const onEvent = (e: DeliveryEvent): void => {
-    if (fd !== null) writeSync(fd, JSON.stringify(e.type === 'store_error' ? { type: e.type, during: e.during, code: e.error.code, message: e.error.message } : e) + '\n');
+    if (fd !== null) {
+      try {
+        writeSync(fd, JSON.stringify(e.type === 'store_error' ? { type: e.type, during: e.during, code: e.error.code, message: e.error.message } : e) + '\n');
+      } catch (err) {
+        if (fd === 2 && (err as { code?: string }).code === 'EPIPE') fd = null; // stderr's reader is gone
+        else throw err;
+      }
+    }
     if (e.type === 'store_error' && e.error.message !== lastError) {
       lastError = e.error.message;
       io.err(`${progress ? '\r\x1b[2K' : ''}relent deliver: ${e.error.message}\n`);
@@ -95,8 +120,7 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
   };
   const worker = queue.createWorker({
     ...config.worker,
-    ...(values.lease !== undefined ? { leaseMs: parseDuration(values.lease, '--lease') } : {}),
-    ...(values.poll !== undefined ? { pollMs: parseDuration(values.poll, '--poll') } : {}),
+    ...flagged,
     ...(values['worker-id'] !== undefined ? { workerId: values['worker-id'] } : {}),
     onEvent,
   });
@@ -113,6 +137,7 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
       cancelTick?.();
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
+      offClosed();
       process.once('SIGINT', () => process.exit(130));
       process.once('SIGTERM', () => process.exit(143));
       const r = await worker.stop();
@@ -133,6 +158,8 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
+    // Output closed by its reader (`relent deliver … | head`): stop as on a signal, claims given back.
+    const offClosed = io === processIo ? onOutputClosed(() => void finish(EXIT.ok, 'output closed')) : () => undefined;
     const tick = (): void => {
       cancelTick = null;
       void (async () => {
@@ -195,18 +222,14 @@ async function readItems(source: string): Promise<FileItem[]> {
 }
 
 export async function enqueueCommand(argv: string[], io: Io): Promise<number> {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parseFlags({
     args: argv,
     allowPositionals: true,
     options: {
       data: { type: 'string' }, key: { type: 'string' }, file: { type: 'string' }, store: { type: 'string' }, config: { type: 'string' },
-      json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
+      json: { type: 'boolean' },
     },
   });
-  if (values.help) {
-    io.out(ENQUEUE_HELP);
-    return EXIT.ok;
-  }
   const destination = positionals[0];
   if (destination === undefined || positionals.length > 1) {
     io.err('relent enqueue: expected one DESTINATION (try: relent enqueue --help)\n');
@@ -219,6 +242,11 @@ export async function enqueueCommand(argv: string[], io: Io): Promise<number> {
   let queue: DeliveryQueue | null = null;
   try {
     const config = values.config ? await readConfig(values.config) : null;
+    // A destination no worker knows would wait forever: refused when a config names the
+    // destinations, else a warning (the worker's config is not known here).
+    if (config !== null && !config.destinations.has(destination)) {
+      throw new DeliveryError('ERR_UNKNOWN_DESTINATION', `unknown destination ${JSON.stringify(destination)}: ${values.config} names ${[...config.destinations.keys()].map((d) => JSON.stringify(d)).join(', ')}`, { field: 'DESTINATION' });
+    }
     let items: FileItem[];
     if (values.data !== undefined) {
       let payload: unknown;
@@ -252,6 +280,7 @@ export async function enqueueCommand(argv: string[], io: Io): Promise<number> {
         else stored++;
       }
     }
+    if (config === null) io.err(`relent enqueue: warning: no --config given, so nothing checked that a worker delivers to ${JSON.stringify(destination)}; items for a destination missing from the worker's config wait until one names it\n`);
     if (values.json) io.out(JSON.stringify({ destination, stored, duplicates }) + '\n');
     else io.out(`enqueued ${int(stored)} item${stored === 1 ? '' : 's'} for ${destination}${duplicates ? ` (${int(duplicates)} already queued)` : ''}\n`);
     return EXIT.ok;

@@ -7,9 +7,9 @@ import { EXIT, fsReason, jsonErrorWhere, type Io } from './args.js';
 
 export const DEFAULT_STORE = 'sqlite:./relent.db';
 
-/** --store, else the config's `store`, else $RELENT_STORE, else sqlite:./relent.db. */
+/** --store, else the config's `store`, else $RELENT_STORE (when set and not empty), else sqlite:./relent.db. */
 export function storeUrl(flag: string | undefined, config: DeliveryConfig | null): string {
-  return flag ?? config?.store ?? process.env.RELENT_STORE ?? DEFAULT_STORE;
+  return flag ?? config?.store ?? (process.env.RELENT_STORE || DEFAULT_STORE);
 }
 
 /** Reads and validates a delivery config file; errors name the file and the field. */

@@ -3,13 +3,21 @@ import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { formatHuman } from '../run/format.js';
 import { replay } from '../run/replay.js';
-import { EXIT, type Io } from './args.js';
+import { EXIT, parseFlags, type Io } from './args.js';
 import { timelinesFrom } from './replay.js';
 
 const EXAMPLES = fileURLToPath(new URL('../../examples/timelines/', import.meta.url));
 
-/** `npm start`: replays the bundled example timelines and checks what each expects. */
-export async function demoCommand(_argv: string[], io: Io): Promise<number> {
+export const DEMO_HELP = `relent demo
+
+Replays the example timelines bundled in examples/timelines/ in virtual time (no
+network, no waiting): every attempt's decision, then whether the operation ended as
+the timeline expects. Exit status 0 when every one did, 1 otherwise.
+`;
+
+/** Replays the bundled example timelines and checks what each expects. */
+export async function demoCommand(argv: string[], io: Io): Promise<number> {
+  parseFlags({ args: argv, allowPositionals: false, options: {} });
   const files = (await readdir(EXAMPLES)).filter((f) => f.endsWith('.json')).sort();
   let failed = 0;
   let count = 0;

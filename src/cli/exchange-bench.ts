@@ -11,14 +11,13 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { RelentError } from '../core/errors.js';
 import type { BidderConfig, ExchangeConfig, ResolvedExchangeConfig } from '../rtb/config.js';
 import type { ExchangeStats } from '../rtb/exchange.js';
 import { Histogram } from '../rtb/stats.js';
-import { EXIT, parseDuration, type Io } from './args.js';
+import { EXIT, parseDuration, parseFlags, type Io } from './args.js';
 import { startCluster, type ProcessMemory } from './exchange-cluster.js';
-import { loadExchangeConfig, parseFlagsOrUsage, partnerTable } from './exchange.js';
+import { loadExchangeConfig, partnerTable } from './exchange.js';
 
 const BIN = fileURLToPath(new URL('../../bin/relent', import.meta.url));
 const ROLE_ENV = 'RELENT_EXCHANGE_BENCH_ROLE';
@@ -570,19 +569,14 @@ export async function exchangeBenchCommand(argv: string[], io: Io): Promise<numb
     await runLoadgen();
     return await new Promise<number>(() => {});
   }
-  const { values } = parseFlagsOrUsage(() => parseArgs({
+  const { values } = parseFlags({
     args: argv,
     options: {
       config: { type: 'string' }, workers: { type: 'string' }, rate: { type: 'string' }, 'find-max': { type: 'boolean' }, p99: { type: 'string' },
       duration: { type: 'string' }, step: { type: 'string' }, tmax: { type: 'string' }, connections: { type: 'string' }, json: { type: 'boolean' },
       'cold-starts': { type: 'string' }, 'no-warmup': { type: 'boolean' },
-      help: { type: 'boolean', short: 'h' },
     },
-  }));
-  if (values.help) {
-    io.out(EXCHANGE_BENCH_HELP);
-    return EXIT.ok;
-  }
+  });
   let workers = [availableParallelism()];
   if (values.workers !== undefined) {
     const list = values.workers.split(',').map((x) => x.trim());

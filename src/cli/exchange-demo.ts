@@ -1,7 +1,6 @@
-import { readdir } from 'node:fs/promises';
+import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { Agent } from 'undici';
 import { RelentError } from '../core/errors.js';
 import { createSeededRandom } from '../core/random.js';
@@ -9,9 +8,10 @@ import { createBidder, type Bidder } from '../rtb/bidder.js';
 import type { ExchangeConfig, PartnerConfig } from '../rtb/config.js';
 import { createExchange } from '../rtb/exchange.js';
 import { Histogram } from '../rtb/stats.js';
-import { EXIT, parseDuration, type Io } from './args.js';
+import { EXIT, fsReason, parseDuration, parseFlags, processIo, usageError, type Io } from './args.js';
+import { onOutputClosed } from './io.js';
 import { bidderLine } from './bidder.js';
-import { inConfig, parseFlagsOrUsage, partnerTable, readJsonConfig, statsLine } from './exchange.js';
+import { inConfig, partnerTable, readJsonConfig, statsLine } from './exchange.js';
 
 const EXAMPLE = fileURLToPath(new URL('../../examples/exchange/', import.meta.url));
 
@@ -35,24 +35,28 @@ function loopback(host: string): boolean {
 
 /** `relent exchange-demo` (what `npm start` runs). */
 export async function exchangeDemoCommand(argv: string[], io: Io, opts: { isTTY?: boolean } = {}): Promise<number> {
-  const { values } = parseFlagsOrUsage(() => parseArgs({
+  const { values } = parseFlags({
     args: argv,
     options: {
       duration: { type: 'string' },
       rate: { type: 'string' },
       dir: { type: 'string' },
       seed: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
     },
-  }));
-  if (values.help) {
-    io.out(EXCHANGE_DEMO_HELP);
-    return EXIT.ok;
-  }
+  });
   const durationMs = values.duration === undefined ? 10_000 : parseDuration(values.duration, '--duration');
   const rate = values.rate === undefined ? 100 : Number(values.rate);
   if (!Number.isFinite(rate) || rate <= 0 || rate > 100_000) throw new RelentError('ERR_INVALID_INPUT', `--rate: expected requests per second in (0, 100000], got ${JSON.stringify(values.rate)}`, { field: '--rate' });
   const dir = values.dir ?? EXAMPLE;
+  if (values.dir !== undefined) {
+    try {
+      if (!(await stat(dir)).isDirectory()) throw Object.assign(new Error('not a directory'), { code: 'ENOTDIR' });
+      await stat(join(dir, 'exchange.json'));
+      if (!(await stat(join(dir, 'bidders'))).isDirectory()) throw Object.assign(new Error('not a directory'), { code: 'ENOTDIR' });
+    } catch (e) {
+      throw usageError(`--dir ${dir}: expected a directory with exchange.json and bidders/*.json (${fsReason(e, 'unreadable', 'no such file or directory')})`, '--dir');
+    }
+  }
   const isTTY = opts.isTTY ?? (process.stdout.isTTY === true);
   const random = createSeededRandom(values.seed ?? 1);
 
@@ -156,7 +160,16 @@ export async function exchangeDemoCommand(argv: string[], io: Io, opts: { isTTY?
     if (isTTY) io.out(`\r\x1b[2K${line().slice(0, columns)}`);
     else io.out(`${line()}\n`);
   }, isTTY ? 250 : 1000);
-  await new Promise<void>((resolve) => setTimeout(resolve, durationMs));
+  // The run ends after --duration, or earlier when the reader of the output goes away.
+  await new Promise<void>((resolve) => {
+    const timer = setTimeout(done, durationMs);
+    const off = io === processIo ? onOutputClosed(done) : () => undefined;
+    function done(): void {
+      clearTimeout(timer);
+      off();
+      resolve();
+    }
+  });
   clearInterval(tick);
   clearInterval(live);
   const elapsed = (performance.now() - started) / 1000;

@@ -1,13 +1,13 @@
 import { readFile } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { basename, dirname, join, resolve as resolvePath } from 'node:path';
-import { parseArgs } from 'node:util';
 import { RelentError } from '../core/errors.js';
 import { resolveExchangeConfig, type ResolvedExchangeConfig } from '../rtb/config.js';
 import type { AuctionSummary, ExchangeStats, WarmupReport } from '../rtb/exchange.js';
 import { createJsonlSink, type JsonlSink } from '../run/sinks.js';
 import { isExchangeWorker, openFleet, runExchangeWorker, startCluster, startInProcess, type ExchangeProcesses } from './exchange-cluster.js';
-import { alignedTable, EXIT, fsReason, jsonErrorWhere, parseDuration, type Io } from './args.js';
+import { EXIT, fsReason, jsonErrorWhere, parseDuration, parseFlags, type Io } from './args.js';
+import { onOutputClosed, table } from './io.js';
 
 export const EXCHANGE_HELP = `relent exchange --config FILE [options]
 
@@ -87,7 +87,6 @@ export const SERVER_FLAGS = {
   host: { type: 'string' },
   'stats-every': { type: 'string' },
   quiet: { type: 'boolean', short: 'q' },
-  help: { type: 'boolean', short: 'h' },
 } as const;
 
 /** The server flags checked: the config file (required), the port and the stats interval (default 10 s). */
@@ -98,18 +97,10 @@ export function serverSettings(values: { readonly config?: string; readonly port
   return { config: values.config, port, everyMs };
 }
 
-export function parseFlagsOrUsage<T>(f: () => T): T {
-  try {
-    return f();
-  } catch (e) {
-    if (e instanceof TypeError && (e as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) throw usage(e.message.replace(/\s*\n\s*/g, ' '), 'flags');
-    throw e;
-  }
-}
-
 /**
- * Resolves with the name of the first SIGINT/SIGTERM; a second one calls `onSecond`.
- * The listeners are removed by the returned `dispose`.
+ * Resolves with the name of the first SIGINT/SIGTERM (or "output closed" when the reader
+ * of standard output or error goes away); a second signal calls `onSecond`. The
+ * listeners are removed by the returned `dispose`.
  */
 export function waitForStop(onSecond: () => void): { stopped: Promise<string>; dispose: () => void } {
   let count = 0;
@@ -125,11 +116,13 @@ export function waitForStop(onSecond: () => void): { stopped: Promise<string>; d
   const onTerm = (): void => on('SIGTERM');
   process.on('SIGINT', onInt);
   process.on('SIGTERM', onTerm);
+  const offClosed = onOutputClosed(() => on('output closed'));
   return {
     stopped,
     dispose: () => {
       process.off('SIGINT', onInt);
       process.off('SIGTERM', onTerm);
+      offClosed();
     },
   };
 }
@@ -156,7 +149,8 @@ export function statsLine(s: ExchangeStats, seconds: number | null = null): stri
 
 /** A table of per-partner statistics. */
 export function partnerTable(s: ExchangeStats): string {
-  const rows = [['partner', 'calls', 'bids (answers)', 'won', 'no-bids (nbr)', 'errors', 'timeouts (late)', 'skipped open/full/time', 'p50/p99 ms', 'breaker']];
+  const header = ['partner', 'calls', 'bids (answers)', 'won', 'no-bids (nbr)', 'errors', 'timeouts (late)', 'skipped open/full/time', 'p50/p99 ms', 'breaker'];
+  const rows: string[][] = [];
   for (const p of s.partners) {
     const nbr = Object.values(p.noBidReasons).reduce((x, y) => x + y, 0);
     const kinds = Object.entries(p.errorKinds).map(([k, v]) => `${k}×${v}`).join(' ');
@@ -166,7 +160,7 @@ export function partnerTable(s: ExchangeStats): string {
       p.latency.count === 0 ? '-' : `${Math.round(p.latency.p50Ms)}/${Math.round(p.latency.p99Ms)}`, p.breaker,
     ]);
   }
-  return alignedTable(rows);
+  return table(header, rows, { align: ['l', 'r', 'r', 'r', 'r', 'l', 'r', 'r', 'r', 'l'] });
 }
 
 function sinkFor(path: string | undefined): JsonlSink | null {
@@ -233,14 +227,10 @@ export function warmupSummary(reports: readonly WarmupReport[]): string {
 }
 
 export async function exchangeCommand(argv: string[], io: Io): Promise<number> {
-  const { values } = parseFlagsOrUsage(() => parseArgs({
+  const { values } = parseFlags({
     args: argv,
     options: { ...SERVER_FLAGS, events: { type: 'string' }, auctions: { type: 'string' }, workers: { type: 'string' } },
-  }));
-  if (values.help) {
-    io.out(EXCHANGE_HELP);
-    return EXIT.ok;
-  }
+  });
   const { config: path, port, everyMs: every } = serverSettings(values, 'exchange');
   const workers = parseWorkers(values.workers);
   const { raw, config } = await loadExchangeConfig(path);

@@ -1,5 +1,4 @@
 import { readFile } from 'node:fs/promises';
-import { parseArgs } from 'node:util';
 import { RelentError } from '../core/errors.js';
 import type { PolicySpec } from '../core/policy.js';
 import type { ResultEvent } from '../core/types.js';
@@ -9,13 +8,16 @@ import { resolvePolicy } from '../presets/index.js';
 import { formatHuman } from '../run/format.js';
 import type { RelentEvent } from '../run/run.js';
 import { createJsonlSink, type JsonlSink } from '../run/sinks.js';
-import { EXIT, exitFor, fsReason, jsonErrorWhere, parseDuration, processIo, type Io } from './args.js';
+import { EXIT, exitFor, fsReason, jsonErrorWhere, parseDuration, parseFlags, processIo, usageError, type Io } from './args.js';
+import { outputClosed, writeTo } from './io.js';
 
 export const FETCH_HELP = `relent fetch URL [options]
 
 Makes one HTTP request through relent's client: retries, waits and stops as the
-policy decides, prints the response body to standard output, and the attempt
-events as JSON lines (the same shape as \`relent replay\`).
+policy decides, and prints the response body to standard output. With --events,
+it also writes one JSON line per attempt and one for the result (the shape of
+\`relent replay\`'s output, which \`relent report\` reads); with -v, a readable
+attempt log on standard error.
 
   -X, --request METHOD        the method (default GET, or POST with -d)
   -H, --header 'Name: value'  a request header (repeatable)
@@ -35,23 +37,22 @@ number is ms). Header values, the query string and the body are never printed.
 
 Exit status: 0 when the operation returned; otherwise the status of its terminal
 reason (3 deadline_exceeded, 4 max_attempts, 5 not_retryable — e.g. a 404 —,
-6 budget_exhausted, 7 circuit_open, 8 cancelled, 9 check_state, 10 defer), with one
-line on standard error naming it; 2 for a malformed flag, JSON or URL; 1 otherwise.
+6 budget_exhausted, 7 circuit_open, 8 cancelled — Ctrl-C or SIGTERM —, 9
+check_state, 10 defer), with one line on standard error naming it; 2 for a
+malformed flag, JSON or URL; 1 otherwise.
 `;
 
-function usage(message: string, field: string): RelentError {
-  return new RelentError('ERR_INVALID_INPUT', message, { field });
-}
+const usage = usageError;
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
 /** `Name: value` → [name, value]; the message never shows the value. */
-function parseHeader(h: string, i: number): [string, string] {
+function parseHeader(h: string, i: number, flag: string): [string, string] {
   const colon = h.indexOf(':');
   const name = colon > 0 ? h.slice(0, colon).trim() : '';
-  if (!TOKEN.test(name)) throw usage(`-H #${i + 1}: expected 'Name: value' with a header name made of token characters`, '-H');
+  if (!TOKEN.test(name)) throw usage(`${flag} #${i + 1}: expected 'Name: value' with a header name made of token characters`, flag);
   const value = h.slice(colon + 1).trim();
-  if (/[\r\n\0]/.test(value)) throw usage(`-H ${name}: the value must not contain CR, LF or NUL (not shown)`, '-H');
+  if (/[\r\n\0]/.test(value)) throw usage(`${flag} ${name}: the value must not contain CR, LF or NUL (not shown)`, flag);
   return [name, value];
 }
 
@@ -83,39 +84,25 @@ async function policyFrom(text: string): Promise<PolicySpec> {
   return value as PolicySpec;
 }
 
-function parseFlags(argv: string[]) {
-  try {
-    return parseArgs({
-      args: argv,
-      allowPositionals: true,
-      options: {
-        request: { type: 'string', short: 'X' },
-        header: { type: 'string', short: 'H', multiple: true },
-        data: { type: 'string', short: 'd', multiple: true },
-        preset: { type: 'string' },
-        policy: { type: 'string' },
-        deadline: { type: 'string' },
-        'attempt-timeout': { type: 'string' },
-        'max-attempts': { type: 'string' },
-        'idempotency-key': { type: 'string' },
-        events: { type: 'string' },
-        verbose: { type: 'boolean', short: 'v' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    });
-  } catch (e) {
-    // node:util's messages can span lines; the CLI prints one.
-    if (e instanceof TypeError && (e as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) throw usage(e.message.replace(/\s*\n\s*/g, ' '), 'flags');
-    throw e;
-  }
-}
+const OPTIONS = {
+  request: { type: 'string', short: 'X' },
+  header: { type: 'string', short: 'H', multiple: true },
+  data: { type: 'string', short: 'd', multiple: true },
+  preset: { type: 'string' },
+  policy: { type: 'string' },
+  deadline: { type: 'string' },
+  'attempt-timeout': { type: 'string' },
+  'max-attempts': { type: 'string' },
+  'idempotency-key': { type: 'string' },
+  events: { type: 'string' },
+  verbose: { type: 'boolean', short: 'v' },
+} as const;
+
+/** The policy fields the flags set, and the flag of each. */
+const FLAG_OF_FIELD: Record<string, string> = { deadlineMs: 'deadline', attemptTimeoutMs: 'attempt-timeout', maxAttempts: 'max-attempts' };
 
 export async function fetchCommand(argv: string[], io: Io): Promise<number> {
-  const { values, positionals } = parseFlags(argv);
-  if (values.help) {
-    io.out(FETCH_HELP);
-    return EXIT.ok;
-  }
+  const { values, positionals, flag } = parseFlags({ args: argv, allowPositionals: true, options: OPTIONS });
   if (positionals.length !== 1) {
     io.err(`relent fetch: expected one URL, got ${positionals.length} (try: relent fetch --help)\n`);
     return EXIT.usage;
@@ -128,9 +115,18 @@ export async function fetchCommand(argv: string[], io: Io): Promise<number> {
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw usage(`URL: expected http:// or https://, got ${url.protocol}`, 'URL');
 
-  // Policy: --preset, then --policy on top, then the flags on top.
+  // Policy: --preset, then --policy on top, then the flags on top. Each error names what the user gave.
   let spec: PolicySpec = values.policy !== undefined ? await policyFrom(values.policy) : {};
   if (values.preset !== undefined) spec = { ...spec, preset: values.preset };
+  try {
+    resolvePolicy(spec);
+  } catch (e) {
+    if (RelentError.is(e)) {
+      const which = values.policy === undefined || (e.field === 'preset' && values.preset !== undefined) ? '--preset' : '--policy';
+      throw usage(`${which}: ${e.message}`, which);
+    }
+    throw e;
+  }
   const over: { deadlineMs?: number; attemptTimeoutMs?: number; maxAttempts?: number } = {};
   if (values.deadline !== undefined) over.deadlineMs = parseDuration(values.deadline, '--deadline');
   if (values['attempt-timeout'] !== undefined) over.attemptTimeoutMs = parseDuration(values['attempt-timeout'], '--attempt-timeout');
@@ -141,23 +137,29 @@ export async function fetchCommand(argv: string[], io: Io): Promise<number> {
     }
     over.maxAttempts = n;
   }
+  spec = { ...spec, ...over };
   try {
-    spec = { ...spec, ...over };
-    resolvePolicy(spec); // validate now: errors name the field
+    resolvePolicy(spec); // validate now: errors name the flag
   } catch (e) {
-    if (RelentError.is(e)) throw usage(`--policy: ${e.message}`, '--policy');
-    throw e;
+    if (!RelentError.is(e)) throw e;
+    const f = FLAG_OF_FIELD[e.field ?? ''];
+    if (f !== undefined && values[f as keyof typeof values] !== undefined) {
+      const range = /in \[(\d+), \d+\]/.exec(e.message);
+      const want = range && f !== 'max-attempts' ? `expected a duration of at least ${range[1]}ms` : e.message.replace(/^Expected `\w+` to be /, 'expected ').replace(/, got .*$/, '');
+      throw usage(`--${f}: ${want}, got ${JSON.stringify(values[f as keyof typeof values])}`, `--${f}`);
+    }
+    throw usage(`--policy: ${e.message}`, '--policy');
   }
 
-  const headers = (values.header ?? []).map(parseHeader);
+  const headers = (values.header ?? []).map((h, i) => parseHeader(h, i, flag('header')));
   let body: Buffer | undefined;
   if (values.data !== undefined && values.data.length > 0) {
-    const parts = await Promise.all(values.data.map((d) => (d.startsWith('@') ? readAt(d, '-d') : Promise.resolve(Buffer.from(d, 'utf8')))));
+    const parts = await Promise.all(values.data.map((d) => (d.startsWith('@') ? readAt(d, flag('data')) : Promise.resolve(Buffer.from(d, 'utf8')))));
     body = Buffer.concat(parts.flatMap((p, i) => (i === 0 ? [p] : [Buffer.from('&'), p])));
     if (!headers.some(([n]) => n.toLowerCase() === 'content-type')) headers.push(['content-type', 'application/x-www-form-urlencoded']);
   }
   const method = (values.request ?? (body !== undefined ? 'POST' : 'GET'));
-  if (!TOKEN.test(method)) throw usage(`-X: expected an HTTP method, got ${JSON.stringify(method)}`, '-X');
+  if (!TOKEN.test(method)) throw usage(`${flag('request')}: expected an HTTP method, got ${JSON.stringify(method)}`, flag('request'));
 
   let sink: JsonlSink | null = null;
   if (values.events !== undefined) {
@@ -174,12 +176,35 @@ export async function fetchCommand(argv: string[], io: Io): Promise<number> {
     if (values.verbose) io.err(`${formatHuman(e)}\n`);
   };
 
+  // Ctrl-C (or SIGTERM) cancels the operation: the call or the wait in progress ends at
+  // once, and the command exits with the documented status of `cancelled` and one line.
+  // A second signal exits at once.
+  const controller = new AbortController();
+  let stoppedBy: string | null = null;
+  const onSignal = (signal: NodeJS.Signals): void => {
+    if (stoppedBy !== null) process.exit(signal === 'SIGINT' ? 130 : 143);
+    stoppedBy = signal;
+    controller.abort(new Error(`stopped by ${signal}`));
+  };
+  const listen = io === processIo;
+  if (listen) {
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+  }
+  const cancelled = (attempts: number | null): number => {
+    io.err(`relent fetch: cancelled by ${stoppedBy}${attempts !== null ? ` after ${attempts} attempt${attempts === 1 ? '' : 's'}` : ' while reading the body'}\n`);
+    return EXIT.cancelled;
+  };
+
   const client = createClient({ policy: spec });
   const decoder = new TextDecoder();
-  const write = io === processIo ? (c: Uint8Array) => void process.stdout.write(c) : (c: Uint8Array) => io.out(decoder.decode(c, { stream: true }));
+  const write = async (c: Uint8Array): Promise<void> => {
+    if (io !== processIo) return io.out(decoder.decode(c, { stream: true }));
+    if (!writeTo('stdout', c) && !outputClosed('stdout')) await new Promise((r) => process.stdout.once('drain', r));
+  };
   const pipe = async (res: Response): Promise<void> => {
     if (res.body === null) return;
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) write(chunk);
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) await write(chunk);
     if (io !== processIo) io.out(decoder.decode());
   };
   try {
@@ -188,9 +213,15 @@ export async function fetchCommand(argv: string[], io: Io): Promise<number> {
       headers,
       ...(body !== undefined ? { body } : {}),
       ...(values['idempotency-key'] !== undefined ? { idempotencyKey: values['idempotency-key'] } : {}),
+      signal: controller.signal,
       onEvent,
     });
-    await pipe(res);
+    try {
+      await pipe(res);
+    } catch (e) {
+      if (stoppedBy !== null) return cancelled(null);
+      throw e;
+    }
     const r = result as ResultEvent | null;
     const reason = r?.reason ?? 'return';
     const code = exitFor(reason);
@@ -198,12 +229,17 @@ export async function fetchCommand(argv: string[], io: Io): Promise<number> {
     return code;
   } catch (e) {
     if (e instanceof RelentFetchError && e.reason !== null) {
+      if (e.reason === 'cancelled' && stoppedBy !== null) return cancelled(e.attempts);
       if (e.response !== null) await pipe(e.response).catch(() => undefined);
       io.err(`relent fetch: ${e.message}\n`);
       return exitFor(e.reason);
     }
     throw e;
   } finally {
+    if (listen) {
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+    }
     sink?.close();
     await client.close();
   }

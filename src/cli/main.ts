@@ -1,9 +1,11 @@
 import { readFileSync } from 'node:fs';
 import { RelentError } from '../core/errors.js';
+import { DeliveryError } from '../delivery/errors.js';
 import { EXIT, processIo, type Io } from './args.js';
-import { demoCommand } from './demo.js';
-import { presetsCommand } from './presets.js';
-import { replayCommand } from './replay.js';
+import { DEMO_HELP, demoCommand } from './demo.js';
+import { guardOutput } from './io.js';
+import { PRESETS_HELP, presetsCommand } from './presets.js';
+import { REPLAY_HELP, replayCommand } from './replay.js';
 
 const HELP = `relent — outbound calls that fail well
 
@@ -46,14 +48,56 @@ const COMMANDS: Record<string, Command> = {
   'exchange-bench': async (argv, io) => (await import('./exchange-bench.js')).exchangeBenchCommand(argv, io),
 };
 
+/** Each command's help text, read without running (or even loading the rest of) the command. */
+const HELPS: Record<string, () => Promise<string>> = {
+  replay: async () => REPLAY_HELP,
+  presets: async () => PRESETS_HELP,
+  demo: async () => DEMO_HELP,
+  fetch: async () => (await import('./fetch.js')).FETCH_HELP,
+  simulate: async () => (await import('./simulate.js')).SIMULATE_HELP,
+  report: async () => (await import('./report.js')).REPORT_HELP,
+  deliver: async () => (await import('./deliver.js')).DELIVER_HELP,
+  enqueue: async () => (await import('./deliver.js')).ENQUEUE_HELP,
+  queue: async () => (await import('./queue.js')).QUEUE_HELP,
+  exchange: async () => (await import('./exchange.js')).EXCHANGE_HELP,
+  bidder: async () => (await import('./bidder.js')).BIDDER_HELP,
+  'exchange-demo': async () => (await import('./exchange-demo.js')).EXCHANGE_DEMO_HELP,
+  'exchange-bench': async () => (await import('./exchange-bench.js')).EXCHANGE_BENCH_HELP,
+};
+
+/** The names of every command (what `relent help` lists). */
+export const COMMAND_NAMES: readonly string[] = Object.keys(COMMANDS);
+
+/** Whether the arguments ask for help (`--help` or `-h` before any `--`): then the command does not run. */
+function asksHelp(argv: readonly string[]): boolean {
+  for (const a of argv) {
+    if (a === '--') return false;
+    if (a === '--help' || a === '-h') return true;
+  }
+  return false;
+}
+
 /** Runs one command; returns the exit status. Never throws. */
 export async function main(argv: string[], io: Io = processIo): Promise<number> {
+  if (io === processIo) guardOutput();
   const [name, ...rest] = argv;
-  if (name === undefined || name === 'help' || name === '--help' || name === '-h') {
+  if (name === undefined) {
+    io.err(HELP);
+    return EXIT.usage;
+  }
+  if (name === 'help' || name === '--help' || name === '-h') {
     const sub = rest[0];
-    if (sub && COMMANDS[sub]) return COMMANDS[sub]!(['--help'], io);
-    io.out(HELP);
-    return name === undefined ? EXIT.usage : EXIT.ok;
+    if (sub === undefined) {
+      io.out(HELP);
+      return EXIT.ok;
+    }
+    const help = HELPS[sub];
+    if (!help) {
+      io.err(`relent help: unknown command ${JSON.stringify(sub)} (commands: ${COMMAND_NAMES.join(', ')})\n`);
+      return EXIT.usage;
+    }
+    io.out(await help());
+    return EXIT.ok;
   }
   if (name === '--version' || name === '-v') {
     const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
@@ -65,6 +109,10 @@ export async function main(argv: string[], io: Io = processIo): Promise<number> 
     io.err(`relent: unknown command ${JSON.stringify(name)} (try: relent help)\n`);
     return EXIT.usage;
   }
+  if (asksHelp(rest)) {
+    io.out(await HELPS[name]!());
+    return EXIT.ok;
+  }
   try {
     return await command(rest, io);
   } catch (e) {
@@ -72,11 +120,15 @@ export async function main(argv: string[], io: Io = processIo): Promise<number> 
       io.err(`relent ${name}: ${e.message}\n`);
       return EXIT.usage;
     }
-    if (e instanceof TypeError && (e as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
+    if (DeliveryError.is(e) && (e.code === 'ERR_INVALID_CONFIG' || e.code === 'ERR_INVALID_ITEM' || e.code === 'ERR_UNKNOWN_DESTINATION')) {
       io.err(`relent ${name}: ${e.message}\n`);
       return EXIT.usage;
     }
-    io.err(`relent ${name}: internal error: ${e instanceof Error ? e.message : String(e)}\n`);
+    if (e instanceof TypeError && (e as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
+      io.err(`relent ${name}: ${e.message.replace(/\s*\n\s*/g, ' ')}\n`);
+      return EXIT.usage;
+    }
+    io.err(`relent ${name}: internal error (a bug in relent: please report it with the command line): ${e instanceof Error ? e.message : String(e)}\n`);
     return EXIT.failure;
   }
 }

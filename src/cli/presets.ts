@@ -1,15 +1,20 @@
-import { parseArgs } from 'node:util';
 import { PRESETS, presetPolicy } from '../presets/index.js';
-import { EXIT, type Io } from './args.js';
+import { EXIT, parseFlags, processIo, type Io } from './args.js';
+import { colorEnabled, NO_PAINT, paintFor } from './io.js';
+
+export const PRESETS_HELP = `relent presets [NAME…] [--json]
+
+Lists the documented retry policies of real services: each one's parameters, the
+schedule it follows, and the public document it copies (title and address).
+
+  --json   the presets as one JSON object instead of text
+`;
 
 const dur = (ms: number): string => (ms >= 3_600_000 && ms % 3_600_000 === 0 ? `${ms / 3_600_000}h` : ms >= 60_000 && ms % 60_000 === 0 ? `${ms / 60_000}m` : ms >= 1000 && ms % 1000 === 0 ? `${ms / 1000}s` : `${ms}ms`);
 
 export async function presetsCommand(argv: string[], io: Io): Promise<number> {
-  const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: { json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } } });
-  if (values.help) {
-    io.out('relent presets [NAME] [--json]\n\nLists the documented retry policies of real services, with their parameters and sources.\n');
-    return EXIT.ok;
-  }
+  const { values, positionals } = parseFlags({ args: argv, allowPositionals: true, options: { json: { type: 'boolean' } } });
+  const paint = io === processIo ? paintFor(colorEnabled('stdout')) : NO_PAINT;
   const names = positionals.length > 0 ? positionals : [...PRESETS.keys()];
   for (const n of names) {
     if (!PRESETS.has(n)) {
@@ -28,7 +33,7 @@ export async function presetsCommand(argv: string[], io: Io): Promise<number> {
   }
   for (const r of rows) {
     const p = r.policy;
-    io.out(`${r.name}\n  ${r.summary}\n`);
+    io.out(`${paint.bold(r.name)}\n  ${r.summary}\n`);
     io.out(`  schedule: ${r.schedule}\n`);
     io.out(`  attempts ${p.maxAttempts} · deadline ${dur(p.deadlineMs)}${p.attemptTimeoutMs !== null ? ` · attempt timeout ${dur(p.attemptTimeoutMs)}` : ''} · backoff ${JSON.stringify(p.backoff)}\n`);
     const withWait = p.retryAfter.honor && p.retryOn.statusWithWait.length > 0 ? ` · with a Retry-After also ${JSON.stringify(p.retryOn.statusWithWait)}` : '';

@@ -1,8 +1,9 @@
-import { parseArgs } from 'node:util';
+import { existsSync } from 'node:fs';
 import { openDeliveryQueue, type DeliveryQueue } from '../delivery/queue.js';
 import { DeliveryError } from '../delivery/errors.js';
 import type { BatchSummary, ListState } from '../delivery/types.js';
-import { alignedTable, EXIT, type Io } from './args.js';
+import { EXIT, parseFlags, processIo, type Io } from './args.js';
+import { colorEnabled, NO_PAINT, paintFor, table } from './io.js';
 import { int, readConfig, relative, reportError, storeUrl } from './delivery-common.js';
 
 export const QUEUE_HELP = `relent queue <ls|show|requeue|drop-stats|stats> [--store URL] [--config FILE] [--json]
@@ -21,6 +22,7 @@ Inspects the delivery queue.
         items and batches per destination and state
 
 The store is --store, else the config's "store", else $RELENT_STORE, else sqlite:./relent.db.
+None of these creates a store: a SQLite file that does not exist is an error (status 1).
 `;
 
 const STATES: readonly ListState[] = ['queued', 'ready', 'inflight', 'deferred', 'delivered', 'dropped'];
@@ -42,20 +44,30 @@ function positiveInt(v: string | undefined, flag: string): number | undefined {
   return n;
 }
 
+/** The file of a SQLite store URL (null for PostgreSQL or an in-memory store). */
+function sqliteFile(url: string): string | null {
+  if (!url.startsWith('sqlite:')) return null;
+  const rest = url.slice('sqlite:'.length);
+  const q = rest.indexOf('?');
+  const file = (q >= 0 ? rest.slice(0, q) : rest).replace(/^\/\/(?=\/)/, '');
+  return file === '' || file === ':memory:' ? null : file;
+}
+
 export async function queueCommand(argv: string[], io: Io): Promise<number> {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parseFlags({
     args: argv,
     allowPositionals: true,
     options: {
       store: { type: 'string' }, config: { type: 'string' }, json: { type: 'boolean' }, state: { type: 'string' }, destination: { type: 'string' },
-      reason: { type: 'string' }, limit: { type: 'string' }, after: { type: 'string' }, all: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
+      reason: { type: 'string' }, limit: { type: 'string' }, after: { type: 'string' }, all: { type: 'boolean' },
     },
   });
   const [sub, ...args] = positionals;
-  if (values.help || sub === undefined) {
-    (values.help ? io.out : io.err)(QUEUE_HELP);
-    return values.help ? EXIT.ok : EXIT.usage;
+  if (sub === undefined) {
+    io.err(QUEUE_HELP);
+    return EXIT.usage;
   }
+  const paint = io === processIo ? paintFor(colorEnabled('stdout')) : NO_PAINT;
   if (!['ls', 'show', 'requeue', 'drop-stats', 'stats'].includes(sub)) {
     io.err(`relent queue: unknown subcommand ${JSON.stringify(sub)} (ls, show, requeue, drop-stats, stats)\n`);
     return EXIT.usage;
@@ -74,7 +86,14 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
       throw new DeliveryError('ERR_INVALID_CONFIG', 'queue requeue: name batch IDs, or --destination/--reason, or --all', { field: 'ID' });
     }
     const config = values.config ? await readConfig(values.config) : null;
-    queue = await openDeliveryQueue({ store: storeUrl(values.store, config) });
+    const url = storeUrl(values.store, config);
+    // Inspecting never creates a store: a SQLite file that is not there is said so.
+    const file = sqliteFile(url);
+    if (file !== null && !existsSync(file)) {
+      io.err(`relent queue ${sub}: no queue at ${url} (the file does not exist: nothing was enqueued there; --store, the config's "store" or $RELENT_STORE names another)\n`);
+      return EXIT.failure;
+    }
+    queue = await openDeliveryQueue({ store: url });
     const now = Date.now();
     switch (sub) {
       case 'ls': {
@@ -90,14 +109,15 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
           io.out('no batches\n');
           break;
         }
-        io.out(alignedTable([
-          ['ID', 'DESTINATION', 'STATE', 'ITEMS', 'ROUND', 'ATTEMPTS', 'LAST', 'DECISION', 'NEXT', 'KEY'],
-          ...rows.map((b) => {
+        io.out(table(
+          ['id', 'destination', 'state', 'items', 'round', 'attempts', 'last', 'decision', 'next', 'key'],
+          rows.map((b) => {
             const st = stateOf(b, now);
             return [String(b.id), b.destination, st, int(b.items), String(b.round), String(b.attempt), lastOf(b), b.lastDecision ?? '-',
               st === 'deferred' || st === 'ready' ? relative(b.notBefore, now) : st === 'inflight' ? `lease ${relative(b.leaseUntil, now)}` : '-', b.key];
           }),
-        ]));
+          { align: ['r', 'l', 'l', 'r', 'r', 'r', 'l', 'l', 'l', 'l'], paint },
+        ));
         break;
       }
       case 'show': {
@@ -118,11 +138,12 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
         io.out('attempts:\n');
         if (b.attempts.length === 0) io.out('  none\n');
         else {
-          io.out(alignedTable([
-            ['  ROUND', 'ATTEMPT', 'AT', 'RESULT', 'ELAPSED', 'DECISION', 'WHY', 'DELAY', 'RETRY-AFTER', 'WORKER'],
-            ...b.attempts.map((a) => [`  ${a.round}`, String(a.attempt), iso(a.at), a.status !== null ? String(a.status) : a.errorClass ?? '-', `${a.elapsedMs}ms`,
+          io.out(table(
+            ['round', 'attempt', 'at', 'result', 'elapsed', 'decision', 'why', 'delay', 'retry-after', 'worker'],
+            b.attempts.map((a) => [String(a.round), String(a.attempt), iso(a.at), a.status !== null ? String(a.status) : a.errorClass ?? '-', `${a.elapsedMs}ms`,
               a.decision, a.why ?? '-', a.delayMs === null ? '-' : `${a.delayMs}ms`, a.retryAfterMs === null ? '-' : `${a.retryAfterMs}ms`, a.worker ?? '-']),
-          ]));
+            { align: ['r', 'r', 'l', 'l', 'r', 'l', 'l', 'r', 'r', 'l'], paint },
+          ).replace(/^/gm, '  ').replace(/ +$/gm, ''));
         }
         io.out('items:\n');
         for (const i of b.itemList) io.out(`  ${i.key}  ${i.payload.length > 120 ? `${i.payload.slice(0, 117)}...` : i.payload}\n`);
@@ -147,10 +168,11 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
           io.out('nothing dropped\n');
           break;
         }
-        io.out(alignedTable([
-          ['DESTINATION', 'REASON', 'WHY', 'LAST', 'BATCHES', 'ITEMS'],
-          ...rows.map((r) => [r.destination, r.reason, r.why ?? '-', lastOf(r), int(Number(r.batches)), int(Number(r.items))]),
-        ]));
+        io.out(table(
+          ['destination', 'reason', 'why', 'last', 'batches', 'items'],
+          rows.map((r) => [r.destination, r.reason, r.why ?? '-', lastOf(r), int(Number(r.batches)), int(Number(r.items))]),
+          { align: ['l', 'l', 'l', 'l', 'r', 'r'], paint },
+        ));
         break;
       }
       case 'stats': {
@@ -163,10 +185,11 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
           io.out('the queue is empty\n');
           break;
         }
-        io.out(alignedTable([
-          ['DESTINATION', 'PENDING', 'READY', 'IN FLIGHT', 'DEFERRED', 'DELIVERED', 'DROPPED'],
-          ...rows.map((r) => [r.destination, int(r.pendingItems), int(r.readyItems), int(r.inflightItems), int(r.deferredItems), int(r.deliveredItems), int(r.droppedItems)]),
-        ]));
+        io.out(table(
+          ['destination', 'pending', 'ready', 'in flight', 'deferred', 'delivered', 'dropped'],
+          rows.map((r) => [r.destination, int(r.pendingItems), int(r.readyItems), int(r.inflightItems), int(r.deferredItems), int(r.deliveredItems), int(r.droppedItems)]),
+          { paint },
+        ));
         break;
       }
     }

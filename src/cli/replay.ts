@@ -1,9 +1,8 @@
 import { readFile } from 'node:fs/promises';
-import { parseArgs } from 'node:util';
 import { RelentError } from '../core/errors.js';
 import { formatHuman, formatJsonLine } from '../run/format.js';
 import { parseTimeline, replay, type Timeline } from '../run/replay.js';
-import { EXIT, exitFor, fsReason, jsonErrorWhere, type Io } from './args.js';
+import { EXIT, exitFor, fsReason, jsonErrorWhere, parseFlags, type Io } from './args.js';
 
 export const REPLAY_HELP = `relent replay FILE|- [FILE…] [--human]
 
@@ -68,11 +67,7 @@ export function timelinesFrom(text: string, name: string): { timelines: Timeline
 }
 
 export async function replayCommand(argv: string[], io: Io): Promise<number> {
-  const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: { human: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } } });
-  if (values.help) {
-    io.out(REPLAY_HELP);
-    return EXIT.ok;
-  }
+  const { values, positionals } = parseFlags({ args: argv, allowPositionals: true, options: { human: { type: 'boolean' } } });
   if (positionals.length === 0) {
     io.err('relent replay: missing FILE (or - for standard input)\n');
     return EXIT.usage;

@@ -1,11 +1,10 @@
 import { createReadStream } from 'node:fs';
 import { stat, writeFile } from 'node:fs/promises';
-import { parseArgs } from 'node:util';
 import { RelentError } from '../core/errors.js';
 import { analyzeEventStream, REPORT_DEFAULTS, type EventReport } from '../report/analyze.js';
 import { formatReport } from '../report/format.js';
 import { renderReportHtml } from '../report/html.js';
-import { EXIT, type Io } from './args.js';
+import { EXIT, parseFlags, type Io } from './args.js';
 
 export const REPORT_HELP = `relent report EVENTS.jsonl|- [options]
 
@@ -16,7 +15,8 @@ error classes, delays, timeouts, load sent, retry success per endpoint with a ve
 and load vs retries over time (by the events' "ts"/"time" field, else by line order).
 
 Any size of log: it is streamed in constant memory. A malformed line is counted and
-reported with its line number, never fatal. \`-\` reads standard input.
+reported with its line number, never fatal; a log in which no line is an event
+exits with status 2. \`-\` reads standard input.
 
 Options:
   --json           the report as one JSON object on stdout instead of tables
@@ -42,7 +42,7 @@ function cannot(what: string, path: string, e: unknown): RelentError {
 }
 
 export async function reportCommand(argv: string[], io: Io): Promise<number> {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parseFlags({
     args: argv,
     allowPositionals: true,
     options: {
@@ -50,13 +50,8 @@ export async function reportCommand(argv: string[], io: Io): Promise<number> {
       html: { type: 'string' },
       'max-open': { type: 'string' },
       endpoints: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
     },
   });
-  if (values.help) {
-    io.out(REPORT_HELP);
-    return EXIT.ok;
-  }
   if (positionals.length !== 1) {
     io.err(`relent report: ${positionals.length === 0 ? 'missing the event log (a JSONL file, or - for standard input)' : 'one event log at a time'}\n`);
     return EXIT.usage;
@@ -93,5 +88,11 @@ export async function reportCommand(argv: string[], io: Io): Promise<number> {
     }
   }
   io.out(values.json ? JSON.stringify(report) + '\n' : formatReport(report));
+  // Lines, but not one of them an event: this is not an event log (a wrong file?).
+  if (report.malformed.count > 0 && report.lines - report.blankLines === report.malformed.count) {
+    const n = report.malformed.count;
+    io.err(`relent report: ${options.source}: ${n === 1 ? 'its one line is not' : `none of its ${n} lines is`} a relent event (see "Malformed lines" above); is it the right file?\n`);
+    return EXIT.usage;
+  }
   return EXIT.ok;
 }

@@ -1,13 +1,12 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { basename, extname } from 'node:path';
-import { parseArgs } from 'node:util';
 import { RelentError } from '../core/errors.js';
 import { BROOKER_STRATEGIES, type BrookerConfig } from '../sim/brooker.js';
 import { parseScenario, parseScenarioText, parseSimPolicy, runScenario, SCENARIO_NAMES, type Scenario } from '../sim/config.js';
 import { formatResult } from '../sim/format.js';
 import { OVERLOAD_DEFAULTS, type OverloadConfig } from '../sim/overload.js';
 import type { SimPolicy } from '../sim/policies.js';
-import { EXIT, fsReason, processIo, type Io } from './args.js';
+import { EXIT, fsReason, parseFlags, processIo, type Io } from './args.js';
 
 export const SIMULATE_HELP = `relent simulate SCENARIO [options]
 
@@ -113,7 +112,7 @@ function progressBar(io: Io): { update: (done: number, total: number, label: str
 }
 
 export async function simulateCommand(argv: string[], io: Io): Promise<number> {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parseFlags({
     args: argv,
     allowPositionals: true,
     options: {
@@ -124,13 +123,8 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
       processes: { type: 'string' },
       json: { type: 'boolean' },
       html: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
     },
   });
-  if (values.help) {
-    io.out(SIMULATE_HELP);
-    return EXIT.ok;
-  }
   if (positionals.length !== 1) {
     io.err(`relent simulate: ${positionals.length === 0 ? 'missing' : 'one'} SCENARIO (${SCENARIO_NAMES.join(', ')} or a scenario file)\n`);
     return EXIT.usage;

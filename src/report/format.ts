@@ -3,14 +3,6 @@ import type { SketchBin } from './sketch.js';
 import { textTable } from '../sim/format.js';
 import { percent } from './verdict.js';
 
-/** A plain-text table: the first column left-aligned, the others right-aligned (the last may be left-aligned text). */
-export function table(header: readonly string[], rows: readonly (readonly string[])[], leftLast = false): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: readonly string[]): string =>
-    cells.map((c, i) => (i === 0 || (leftLast && i === cells.length - 1) ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ').trimEnd();
-  return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n') + '\n';
-}
-
 /** A duration for people: `0 ms`, `0.4 ms`, `40 ms`, `1.5 s`, `2.5 min`, `3.2 h`. */
 export function duration(ms: number | null): string {
   if (ms === null || !Number.isFinite(ms)) return '-';

@@ -15,9 +15,17 @@ export interface JsonlSink {
  */
 export function createJsonlSink(path: string): JsonlSink {
   const fd = path === '-' ? 2 : openSync(path, 'a');
+  let gone = false;
   return {
     onEvent(event) {
-      writeSync(fd, formatJsonLine(event) + '\n');
+      if (gone) return;
+      try {
+        writeSync(fd, formatJsonLine(event) + '\n');
+      } catch (e) {
+        // Standard error closed by its reader (`2>&1 | head`): the log ends there, quietly.
+        if (fd === 2 && (e as { code?: string }).code === 'EPIPE') gone = true;
+        else throw e;
+      }
     },
     close() {
       if (fd !== 2) closeSync(fd);
