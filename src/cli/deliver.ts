@@ -7,7 +7,8 @@ import type { DestinationStats } from '../delivery/types.js';
 import { systemClock } from '../run/clock.js';
 import { EXIT, parseDuration, parseFlags, processIo, type Io } from './args.js';
 import { onOutputClosed } from './io.js';
-import { int, readConfig, reportError, storeUrl } from './delivery-common.js';
+import { int, readConfig, relative, reportError, storeUrl } from './delivery-common.js';
+import { createProgress } from './progress.js';
 
 export const DELIVER_HELP = `relent deliver --config FILE [--store URL] [options]
 
@@ -22,7 +23,10 @@ share a PostgreSQL store.
   --poll D            how often an idle worker looks for work (default 500ms)
   --exit-when-idle    stop (exit 0) once nothing is queued, deferred or in flight
   --events FILE|-     write every event as a JSON line (- for stderr)
-  --progress / --no-progress   the live progress line on stderr (default: when a TTY)
+  --progress / --no-progress   the progress line on stderr redrawn in place, or none
+                      (default: redrawn on a terminal, else a line every 5 s), with
+                      when the next deferred batch is due
+  -q, --quiet         no progress line (errors and the final summary still print)
   --worker-id ID      the name written into leases and attempt history
 
 SIGINT/SIGTERM stop gracefully: requests in flight finish (up to stopTimeoutMs), the
@@ -43,7 +47,7 @@ stored from a chunk that fails).
                    without it, a warning says that nothing checked the destination
 `;
 
-function formatStats(stats: readonly DestinationStats[], limits: string): string {
+function formatStats(stats: readonly DestinationStats[], limits: string, nextDue: string | null = null): string {
   let queued = 0;
   let inflight = 0;
   let deferred = 0;
@@ -56,7 +60,7 @@ function formatStats(stats: readonly DestinationStats[], limits: string): string
     delivered += s.deliveredItems;
     dropped += s.droppedItems;
   }
-  return `queued ${int(queued)} · in flight ${int(inflight)} · delivered ${int(delivered)} · deferred ${int(deferred)} · dropped ${int(dropped)}${limits}`;
+  return `queued ${int(queued)} · in flight ${int(inflight)} · delivered ${int(delivered)} · deferred ${int(deferred)}${deferred > 0 && nextDue !== null ? ` (next retry ${nextDue})` : ''} · dropped ${int(dropped)}${limits}`;
 }
 
 export async function deliverCommand(argv: string[], io: Io): Promise<number> {
@@ -65,7 +69,7 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
     options: {
       config: { type: 'string' }, store: { type: 'string' }, lease: { type: 'string' }, poll: { type: 'string' },
       'exit-when-idle': { type: 'boolean' }, events: { type: 'string' }, progress: { type: 'boolean' }, 'no-progress': { type: 'boolean' },
-      'worker-id': { type: 'string' },
+      'worker-id': { type: 'string' }, quiet: { type: 'boolean', short: 'q' },
     },
   });
   if (!values.config) {
@@ -94,7 +98,21 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
   } catch (e) {
     return reportError('deliver', e, io);
   }
-  const progress = values['no-progress'] ? false : values.progress ?? Boolean(process.stderr.isTTY);
+  const progress = createProgress({
+    name: 'relent deliver',
+    io,
+    quiet: values.quiet === true || values['no-progress'] === true,
+    ...(values.progress !== undefined ? { tty: values.progress } : {}),
+    delayMs: 0,
+  });
+  // When each deferred batch is due, from this worker's events (and the store, at start).
+  const deferredUntil = new Map<number, number>();
+  const nextDue = (): string | null => {
+    const now = Date.now();
+    let next = Infinity;
+    for (const t of deferredUntil.values()) if (t > now && t < next) next = t;
+    return next === Infinity ? null : relative(next, now);
+  };
   let fd: number | null;
   try {
     fd = values.events === undefined ? null : values.events === '-' ? 2 : openSync(values.events, 'a');
@@ -113,9 +131,12 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
         else throw err;
       }
     }
+    if (e.type === 'deferred') deferredUntil.set(e.batchId, e.notBefore);
+    else if (e.type === 'attempt' || e.type === 'delivered' || e.type === 'dropped') deferredUntil.delete(e.batchId);
     if (e.type === 'store_error' && e.error.message !== lastError) {
       lastError = e.error.message;
-      io.err(`${progress ? '\r\x1b[2K' : ''}relent deliver: ${e.error.message}\n`);
+      progress.clear();
+      io.err(`relent deliver: ${e.error.message}\n`);
     }
   };
   const worker = queue.createWorker({
@@ -124,6 +145,11 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
     ...(values['worker-id'] !== undefined ? { workerId: values['worker-id'] } : {}),
     onEvent,
   });
+  try {
+    for (const b of await queue.list({ state: 'deferred', limit: 1000 })) if (!deferredUntil.has(b.id)) deferredUntil.set(b.id, b.notBefore);
+  } catch {
+    // the next-retry time is a nicety; the worker reports the store's errors
+  }
   worker.start();
   const names = [...config.destinations.keys()];
   const limits = (): string => (names.length <= 4 ? ` · concurrency ${names.map((n) => `${n}=${worker.concurrency(n)}`).join(' ')}` : '');
@@ -149,7 +175,7 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
       }
       await queue.close();
       if (fd !== null && fd !== 2) closeSync(fd);
-      if (progress) io.err('\r\x1b[2K');
+      progress.clear();
       io.err(`relent deliver: ${why}; released ${r.released} claim${r.released === 1 ? '' : 's'}${summary ? ` — ${summary}` : ''}\n`);
       resolve(code);
     };
@@ -166,7 +192,7 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
         try {
           const stats = (await queue.stats()).filter((s) => names.includes(s.destination));
           const c = worker.counters();
-          if (progress) io.err(`\r\x1b[2K${formatStats(stats, limits())}`);
+          progress.status(formatStats(stats, limits(), nextDue()));
           if (values['exit-when-idle'] && c.inflight === 0 && stats.every((s) => s.pendingItems + s.readyBatches + s.inflightBatches + s.deferredBatches === 0)) {
             await finish(EXIT.ok, 'idle');
             return;
@@ -174,7 +200,8 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
         } catch (e) {
           if (DeliveryError.is(e) && e.message !== lastError) {
             lastError = e.message;
-            io.err(`${progress ? '\r\x1b[2K' : ''}relent deliver: ${e.message}\n`);
+            progress.clear();
+            io.err(`relent deliver: ${e.message}\n`);
           }
         }
         if (!stopping) cancelTick = systemClock.setTimer(tick, values['exit-when-idle'] ? 250 : 1_000);

@@ -5,6 +5,7 @@ import { analyzeEventStream, REPORT_DEFAULTS, type EventReport } from '../report
 import { formatReport } from '../report/format.js';
 import { renderReportHtml } from '../report/html.js';
 import { EXIT, parseFlags, type Io } from './args.js';
+import { createProgress } from './progress.js';
 
 export const REPORT_HELP = `relent report EVENTS.jsonl|- [options]
 
@@ -24,6 +25,8 @@ Options:
   --max-open N     operations held between their first attempt and their result line
                    (default ${REPORT_DEFAULTS.maxOpenOperations}; the oldest is evicted beyond and counted)
   --endpoints N    endpoints with their own row (default ${REPORT_DEFAULTS.maxEndpoints}; later ones share a row)
+  -q, --quiet      no progress on standard error (by default, for a log that takes a
+                   while: a bar on a terminal, else a line every 5 s)
 `;
 
 function positiveInt(text: string | undefined, flag: string, max: number): number | undefined {
@@ -50,6 +53,7 @@ export async function reportCommand(argv: string[], io: Io): Promise<number> {
       html: { type: 'string' },
       'max-open': { type: 'string' },
       endpoints: { type: 'string' },
+      quiet: { type: 'boolean', short: 'q' },
     },
   });
   if (positionals.length !== 1) {
@@ -63,20 +67,45 @@ export async function reportCommand(argv: string[], io: Io): Promise<number> {
 
   let report: EventReport;
   const options = { source: path === '-' ? 'standard input' : path, ...(maxOpenOperations ? { maxOpenOperations } : {}), ...(maxEndpoints ? { maxEndpoints } : {}) };
+  // Progress while reading: how much of the file (or of standard input) is read.
+  const progress = createProgress({ name: 'relent report', io, quiet: values.quiet === true });
+  const mb = (n: number): string => `${(n / 1e6).toFixed(n < 1e7 ? 1 : 0)} MB`;
+  const watch = (stream: { readonly bytesRead?: number }, size: number | null): (() => void) => {
+    const timer = setInterval(() => {
+      const read = stream.bytesRead ?? 0;
+      if (size !== null && size > 0) progress.update(read, size, `${mb(read)} of ${mb(size)} read`);
+      else progress.status(`${mb(read)} read from ${options.source}`);
+    }, 100);
+    return () => {
+      clearInterval(timer);
+      progress.clear();
+    };
+  };
   if (path === '-') {
-    report = await analyzeEventStream(process.stdin, options);
+    const stop = watch(process.stdin as { bytesRead?: number }, null);
+    try {
+      report = await analyzeEventStream(process.stdin, options);
+    } finally {
+      stop();
+    }
   } else {
+    let size: number;
     try {
       const st = await stat(path);
       if (st.isDirectory()) throw Object.assign(new Error('is a directory'), { code: 'EISDIR' });
+      size = st.size;
     } catch (e) {
       throw cannot('event log', path, e);
     }
+    const stream = createReadStream(path, { highWaterMark: 1024 * 1024 });
+    const stop = watch(stream, size);
     try {
-      report = await analyzeEventStream(createReadStream(path, { highWaterMark: 1024 * 1024 }), options);
+      report = await analyzeEventStream(stream, options);
     } catch (e) {
       if ((e as { code?: string }).code !== undefined) throw cannot('event log', path, e);
       throw e;
+    } finally {
+      stop();
     }
   }
 

@@ -6,7 +6,8 @@ import { parseScenario, parseScenarioText, parseSimPolicy, runScenario, SCENARIO
 import { formatResult } from '../sim/format.js';
 import { OVERLOAD_DEFAULTS, type OverloadConfig } from '../sim/overload.js';
 import type { SimPolicy } from '../sim/policies.js';
-import { EXIT, fsReason, parseFlags, processIo, type Io } from './args.js';
+import { EXIT, fsReason, parseFlags, type Io } from './args.js';
+import { createProgress } from './progress.js';
 
 export const SIMULATE_HELP = `relent simulate SCENARIO [options]
 
@@ -35,6 +36,8 @@ Options:
   --processes P  layers only: processes per layer in the fleet rows (default 10)
   --json         JSON on stdout instead of tables
   --html FILE    also write the tables and charts as one self-contained HTML page
+  -q, --quiet    no progress on standard error (by default: a bar on a terminal,
+                 else a line every 5 s while the simulation runs)
 `;
 
 async function readText(path: string, what: string): Promise<string> {
@@ -82,35 +85,6 @@ function withPolicies(s: Scenario, extra: SimPolicy[]): Scenario {
   }
 }
 
-/** A one-line progress bar on stderr, only when stderr is a terminal and the run takes a while. */
-function progressBar(io: Io): { update: (done: number, total: number, label: string) => void; clear: () => void } | null {
-  if (io.err !== processIo.err || process.stderr.isTTY !== true) return null;
-  const started = performance.now();
-  let lastDraw = 0;
-  let drawn = false;
-  const columns = (): number => {
-    const c = process.stderr.columns;
-    return typeof c === 'number' && c >= 20 ? c : 80;
-  };
-  return {
-    update(done, total, label) {
-      const now = performance.now();
-      if (now - started < 300 || now - lastDraw < 100) return;
-      lastDraw = now;
-      drawn = true;
-      const width = 30;
-      const frac = total > 0 ? Math.min(1, done / total) : 1;
-      const fill = Math.round(frac * width);
-      const cols = columns();
-      const text = `[${'#'.repeat(fill)}${' '.repeat(width - fill)}] ${String(Math.floor(frac * 100)).padStart(3)}% ${label}`;
-      io.err(`\r${text.slice(0, cols - 1).padEnd(cols - 1)}`);
-    },
-    clear() {
-      if (drawn) io.err(`\r${' '.repeat(columns() - 1)}\r`);
-    },
-  };
-}
-
 export async function simulateCommand(argv: string[], io: Io): Promise<number> {
   const { values, positionals } = parseFlags({
     args: argv,
@@ -123,6 +97,7 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
       processes: { type: 'string' },
       json: { type: 'boolean' },
       html: { type: 'string' },
+      quiet: { type: 'boolean', short: 'q' },
     },
   });
   if (positionals.length !== 1) {
@@ -173,9 +148,9 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
   scenario = withPolicies(scenario, extra);
   checkNames(scenario);
 
-  const bar = progressBar(io);
-  const result = runScenario(scenario, bar ? bar.update : undefined);
-  bar?.clear();
+  const progress = createProgress({ name: 'relent simulate', io, quiet: values.quiet === true });
+  const result = runScenario(scenario, (done, total, label) => progress.update(done, total, `(${done} of ${total}) ${label}`));
+  progress.clear();
   if (values.html !== undefined) {
     const { renderSimulationHtml } = await import('../report/sim-html.js');
     try {

@@ -25,11 +25,12 @@ function distributionSection(id: string, title: string, what: string, d: Distrib
   return s + '<p class="note">Whole milliseconds below 4096 are counted exactly; other values in a fixed-size log-bucketed sketch (within ±2.2 %).</p></section>';
 }
 
+/** One endpoint's row: the verdict first (what to do), then the endpoint and the figures behind it. */
 function endpointRow(e: EndpointReport, all = false): string {
   const td = (v: string, cls?: string): string => `<td${cls ? ` class="${cls}"` : ''}>${esc(v)}</td>`;
-  return `<tr>${td(e.endpoint, all ? 'text' : 'endpoint')}${td(count(e.operations))}${td(fixed2(e.attemptsPerOperation))}${td(count(e.retried))}${td(count(e.retriedReturned))}` +
-    `${td(share(e.retrySuccessRate))}${td(share(e.timeoutShare))}${td(count(e.unfinished))}` +
-    `<td class="text"><span class="verdict v-${esc(e.verdict.kind)}">${esc(e.verdict.text)}</span></td></tr>`;
+  return `<tr><td class="verdict-cell"><span class="verdict v-${esc(e.verdict.kind)}">${esc(e.verdict.text)}</span></td>` +
+    `${td(e.endpoint, all ? 'text' : 'endpoint')}${td(count(e.operations))}${td(fixed2(e.attemptsPerOperation))}${td(count(e.retried))}${td(count(e.retriedReturned))}` +
+    `${td(share(e.retrySuccessRate))}${td(share(e.timeoutShare))}${td(count(e.unfinished))}</tr>`;
 }
 
 /**
@@ -96,10 +97,10 @@ export function renderReportHtml(r: EventReport, options: { maxEndpoints?: numbe
   const t = r.retrySuccess.thresholds;
   b += `<section id="endpoints"><h2>Retry success per endpoint</h2>`;
   b += `<p class="note">${esc(`Retry success: the share of operations that needed at least one retry and still ended with return. A verdict needs ${t.minRetried} retried operations; retries help from ${percent(t.helps)}, almost never below ${percent(t.almostNever)}. Endpoints are shown without query strings.`)}</p>`;
-  b += '<table><thead><tr><th>endpoint</th><th>operations</th><th>attempts/op</th><th>retried</th><th>retried → return</th><th>retry success</th><th>timeouts</th><th>unfinished</th><th class="text">verdict</th></tr></thead><tbody>';
+  b += '<div class="table-wrap"><table><thead><tr><th>verdict</th><th class="text">endpoint</th><th>operations</th><th>attempts/op</th><th>retried</th><th>retried → return</th><th>retry success</th><th>timeouts</th><th>unfinished</th></tr></thead><tbody>';
   b += endpointRow(overall, true);
   for (const e of r.retrySuccess.endpoints.slice(0, maxEndpoints)) b += endpointRow(e);
-  b += '</tbody></table>';
+  b += '</tbody></table></div>';
   if (r.retrySuccess.endpoints.length > maxEndpoints) b += `<p class="note">${esc(`… and ${r.retrySuccess.endpoints.length - maxEndpoints} more endpoints (relent report --json lists all).`)}</p>`;
   if (r.retrySuccess.endpointsFolded) b += '<p class="note">There were more endpoints than the report keeps; the later ones are counted together as “(other endpoints)”.</p>';
   b += '</section>';

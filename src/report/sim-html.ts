@@ -28,13 +28,40 @@ function brooker(r: BrookerResult): string {
 }
 
 function overload(r: OverloadResult): string {
-  let b = '<section id="overload"><h2>Fault window</h2><p class="note">Operations started while capacity was cut; “after”: the following window. Measured figures are those of the real libraries (issue 6).</p>';
+  const f = r.faults[0];
+  let b = '<section id="overload"><h2>Fault window</h2><p class="note">Operations started while capacity was cut; “after”: the following window. The measured figures are those of the real libraries, run against a real server set up the same way.</p>';
   b += hBarChart({
     id: 'overload-amplification', title: 'Amplification in the fault window (requests ÷ operations)', xLabel: 'amplification', yLabel: 'policy',
     bars: r.rows.map((x) => ({ label: x.policy, value: x.fault.amplification, detail: times(x.fault.amplification), color: x.policy.startsWith('relent') || x.policy === 'http-429' ? '#009E73' : '#0072B2' })),
   });
+  // One table is too wide for a page: the fault window first, then what came after.
   const table = overloadTable(r);
-  b += htmlTable(table.header, table.rows);
+  const split = table.header.indexOf('after ampl.');
+  const cols = (from: number, to: number): { header: string[]; rows: string[][] } => ({
+    header: [table.header[0]!, ...table.header.slice(from, to)],
+    rows: table.rows.map((row) => [row[0]!, ...row.slice(from, to)]),
+  });
+  const during = cols(1, split > 0 ? split : table.header.length);
+  b += htmlTable(during.header, during.rows);
+  b += '</section>';
+
+  // Load over time: what each policy sent to the dependency, second by second, against its capacity.
+  const seconds = r.capacityPerSecond.map((_, i) => i + 0.5);
+  b += '<section id="overload-load"><h2>Load over time</h2>';
+  b += `<p class="note">Requests reaching the dependency per second (mean over runs), with its capacity; ${esc(String(r.arrivalsPerSec))} operations start per second. A policy whose load stays high after the fault feeds a retry storm.</p>`;
+  b += lineChart({
+    id: 'overload-load', title: 'Requests per second at the dependency', x: seconds, xLabel: 'seconds since the start', yLabel: 'requests/s', logY: 'auto',
+    ...(f ? { band: { from: f.startMs / 1000, to: f.endMs / 1000, label: 'capacity cut' } } : {}),
+    series: [
+      ...r.rows.map((x) => ({ name: x.policy, values: x.loadPerSecond.slice(0, seconds.length) })),
+      { name: 'capacity', values: r.capacityPerSecond, reference: true },
+    ],
+  });
+  if (split > 0) {
+    const after = cols(split, table.header.length);
+    b += '<h2>After the fault</h2>';
+    b += htmlTable(after.header, after.rows);
+  }
   return b + '</section>';
 }
 

@@ -68,6 +68,53 @@ function xLabel(f: Frame, label: string): string {
   return `<text x="${n1((f.left + f.width - f.right) / 2)}" y="${f.height - 6}" text-anchor="middle" fill="#374151">${esc(label)}</text>`;
 }
 
+/** A value axis: linear from 0, or logarithmic over whole decades. */
+interface Scale {
+  readonly ticks: number[];
+  /** 0 at the axis' start, 1 at its end. */
+  readonly at: (v: number) => number;
+  readonly log: boolean;
+}
+
+/**
+ * Whether values span decades: the largest positive value is at least `ratio` times the
+ * smallest, so that on a linear axis the small ones would flatten to nothing.
+ */
+export function spansDecades(values: readonly number[], ratio = 30): boolean {
+  let min = Infinity;
+  let max = 0;
+  for (const v of values) {
+    if (!(v > 0) || !Number.isFinite(v)) continue;
+    if (v < min) min = v;
+    if (v > max) max = v;
+  }
+  return max > 0 && max / min >= ratio;
+}
+
+/** Log axis from the decade below the smallest positive value (so that it still has length) to the decade above the largest. */
+function logScale(values: readonly number[]): Scale {
+  const pos = values.filter((v) => v > 0 && Number.isFinite(v));
+  const min = Math.min(...pos);
+  const max = Math.max(...pos);
+  let lo = Math.floor(Math.log10(min));
+  if (min === 10 ** lo) lo -= 1; // a bar at exactly the axis' start would have no length
+  const hi = Math.max(lo + 1, Math.ceil(Math.log10(max)));
+  const decades = hi - lo;
+  const ticks: number[] = [];
+  for (let d = lo; d <= hi; d++) for (const m of decades <= 2 ? [1, 2, 5] : [1]) if (m * 10 ** d <= 10 ** hi) ticks.push(Number((m * 10 ** d).toPrecision(6)));
+  return { ticks, log: true, at: (v) => (v > 0 ? Math.max(0, Math.min(1, (Math.log10(v) - lo) / decades)) : 0) };
+}
+
+function valueScale(values: readonly number[], log: boolean | 'auto', target: number): Scale {
+  if (log === true || (log === 'auto' && spansDecades(values))) {
+    if (values.some((v) => v > 0)) return logScale(values);
+  }
+  const max = Math.max(0, ...values);
+  const ticks = niceTicks(0, max > 0 ? max : 1, target);
+  const top = ticks[ticks.length - 1]!;
+  return { ticks, log: false, at: (v) => v / top };
+}
+
 export interface Bar {
   readonly label: string;
   readonly value: number;
@@ -85,6 +132,12 @@ export interface BarChartOptions {
   readonly width?: number;
   readonly height?: number;
   readonly valueFormat?: (v: number) => string;
+  /**
+   * A logarithmic value axis: always (true), never (false), or when the values span
+   * decades (the default: the largest at least 30 times the smallest positive one), so
+   * that one large bar does not flatten all the others. The axis label says so.
+   */
+  readonly log?: boolean | 'auto';
 }
 
 /** Vertical bars (histograms): one per label, left to right. */
@@ -96,18 +149,16 @@ export function barChart(o: BarChartOptions): string {
   const slot0 = (width - 80) / n;
   const rotate = longest * 6.5 > slot0 - 4;
   const f: Frame = { width, height: o.height ?? (rotate ? 300 : 260), top: 36, right: 16, bottom: rotate ? 40 + Math.min(60, longest * 4.6) : 44, left: 64 };
-  const max = Math.max(0, ...o.bars.map((b) => b.value));
-  const ticks = niceTicks(0, max > 0 ? max : 1);
-  const top = ticks[ticks.length - 1]!;
+  const scale = valueScale(o.bars.map((b) => b.value), o.log ?? 'auto', 5);
   const plotH = f.height - f.top - f.bottom;
-  const y = (v: number): number => f.top + plotH - (v / top) * plotH;
+  const y = (v: number): number => f.top + plotH - scale.at(v) * plotH;
   const slot = (f.width - f.left - f.right) / n;
   const bw = Math.max(1, Math.min(60, slot * 0.78));
-  let s = open(o.id, o.title, f, `${o.yLabel} by ${o.xLabel}: ${o.bars.map((b) => `${b.label} ${fmt(b.value)}`).join(', ')}`.slice(0, 2000));
-  s += yAxis(f, ticks, y, o.yLabel);
+  let s = open(o.id, o.title, f, `${o.yLabel} by ${o.xLabel}${scale.log ? ' (log scale)' : ''}: ${o.bars.map((b) => `${b.label} ${fmt(b.value)}`).join(', ')}`.slice(0, 2000));
+  s += yAxis(f, scale.ticks, y, scale.log ? `${o.yLabel} (log scale)` : o.yLabel);
   o.bars.forEach((b, i) => {
     const cx = f.left + slot * (i + 0.5);
-    const h = Math.max(b.value > 0 ? 1 : 0, (b.value / top) * plotH);
+    const h = Math.max(b.value > 0 ? 2 : 0, scale.at(b.value) * plotH);
     s += `<rect class="bar" x="${n1(cx - bw / 2)}" y="${n1(f.top + plotH - h)}" width="${n1(bw)}" height="${n1(h)}" fill="${b.color ?? PALETTE[0]}"><title>${esc(`${b.label}: ${b.detail ?? fmt(b.value)}`)}</title></rect>`;
     if (n <= 24 && b.value > 0) s += `<text x="${n1(cx)}" y="${n1(f.top + plotH - h - 4)}" text-anchor="middle" font-size="10" fill="#111">${esc(fmt(b.value))}</text>`;
     const ly = f.top + plotH + 14;
@@ -126,27 +177,25 @@ export function hBarChart(o: BarChartOptions): string {
   const left = 16 + labelChars * 6.6;
   const rowH = 24;
   const f: Frame = { width: o.width ?? 960, height: 36 + Math.max(1, o.bars.length) * rowH + 40, top: 36, right: 70, bottom: 40, left };
-  const max = Math.max(0, ...o.bars.map((b) => b.value));
-  const ticks = niceTicks(0, max > 0 ? max : 1, 4);
-  const top = ticks[ticks.length - 1]!;
+  const scale = valueScale(o.bars.map((b) => b.value), o.log ?? 'auto', 4);
   const plotW = f.width - f.left - f.right;
-  const x = (v: number): number => f.left + (v / top) * plotW;
-  let s = open(o.id, o.title, f, `${o.xLabel} per ${o.yLabel}: ${o.bars.map((b) => `${b.label} ${fmt(b.value)}`).join(', ')}`.slice(0, 2000));
-  for (const t of ticks) {
+  const x = (v: number): number => f.left + scale.at(v) * plotW;
+  let s = open(o.id, o.title, f, `${o.xLabel} per ${o.yLabel}${scale.log ? ' (log scale)' : ''}: ${o.bars.map((b) => `${b.label} ${fmt(b.value)}`).join(', ')}`.slice(0, 2000));
+  for (const t of scale.ticks) {
     const tx = n1(x(t));
     s += `<line x1="${tx}" x2="${tx}" y1="${f.top}" y2="${f.height - f.bottom}" stroke="#e5e7eb"/>`;
     s += `<text x="${tx}" y="${f.height - f.bottom + 14}" text-anchor="middle" fill="#374151">${esc(compact(t))}</text>`;
   }
   o.bars.forEach((b, i) => {
     const cy = f.top + rowH * (i + 0.5);
-    const w = Math.max(b.value > 0 ? 1 : 0, (b.value / top) * plotW);
+    const w = Math.max(b.value > 0 ? 2 : 0, scale.at(b.value) * plotW);
     const label = b.label.length > labelChars ? `${b.label.slice(0, labelChars - 1)}…` : b.label;
     s += `<text x="${n1(f.left - 8)}" y="${n1(cy)}" text-anchor="end" dominant-baseline="middle" fill="#111"><title>${esc(b.label)}</title>${esc(label)}</text>`;
     s += `<rect class="bar" x="${n1(f.left)}" y="${n1(cy - rowH * 0.35)}" width="${n1(w)}" height="${n1(rowH * 0.7)}" fill="${b.color ?? PALETTE[0]}"><title>${esc(`${b.label}: ${b.detail ?? fmt(b.value)}`)}</title></rect>`;
     s += `<text x="${n1(f.left + w + 6)}" y="${n1(cy)}" dominant-baseline="middle" font-size="11" fill="#111">${esc(b.detail ?? fmt(b.value))}</text>`;
   });
   s += `<line x1="${f.left}" x2="${f.left}" y1="${f.top}" y2="${f.height - f.bottom}" stroke="#6b7280"/>`;
-  s += xLabel(f, o.xLabel);
+  s += xLabel(f, scale.log ? `${o.xLabel} (log scale)` : o.xLabel);
   return s + '</svg>';
 }
 
@@ -154,7 +203,10 @@ export interface LineSeries {
   readonly name: string;
   readonly values: readonly (number | null)[];
   readonly color?: string;
+  /** A dashed line (the default is a dash pattern of its own per series, the first solid). */
   readonly dashed?: boolean;
+  /** A reference line (a limit, a capacity): thin, grey unless coloured, no markers. */
+  readonly reference?: boolean;
 }
 
 export interface LineChartOptions {
@@ -168,20 +220,65 @@ export interface LineChartOptions {
   readonly height?: number;
   readonly xFormat?: (v: number) => string;
   readonly yFormat?: (v: number) => string;
-  /** Draw a dot on every point (few points). Default: when there are at most 40. */
+  /** A marker on every point (true), on some (false: every few points, so shapes still tell series apart), or by count (default: every point up to 40). */
   readonly dots?: boolean;
-  /** A logarithmic y axis (values ≤ 0 are not drawn). */
-  readonly logY?: boolean;
+  /** A logarithmic y axis (values ≤ 0 are not drawn): always, never, or when values span decades ('auto'). Default: never. */
+  readonly logY?: boolean | 'auto';
+  /** A shaded stretch of the x axis with a label (e.g. a fault window). */
+  readonly band?: { readonly from: number; readonly to: number; readonly label: string };
 }
 
-/** Lines over a numeric x axis, with a legend; null values break a line. */
+/** Dash patterns, one per series (the first solid), so that lines that coincide still show each other. */
+export const DASHES = ['', '9 4', '2 3', '12 3 3 3', '5 5', '1 5', '14 4', '6 2 2 2'] as const;
+/** Marker shapes, one per series: circle, square, triangle, diamond, triangle down, cross, plus, star. */
+export const MARKERS = ['circle', 'square', 'triangle', 'diamond', 'triangle-down', 'cross', 'plus', 'star'] as const;
+
+function marker(shape: (typeof MARKERS)[number], x: number, y: number, color: string, title: string): string {
+  const r = 4;
+  const t = `<title>${esc(title)}</title>`;
+  const p = (d: string, filled = true): string =>
+    `<path class="marker" d="${d}" fill="${filled ? color : 'none'}" stroke="${filled ? '#ffffff' : color}" stroke-width="${filled ? 1 : 2}">${t}</path>`;
+  const X = n1(x);
+  const Y = n1(y);
+  switch (shape) {
+    case 'circle':
+      return `<circle class="marker" cx="${X}" cy="${Y}" r="${r}" fill="${color}" stroke="#ffffff" stroke-width="1">${t}</circle>`;
+    case 'square':
+      return p(`M${n1(x - r)} ${n1(y - r)}h${2 * r}v${2 * r}h${-2 * r}Z`);
+    case 'triangle':
+      return p(`M${X} ${n1(y - r - 1)}L${n1(x + r + 1)} ${n1(y + r)}L${n1(x - r - 1)} ${n1(y + r)}Z`);
+    case 'triangle-down':
+      return p(`M${X} ${n1(y + r + 1)}L${n1(x + r + 1)} ${n1(y - r)}L${n1(x - r - 1)} ${n1(y - r)}Z`);
+    case 'diamond':
+      return p(`M${X} ${n1(y - r - 1)}L${n1(x + r + 1)} ${Y}L${X} ${n1(y + r + 1)}L${n1(x - r - 1)} ${Y}Z`);
+    case 'cross':
+      return p(`M${n1(x - r)} ${n1(y - r)}L${n1(x + r)} ${n1(y + r)}M${n1(x - r)} ${n1(y + r)}L${n1(x + r)} ${n1(y - r)}`, false);
+    case 'plus':
+      return p(`M${n1(x - r - 1)} ${Y}H${n1(x + r + 1)}M${X} ${n1(y - r - 1)}V${n1(y + r + 1)}`, false);
+    case 'star': {
+      let d = '';
+      for (let i = 0; i < 10; i++) {
+        const a = (Math.PI / 5) * i - Math.PI / 2;
+        const rr = i % 2 === 0 ? r + 1.5 : r / 2;
+        d += `${i === 0 ? 'M' : 'L'}${n1(x + rr * Math.cos(a))} ${n1(y + rr * Math.sin(a))}`;
+      }
+      return p(`${d}Z`);
+    }
+  }
+}
+
+/**
+ * Lines over a numeric x axis, with a legend; null values break a line. Each series has
+ * its own colour, dash pattern and marker shape (in the legend too), so that series
+ * that run together or on top of each other can still be told apart, in colour or not.
+ */
 export function lineChart(o: LineChartOptions): string {
   const xf = o.xFormat ?? compact;
   const yf = o.yFormat ?? compact;
   const width = o.width ?? 960;
-  const perRow = Math.max(1, Math.floor((width - 84) / 160));
+  const perRow = Math.max(1, Math.floor((width - 84) / 170));
   const legendRows = Math.ceil(o.series.length / perRow);
-  const f: Frame = { width, height: o.height ?? 300 + (legendRows - 1) * 16, top: 36 + legendRows * 16, right: 20, bottom: 44, left: 64 };
+  const f: Frame = { width, height: o.height ?? 300 + (legendRows - 1) * 18, top: 36 + legendRows * 18, right: 20, bottom: 44, left: 64 };
   const xs = o.x.length > 0 ? o.x : [0];
   let xmin = Math.min(...xs);
   let xmax = Math.max(...xs);
@@ -189,37 +286,25 @@ export function lineChart(o: LineChartOptions): string {
     xmin -= 0.5;
     xmax += 0.5;
   }
-  let ymax = 0;
-  let yminPos = Number.POSITIVE_INFINITY;
-  for (const s of o.series) {
-    for (const v of s.values) {
-      if (v === null || !Number.isFinite(v)) continue;
-      if (v > ymax) ymax = v;
-      if (v > 0 && v < yminPos) yminPos = v;
-    }
-  }
+  const all: number[] = [];
+  for (const ser of o.series) for (const v of ser.values) if (v !== null && Number.isFinite(v)) all.push(v);
+  const ymax = Math.max(0, ...all);
   const plotW = f.width - f.left - f.right;
   const plotH = f.height - f.top - f.bottom;
-  let yt: number[];
-  let py: (v: number) => number;
-  const log = o.logY === true && ymax > 0;
-  if (log) {
-    // Decades, with 2 and 5 between them when there are few decades.
-    const lo = Math.floor(Math.log10(yminPos));
-    const hi = Math.ceil(Math.log10(ymax));
-    const decades = Math.max(1, hi - lo);
-    yt = [];
-    for (let d = lo; d <= hi; d++) for (const m of decades <= 3 ? [1, 2, 5] : [1]) if (m * 10 ** d <= 10 ** hi) yt.push(m * 10 ** d);
-    const a = lo;
-    py = (v: number): number => f.top + plotH - ((Math.log10(Math.max(v, 10 ** lo)) - a) / decades) * plotH;
-  } else {
-    yt = niceTicks(0, ymax > 0 ? ymax : 1);
-    const ytop = yt[yt.length - 1]!;
-    py = (v: number): number => f.top + plotH - (v / ytop) * plotH;
-  }
+  const log = ymax > 0 && (o.logY === true || (o.logY === 'auto' && spansDecades(all)));
+  const scale = log ? logScale(all) : valueScale(all, false, 5);
+  const py = (v: number): number => f.top + plotH - scale.at(v) * plotH;
   const px = (v: number): number => f.left + ((v - xmin) / (xmax - xmin)) * plotW;
-  let s = open(o.id, o.title, f, `${o.yLabel} by ${o.xLabel} for ${o.series.map((x) => x.name).join(', ')}`.slice(0, 2000));
-  s += yAxis(f, yt, py, log ? `${o.yLabel} (log scale)` : o.yLabel, yf);
+  let s = open(o.id, o.title, f, `${o.yLabel}${log ? ' (log scale)' : ''} by ${o.xLabel} for ${o.series.map((x) => x.name).join(', ')}`.slice(0, 2000));
+  if (o.band) {
+    const a = px(Math.max(xmin, o.band.from));
+    const b = px(Math.min(xmax, o.band.to));
+    if (b > a) {
+      s += `<rect class="band" x="${n1(a)}" y="${f.top}" width="${n1(b - a)}" height="${n1(plotH)}" fill="#f3f4f6"/>`;
+      s += `<text x="${n1((a + b) / 2)}" y="${f.top + 12}" text-anchor="middle" font-size="11" fill="#4b5563">${esc(o.band.label)}</text>`;
+    }
+  }
+  s += yAxis(f, scale.ticks, py, log ? `${o.yLabel} (log scale)` : o.yLabel, yf);
   for (const t of niceTicks(xmin, xmax, 6)) {
     if (t < xmin - 1e-9 || t > xmax + 1e-9) continue;
     const tx = n1(px(t));
@@ -227,27 +312,40 @@ export function lineChart(o: LineChartOptions): string {
     s += `<text x="${tx}" y="${n1(f.top + plotH + 16)}" text-anchor="middle" fill="#374151">${esc(xf(t))}</text>`;
   }
   s += `<line x1="${f.left}" x2="${f.width - f.right}" y1="${n1(f.top + plotH)}" y2="${n1(f.top + plotH)}" stroke="#6b7280"/>`;
-  const dots = o.dots ?? xs.length <= 40;
-  o.series.forEach((ser, k) => {
-    const color = ser.color ?? PALETTE[k % PALETTE.length]!;
+  const n = xs.length;
+  const every = (o.dots ?? n <= 40) ? 1 : Math.max(1, Math.ceil(n / 12));
+  const drawn = o.series.filter((x) => !x.reference).length;
+  let k = 0;
+  o.series.forEach((ser, i) => {
+    const ref = ser.reference === true;
+    const idx = ref ? -1 : k++;
+    const color = ser.color ?? (ref ? '#6b7280' : PALETTE[idx % PALETTE.length]!);
+    // Beyond eight series the colours repeat; the dash and the marker then shift, so no two series look alike.
+    const round = Math.floor(Math.max(0, idx) / PALETTE.length);
+    const dash = ser.dashed ? '6 4' : ref ? '3 3' : DASHES[(idx + 3 * round) % DASHES.length]!;
+    const shape = MARKERS[(Math.max(0, idx) + round) % MARKERS.length]!;
+    // Markers of different series fall on different points when there are many points.
+    const offset = every > 1 && drawn > 0 ? Math.floor((idx * every) / drawn) : 0;
     let d = '';
     let pen = false;
     let pts = '';
-    ser.values.forEach((v, i) => {
-      const xv = o.x[i];
+    ser.values.forEach((v, j) => {
+      const xv = o.x[j];
       if (v === null || xv === undefined || !Number.isFinite(v) || (log && v <= 0)) {
         pen = false;
         return;
       }
       d += `${pen ? 'L' : 'M'}${n1(px(xv))} ${n1(py(v))}`;
       pen = true;
-      if (dots) pts += `<circle cx="${n1(px(xv))}" cy="${n1(py(v))}" r="2.5" fill="${color}"><title>${esc(`${ser.name}, ${xf(xv)}: ${yf(v)}`)}</title></circle>`;
+      if (!ref && (j - offset) % every === 0) pts += marker(shape, px(xv), py(v), color, `${ser.name}, ${xf(xv)}: ${yf(v)}`);
     });
-    s += `<path class="line" d="${d || `M${f.left} ${n1(f.top + plotH)}`}" fill="none" stroke="${color}" stroke-width="2"${ser.dashed ? ' stroke-dasharray="6 4"' : ''}><title>${esc(ser.name)}</title></path>${pts}`;
-    const lx = f.left + (k % perRow) * 160;
-    const ly = 32 + Math.floor(k / perRow) * 16;
-    s += `<g class="legend"><line x1="${n1(lx)}" x2="${n1(lx + 18)}" y1="${ly}" y2="${ly}" stroke="${color}" stroke-width="3"${ser.dashed ? ' stroke-dasharray="6 4"' : ''}/>` +
-      `<text x="${n1(lx + 24)}" y="${ly}" dominant-baseline="middle" fill="#111">${esc(ser.name.length > 22 ? `${ser.name.slice(0, 21)}…` : ser.name)}</text></g>`;
+    const dashAttr = dash ? ` stroke-dasharray="${dash}"` : '';
+    s += `<g class="series" data-series="${esc(ser.name)}"><path class="line" d="${d || `M${f.left} ${n1(f.top + plotH)}`}" fill="none" stroke="${color}" stroke-width="${ref ? 1.5 : 2}"${dashAttr}><title>${esc(ser.name)}</title></path>${pts}</g>`;
+    const lx = f.left + (i % perRow) * 170;
+    const ly = 32 + Math.floor(i / perRow) * 18;
+    s += `<g class="legend"><line x1="${n1(lx)}" x2="${n1(lx + 26)}" y1="${ly}" y2="${ly}" stroke="${color}" stroke-width="${ref ? 1.5 : 2.5}"${dashAttr}/>` +
+      (ref ? '' : marker(shape, lx + 13, ly, color, ser.name)) +
+      `<text x="${n1(lx + 32)}" y="${ly}" dominant-baseline="middle" fill="#111">${esc(ser.name.length > 22 ? `${ser.name.slice(0, 21)}…` : ser.name)}</text></g>`;
   });
   s += xLabel(f, o.xLabel);
   return s + '</svg>';

@@ -140,6 +140,8 @@ export interface OverloadRow {
   readonly settledLoad: number | null;
   /** Requests sent in all runs (each a decide() call). */
   readonly attempts: number;
+  /** Requests reaching the dependency in each second of the run (mean over runs): the load over time. */
+  readonly loadPerSecond: readonly number[];
   /** The figures measured with the real library, when there are any and the scenario is the calibration set-up. */
   readonly measured: { readonly amplification: number; readonly amplificationMax?: number; readonly successShare: number; readonly successShareMax?: number } | null;
   /** Simulated ÷ measured fault-window amplification (against the range's nearest end). */
@@ -149,6 +151,12 @@ export interface OverloadRow {
 export interface OverloadResult {
   readonly rows: OverloadRow[];
   readonly attempts: number;
+  /** The dependency's capacity (requests/s) in each second of the run, faults included. */
+  readonly capacityPerSecond: readonly number[];
+  /** Operations started per second (the offered load, before any retry). */
+  readonly arrivalsPerSec: number;
+  /** The fault windows, ms. */
+  readonly faults: readonly { readonly startMs: number; readonly endMs: number }[];
 }
 
 const ARRIVAL = 0;
@@ -242,7 +250,10 @@ export function runOverload(config: Partial<OverloadConfig> = {}, onProgress?: P
     attempts += row.attempts;
     rows.push(row);
   }
-  return { rows, attempts };
+  const capacity = new Capacity(c.dependency.capacityPerSec, c.faults);
+  const seconds = Math.ceil(c.durationMs / 1000);
+  const capacityPerSecond = Array.from({ length: seconds }, (_, i) => round(capacity.integrate(i * 1000, (i + 1) * 1000), 1));
+  return { rows, attempts, capacityPerSecond, arrivalsPerSec: c.arrivalsPerSec, faults: c.faults.map((f) => ({ startMs: f.startMs, endMs: f.endMs })) };
 }
 
 /** Per-window tallies, pooled over runs. */
@@ -311,6 +322,8 @@ class Accumulator {
   settledRuns = 0;
   recovery = 0;
   runs = 0;
+  /** Requests per second of the run, summed over runs. */
+  readonly load: Float64Array;
 
   /** An operation started at t0 ended at `now` with `decision`. */
   end(t0: number, now: number, decision: Decision): void {
@@ -330,6 +343,7 @@ class Accumulator {
     this.fault = new WindowTally(fs, fe);
     this.after = new WindowTally(fe, fe + c.afterMs);
     this.overall = new WindowTally(this.before.startMs, c.durationMs);
+    this.load = new Float64Array(Math.ceil(c.durationMs / 1000));
   }
 
   row(p: ResolvedSimPolicy): OverloadRow {
@@ -353,6 +367,7 @@ class Accumulator {
       recoveryMs: round(this.recovery / runs, 0),
       settledLoad: this.settledRuns > 0 ? round(this.settled / this.settledRuns, 2) : null,
       attempts: this.attempts,
+      loadPerSecond: Array.from(this.load, (v) => round(v / runs, 1)),
       measured,
       calibration,
     };
@@ -530,6 +545,8 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
     acc.settledRuns++;
   }
   acc.recovery += lastBad < 0 ? 0 : (lastBad + 1) * BIN_MS - fe;
+  const perSec = 1000 / BIN_MS;
+  for (let b = 0; b < bins && b / perSec < acc.load.length; b++) acc.load[Math.floor(b / perSec)]! += dep.binRequests[b]!;
   acc.attempts += requests;
   acc.runs++;
 }
