@@ -1,7 +1,7 @@
-// The overload scenario of issue 6, for real: a node:http dependency on loopback whose
+// The overload scenario, for real: a node:http dependency on loopback whose
 // capacity (a token bucket, 400/s, burst 20) drops to 80/s for a fault window, answering
 // 503 over capacity; 320 operations/s arrive (Poisson), each with a 2 s deadline. The
-// figures are those the issue quotes for the peers: amplification in the fault window
+// figures, for each peer's defaults: amplification in the fault window
 // (requests received in it ÷ operations started in it) and the success share of the
 // operations started in it, with the simulator's prediction beside them.
 //   node bench/overload.mjs [--quick]     (or: npm run bench -- overload [--quick])

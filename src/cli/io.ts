@@ -112,3 +112,13 @@ export function table(header: readonly string[], rows: readonly (readonly string
   const nl = text.indexOf('\n');
   return paint.bold(text.slice(0, nl)) + text.slice(nl);
 }
+
+/** Bolds the header of every table in a text (a line followed by a rule of dashes), for output built by the drivers' formatters. */
+export function paintTables(text: string, paint: Paint): string {
+  if (paint === NO_PAINT) return text;
+  const lines = text.split('\n');
+  for (let i = 1; i < lines.length; i++) {
+    if (/^ *-+( +-+)*$/.test(lines[i]!) && lines[i - 1]!.trim() !== '') lines[i - 1] = paint.bold(lines[i - 1]!);
+  }
+  return lines.join('\n');
+}

@@ -27,7 +27,11 @@ Commands:
   report LOG|-      read an event log (JSONL): do retries help? tables, --json, or --html FILE with charts
   help [COMMAND]    this text, or a command's own
 
-Durations: 250ms, 2s, 30m, 1h (a bare number is ms). Exit status 0 only on success.
+Durations: 250ms, 2s, 30m, 1h (a bare number is ms). Exit status 0 only on success, 2
+for a malformed flag or input (one line on stderr names it). Ctrl-C: fetch ends with 8
+(cancelled); deliver, exchange and bidder stop gracefully (0); the others exit at once
+(130). A reader that goes away (| head) ends a command quietly. Progress of long work
+goes to stderr (--quiet silences it); colour only on a terminal, never with NO_COLOR.
 `;
 
 type Command = (argv: string[], io: Io) => Promise<number>;

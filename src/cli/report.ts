@@ -4,7 +4,8 @@ import { RelentError } from '../core/errors.js';
 import { analyzeEventStream, REPORT_DEFAULTS, type EventReport } from '../report/analyze.js';
 import { formatReport } from '../report/format.js';
 import { renderReportHtml } from '../report/html.js';
-import { EXIT, parseFlags, type Io } from './args.js';
+import { EXIT, parseFlags, processIo, type Io } from './args.js';
+import { colorEnabled, NO_PAINT, paintFor, paintTables } from './io.js';
 import { createProgress } from './progress.js';
 
 export const REPORT_HELP = `relent report EVENTS.jsonl|- [options]
@@ -116,7 +117,7 @@ export async function reportCommand(argv: string[], io: Io): Promise<number> {
       throw cannot('--html', values.html, e);
     }
   }
-  io.out(values.json ? JSON.stringify(report) + '\n' : formatReport(report));
+  io.out(values.json ? JSON.stringify(report) + '\n' : paintTables(formatReport(report), io === processIo ? paintFor(colorEnabled('stdout')) : NO_PAINT));
   // Lines, but not one of them an event: this is not an event log (a wrong file?).
   if (report.malformed.count > 0 && report.lines - report.blankLines === report.malformed.count) {
     const n = report.malformed.count;

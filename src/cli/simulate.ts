@@ -6,7 +6,8 @@ import { parseScenario, parseScenarioText, parseSimPolicy, runScenario, SCENARIO
 import { formatResult } from '../sim/format.js';
 import { OVERLOAD_DEFAULTS, type OverloadConfig } from '../sim/overload.js';
 import type { SimPolicy } from '../sim/policies.js';
-import { EXIT, fsReason, parseFlags, type Io } from './args.js';
+import { EXIT, fsReason, parseFlags, processIo, type Io } from './args.js';
+import { colorEnabled, NO_PAINT, paintFor, paintTables } from './io.js';
 import { createProgress } from './progress.js';
 
 export const SIMULATE_HELP = `relent simulate SCENARIO [options]
@@ -164,7 +165,7 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
     io.out(JSON.stringify({ rows: result.result.rows }) + '\n');
     return EXIT.ok;
   }
-  io.out(header(scenario) + '\n' + formatResult(result));
+  io.out(header(scenario) + '\n' + paintTables(formatResult(result), io === processIo ? paintFor(colorEnabled('stdout')) : NO_PAINT));
   return EXIT.ok;
 }
 

@@ -2,7 +2,7 @@ import { invalidPolicy } from './errors.js';
 import type { Random } from './types.js';
 
 /**
- * Backoff strategies (R7), as JSON-able specs. `n` is the retry index: 0 for the wait
+ * Backoff strategies, as JSON-able specs. `n` is the retry index: 0 for the wait
  * before the first retry. Every strategy returns a whole number of ms in
  * [0, backoffCeiling(spec)], finite for any n (tested up to n = 10^4 and beyond).
  */

@@ -2,7 +2,7 @@ import { invalidPolicy } from './errors.js';
 import { MAX_TIMER_MS, type Observation } from './types.js';
 
 /**
- * A circuit breaker per dependency (R11), as a pure state machine: it reads no clock
+ * A circuit breaker per dependency, as a pure state machine: it reads no clock
  * and arms no timer. Every call takes `now` (ms, any time base that all calls of one
  * breaker share), and the move from open to half-open happens when a call sees that
  * `openMs` has passed, so it works in a serverless function that sleeps between

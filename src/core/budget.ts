@@ -1,14 +1,14 @@
 import { invalidPolicy } from './errors.js';
 
 /**
- * Shared retry budgets (R9): one budget is shared by all operations of a client (or of
+ * Shared retry budgets: one budget is shared by all operations of a client (or of
  * one dependency), so a fleet of operations cannot multiply load on a dependency that
  * is failing. `decide()` and `preflight()` consult the budget they are handed; nothing
  * else does.
  *
  * relent's default is `ratio`: a token bucket in the manner of Finagle's RetryBudget and
  * the SRE book's per-client retry ratio, tuned so that it drops the load of an outage
- * and keeps the success of the recovery (issue 6, docs/simulator.md):
+ * and keeps the success of the recovery (docs/simulator.md, the overload scenario):
  * - deposits: `ratio` tokens for every attempt the dependency answered without a failure
  *   the policy retries (`deposit: "success"`, the default), or for every operation's
  *   first attempt (`deposit: "operation"`, Finagle's and the SRE book's rule). Time adds

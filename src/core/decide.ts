@@ -17,7 +17,7 @@ export interface OperationState {
   readonly startedAt: number;
   /** Monotonic ms when the operation's deadline passes. */
   readonly deadlineAt: number;
-  /** Whether repeating the operation is safe (R5), fixed at the operation's start. */
+  /** Whether repeating the operation is safe, fixed at the operation's start. */
   readonly idempotent: boolean;
   /** The previous wait (decorrelated jitter), null before the first retry. */
   readonly prevDelayMs: number | null;
@@ -52,7 +52,7 @@ export interface DecideContext {
 }
 
 /**
- * Idempotency (R5): the caller's declaration beats an idempotency key, which beats the
+ * Idempotency: the caller's declaration beats an idempotency key, which beats the
  * policy's declaration, which beats the method. An operation without a method (a
  * plain function given to run()) is idempotent unless declared otherwise.
  */
@@ -107,7 +107,7 @@ export interface BudgetGate {
 }
 
 /**
- * Before an attempt: null to go ahead; a terminal decision that forbids the call (R1);
+ * Before an attempt: null to go ahead; a terminal decision that forbids the call;
  * or, for a retry still waiting for the shared budget (budgetExhausted: "wait"), a
  * `retry` to wait `delayMs` more and ask again. A driver that passes no gate cannot wait:
  * an unpaid retry then ends with budget_exhausted, as under budgetExhausted: "stop".
@@ -134,7 +134,7 @@ function serving(budget: RetryBudget, now: number): boolean {
   return at !== null && now - at <= SERVING_WINDOW_MS;
 }
 
-/** The time one attempt may take: min(attemptTimeoutMs, remaining) (R2). */
+/** The time one attempt may take: min(attemptTimeoutMs, remaining). */
 export function attemptBudgetMs(policy: Policy, state: OperationState, now: number): number {
   const remaining = Math.max(0, state.deadlineAt - now);
   return policy.attemptTimeoutMs !== null && policy.attemptTimeoutMs < remaining ? policy.attemptTimeoutMs : remaining;
@@ -177,7 +177,7 @@ export function isPlainAnswer(policy: Policy, status: number): boolean {
 }
 
 /**
- * The one answer to "retry, stop, or check state, and after how long?" (R1–R12).
+ * The one answer to "retry, stop, or check state, and after how long?"
  *
  * Pure: reads no clock and draws no randomness of its own (both come in `ctx`), does
  * no I/O. Its only effect is on the shared budget handed in `ctx.budget`, which it
@@ -199,7 +199,7 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
     return obs.nbr !== undefined && obs.nbr !== null ? RETURN_NO_BID : RETURN_SUCCESS;
   }
   if (errorClass === 'aborted') return terminal('cancelled', 'cancelled', null);
-  // R4: an OpenRTB no-bid reason is an answer, whatever the status.
+  // An OpenRTB no-bid reason is an answer, whatever the status.
   if (obs.nbr !== undefined && obs.nbr !== null) return RETURN_NO_BID;
 
   const hint = status !== null ? readServerHint(policy, obs, ctx.wallNow) : null;
@@ -222,12 +222,12 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
     budget.observe({ attempt: state.attempt, success: false, retryableFailure: retryable, throttled, timeout, lastCost: state.lastBudgetCost }, ctx.now);
   }
 
-  // R6: sent but unanswered, and not safe to repeat → read the state, never send again.
+  // Sent but unanswered, and not safe to repeat → read the state, never send again.
   if (status === null && !safe && policy.unknownOutcome === 'check_state') return terminal('check_state', 'unknown_outcome', null);
   if (!retryable) return terminal('not_retryable', status !== null ? 'status_not_retryable' : 'error_not_retryable', hintSeen);
   if (!safe) return terminal('not_retryable', 'not_idempotent', hintSeen);
 
-  // R1, R3: the deadline and the attempt count are separate reasons.
+  // The deadline and the attempt count are separate reasons.
   const remaining = state.deadlineAt - ctx.now;
   if (remaining <= 0) return terminal('deadline_exceeded', 'deadline_spent', hintSeen);
   // A throttled attempt may not count against maxAttempts (the policy's choice); then
@@ -253,7 +253,7 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
   if (hint && hint.valid && hint.noRetry) {
     return terminal('not_retryable', 'retry_after_no_retry', hintSeen);
   } else if (hint && hint.valid) {
-    // R8: never earlier than the server asked; a small positive jitter after it. Over the
+    // Never earlier than the server asked; a small positive jitter after it. Over the
     // cap stops, however far away the server's wait is (never a quick retry instead).
     const asked = hint.delayMs;
     if (asked > policy.retryAfter.maxMs) return terminal('not_retryable', 'retry_after_over_cap', hintSeen);
@@ -283,7 +283,7 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
   }
   if (mayDefer && delay > policy.deferOverMs!) return deferred(delay, hintSeen, uncounted);
 
-  // R9: the shared budget is the last gate, so a retry that would not happen anyway costs nothing.
+  // The shared budget is the last gate, so a retry that would not happen anyway costs nothing.
   let cost = 0;
   if (budget) {
     const paid = budget.tryAcquire({ throttled, timeout }, ctx.now);

@@ -1,9 +1,9 @@
-// Endpoints fit for events, logs and spans (R13, R14). Pure: only the URL global.
+// Endpoints fit for events, logs and spans (never a secret). Pure: only the URL global.
 
 const DEFAULT_PORTS: Readonly<Record<string, string>> = { 'http:': '80', 'https:': '443' };
 
 /**
- * The endpoint of an attempt event (R13, R14): scheme, host, port and path — never the
+ * The endpoint of an attempt event: scheme, host, port and path — never the
  * query, the userinfo or the fragment. The port is always written, so one dependency
  * has one spelling. `routeTemplate` (e.g. `/users/:id`) replaces the path, so ids in
  * paths do not reach logs, traces or metric labels.
@@ -15,7 +15,7 @@ export function normalizeUrlEndpoint(url: URL, routeTemplate?: string | null): s
 }
 
 /**
- * Endpoints fit for events, logs and spans (R13, R14): scheme, host, port and path,
+ * Endpoints fit for events, logs and spans: scheme, host, port and path,
  * never userinfo, query or fragment. A route template (`/users/:id`, `/users/{id}`)
  * replaces the path so that identifiers in it do not leak either. The spelling is the
  * HTTP client's (src/http/endpoint.ts, port always written); this wrapper also takes

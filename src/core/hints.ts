@@ -61,7 +61,7 @@ function joined(v: unknown): string | undefined {
 
 /**
  * The server's wait hint for a failed attempt, or null when there is none to read
- * (R8). Only statuses the policy lists (429 and 503 by default) are read, and only
+ * Only statuses the policy lists (429 and 503 by default) are read, and only
  * when the policy honours hints.
  *
  * Precedence: a Retry-After header decides whenever it is present — a valid one gives

@@ -225,7 +225,7 @@ export interface ServerTimeContext {
 
 /**
  * "Now" on the server's clock: the response's `Date` header when it parses, else our wall
- * clock, so a skewed local clock neither hammers nor stalls (R8). `fromDate` says which.
+ * clock, so a skewed local clock neither hammers nor stalls. `fromDate` says which.
  */
 export function serverNow(ctx: ServerTimeContext | null | undefined): { readonly ms: number; readonly fromDate: boolean } {
   const wall = ctx !== null && typeof ctx === 'object' ? ctx.wallNowMs : Number.NaN;

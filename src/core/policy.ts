@@ -81,7 +81,7 @@ export interface PolicySpec {
    * empty and the dependency still answers some calls (one in the last second), waits for
    * tokens within the deadline; an operation whose deadline comes first, or whose
    * dependency answers nothing, ends with budget_exhausted, and nothing unpaid is ever
-   * sent (R9). Retries so land
+   * sent. Retries so land
    * when the dependency serves again instead of during the outage. "stop" ends the
    * operation with budget_exhausted at once (fail fast). Drivers that cannot wait (the
    * durable queue, or any that calls preflight() without a gate) stop.
@@ -94,7 +94,7 @@ export interface RetryAfterSpec {
   readonly honor?: boolean;
   /** Statuses whose hints are read. */
   readonly statuses?: readonly StatusPattern[];
-  /** The longest server-requested wait the policy accepts; longer → stop now (R8), however far away. */
+  /** The longest server-requested wait the policy accepts; longer → stop now, however far away. */
   readonly maxMs?: number;
   /**
    * false (default): the server's wait replaces the policy's backoff. true: the later of

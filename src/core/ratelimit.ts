@@ -1,5 +1,5 @@
-// Rate-limit header fields as a wait hint (R8, R12): the IETF `RateLimit` field
-// (draft-ietf-httpapi-ratelimit-headers-11, REFERENCE.md §2.6) and the common
+// Rate-limit header fields as a wait hint: the IETF `RateLimit` field
+// (draft-ietf-httpapi-ratelimit-headers-11, https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/) and the common
 // non-standard `*-Reset` fields, as a fallback to Retry-After.
 //
 // Pure: the caller passes the wall clock (`wallNowMs`, epoch ms) and the response's own

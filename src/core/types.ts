@@ -1,4 +1,4 @@
-// The closed vocabularies of relent (SPEC §1, R13). Everything that crosses a
+// The closed vocabularies of relent. Everything that crosses a
 // module boundary is one of these shapes; free text never decides anything.
 
 /**
@@ -93,7 +93,7 @@ export interface DecisionResult {
   readonly budgetPending?: boolean;
 }
 
-/** One event per attempt (R13), emitted before the next call. */
+/** One event per attempt, emitted before the next call. */
 export interface AttemptEvent {
   readonly type: 'attempt';
   readonly operationId: string;

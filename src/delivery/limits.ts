@@ -1,5 +1,5 @@
 /**
- * Load shedding for one destination (R12): a rate limit that a destination's quota can
+ * Load shedding for one destination: a rate limit that a destination's quota can
  * be written as ("50,000 requests per minute"), and a concurrency limit that shrinks
  * when the destination says it is overloaded and grows back slowly. Pure state
  * machines: time is passed in.

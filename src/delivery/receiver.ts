@@ -142,7 +142,7 @@ export function createIdempotencyCache(options: IdempotencyCacheOptions = {}): I
   return cache;
 }
 
-/** The dedupe key of an OpenRTB billing notice (R26): request id + impression id. */
+/** The dedupe key of an OpenRTB billing notice: request id + impression id. */
 export function noticeKey(requestId: string, impId: string): string {
   return `${requestId}:${impId}`;
 }

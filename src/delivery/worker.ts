@@ -29,9 +29,9 @@ interface BatchRef {
 }
 
 /**
- * One event per attempt (R13's fields; the operation is the batch, its id the batch's
+ * One event per attempt (the fields of every attempt event; the operation is the batch, its id the batch's
  * idempotency key), then what happened to the batch. No payload, header or query
- * string ever appears in an event (R14).
+ * string ever appears in an event.
  */
 export type DeliveryEvent =
   | (BatchRef & {

@@ -40,7 +40,7 @@ export interface WireClass {
  * | the caller's AbortSignal (handled by the executor)           | aborted (never retried)    | aborted                  |
  * | relent's attempt timeout (handled by the executor)           | timeout, unknown           | timeout, unknown         |
  *
- * `unknown` is what makes a POST without an idempotency key end in `check_state` (R6);
+ * `unknown` is what makes a POST without an idempotency key end in `check_state`;
  * `not_sent` makes any method retryable. A connect-phase error after the request
  * started cannot normally happen; if it does, the row stays conservative (`unknown`).
  * The last row is the executor's: its attempt timer fires without asking the driver,

@@ -76,7 +76,7 @@ export interface RelentRequestInit {
   readonly policy?: string | PolicySpec | Policy;
   /** The path as events show it, e.g. `/users/:id` (ids in paths stay out of logs and metrics). */
   readonly routeTemplate?: string;
-  /** After an unknown outcome (R6), reads the real state (e.g. GET by the idempotency key); its Response is returned. */
+  /** After an unknown outcome (sent, unanswered, not safe to repeat), reads the real state (e.g. GET by the idempotency key); its Response is returned. */
   readonly stateCheck?: (ctx: AttemptContext) => Promise<Response>;
   /** Events of this call only (in addition to the client's `onEvent`). */
   readonly onEvent?: (event: RelentEvent) => void;
@@ -90,7 +90,7 @@ export interface ClientOptions extends ProtectionOptions {
   readonly dispatcher?: Dispatcher | null;
   /** Options for the own Agent (ignored with `dispatcher`). */
   readonly agent?: Agent.Options | null;
-  /** One event per attempt, then the result (R13). Nothing is built when no listener is given. */
+  /** One event per attempt, then the result. Nothing is built when no listener is given. */
   readonly onEvent?: ((event: RelentEvent) => void) | null;
   /** The dependency key of a URL (budget, breaker, bulkhead are shared per key). Default: the origin. */
   readonly key?: ((url: URL) => string) | null;

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { RelentError } from '../core/errors.js';
 import { parseSfList } from '../core/ratelimit.js';
 
-/** The header of draft-ietf-httpapi-idempotency-key-header (REFERENCE.md §2.7). */
+/** The header of the IETF draft "The Idempotency-Key HTTP Header Field" (https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/). */
 export const IDEMPOTENCY_KEY_HEADER = 'idempotency-key';
 
 /** Methods for which `autoIdempotencyKey` creates a key (the ones not idempotent by RFC 9110). */

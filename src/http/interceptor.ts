@@ -23,7 +23,7 @@ type Dispatch = (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchH
 export interface InterceptorOptions extends ProtectionOptions {
   /** The policy: a preset name, a spec or a Policy. Default: relent's defaults. */
   readonly policy?: string | PolicySpec | Policy;
-  /** One event per attempt, then the result (R13). */
+  /** One event per attempt, then the result. */
   readonly onEvent?: ((event: RelentEvent) => void) | null;
   /** The dependency key of a request (budget, breaker, bulkhead are shared per key). Default: its origin. */
   readonly key?: ((origin: string, path: string) => string) | null;

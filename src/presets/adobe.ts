@@ -2,14 +2,14 @@ import type { PresetDefinition } from './types.js';
 
 /**
  * Adobe Experience Platform Destination SDK, streaming destinations, best-effort
- * aggregation (seed S1; REFERENCE.md §3): retry 403, 408, 409, 429, 500, 502, 503,
+ * aggregation (Adobe's "Rate limiting and retry policy" page): retry 403, 408, 409, 429, 500, 502, 503,
  * 504; two retries, after 15 s and after 30 s; nothing else (400 is not); then the
  * activation is dropped.
  */
 export const adobeBestEffort: PresetDefinition = {
   name: 'adobe-best-effort',
   summary: 'Adobe Destination SDK best-effort aggregation: 2 retries at +15 s and +30 s, then drop',
-  source: 'REFERENCE.md §3 — experienceleague.adobe.com …/destination-sdk/functionality/rate-limiting-retry-policy (seed S1)',
+  source: 'Adobe Experience Platform, "Rate limiting and retry policy for streaming destinations built with Destination SDK" — https://experienceleague.adobe.com/en/docs/experience-platform/destinations/destination-sdk/functionality/rate-limiting-retry-policy',
   schedule: 'retry 403, 408, 409, 429, 500, 502, 503, 504 after 15 s, then after 30 s; 3 calls in all; 400 and others not retried',
   notes: [
     'Adobe resends activations, so the preset declares the operation idempotent (the delivery queue also sends an idempotency key per batch)',
@@ -30,14 +30,14 @@ export const adobeBestEffort: PresetDefinition = {
 };
 
 /**
- * Adobe Destination SDK, configurable aggregation (seed S1; REFERENCE.md §3): retry
+ * Adobe Destination SDK, configurable aggregation (the same page): retry
  * 420, 429 and "codes greater than 500"; everything else is not retried; rate-limited
- * items are retried 30 minutes later (durable: R27).
+ * items are retried 30 minutes later (durably: the delivery queue holds them).
  */
 export const adobeConfigurable: PresetDefinition = {
   name: 'adobe-configurable',
   summary: 'Adobe Destination SDK configurable aggregation: 420, 429 and >500 retried 30 minutes later (durable)',
-  source: 'REFERENCE.md §3 — experienceleague.adobe.com …/destination-sdk/functionality/rate-limiting-retry-policy (seed S1)',
+  source: 'Adobe Experience Platform, "Rate limiting and retry policy for streaming destinations built with Destination SDK" — https://experienceleague.adobe.com/en/docs/experience-platform/destinations/destination-sdk/functionality/rate-limiting-retry-policy',
   schedule: 'retry 420, 429 and 501–599 after 30 min, or later if a Retry-After asks (up to 1 h); waits over 60 s are deferred to the durable queue',
   notes: [
     '"greater than 500" is read literally: 500 itself is NOT retried (the Japanese page says "the 500s"; add 500 to retryOn.status to follow it)',

@@ -6,12 +6,12 @@ const TRANSPORT = ['connect_refused', 'dns', 'connect_timeout', 'tls', 'reset', 
  * gRPC A6 retry design, current text (since 2024-08): the n-th retry waits
  * min(initialBackoff·multiplier^(n−1), maxBackoff)·U(0.8, 1.2); the A6 example policy
  * (maxAttempts 4, 0.1 s, 1 s, ×2, UNAVAILABLE ≈ HTTP 503) and its retryThrottling
- * example (maxTokens 10, tokenRatio 0.1). REFERENCE.md §7.
+ * example (maxTokens 10, tokenRatio 0.1). gRFC A6 "gRPC Retry Design".
  */
 export const grpc: PresetDefinition = {
   name: 'grpc',
   summary: 'gRPC A6 (2024+): ±20 % jittered exponential backoff, 4 attempts, retryThrottling 10/0.1',
-  source: 'REFERENCE.md §7 — grpc/proposal A6-client-retries.md (backoff text since commit dc9fd4f, 2024-08-29)',
+  source: 'gRFC A6 "gRPC Retry Design" — https://github.com/grpc/proposal/blob/master/A6-client-retries.md (the backoff text since 2024-08-29)',
   schedule: 'min(100 ms·2^(n−1), 1 s)·U(0.8, 1.2); 4 calls; throttled while tokens <= 5 of 10',
   notes: ['UNAVAILABLE maps to HTTP 503 and transport failures; a deadline across all attempts as in A6'],
   spec: {
@@ -23,11 +23,11 @@ export const grpc: PresetDefinition = {
   },
 };
 
-/** gRPC A6 as written 2017–2024: full jitter random(0, min(initial·m^(n−1), max)). REFERENCE.md §7. */
+/** gRPC A6 as written 2017–2024: full jitter random(0, min(initial·m^(n−1), max)). */
 export const grpc2017: PresetDefinition = {
   name: 'grpc-2017',
   summary: 'gRPC A6 original text (2017–2024): full-jitter exponential backoff',
-  source: 'REFERENCE.md §7 — grpc/proposal A6-client-retries.md before commit dc9fd4f',
+  source: 'gRFC A6 "gRPC Retry Design" as written from 2017 to August 2024 — https://github.com/grpc/proposal/blob/master/A6-client-retries.md (see its history)',
   schedule: 'U[0, min(100 ms·2^(n−1), 1 s)); 4 calls; throttled while tokens <= 5 of 10',
   notes: ['kept for comparison with services that still follow the original text'],
   spec: {
@@ -43,12 +43,12 @@ export const grpc2017: PresetDefinition = {
  * AWS SDK standard retry mode, 2026 behaviour ("v2.1", default since 2026-11-10):
  * 3 attempts, U(0,1)·min(b·2^(i−1), 20 s) with b = 50 ms (transient) or 1 s
  * (throttling), retry quota 500 with cost 14 (transient) / 5 (throttling), refund 1
- * on success. REFERENCE.md §8.2.
+ * on success. AWS SDKs and Tools Reference Guide, "Retry behavior".
  */
 export const awsStandard: PresetDefinition = {
   name: 'aws-standard',
   summary: 'AWS SDK standard mode (2026 "v2.1"): 3 attempts, full jitter 50 ms / 1 s base, 20 s cap, quota 500',
-  source: 'REFERENCE.md §8.2 — AWS SDKs and Tools reference guide "Retry behavior"; botocore standard.py/quota.py (AWS_NEW_RETRIES_2026)',
+  source: 'AWS SDKs and Tools Reference Guide, "Retry behavior" — https://docs.aws.amazon.com/sdkref/latest/guide/feature-retry-behavior.html; botocore retries/standard.py and quota.py (the 2026 values) — https://github.com/boto/botocore/tree/develop/botocore/retries',
   schedule: 'U[0, min(50 ms·2^(i−1), 20 s)) transient, U[0, min(1 s·2^(i−1), 20 s)) throttling; 3 calls; quota 500, cost 14 / 5',
   notes: [
     'HTTP 429 stands for the throttling error codes (ThrottlingException, SlowDown…); 500/502/503/504 and transport failures are transient',
@@ -67,12 +67,12 @@ export const awsStandard: PresetDefinition = {
 /**
  * Envoy's default router retry: one retry (num_retries defaults to 1), fully jittered
  * back-off U[0, (2^N − 1)·25 ms) capped at 250 ms, retry_on "5xx" (any 5xx, reset,
- * connect failure). REFERENCE.md §10.
+ * connect failure). Envoy's route RetryPolicy and router filter documentation.
  */
 export const envoyDefault: PresetDefinition = {
   name: 'envoy-default',
   summary: 'Envoy router defaults: 1 retry on 5xx/reset/connect failure, U[0, (2^N−1)·25 ms) capped at 250 ms',
-  source: 'REFERENCE.md §10 — envoyproxy/envoy route_components.proto, router_filter.rst',
+  source: 'Envoy, RetryPolicy (route_components.proto) — https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/route/v3/route_components.proto; router filter, x-envoy-retry-on — https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/router_filter',
   schedule: 'retry 1 waits U[0, 25 ms); 2 calls; retry_on 5xx',
   notes: ["Envoy's retry budget limits concurrent retries (20 % of active requests, min 3); it is not modelled, so the preset has no budget"],
   spec: {

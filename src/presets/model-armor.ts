@@ -1,7 +1,7 @@
 import type { PresetDefinition } from './types.js';
 
 /**
- * Google Cloud Model Armor "Retry strategy" (seed S2; REFERENCE.md §4.1):
+ * Google Cloud Model Armor "Retry strategy":
  * wait min(2^n + random_fraction, maximum_backoff) seconds, n from 0, random_fraction
  * <= 1 s, maximum_backoff 32 s (or 64 s), stop after `deadline` (300 s in the
  * example); retry 500, 502, 503, 504 (429 optionally).
@@ -9,7 +9,7 @@ import type { PresetDefinition } from './types.js';
 export const modelArmor: PresetDefinition = {
   name: 'model-armor',
   summary: 'Google Model Armor: truncated exponential backoff with jitter until a 300 s deadline',
-  source: 'REFERENCE.md §4.1 — https://docs.cloud.google.com/model-armor/retry-strategy (seed S2)',
+  source: 'Google Cloud, Model Armor "Retry strategy" — https://docs.cloud.google.com/model-armor/retry-strategy',
   schedule: 'min(2^n s + U[0,1) s, 32 s), n = 0, 1, 2…; stop after 300 s; retry 500, 502, 503, 504',
   notes: [
     'maximum_backoff: 32 s (the doc allows 32 or 64; override backoff.capMs for 64 s)',

@@ -5,7 +5,7 @@ export interface PresetDefinition {
   readonly name: string;
   /** One line: what it is for. */
   readonly summary: string;
-  /** Where the numbers come from (REFERENCE.md section and the primary source). */
+  /** Where the numbers come from: the public document's title and address (and what is relent's own choice). */
   readonly source: string;
   /** The documented schedule in words, as `relent presets` prints it. */
   readonly schedule: string;

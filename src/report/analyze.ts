@@ -6,7 +6,7 @@ import { AdaptiveSeries, type SeriesBucket } from './series.js';
 import { LogSketch, type SketchBin, type SketchSummary } from './sketch.js';
 import { retryVerdict, VERDICT_THRESHOLDS, type RetryVerdict } from './verdict.js';
 
-/** relent's decisions (a closed set, SPEC §1), in the order reports list them. */
+/** relent's decisions (a closed set), in the order reports list them. */
 export const REPORT_DECISIONS: readonly Decision[] = Object.freeze([
   'return', 'retry', 'check_state', 'deadline_exceeded', 'max_attempts', 'not_retryable', 'budget_exhausted', 'circuit_open', 'cancelled', 'defer',
 ] as const);
@@ -47,7 +47,7 @@ export interface ReportOptions {
 
 export interface MalformedLine {
   readonly line: number;
-  /** What is wrong, in words; never the line's content (it may hold what must not leak, R14). */
+  /** What is wrong, in words; never the line's content (it may hold what must not leak). */
   readonly reason: string;
 }
 
@@ -253,8 +253,8 @@ function timeOf(o: Json): { at: number; field: 'ts' | 'time' } | null {
 }
 
 /**
- * Reads relent's JSONL event log (R13: one `{"type":"attempt",…}` per attempt, one
- * `{"type":"result",…}` per operation) in constant memory and computes R16's figures:
+ * Reads relent's JSONL event log (one `{"type":"attempt",…}` per attempt, one
+ * `{"type":"result",…}` per operation) in constant memory and computes the figures that say whether retries help:
  * attempts per operation, terminal reasons, status and error classes, delays, timeouts,
  * load, retry success per endpoint with a verdict, and load vs retries over time.
  *

@@ -1,5 +1,5 @@
 // relent/report: reads relent's JSONL event logs in constant memory and reports whether
-// retries help (R16, R30), as text, JSON or one self-contained HTML page with inline SVG
+// retries help, as text, JSON or one self-contained HTML page with inline SVG
 // charts. Every export is named here (no `export *`).
 
 export { EventLogAnalyzer, analyzeEventText, analyzeEventStream, analyzeEventFile, printable, REPORT_DEFAULTS, REPORT_DECISIONS, REPORT_REASONS } from './analyze.js';

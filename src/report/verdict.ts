@@ -1,5 +1,5 @@
 /**
- * When a retry success rate says something (seed 000: "if retry success is near zero,
+ * When a retry success rate says something (the rule: "if retry success is near zero,
  * retries should be switched off"). The rate is the share of operations that needed at
  * least one retry and still ended with `return`.
  */

@@ -2,7 +2,7 @@ import type { BreakerOutcome } from '../core/breaker.js';
 import type { Bid, BidResponse } from './model.js';
 import { isNbr } from './nbr.js';
 
-/** The form a no-bid took (REFERENCE.md §1.3: OpenRTB 2.6 §4, §4.2.1, implementation.md §7.1). */
+/** The form a no-bid took (OpenRTB 2.6 §4, §4.2.1, and its implementation guide §7.1). */
 export type NoBidForm =
   | 'http_204' // HTTP 204 No Content ("most economical")
   | 'empty_body' // HTTP 200 with an empty body ("an empty HTTP response constitutes a no-bid")
@@ -13,7 +13,7 @@ export type NoBidForm =
 
 /** Why a partner's answer could not be used. */
 export type AnswerError =
-  | 'status' // any status other than 200 and 204 (R24)
+  | 'status' // any status other than 200 and 204
   | 'malformed' // a 200 whose body is not a BidResponse (not JSON, wrong types)
   | 'too_large' // the body is over the size limit: never parsed
   | 'id_mismatch'; // BidResponse.id is not the request's id: an answer to another auction
@@ -101,7 +101,7 @@ function isBlank(body: string): boolean {
  * connection and a parse for nothing, exactly like one that answers 500. Likewise a 400
  * (the partner rejects our requests) is a breaker failure here, although the core's
  * generic `breakerOutcome` counts 4xx as "the dependency answered": for an auction a call
- * that can never yield a bid is a failed call (ANCHORS-exchange §4.4: count timeouts and
+ * that can never yield a bid is a failed call (as Prebid Server counts timeouts and
  * non-200/204 statuses). Bids and no-bids are successes: the partner works.
  *
  * Individual bids are checked later, against the request (price, impression, floor,

@@ -13,9 +13,9 @@ export type BidderBehaviour =
   | 'bid' // 200 with bids
   | 'no_bid' // 204
   | 'no_bid_nbr' // 200 with seatbid: [] and an nbr
-  | 'shed' // 204 at once: over maxConcurrency (R25)
+  | 'shed' // 204 at once: over maxConcurrency (load shedding)
   | 'short_tmax' // 204 at once: tmax below minTmaxMs
-  | 'bad_request' // 400: unparseable or missing required fields (R25)
+  | 'bad_request' // 400: unparseable or missing required fields
   | 'error500'
   | 'reset'
   | 'hang'
@@ -80,7 +80,7 @@ const WIN_PATH = '/notice/win';
 const BILLING_PATH = '/notice/billing';
 
 /**
- * A configurable DSP for testing exchanges (R25): bids with a configured price and
+ * A configurable DSP for testing exchanges: bids with a configured price and
  * latency, declines a configured share (204, or 200 with an nbr), fails on purpose
  * (500, connection resets, hangs, malformed JSON), sheds load with 204 and no nbr when
  * more than `maxConcurrency` requests are in flight, and answers 400 (naming the
@@ -332,7 +332,7 @@ class BidderImpl implements Bidder {
       this.notice.noticeFailures++;
       return plain(res, 500, 'injected failure\n');
     }
-    // R26: the dedupe key is request id + impression id; a repeat is answered alike, counted once.
+    // The dedupe key is request id + impression id (OpenRTB 2.6 implementation guide §7.8: an idempotent receiver); a repeat is answered alike, counted once.
     const cache = kind === 'win' ? this.wins : this.billings;
     const key = noticeKey(id, imp);
     const b = cache.begin(key);

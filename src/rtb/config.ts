@@ -110,7 +110,7 @@ export interface PartnerConfig {
   readonly minTimeMs?: number;
   /** Keep listening this long after a partner's cut to count (and drop) a late answer. Default 50. */
   readonly lateGraceMs?: number;
-  /** Extra attempts after a failure before sending (refused, DNS, TLS, connect timeout, an immediate 503): 0–2, default 0 (R20). */
+  /** Extra attempts after a failure before sending (refused, DNS, TLS, connect timeout, an immediate 503): 0–2, default 0. */
   readonly preSendRetries?: number;
   /** Largest answer read (bytes); larger → an error, never parsed. Default: the exchange's `maxResponseBytes`. */
   readonly maxResponseBytes?: number;
@@ -510,7 +510,7 @@ export interface BidderConfig {
   readonly publicUrl?: string;
   /** `seatbid.seat`. Default: the name. */
   readonly seat?: string;
-  /** Requests handled at once; over it the bidder sheds with 204 and no nbr (R25). Default 100. */
+  /** Requests handled at once; over it the bidder sheds with 204 and no nbr. Default 100. */
   readonly maxConcurrency?: number;
   readonly maxRequestBytes?: number;
   readonly latency?: LatencySpec;

@@ -29,7 +29,7 @@ export interface PartnerResult {
   readonly outcome: PartnerOutcome;
   /** From the fan-out's start to the partner's answer (or cut), ms; null when skipped. */
   readonly ms: number | null;
-  /** Network attempts (more than 1 only with R20 pre-send retries). */
+  /** Network attempts (more than 1 only with pre-send retries). */
   readonly attempts: number;
   /** The tmax sent on the last attempt; null when skipped. */
   readonly tmaxMs: number | null;
@@ -110,7 +110,7 @@ export interface ExchangeOptions {
   /** Monotonic clock and timers (default: the system clock). */
   readonly clock?: Clock;
   readonly random?: Random;
-  /** The core's events of every partner call and notice: one per attempt, then the result (R13). */
+  /** The core's events of every partner call and notice: one per attempt, then the result. */
   readonly onEvent?: ((event: RelentEvent) => void) | null;
   /** One summary per auction. */
   readonly onAuction?: ((summary: AuctionSummary) => void) | null;
@@ -299,12 +299,12 @@ let auctionCounter = 0;
 const auctionPrefix = Math.floor(Math.random() * 0xffffff).toString(36);
 
 /**
- * An OpenRTB exchange that holds its deadline (R24, seed S0). Per auction:
+ * An OpenRTB exchange that holds its deadline. Per auction:
  *
  * - deadline = min(auctionTimeoutMs, tmax − time spent since arrival − reserveMs), where
  *   tmax is the request's or `defaultTmaxMs` (never an unbounded auction);
  * - every partner in parallel, each through execute() → decide() with the `openrtb-bid`
- *   preset made per partner (no retries, except R20's pre-send failures when
+ *   preset made per partner (no retries, except pre-send failures when
  *   `preSendRetries` > 0 and a whole partner timeout still fits);
  * - each call gets min(timeoutMs, time left) and is told that time as its `tmax`;
  * - a partner whose breaker is open, whose connection cap is full, or for whom less

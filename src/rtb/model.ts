@@ -1,4 +1,4 @@
-// OpenRTB 2.6 objects, as far as the exchange reads them (REFERENCE.md §1). Every other
+// OpenRTB 2.6 objects, as far as the exchange reads them (https://github.com/InteractiveAdvertisingBureau/openrtb2.x/blob/main/2.6.md). Every other
 // field is carried through untouched: OpenRTB's principle is that implementers "must
 // tolerate new fields or enumerated list values".
 
@@ -18,7 +18,7 @@ export interface Imp extends Extra {
 
 /** `BidRequest` (2.6 §3.2.1). */
 export interface BidRequest extends Extra {
-  /** The auction's id (required); the same on every partner call and every retry (R20). */
+  /** The auction's id (required); the same on every partner call and every retry. */
   readonly id: string;
   /** At least one impression (required). */
   readonly imp: readonly Imp[];

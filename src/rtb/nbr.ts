@@ -1,4 +1,4 @@
-// No-bid reason codes (`BidResponse.nbr`), REFERENCE.md §1.1–1.2. OpenRTB 2.6 has no
+// No-bid reason codes (`BidResponse.nbr`), https://github.com/InteractiveAdvertisingBureau/openrtb. OpenRTB 2.6 has no
 // list of its own and points to the OpenRTB 3.0 list; 2.5's list (§5.24) has the same
 // values 0–10 with slightly different names. Values ≥ 500 are exchange-specific; values
 // in 18–499 are unknown today but tolerated ("must tolerate new … enumerated list values").

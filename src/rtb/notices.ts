@@ -90,7 +90,7 @@ export interface NoticeOutlet {
   close(options: { readonly drainMs: number; readonly force: boolean }): Promise<void>;
 }
 
-/** The win-notice policy: the `background-full-jitter` preset (R21), three calls within 10 s. Loss notices use it too. */
+/** The win-notice policy: the `background-full-jitter` preset, three calls within 10 s. Loss notices use it too. */
 export const WIN_NOTICE_OVERRIDES: PolicySpec = Object.freeze({ maxAttempts: 3, deadlineMs: 10_000, attemptTimeoutMs: 2_000 });
 
 /** The policy of each kind of notice: the presets with the configuration's overrides. */
@@ -235,9 +235,9 @@ function billableKey(requestId: string, impId: string): string {
 
 /**
  * Fires notices in process, each through execute() with its preset: billing notices
- * with `openrtb-billing-notice` (R22: anything but 200/204 retried every 10 s for a
+ * with `openrtb-billing-notice` (anything but 200/204 retried every 10 s for a
  * minute; the receiver dedupes), win and loss notices with `background-full-jitter`
- * (R21). At most `maxPending` notices are in flight or waiting to retry; more are
+ * At most `maxPending` notices are in flight or waiting to retry; more are
  * dropped and counted (bounded memory). Lost when the process stops: the durable
  * store (`notices.store`) keeps them.
  */

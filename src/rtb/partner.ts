@@ -24,7 +24,7 @@ export type SkipReason = 'circuit_open' | 'at_capacity' | 'no_time' | 'disabled'
 export interface PartnerCounters {
   /** Partner calls made (one per auction the partner took part in; retries are attempts of the same call). */
   calls: number;
-  /** Network attempts (calls plus R20 retries). */
+  /** Network attempts (calls plus pre-send retries). */
   attempts: number;
   retries: number;
   /** Answers with at least one bid, and the bids in them. */

@@ -1,4 +1,4 @@
-// Counters and latency histograms of the exchange (R16: metrics that tell whether the
+// Counters and latency histograms of the exchange (metrics that tell whether the
 // partners, their timeouts and their breakers are set right). Fixed memory: a histogram
 // is 4 001 counters of 0.25 ms up to 1 s, plus one overflow counter with the maximum.
 

@@ -1,7 +1,7 @@
 import { invalidPolicy, RelentError } from '../core/errors.js';
 
 /**
- * A bulkhead (R11): a cap on the calls in flight to one dependency, with a bounded
+ * A bulkhead: a cap on the calls in flight to one dependency, with a bounded
  * FIFO queue behind it, so a slow dependency cannot tie up the caller. A free slot is
  * taken synchronously without allocating (`tryAcquire`); a full queue rejects at once
  * with `ERR_BULKHEAD_FULL`; a queued caller whose signal aborts leaves the queue.

@@ -1,6 +1,6 @@
 import type { AttemptEvent, ResultEvent } from '../core/types.js';
 
-/** One event as one JSON line, keys in the contract's order (DESIGN.md "CLI contracts"). */
+/** One event as one JSON line, keys in a fixed order (the one `relent replay` prints). */
 export function formatJsonLine(event: AttemptEvent | ResultEvent): string {
   return JSON.stringify(event);
 }

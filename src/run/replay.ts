@@ -19,7 +19,7 @@ export interface TimelineObservation {
   readonly sent?: SendState;
 }
 
-/** DESIGN.md's timeline: a policy, a seed and the observations to replay in virtual time. */
+/** A timeline: a policy, a seed and the observations to replay in virtual time. */
 export interface Timeline {
   readonly operationId: string;
   readonly method: string;

@@ -90,7 +90,7 @@ export interface OperationScope {
    * through); `ctx` is the call's context (its requestId, remainingMs, timeoutMs).
    */
   attempt(attempt: number, ctx: Pick<AttemptContext, 'requestId' | 'remainingMs' | 'timeoutMs'>): AttemptScope;
-  /** Runs the state check (R6) in the operation's context. */
+  /** Runs the state check (after an unknown outcome) in the operation's context. */
   run<A, R>(fn: (arg: A) => R, arg: A): R;
   /** Once, when the operation ends, with its result event. */
   end(event: ResultEvent): void;
@@ -99,7 +99,7 @@ export interface OperationScope {
 export interface AttemptScope {
   /** Makes the call: `fn(arg)`, inside the attempt's context (e.g. with its span active). */
   run<A, R>(fn: (arg: A) => R, arg: A): R;
-  /** Once, when the attempt has settled and been decided, with its R13 event. */
+  /** Once, when the attempt has settled and been decided, with its attempt event. */
   end(event: AttemptEvent): void;
 }
 
@@ -109,7 +109,7 @@ export interface RunOptions<T> {
   readonly signal?: AbortSignal;
   /** Created before the first call when absent (never changes across attempts). */
   readonly operationId?: string;
-  /** For idempotency defaults (R5) and events. */
+  /** For idempotency defaults and events. */
   readonly method?: string;
   /** Normalised endpoint for events (no query, userinfo or fragment). */
   readonly endpoint?: string;
@@ -139,10 +139,10 @@ export interface RunOptions<T> {
    * say `{ errorClass: 'connect_timeout', sent: 'not_sent' }`.
    */
   readonly classifyTimeout?: (ctx: AttemptContext) => Classified | undefined;
-  /** Reads the operation's real state after an unknown outcome (R6); its value is returned. */
+  /** Reads the operation's real state after an unknown outcome; its value is returned. */
   readonly stateCheck?: (ctx: AttemptContext) => Promise<T>;
   /**
-   * The dependency's circuit breaker (R11): asked before every call (refused → no call,
+   * The dependency's circuit breaker: asked before every call (refused → no call,
    * terminal `circuit_open`, ERR_CIRCUIT_OPEN); told every call's outcome. Share one per dependency.
    * With `fleet` and `dependency`, `true` or a breaker spec takes the fleet's breaker of the dependency.
    */
@@ -154,7 +154,7 @@ export interface RunOptions<T> {
   readonly fleet?: Fleet | null;
   readonly dependency?: string;
   /**
-   * The dependency's bulkhead (R11): a slot is held for each call, waited for (abortable,
+   * The dependency's bulkhead: a slot is held for each call, waited for (abortable,
    * within the deadline) when none is free. A full queue ends the operation with terminal
    * `budget_exhausted` and ERR_BULKHEAD_FULL. Share one per dependency.
    */
@@ -383,7 +383,7 @@ class Runner<T> {
     this.breaker = breakerOf(options);
     this.bulkhead = options.bulkhead ?? null;
     this.method = options.method ?? null;
-    // R14: whatever the caller passed, events never carry a query, userinfo or fragment.
+    // Whatever the caller passed, events never carry a query, userinfo or fragment.
     this.endpoint = options.endpoint != null ? safeEndpoint(options.endpoint) : null;
     this.opId = options.operationId ?? null;
     this.scope = options.instrumentation ? options.instrumentation.operation({ operationId: this.operationId, method: this.method, endpoint: this.endpoint }) : null;
@@ -407,7 +407,7 @@ class Runner<T> {
     this.next(now);
   }
 
-  /** Makes the next attempt if nothing forbids it (R1, R10, R11). */
+  /** Makes the next attempt if nothing forbids it (deadline, attempts, cancellation, breaker, bulkhead). */
   private next(now: number): void {
     if (this.signal?.aborted) return this.end('cancelled', null);
     const pre = preflight(this.state, now, this);
@@ -416,7 +416,7 @@ class Runner<T> {
       if (pre.decision === 'retry') return this.waitFor(pre.delayMs!, now);
       return this.end(pre.decision as TerminalReason, pre);
     }
-    // R11: an open circuit means no call at all (and no attempt event: nothing was attempted).
+    // An open circuit means no call at all (and no attempt event: nothing was attempted).
     if (this.breaker !== null && !this.breaker.tryPass(this.clock.wallNow())) return this.end('circuit_open', CIRCUIT_OPEN);
     if (this.bulkhead !== null && !this.bulkhead.tryAcquire()) {
       // The slow path: every slot is taken. Wait in the queue, within the deadline.
@@ -573,7 +573,7 @@ class Runner<T> {
     this.cancelTimer = this.clock.setTimer(this.onTimer, delay, now);
   }
 
-  /** Listens to the caller's signal (once per operation): a cancel ends a call or a wait at once (R10). */
+  /** Listens to the caller's signal (once per operation): a cancel ends a call or a wait at once. */
   private listenForAbort(): void {
     if (this.signal !== undefined && this.abortListener === null) {
       this.abortListener = () => this.onCallerAbort();

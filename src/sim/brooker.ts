@@ -10,7 +10,7 @@ import { nextAttempt, ownState, recordRetry, type SimState } from './state.js';
 /**
  * Brooker's optimistic-concurrency contention experiment ("Exponential Backoff And
  * Jitter", AWS Architecture Blog, 2015), set up as in the blog's own simulator
- * (REFERENCE.md §5.2): one row with one version number; each client updates it exactly
+ * (https://github.com/aws-samples/aws-arch-backoff-simulator): one row with one version number; each client updates it exactly
  * once: it reads the version, then writes conditionally; the write succeeds only if
  * the version is unchanged (and bumps it). On a failed write the client sleeps
  * net + backoff and reads again. Every message takes |N(10, 2)|. Work = write calls;

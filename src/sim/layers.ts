@@ -8,7 +8,8 @@ import type { SimPolicy } from './policies.js';
 import { nextAttempt, ownState, recordRetry, type SimState } from './state.js';
 
 /**
- * Retries at every layer of a stack (Google SRE book ch. 22, REFERENCE.md §6): a user
+ * Retries at every layer of a stack (Google SRE book, ch. 22 "Addressing Cascading Failures",
+ * https://sre.google/sre-book/addressing-cascading-failures/): a user
  * action goes through `layers` services, each retrying its call to the next; the
  * bottom one calls a database that is overloaded and answers 503 to everything. With
  * 4 attempts per layer and 3 layers, one user action becomes 4^3 = 64 attempts on the

@@ -83,7 +83,7 @@ export const DEPENDENCY_DEFAULTS: DependencyModel = Object.freeze({
   retryAfterSec: null,
 });
 
-/** The calibration set-up of issue 6: 400/s, 320 operations/s, 80/s for 10 s, 503, 2 s deadline. */
+/** The calibration set-up (the one bench/overload.mjs measures the real libraries in): 400/s, 320 operations/s, 80/s for 10 s, 503, 2 s deadline. */
 export const OVERLOAD_DEFAULTS: OverloadConfig = Object.freeze({
   seed: 1,
   runs: 3,
@@ -216,7 +216,7 @@ class Capacity {
 }
 
 /**
- * Whether a configuration is the set-up the peers were measured in (issue 6): only then
+ * Whether a configuration is the set-up the peers were measured in (bench/overload.mjs): only then
  * are the measured figures shown beside the simulated ones. Runs, seed, the length of
  * the run and the policies may differ.
  */
@@ -443,7 +443,7 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
   const ctx = simContext(rng.uniform, null);
   // Each client's budget gate for preflight(), built once (no allocation per attempt).
   const gates: BudgetGate[] = budgets.map((budget) => ({ policy, budget, random: ctx.random }));
-  // The operation's safety (R5) for the scenario's method, as the core decides it; computed once.
+  // The operation's safety (may it be repeated?) for the scenario's method, as the core decides it; computed once.
   const idempotent = isIdempotent(policy, { method: c.method });
   const ok = statusObservation(200);
   const rejected: SimObservation = statusObservation(c.dependency.rejectStatus);

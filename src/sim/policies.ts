@@ -33,8 +33,8 @@ const ALL_ERRORS: readonly ErrorClass[] = [...NETWORK, 'timeout', 'protocol', 'e
 const NO_HINT_JITTER = { jitterRatio: 0, jitterMinMs: 0, jitterMaxMs: 0 } as const;
 
 /**
- * The peers' defaults, checked in the installed packages (node_modules) and in
- * ANCHORS-retry.md §1d/§2. Every peer retries the GET of the scenarios (all of them
+ * The peers' defaults, checked in the installed packages (node_modules): their sources
+ * and documentation. Every peer retries the GET of the scenarios (all of them
  * treat GET as idempotent); none has a shared retry budget.
  */
 export const PEER_POLICIES: readonly SimPolicy[] = Object.freeze([
@@ -172,7 +172,7 @@ export const RELENT_POLICIES: readonly SimPolicy[] = Object.freeze([
   },
   {
     name: 'relent-sre-budget',
-    summary: 'the SRE book / Finagle budget rule: 10 % of operations + 1/s, no refund, fail fast (relent\'s default before issue 6)',
+    summary: 'the SRE book / Finagle budget rule: 10 % of operations + 1/s, no refund, fail fast (relent\'s earlier default)',
     policy: { budgetExhausted: 'stop', budget: { kind: 'ratio', deposit: 'operation', refund: false } },
     budget: true,
   },
@@ -186,7 +186,7 @@ export const RELENT_POLICIES: readonly SimPolicy[] = Object.freeze([
 
 /**
  * Calls-per-operation measured with the real libraries against a real loopback
- * dependency (issue 6: capacity 400/s, 320 operations/s, capacity 80/s for a 10 s fault
+ * dependency (bench/overload.mjs: capacity 400/s, 320 operations/s, capacity 80/s for a 10 s fault
  * window, 503 over capacity, 2 s deadline): amplification and success share of the
  * operations started in the fault window.
  */

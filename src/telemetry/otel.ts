@@ -27,7 +27,7 @@ import { safeEndpoint } from './endpoint.js';
  *   started) and `relent.timeout_ms`. The call runs with its attempt span active, so
  *   instrumented clients and `propagation.inject` see it.
  * - a span per auction (`relent auction`) whose children are its partner calls.
- * - metrics (see OTEL_METRICS) whose attributes hold no ids (R14): never operationId,
+ * - metrics (see OTEL_METRICS) whose attributes hold no ids (bounded cardinality): never operationId,
  *   requestId, batch or auction ids or url.full; only method, server address/port,
  *   status, error type, the driver and relent's closed vocabularies.
  *

@@ -307,9 +307,12 @@ describe('one table style; colour only on a terminal, never with NO_COLOR', () =
 
   const hasScript = spawnSync('script', ['--version']).status === 0;
   it.runIf(hasScript)('on a terminal, headers and names are bold; with NO_COLOR=1 or TERM=dumb, not', () => {
-    const onTty = (env: string): string => spawnSync('script', ['-qec', `env ${env} "${process.execPath}" "${BIN}" presets http-429`, '/dev/null'], { encoding: 'utf8', env: { ...process.env, NO_COLOR: '', FORCE_COLOR: '' } }).stdout;
+    const onTty = (env: string, args = 'presets http-429'): string => spawnSync('script', ['-qec', `env ${env} "${process.execPath}" "${BIN}" ${args}`, '/dev/null'], { encoding: 'utf8', env: { ...process.env, NO_COLOR: '', FORCE_COLOR: '' } }).stdout;
     expect(onTty('TERM=xterm')).toContain('\x1b[1mhttp-429\x1b[22m');
     expect(onTty('TERM=xterm NO_COLOR=1')).not.toContain('\x1b[');
     expect(onTty('TERM=dumb')).not.toContain('\x1b[');
+    // The tables of the drivers' formatters get the same bold header.
+    expect(onTty('TERM=xterm', 'simulate layers --quiet')).toContain('\x1b[1mvariant  ');
+    expect(onTty('TERM=xterm NO_COLOR=1', 'simulate layers --quiet')).not.toContain('\x1b[');
   });
 });
