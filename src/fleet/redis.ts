@@ -406,15 +406,20 @@ class RedisFleetImpl implements RedisFleet, Link {
     }
     if (cmds.length === 0 && !all) return;
     this.inFlight++;
-    const pipeline = redis.pipeline();
     const loading = !this.scriptsLoaded;
-    if (loading) for (const src of Object.values(SCRIPTS)) pipeline.script('LOAD', src);
-    if (cmds.length === 0) pipeline.time();
-    for (const c of cmds) pipeline.evalsha(SHA[c.script], c.keys.length, ...c.keys, ...c.args);
     const wall0 = this.clock.wallNow();
     const t0 = performance.now();
-    // Joining (scripts to load, a cold connection) may take longer than a steady sync.
-    const res = await this.bounded(pipeline, this.local ? Math.max(this.settings.timeoutMs, this.settings.connectTimeoutMs) : this.settings.timeoutMs);
+    let res: [Error | null, unknown][] | Error;
+    try {
+      const pipeline = redis.pipeline();
+      if (loading) for (const src of Object.values(SCRIPTS)) pipeline.script('LOAD', src);
+      if (cmds.length === 0) pipeline.time();
+      for (const c of cmds) pipeline.evalsha(SHA[c.script], c.keys.length, ...c.keys, ...c.args);
+      // Joining (scripts to load, a cold connection) may take longer than a steady sync.
+      res = await this.bounded(pipeline, this.local ? Math.max(this.settings.timeoutMs, this.settings.connectTimeoutMs) : this.settings.timeoutMs);
+    } catch (e) {
+      res = e instanceof Error ? e : new Error(String(e));
+    }
     const rtt = performance.now() - t0;
     this.inFlight--;
     this.roundTrips++;
@@ -435,7 +440,7 @@ class RedisFleetImpl implements RedisFleet, Link {
   private settle(res: [Error | null, unknown][] | Error, cmds: Command[], loading: boolean, wall0: number, rtt: number): void {
     if (!Array.isArray(res)) {
       for (const c of cmds) c.onFail();
-      return this.failed(res.message);
+      return this.failed(this.clean(res));
     }
     let i = 0;
     let error: string | null = null;

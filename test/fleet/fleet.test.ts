@@ -11,10 +11,10 @@ import { RelentError } from '../../src/core/errors.js';
 import { createRedisFleet, type FleetEvent, type RedisFleet, type RedisFleetOptions } from '../../src/fleet/index.js';
 import { createClient, relentInterceptor } from '../../src/http/index.js';
 import { run } from '../../src/run/run.js';
-import { dropPrefix, freePort, hasRedisServer, ownRedis, REDIS_URL, redisEnabled, sleep, uniquePrefix, until } from './support.js';
+import { dropPrefix, freePort, ownRedisEnabled, ownRedis, REDIS_URL, redisEnabled, sleep, uniquePrefix, until } from './support.js';
 
 const enabled = await redisEnabled();
-const canSpawn = enabled && await hasRedisServer();
+const canSpawn = enabled && await ownRedisEnabled();
 const RETRY = { throttled: false, timeout: false };
 const prefixes: string[] = [];
 const open: RedisFleet[] = [];

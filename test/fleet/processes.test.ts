@@ -9,10 +9,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { fileURLToPath } from 'node:url';
-import { dropPrefix, hasRedisServer, ownRedis, REDIS_URL, redisEnabled, uniquePrefix } from './support.js';
+import { dropPrefix, ownRedisEnabled, ownRedis, REDIS_URL, redisEnabled, uniquePrefix } from './support.js';
 
 const enabled = await redisEnabled();
-const canSpawn = enabled && await hasRedisServer();
+const canSpawn = enabled && await ownRedisEnabled();
 const CHILD = fileURLToPath(new URL('./child.mjs', import.meta.url));
 const DIST = fileURLToPath(new URL('../../dist/fleet/index.js', import.meta.url));
 const P = 10;
