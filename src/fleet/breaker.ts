@@ -15,6 +15,9 @@ export interface FleetBreakerStats {
 
 type Listener = (change: BreakerStateChange) => void;
 
+/** The shortest life of a half-open trial's claim in Redis, ms. */
+export const TRIAL_CLAIM_MIN_MS = 10_000;
+
 /** A pub/sub announcement: { s: 'open' | 'closed', n: Redis µs, a, u: open times (Redis ms), r: reason }. */
 export interface Announcement {
   readonly s: string;
@@ -172,7 +175,7 @@ export class FleetBreaker implements CircuitBreaker, Member {
       this.trialResult = null;
       const epoch = this.epoch;
       out.push({
-        script: 'breakerTrial', keys, args: [result, link.id, spec.openMs, spec.successThreshold, link.channel, this.dependency, this.stateTtl()],
+        script: 'breakerTrial', keys, args: [result, link.id, spec.openMs, spec.successThreshold, link.channel, this.dependency, this.stateTtl(), this.claimMs()],
         onReply: (r) => this.heard(r, epoch, 'trial'),
         onFail: () => {},
       });
@@ -180,7 +183,7 @@ export class FleetBreaker implements CircuitBreaker, Member {
     if (this.trial === 'asking') {
       const epoch = this.epoch;
       out.push({
-        script: 'breakerTrial', keys, args: ['probe', link.id, spec.openMs, spec.successThreshold, link.channel, this.dependency, this.stateTtl()],
+        script: 'breakerTrial', keys, args: ['probe', link.id, spec.openMs, spec.successThreshold, link.channel, this.dependency, this.stateTtl(), this.claimMs()],
         onReply: (r) => {
           if (this.trial !== 'asking') return;
           this.trial = 'none';
@@ -188,10 +191,10 @@ export class FleetBreaker implements CircuitBreaker, Member {
           const now = link.wallNow();
           if (code === BreakerCode.Granted) {
             this.trial = 'held';
-            this.heldUntil = now + spec.openMs;
+            this.heldUntil = now + this.claimMs();
           } else if (code === BreakerCode.HalfOpen) {
             // Someone else holds this period's trial: its outcome is announced; ask again only if it is lost.
-            this.askAfter = now + spec.openMs;
+            this.askAfter = now + this.claimMs();
           } else if (code === BreakerCode.Open) {
             this.askAfter = now + 2; // this clock runs a little ahead of Redis's
           }
@@ -295,8 +298,16 @@ export class FleetBreaker implements CircuitBreaker, Member {
     return now >= this.openUntil || now <= this.openedAt - this.spec.openMs;
   }
 
+  /**
+   * How long a trial's claim lasts: openMs, and at least TRIAL_CLAIM_MIN_MS, so that a
+   * slow trial call is not presumed lost (and a second one sent) while it is still out.
+   */
+  private claimMs(): number {
+    return Math.max(this.spec.openMs, TRIAL_CLAIM_MIN_MS);
+  }
+
   private stateTtl(): number {
-    return Math.ceil(Math.max(this.link.keyTtlMs, 3 * this.spec.openMs));
+    return Math.ceil(Math.max(this.link.keyTtlMs, 3 * this.spec.openMs, 2 * this.claimMs()));
   }
 
   /** The in-process breaker, in the fleet's state (a window of its own starts empty). */

@@ -113,10 +113,10 @@ return { us, 0, 0, 0, ws, wf, 0 }
 
 /**
  * The half-open trial: ask for it (one per half-open period in the whole fleet: SET NX
- * PX, the holder's claim expiring after openMs as the in-process breaker presumes a
- * trial lost), or report its outcome.
+ * PX; the holder's claim expires after claimMs, when the trial is presumed lost and the
+ * next process may try), or report its outcome. A holder that asks again keeps its claim.
  * KEYS as BREAKER_SYNC_SCRIPT. ARGV: op (probe | success | failure | ignored), holder id,
- * openMs, successThreshold, channel, dependency, ttlMs.
+ * openMs, successThreshold, channel, dependency, ttlMs, claimMs.
  * Reply: { Redis µs, code, openedAt, openUntil (ms) }.
  */
 export const BREAKER_TRIAL_SCRIPT = `${PRELUDE}
@@ -128,7 +128,7 @@ local openUntil = tonumber(st[2])
 if openUntil == nil then return { us, 0, 0, 0 } end
 if op == 'probe' then
   if now < openUntil then return { us, 1, openedAt, openUntil } end
-  if redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', openMs) then
+  if redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', tonumber(ARGV[8])) or redis.call('GET', KEYS[3]) == ARGV[2] then
     redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[7]))
     return { us, 3, openedAt, openUntil }
   end

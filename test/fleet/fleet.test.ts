@@ -178,7 +178,8 @@ describe.skipIf(!enabled)('shared budget (real Redis)', () => {
       for (const k of keys) {
         const ttl = await r.pttl(k);
         expect(ttl, k).toBeGreaterThan(0);
-        expect(ttl, k).toBeLessThanOrEqual(1100);
+        // An open state lives at least as long as two trial claims (10 s each); the rest keyTtlMs or the window.
+        expect(ttl, k).toBeLessThanOrEqual(k.endsWith(':breaker') ? 20_000 : 1100);
       }
     } finally {
       r.disconnect();

@@ -247,10 +247,14 @@ describe.skipIf(!enabled)(`${P} processes, one dependency, one Redis`, () => {
       + `  separate breakers: first open ${separate.firstOpen - alone.startedAt} ms after the start, every process open ${separate.lastOpen - separate.firstOpen} ms later;\n`
       + `    calls made after the first open by processes not yet open: ${sum(separate.late)} (${separate.late.join(' ')})\n`
       + `  trials while failing: ${trials.length} in ${openFor} ms (openMs ${openMs}), gaps ${gaps.join(', ')} ms\n`);
-    // Every process is open as soon as it can read the announcement (or earlier, from its own sync):
-    // the one round trip of pub/sub is all it takes. (How long Redis and the OS take to
-    // deliver it is this machine's; the calls made meanwhile are printed above.)
-    for (let i = 0; i < P; i++) expect(opens[i]!, `process ${i}`).toBeLessThanOrEqual(readable[i]! + 50);
+    // Once the announcement can be read in a process (its own subscriber has it), the process
+    // makes no more calls: the one round trip of pub/sub is all it takes. (How long Redis and
+    // the OS take to deliver it is this machine's; the calls made meanwhile are printed above.
+    // 100 ms of slack: Redis writes the announcement to the two connections one after the other.)
+    for (let i = 0; i < P; i++) {
+      const after = dep.arrivals.filter((a) => a.child === i && a.sent > readable[i]! + 100 && a.sent < opens[i]!).length;
+      expect(after, `calls process ${i} made after it could read the announcement`).toBe(0);
+    }
     // One trial per half-open period: never two within openMs (a failed trial reopens the
     // circuit for openMs), and with calls coming in every few ms, one soon after each period
     // ends (the slack is this busy machine's: the trial's own answer, a round trip to ask for it).

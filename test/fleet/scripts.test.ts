@@ -88,7 +88,7 @@ describe.skipIf(!enabled)('Lua scripts (real Redis)', () => {
     const keys = [`${prefix}{t}:breaker`, `${prefix}{t}:window`, `${prefix}{t}:trial`];
     const openMs = 40;
     const sync = (announce: number) => redis.eval(BREAKER_SYNC_SCRIPT, 3, ...keys, 0, 0, announce, 60_000, 10, 0.5, 10, openMs, `${prefix}breaker`, 't', 60_000) as Promise<number[]>;
-    const trial = (op: string, id: string) => redis.eval(BREAKER_TRIAL_SCRIPT, 3, ...keys, op, id, openMs, 1, `${prefix}breaker`, 't', 60_000) as Promise<number[]>;
+    const trial = (op: string, id: string) => redis.eval(BREAKER_TRIAL_SCRIPT, 3, ...keys, op, id, openMs, 1, `${prefix}breaker`, 't', 60_000, 10_000) as Promise<number[]>;
     expect((await trial('probe', 'p0'))[1]).toBe(0); // closed: no trial to hand out
     expect((await sync(1))[1]).toBe(1); // announced open
     expect((await trial('probe', 'p0'))[1]).toBe(1); // open, not yet elapsed
@@ -97,6 +97,8 @@ describe.skipIf(!enabled)('Lua scripts (real Redis)', () => {
     const granted = answers.map((a, i) => [a[1], i] as const).filter(([c]) => c === 3);
     expect(granted).toHaveLength(1);
     const holder = `p${granted[0]![1]}`;
+    expect((await trial('probe', holder))[1]).toBe(3); // the holder asking again keeps its claim
+    expect(await redis.pttl(keys[2]!)).toBeGreaterThan(9000); // claimed for 10 s, not openMs: a slow trial is not presumed lost
     // Somebody else's result does not count; the holder's failure reopens for another period.
     expect((await trial('failure', holder === 'p0' ? 'p1' : 'p0'))[1]).toBe(2);
     const reopened = await trial('failure', holder);
