@@ -188,6 +188,8 @@ class RedisFleetImpl implements RedisFleet, Link {
   private lastError: string | null = null;
   private waiters: ((joined: boolean) => void)[] = [];
   private readonly secret: string | null;
+  /** What the fleet listens to on the command connection (taken off a caller's client at close()). */
+  private readonly listeners: Record<'error' | 'ready' | 'close', (...args: unknown[]) => void>;
 
   constructor(
     url: URL | null, client: Redis | null, private readonly settings: FleetSettings,
@@ -220,14 +222,17 @@ class RedisFleetImpl implements RedisFleet, Link {
       this.sub = new RedisClass(url!.href, connection);
     }
     const label = url !== null ? where(url) : 'the given client';
-    this.redis.on('error', (e: unknown) => this.connectionError(e, label));
-    this.redis.on('ready', () => {
-      this.scriptsLoaded = false;
-      void this.sync(true);
-    });
-    this.redis.on('close', () => {
-      if (this.mode_ !== 'local') this.setMode('local', this.lastError ?? `the connection to Redis (${label}) closed`);
-    });
+    this.listeners = {
+      error: (e: unknown) => this.connectionError(e, label),
+      ready: () => {
+        this.scriptsLoaded = false;
+        void this.sync(true);
+      },
+      close: () => {
+        if (this.mode_ !== 'local') this.setMode('local', this.lastError ?? `the connection to Redis (${label}) closed`);
+      },
+    };
+    for (const [event, fn] of Object.entries(this.listeners)) this.redis.on(event, fn);
     this.sub.on('error', (e: unknown) => {
       this.lastError = this.clean(e);
     });
@@ -339,6 +344,7 @@ class RedisFleetImpl implements RedisFleet, Link {
       for (const w of [...this.waiters]) w(false);
       this.sub.disconnect();
       if (this.ownsClient) this.redis.disconnect();
+      else for (const [event, fn] of Object.entries(this.listeners)) this.redis.off(event, fn);
     })();
     return this.closing;
   }

@@ -152,6 +152,29 @@ describe.skipIf(!enabled)('shared budget (real Redis)', () => {
     expect(refilled).toBeLessThanOrEqual(14);
   });
 
+  it('a client of your own: shared with a url fleet, not closed by close()', async () => {
+    const p = prefix('client-option');
+    const client = new Redis(REDIS_URL, { enableOfflineQueue: false });
+    await new Promise<void>((r) => client.once('ready', () => r()));
+    const before = client.listenerCount('error') + client.listenerCount('ready') + client.listenerCount('close');
+    const a = createRedisFleet({ client, prefix: p, timeoutMs: 250, syncMs: 50 });
+    const b = fleet({ prefix: p });
+    try {
+      expect(await a.ready()).toBe(true);
+      expect(await b.ready()).toBe(true);
+      const spec = { kind: 'ratio' as const, minPerSecond: 0, maxTokens: 6 };
+      const got = await drain([a.budget('dep', spec), b.budget('dep', spec)], 300);
+      expect(got).toBeGreaterThanOrEqual(6);
+      expect(got).toBeLessThanOrEqual(6 + 2);
+      await a.close();
+      expect(client.status).toBe('ready');
+      expect(await client.ping()).toBe('PONG');
+      expect(client.listenerCount('error') + client.listenerCount('ready') + client.listenerCount('close')).toBe(before);
+    } finally {
+      client.disconnect();
+    }
+  });
+
   it('budget kinds other than ratio stay per process, said once', async () => {
     const events: FleetEvent[] = [];
     const f = fleet({ prefix: prefix('kinds'), onEvent: (e) => events.push(e) });
