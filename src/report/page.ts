@@ -31,9 +31,9 @@ section { background: #fff; border: 1px solid #e5e7eb; border-radius: 8px; paddi
 svg.chart { display: block; max-width: 100%; height: auto; margin: 8px 0; }
 /* Tables fit their card: cells wrap, and a table that still cannot fit scrolls inside its own box. */
 .table-wrap { max-width: 100%; overflow-x: auto; margin: 8px 0; }
-table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
-th, td { padding: 4px 8px; border-bottom: 1px solid #e5e7eb; text-align: right; vertical-align: top; }
-th { background: #f3f4f6; font-weight: 600; font-size: 13px; }
+table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
+th, td { padding: 4px 6px; border-bottom: 1px solid #e5e7eb; text-align: right; vertical-align: top; }
+th { background: #f3f4f6; font-weight: 600; }
 td { white-space: nowrap; }
 th:first-child, td:first-child, td.text, th.text { text-align: left; }
 td.text, td.wrap { white-space: normal; }

@@ -175,6 +175,12 @@ describe('a reader that goes away is not an error (EPIPE)', () => {
     expect(r.out).toMatch(/relent exchange: stopped\./);
   });
 
+  it('bidder: stderr closed → stops as on a signal, prints its summary, exit 0', async () => {
+    const r = await relent(['bidder', '--config', join(EXAMPLES, 'exchange', 'bidders', 'fast.json'), '--port', '0', '--stats-every', '50ms'], { closeErr: true });
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/relent bidder: stopped\./);
+  });
+
   it('relent presets | head -1: one line, nothing on stderr, status 0 (a real shell pipe)', () => {
     const r = spawnSync('bash', ['-c', `set -o pipefail; "${process.execPath}" "${BIN}" presets | head -1`], { encoding: 'utf8' });
     expect(r.stdout.split('\n')).toHaveLength(2);
