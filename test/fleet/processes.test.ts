@@ -250,9 +250,10 @@ describe.skipIf(!enabled)(`${P} processes, one dependency, one Redis`, () => {
     // Once the announcement can be read in a process (its own subscriber has it), the process
     // makes no more calls: the one round trip of pub/sub is all it takes. (How long Redis and
     // the OS take to deliver it is this machine's; the calls made meanwhile are printed above.
-    // 100 ms of slack: Redis writes the announcement to the two connections one after the other.)
+    // 300 ms of slack: Redis writes the announcement to the two connections one after the
+    // other, and on this loaded 2-core machine they were seen up to 150 ms apart.)
     for (let i = 0; i < P; i++) {
-      const after = dep.arrivals.filter((a) => a.child === i && a.sent > readable[i]! + 100 && a.sent < opens[i]!).length;
+      const after = dep.arrivals.filter((a) => a.child === i && a.sent > readable[i]! + 300 && a.sent < opens[i]!).length;
       expect(after, `calls process ${i} made after it could read the announcement`).toBe(0);
     }
     // One trial per half-open period: never two within openMs (a failed trial reopens the
