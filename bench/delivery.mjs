@@ -1,34 +1,77 @@
-// Durable delivery throughput: items/s enqueued and delivered through relent's queue
-// (SQLite and PostgreSQL stores) and, side by side in the same run, BullMQ (Redis) and
-// pg-boss (PostgreSQL) doing the same work with their own retry options. Every
-// candidate POSTs each item to the same loopback receiver (node:http) with 16 requests
-// in flight; "delivered" ends when the receiver has seen every item once.
+// Durable delivery at scale. Every table reports ratios measured in the same run (the
+// machine may be shared: absolute figures are noisy; the load average is printed).
+//
+// 1. throughput — items/s enqueued and delivered, one item per request, 16 in flight, to
+//    one loopback node:http receiver: relent on SQLite and on PostgreSQL against BullMQ
+//    (Redis) in three interleaved repetitions (ratios per repetition, then the median),
+//    then pg-boss (PostgreSQL) and relent with 100 items per request once.
+// 2. scale — relent worker processes (1, 2, 4) on one PostgreSQL queue: items/s; and 4
+//    processes against a destination limited to R requests/s: the most requests the
+//    receiver saw in any 1 s window.
+// 3. fairness — ten destinations, one of them slow (2 s answers) or failing (503): the
+//    healthy nine's items/s with the bad one, as a share of their items/s alone; both stores.
+// 4. large — PostgreSQL with 10^4 and 10^6 batches queued (bulk-loaded with SQL): enqueue
+//    and claim latency (p50/p99) and `queue stats` time, and the 10^6/10^4 ratios.
+//
+// `node bench/delivery.mjs [--quick] [throughput] [scale] [fairness] [large]` (all by
+// default); `npm run bench -- delivery`. Imports ../dist: run `npm run build` first.
 // BullMQ 6 and pg-boss 10 are the newest majors that run on Node 20 (pg-boss 11+ needs 22).
 import { createServer } from 'node:http';
-import { readFileSync } from 'node:fs';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { request, Agent } from 'undici';
 import pg from 'pg';
-import { openDeliveryQueue } from '../dist/delivery/index.js';
+import { openDeliveryQueue, openPostgresStore } from '../dist/delivery/index.js';
 
 const PG_URL = process.env.RELENT_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS = { host: '127.0.0.1', port: 6379 };
 const CONCURRENCY = 16;
+const WORKER = fileURLToPath(new URL('./workers/delivery-worker.mjs', import.meta.url));
 const version = (n) => JSON.parse(readFileSync(new URL(`../node_modules/${n}/package.json`, import.meta.url), 'utf8')).version;
+const load = () => loadavg().map((x) => x.toFixed(2)).join(' ');
+const int = (x) => Math.round(x).toLocaleString('en-US');
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * One loopback receiver for every case. relent sends an envelope per batch; the others one
+ * item per request with its key in x-item-key. A path /slow/… answers after 2 s, /fail/…
+ * answers 503; the first path segment names the destination (counted per destination).
+ */
 async function receiver() {
   const seen = new Set();
+  const perDest = new Map();
+  let arrivals = [];
   let waiters = [];
   const server = createServer({ keepAliveTimeout: 60_000 }, (req, res) => {
+    arrivals.push(performance.now());
     let body = '';
     req.on('data', (d) => (body += d));
     req.on('end', () => {
-      // relent sends an envelope per batch; the others send one item per request.
+      const dest = req.url.split('/')[1] ?? '';
+      if (dest.startsWith('slow')) {
+        setTimeout(() => res.writeHead(200).end('ok'), 2_000);
+        return;
+      }
+      if (dest.startsWith('fail')) {
+        res.writeHead(503).end('busy');
+        return;
+      }
       const key = req.headers['x-item-key'];
-      if (key) seen.add(key);
-      else for (const it of JSON.parse(body).items) seen.add(it.key);
+      let n = 0;
+      if (key) {
+        seen.add(key);
+        n = 1;
+      } else {
+        for (const it of JSON.parse(body).items) {
+          seen.add(it.key);
+          n++;
+        }
+      }
+      perDest.set(dest, (perDest.get(dest) ?? 0) + n);
       res.writeHead(200).end('ok');
       if (waiters.length) {
         const still = [];
@@ -41,9 +84,17 @@ async function receiver() {
     });
   });
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  const base = `http://127.0.0.1:${server.address().port}`;
   return {
-    url: `http://127.0.0.1:${server.address().port}/in`,
-    reset: () => seen.clear(),
+    base,
+    url: `${base}/in`,
+    reset: () => {
+      seen.clear();
+      perDest.clear();
+      arrivals = [];
+    },
+    arrivals: () => arrivals,
+    seen: () => seen.size,
     until: (n) => (seen.size >= n ? Promise.resolve() : new Promise((resolve) => waiters.push({ n, resolve }))),
     close: () => new Promise((r) => { server.closeAllConnections(); server.close(r); }),
   };
@@ -67,30 +118,43 @@ async function reachable(kind) {
   }
 }
 
+async function dropSchemas(schemas) {
+  if (schemas.length === 0) return;
+  const c = new pg.Client({ connectionString: PG_URL });
+  await c.connect();
+  for (const s of schemas) await c.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
+  await c.end();
+}
+
 const chunks = (n, size, f) => {
   const out = [];
   for (let i = 0; i < n; i += size) out.push(Array.from({ length: Math.min(size, n - i) }, (_, j) => f(i + j)));
   return out;
 };
 
-async function relentCase(name, store, rx, n, maxItems) {
-  const queue = await openDeliveryQueue({
-    store,
-    destinations: { sink: { url: rx.url, policy: 'adobe-best-effort', batch: { maxItems, maxAgeMs: 0 }, concurrency: { initial: CONCURRENCY, adaptive: false } } },
-  });
+const sink = (url, maxItems, extra = {}) => ({
+  url, policy: 'adobe-best-effort', batch: { maxItems, maxAgeMs: 0 }, concurrency: { initial: CONCURRENCY, adaptive: false }, ...extra,
+});
+
+// ---------------------------------------------------------------- 1. throughput
+
+async function relentCase(store, rx, n, maxItems, tag) {
+  rx.reset();
+  const queue = await openDeliveryQueue({ store, destinations: { sink: sink(rx.url, maxItems) } });
   const t0 = performance.now();
-  for (const c of chunks(n, 500, (i) => ({ key: `${name}-${i}`, payload: { n: i } }))) await queue.enqueueMany('sink', c);
+  for (const c of chunks(n, 500, (i) => ({ key: `${tag}-${i}`, payload: { n: i } }))) await queue.enqueueMany('sink', c);
   const t1 = performance.now();
-  const worker = queue.createWorker({ pollMs: 20, claimChunk: 200 });
+  const worker = queue.createWorker({ pollMs: 20 });
   worker.start();
   await rx.until(n);
   const t2 = performance.now();
   await worker.stop();
   await queue.close();
-  return { name, enqueue: n / ((t1 - t0) / 1000), deliver: n / ((t2 - t1) / 1000) };
+  return { enqueue: n / ((t1 - t0) / 1000), deliver: n / ((t2 - t1) / 1000) };
 }
 
 async function bullmqCase(rx, n) {
+  rx.reset();
   const { Queue, Worker } = await import('bullmq');
   const name = `relent-bench-${process.pid}`;
   const agent = new Agent({ keepAliveTimeout: 30_000 });
@@ -111,10 +175,11 @@ async function bullmqCase(rx, n) {
   await queue.obliterate({ force: true }).catch(() => {});
   await queue.close();
   await agent.close();
-  return { name: `BullMQ ${version('bullmq')} (Redis)`, enqueue: n / ((t1 - t0) / 1000), deliver: n / ((t2 - t1) / 1000) };
+  return { enqueue: n / ((t1 - t0) / 1000), deliver: n / ((t2 - t1) / 1000) };
 }
 
 async function pgBossCase(rx, n, batchSize) {
+  rx.reset();
   const { default: PgBoss } = await import('pg-boss');
   const schema = `relent_bench_pgboss_${process.pid}_${batchSize}`;
   const agent = new Agent({ keepAliveTimeout: 30_000 });
@@ -136,66 +201,276 @@ async function pgBossCase(rx, n, batchSize) {
   await rx.until(n);
   const t2 = performance.now();
   await boss.stop({ graceful: true, wait: true, timeout: 5_000 }).catch(() => {});
-  const c = new pg.Client({ connectionString: PG_URL });
-  await c.connect();
-  await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-  await c.end();
+  await dropSchemas([schema]);
   await agent.close();
-  return { name: `pg-boss ${version('pg-boss')} (PostgreSQL, batchSize ${batchSize})`, enqueue: n / ((t1 - t0) / 1000), deliver: n / ((t2 - t1) / 1000) };
+  return { enqueue: n / ((t1 - t0) / 1000), deliver: n / ((t2 - t1) / 1000) };
 }
 
-export async function main({ quick = false } = {}) {
+function table(head, rows) {
+  const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i]).length)));
+  const line = (r) => r.map((c, i) => (i === 0 ? String(c).padEnd(w[i]) : String(c).padStart(w[i]))).join('  ');
+  console.log(line(head));
+  console.log(w.map((x) => '-'.repeat(x)).join('  '));
+  for (const r of rows) console.log(line(r));
+}
+
+async function throughput({ quick, rx, dir, pgOk, redisOk, schemas }) {
   const n = quick ? 2_000 : 20_000;
+  const reps = 3;
+  console.log(`\n--- throughput: ${int(n)} items, one item per request, ${CONCURRENCY} in flight, ${reps} repetitions (load average ${load()})`);
+  console.log('Retry options: relent adobe-best-effort (15 s, 30 s); BullMQ attempts 3, fixed 15 s; pg-boss retryLimit 2, retryDelay 15 s. Higher is better.');
+  if (!redisOk) console.log('note: Redis at 127.0.0.1:6379 unreachable: BullMQ skipped, no ratios');
+  if (!pgOk) console.log(`note: PostgreSQL at ${PG_URL} unreachable: relent PostgreSQL and pg-boss skipped`);
+  // Warm-up (not measured): every candidate once on a few items, so no repetition pays for JIT and connections.
+  if (redisOk) await bullmqCase(rx, 1_000);
+  await relentCase(`sqlite:${join(dir, 'warm.db')}`, rx, 1_000, 1, 'w');
+  if (pgOk) {
+    schemas.push(`relent_bench_${process.pid}_warm`);
+    await relentCase(`${PG_URL}?schema=relent_bench_${process.pid}_warm`, rx, 1_000, 1, 'w');
+  }
+  const runs = [];
+  for (let rep = 1; rep <= reps; rep++) {
+    const r = { rep, load: loadavg()[0] };
+    if (redisOk) r.bull = await bullmqCase(rx, n);
+    r.sqlite = await relentCase(`sqlite:${join(dir, `t${rep}.db`)}`, rx, n, 1, `s${rep}`);
+    if (pgOk) {
+      const schema = `relent_bench_${process.pid}_t${rep}`;
+      schemas.push(schema);
+      r.pg = await relentCase(`${PG_URL}?schema=${schema}`, rx, n, 1, `p${rep}`);
+    }
+    runs.push(r);
+  }
+  const ratio = (a, b) => (a && b ? `${(a / b).toFixed(2)}x` : '-');
+  table(['repetition', 'load', 'BullMQ/s', 'SQLite/s', 'PostgreSQL/s', 'SQLite vs BullMQ', 'PostgreSQL vs BullMQ'], runs.map((r) => [
+    String(r.rep), r.load.toFixed(1), r.bull ? int(r.bull.deliver) : '-', int(r.sqlite.deliver), r.pg ? int(r.pg.deliver) : '-',
+    ratio(r.sqlite.deliver, r.bull?.deliver), ratio(r.pg?.deliver, r.bull?.deliver),
+  ]));
+  if (redisOk) {
+    const sq = median(runs.map((r) => r.sqlite.deliver / r.bull.deliver));
+    const pq = pgOk ? median(runs.map((r) => r.pg.deliver / r.bull.deliver)) : null;
+    console.log(`median ratio of delivered items/s to BullMQ's in the same repetition: SQLite ${sq.toFixed(2)}x${pq !== null ? `, PostgreSQL ${pq.toFixed(2)}x` : ''}`);
+  }
+  const once = [];
+  once.push(['relent SQLite (1 item/request)', median(runs.map((r) => r.sqlite.enqueue)), median(runs.map((r) => r.sqlite.deliver))]);
+  if (pgOk) once.push(['relent PostgreSQL (1 item/request)', median(runs.map((r) => r.pg.enqueue)), median(runs.map((r) => r.pg.deliver))]);
+  if (redisOk) once.push([`BullMQ ${version('bullmq')} (Redis)`, median(runs.map((r) => r.bull.enqueue)), median(runs.map((r) => r.bull.deliver))]);
+  if (pgOk) {
+    const few = Math.min(n, 1_000);
+    const b16 = await pgBossCase(rx, few, CONCURRENCY);
+    once.push([`pg-boss ${version('pg-boss')} (PostgreSQL, batchSize ${CONCURRENCY}, ${int(few)} items)`, b16.enqueue, b16.deliver]);
+    const b200 = await pgBossCase(rx, n, 200);
+    once.push([`pg-boss ${version('pg-boss')} (PostgreSQL, batchSize 200: 200 in flight)`, b200.enqueue, b200.deliver]);
+  }
+  const hundred = await relentCase(`sqlite:${join(dir, 'h.db')}`, rx, n, 100, 'h');
+  once.push(['relent SQLite (100 items/request)', hundred.enqueue, hundred.deliver]);
+  const base = once.find((r) => r[0].startsWith('BullMQ')) ?? once[0];
+  console.log(`\nmedians of the repetitions, and single runs (ratios against ${base[0]}):`);
+  table(['candidate', 'enqueue/s', 'deliver/s', 'enqueue vs', 'deliver vs'], once.map((r) => [r[0], int(r[1]), int(r[2]), ratio(r[1], base[1]), ratio(r[2], base[2])]));
+  console.log('note: pg-boss 10 waits pollingIntervalSeconds (at least 0.5 s) after every fetch: batchSize 16 is near 32 items/s');
+}
+
+// ---------------------------------------------------------------- 2. scale-out
+
+/** Starts k worker processes (bench/workers/delivery-worker.mjs), waits until each is ready. */
+async function startWorkers(k, spec) {
+  const children = [];
+  for (let i = 0; i < k; i++) {
+    const child = spawn(process.execPath, [WORKER, JSON.stringify(spec)], { stdio: ['pipe', 'pipe', 'inherit'] });
+    await new Promise((resolve, reject) => {
+      child.stdout.once('data', resolve);
+      child.once('exit', (code) => reject(new Error(`a bench worker exited (${code}) before it was ready`)));
+    });
+    child.removeAllListeners('exit');
+    children.push(child);
+  }
+  return {
+    go: () => { for (const c of children) c.stdin.write('go\n'); },
+    stop: () => Promise.all(children.map((c) => new Promise((r) => { c.once('exit', r); c.kill('SIGTERM'); }))),
+  };
+}
+
+async function scale({ quick, rx, pgOk, schemas }) {
+  if (!pgOk) {
+    console.log('\n--- scale: skipped (PostgreSQL unreachable)');
+    return;
+  }
+  const n = quick ? 3_000 : 20_000;
+  console.log(`\n--- scale-out: worker processes on one PostgreSQL queue, ${int(n)} items, one per request, ${CONCURRENCY} in flight per process (load average ${load()})`);
+  const rows = [];
+  for (const k of [1, 2, 4]) {
+    rx.reset();
+    const schema = `relent_bench_${process.pid}_s${k}`;
+    schemas.push(schema);
+    const store = `${PG_URL}?schema=${schema}`;
+    const destinations = { sink: sink(rx.url, 1) };
+    const queue = await openDeliveryQueue({ store, destinations });
+    for (const c of chunks(n, 1_000, (i) => ({ key: `k${i}`, payload: { n: i } }))) await queue.enqueueMany('sink', c);
+    const w = await startWorkers(k, { store, destinations, worker: { pollMs: 20 } });
+    const t0 = performance.now();
+    w.go();
+    await rx.until(n);
+    const rate = n / ((performance.now() - t0) / 1000);
+    await w.stop();
+    await queue.close();
+    rows.push([`${k} process${k > 1 ? 'es' : ''}`, int(rate), `${(rate / (rows.length ? Number(rows[0][3]) : rate)).toFixed(2)}x`, rate]);
+  }
+  table(['workers', 'items/s', 'vs 1 process'], rows.map((r) => r.slice(0, 3)));
+
+  // 4 processes, one destination limited to R requests per second (shared through the store).
+  const R = quick ? 50 : 200;
+  const m = R * (quick ? 4 : 8);
+  rx.reset();
+  const schema = `relent_bench_${process.pid}_rl`;
+  schemas.push(schema);
+  const store = `${PG_URL}?schema=${schema}`;
+  const destinations = { sink: sink(rx.url, 1, { rateLimit: { requests: R, perMs: 1_000 } }) };
+  const queue = await openDeliveryQueue({ store, destinations });
+  for (const c of chunks(m, 1_000, (i) => ({ key: `r${i}`, payload: { n: i } }))) await queue.enqueueMany('sink', c);
+  const w = await startWorkers(4, { store, destinations, worker: { pollMs: 20 } });
+  const t0 = performance.now();
+  w.go();
+  await rx.until(m);
+  const seconds = (performance.now() - t0) / 1000;
+  await w.stop();
+  await queue.close();
+  const at = rx.arrivals().sort((a, b) => a - b);
+  let worst = 0;
+  for (let i = 0, j = 0; i < at.length; i++) {
+    while (at[i] - at[j] >= 1_000) j++;
+    worst = Math.max(worst, i - j + 1);
+  }
+  console.log(`4 processes, limit ${R} requests/s (rateLimit shared): ${int(m)} items in ${seconds.toFixed(1)} s = ${int(m / seconds)}/s; the most in any 1 s window at the receiver: ${worst} (limit ${R})`);
+}
+
+// ---------------------------------------------------------------- 3. fairness
+
+async function fairness({ quick, rx, dir, pgOk, schemas }) {
+  const per = quick ? 300 : 2_000;
+  console.log(`\n--- fairness: ten destinations (4 in flight each), ${int(per)} items each for the healthy nine; the tenth slow (2 s answers) or failing (503) (load average ${load()})`);
+  const stores = [['SQLite', (t) => `sqlite:${join(dir, `f-${t}.db`)}`]];
+  if (pgOk) {
+    stores.push(['PostgreSQL', (t) => {
+      const schema = `relent_bench_${process.pid}_f_${t}`;
+      schemas.push(schema);
+      return `${PG_URL}?schema=${schema}`;
+    }]);
+  }
+  const dest = (path) => ({ url: `${rx.base}/${path}`, policy: 'adobe-best-effort', batch: { maxItems: 1, maxAgeMs: 0 }, concurrency: { initial: 4, adaptive: false } });
+  const rows = [];
+  for (const [name, storeOf] of stores) {
+    const results = {};
+    for (const bad of [null, 'slow', 'fail']) {
+      rx.reset();
+      const destinations = {};
+      for (let i = 0; i < 9; i++) destinations[`ok${i}`] = dest(`ok${i}`);
+      if (bad) destinations[bad] = dest(`${bad}0`);
+      const queue = await openDeliveryQueue({ store: storeOf(bad ?? 'alone'), destinations });
+      for (let i = 0; i < 9; i++) await queue.enqueueMany(`ok${i}`, Array.from({ length: per }, (_, j) => ({ key: `k${j}`, payload: { j } })));
+      if (bad) await queue.enqueueMany(bad, Array.from({ length: per }, (_, j) => ({ key: `k${j}`, payload: { j } })));
+      const worker = queue.createWorker({ pollMs: 20 });
+      const t0 = performance.now();
+      worker.start();
+      await rx.until(9 * per);
+      results[bad ?? 'alone'] = (9 * per) / ((performance.now() - t0) / 1000);
+      await worker.stop();
+      await queue.close();
+    }
+    rows.push([name, int(results.alone), int(results.slow), `${(100 * results.slow / results.alone).toFixed(0)} %`, int(results.fail), `${(100 * results.fail / results.alone).toFixed(0)} %`]);
+  }
+  table(['store', 'nine alone/s', 'with a slow one/s', 'share', 'with a failing one/s', 'share'], rows);
+}
+
+// ---------------------------------------------------------------- 4. large queues
+
+const pct = (xs, p) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+};
+
+async function large({ quick, pgOk, schemas }) {
+  if (!pgOk) {
+    console.log('\n--- large: skipped (PostgreSQL unreachable)');
+    return;
+  }
+  const sizes = quick ? [10_000, 100_000] : [10_000, 1_000_000];
+  const samples = quick ? 200 : 1_000;
+  console.log(`\n--- large queues (PostgreSQL): ${sizes.map(int).join(' and ')} batches queued (half ready, half deferred), ${int(samples)} samples each (load average ${load()})`);
+  const out = [];
+  for (const size of sizes) {
+    const schema = `relent_bench_${process.pid}_l${size}`;
+    schemas.push(schema);
+    const store = await openPostgresStore({ connectionString: PG_URL, schema });
+    const c = new pg.Client({ connectionString: PG_URL });
+    await c.connect();
+    const now = Date.now();
+    const t0 = performance.now();
+    // Bulk load with SQL: the batches and their items (one item each) of ten destinations.
+    await c.query(`SET search_path = "${schema}"`);
+    await c.query(`SET synchronous_commit = off`);
+    await c.query(`INSERT INTO relent_batches (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at)
+      SELECT 'bulk' || (g % 10), 'rb-bulk-' || g, 'queued', 1, 7, $1::bigint, $1::bigint + (g % 2) * 3600000, $1::bigint + (g % 2) * 3600000, $1::bigint - g
+      FROM generate_series(1, $2::int) g`, [now, size]);
+    await c.query(`INSERT INTO relent_items (destination, key, payload, bytes, enqueued_at, batch_id)
+      SELECT b.destination, 'k' || b.id, '{"n":1}', 7, b.enqueued_at, b.id FROM relent_batches b`);
+    await c.query('VACUUM ANALYZE relent_batches');
+    await c.query('VACUUM ANALYZE relent_items');
+    const loadS = (performance.now() - t0) / 1000;
+    // Enqueue: one item per call, as a producer does. Claim: 16 due batches of a big
+    // destination, their outcomes written (so the next claim finds the next ones).
+    const enq = [];
+    for (let i = 0; i < samples; i++) {
+      const t = performance.now();
+      await store.enqueue([{ destination: 'probe', key: `e${i}`, payload: '{"n":1}' }], now);
+      enq.push(performance.now() - t);
+    }
+    const claim = [];
+    for (let i = 0; i < samples; i++) {
+      const t = performance.now();
+      const got = await store.claim(`bulk${i % 10}`, 16, now + i, 15_000, 'bench');
+      claim.push(performance.now() - t);
+      await store.complete(got.map((b) => ({
+        id: b.id, token: b.token, state: 'delivered', notBefore: b.notBefore, attempt: 1, opStartedAt: now, opDeadlineAt: now + 60_000, prevDelayMs: null, opThrottled: 0,
+        lastStatus: 200, lastErrorClass: null, lastDecision: 'return', lastWhy: 'success', finishedAt: now, record: null,
+      })));
+    }
+    const stats = [];
+    for (let i = 0; i < 5; i++) {
+      const t = performance.now();
+      await store.stats(now);
+      stats.push(performance.now() - t);
+    }
+    await store.close();
+    await c.end();
+    out.push({ size, loadS, enq, claim, stats });
+  }
+  const [a, b] = out;
+  const f = (x) => `${x.toFixed(2)} ms`;
+  table(['queued', 'load (s)', 'enqueue p50', 'enqueue p99', 'claim p50', 'claim p99', 'stats (median of 5)'], out.map((o) => [
+    int(o.size), o.loadS.toFixed(1), f(pct(o.enq, 50)), f(pct(o.enq, 99)), f(pct(o.claim, 50)), f(pct(o.claim, 99)), f(median(o.stats)),
+  ]));
+  console.log(`${int(b.size)} vs ${int(a.size)}: enqueue p99 ${(pct(b.enq, 99) / pct(a.enq, 99)).toFixed(2)}x, claim p99 ${(pct(b.claim, 99) / pct(a.claim, 99)).toFixed(2)}x, stats ${(median(b.stats) / median(a.stats)).toFixed(2)}x`);
+}
+
+export async function main({ quick = false, only = [] } = {}) {
+  const sections = { throughput, scale, fairness, large };
+  const chosen = only.length > 0 ? only.filter((s) => s in sections) : Object.keys(sections);
   const rx = await receiver();
   const dir = mkdtempSync(join(tmpdir(), 'relent-bench-'));
   const pgOk = await reachable('pg');
   const redisOk = await reachable('redis');
-  const schema = `relent_bench_${process.pid}`;
-  const rows = [];
-  const notes = [];
-  const run = async (f) => {
-    rx.reset();
-    rows.push(await f());
-  };
+  const schemas = [];
+  console.log(`\nDurable delivery (node ${process.version}); load average at the start: ${load()}`);
   try {
-    await run(() => relentCase('relent SQLite (1 item/request)', `sqlite:${join(dir, 'q.db')}`, rx, n, 1));
-    if (pgOk) await run(() => relentCase('relent PostgreSQL (1 item/request)', `${PG_URL}?schema=${schema}`, rx, n, 1));
-    else notes.push(`PostgreSQL at ${PG_URL} unreachable: relent PostgreSQL and pg-boss skipped`);
-    if (redisOk) await run(() => bullmqCase(rx, n));
-    else notes.push('Redis at 127.0.0.1:6379 unreachable: BullMQ skipped');
-    if (pgOk) {
-      // pg-boss 10 waits pollingIntervalSeconds (at least 0.5 s) after every fetch, so 16 jobs in
-      // flight cap it near 32/s: measured on fewer items, and again with 200 in flight.
-      const few = Math.min(n, 1_000);
-      await run(() => pgBossCase(rx, few, CONCURRENCY));
-      notes.push(`pg-boss with batchSize ${CONCURRENCY} was measured on ${few.toLocaleString('en-US')} items (it polls every 0.5 s at best)`);
-      await run(() => pgBossCase(rx, n, 200));
-      notes.push('pg-boss with batchSize 200 has 200 requests in flight, not 16');
-    }
-    await run(() => relentCase('relent SQLite (100 items/request)', `sqlite:${join(dir, 'q100.db')}`, rx, n, 100));
+    for (const s of chosen) await sections[s]({ quick, rx, dir, pgOk, redisOk, schemas });
   } finally {
     await rx.close();
     rmSync(dir, { recursive: true, force: true });
-    if (pgOk) {
-      const c = new pg.Client({ connectionString: PG_URL });
-      await c.connect();
-      await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      await c.end();
-    }
+    if (pgOk) await dropSchemas(schemas);
   }
-  const base = rows[0];
-  const w = Math.max(...rows.map((r) => r.name.length));
-  const fmt = (x) => Math.round(x).toLocaleString('en-US').padStart(10);
-  console.log(`\nDurable delivery: ${n.toLocaleString('en-US')} items, ${CONCURRENCY} requests in flight, loopback receiver (node ${process.version})`);
-  console.log('Retry options: relent adobe-best-effort (15 s, 30 s); BullMQ attempts 3, fixed 15 s; pg-boss retryLimit 2, retryDelay 15 s. Higher is better.');
-  console.log(`${'candidate'.padEnd(w)}  ${'enqueue/s'.padStart(10)}  ${'deliver/s'.padStart(10)}  ${'enqueue vs'.padStart(10)}  ${'deliver vs'.padStart(10)}`);
-  console.log(`${'-'.repeat(w)}  ${'-'.repeat(10)}  ${'-'.repeat(10)}  ${'-'.repeat(10)}  ${'-'.repeat(10)}`);
-  for (const r of rows) {
-    console.log(`${r.name.padEnd(w)}  ${fmt(r.enqueue)}  ${fmt(r.deliver)}  ${`${(r.enqueue / base.enqueue).toFixed(2)}x`.padStart(10)}  ${`${(r.deliver / base.deliver).toFixed(2)}x`.padStart(10)}`);
-  }
-  console.log(`(ratios against ${base.name})`);
-  for (const note of notes) console.log(`note: ${note}`);
-  return rows;
+  console.log(`\nload average at the end: ${load()}`);
+  await sleep(0);
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) await main({ quick: process.argv.includes('--quick') });
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  await main({ quick: process.argv.includes('--quick'), only: process.argv.slice(2).filter((a) => !a.startsWith('--')) });
+}

@@ -31,6 +31,13 @@ export interface RateLimitOptions {
   readonly perMs?: number;
   /** `shared` (default): across every worker on the store; `worker`: per worker process. */
   readonly scope?: LimitScope;
+  /**
+   * Shared limits only: how much longer than `perMs` the window the workers count is. The
+   * window of a claim already starts when its last request was answered (so requests that
+   * left or arrived late are covered); the margin covers clock differences between the
+   * workers' machines. Default 0.
+   */
+  readonly marginMs?: number;
 }
 
 export interface ConcurrencyOptions {
@@ -94,6 +101,8 @@ export const DESTINATION_DEFAULTS = Object.freeze({
   rateLimit: null,
   rateLimitPerMs: 60_000,
   rateLimitScope: 'shared' as LimitScope,
+  /** How much longer than perMs a shared rate window is (ms): an allowance for clock skew between machines. */
+  rateLimitMarginMs: 0,
   concurrency: Object.freeze({
     initial: 8, min: 1, max: 64, adaptive: true, decrease: 0.5, backoffOn: Object.freeze([429, 503]) as readonly number[], scope: 'worker' as LimitScope,
   }),
@@ -201,11 +210,13 @@ export function resolveDestination(name: string, input: unknown, field = `destin
   if (input.rateLimit !== undefined && input.rateLimit !== null) {
     const rl = input.rateLimit;
     if (!isObject(rl)) throw invalidConfig(`${field}.rateLimit`, 'an object { requests, perMs } or null', rl);
-    onlyKeys(rl, ['requests', 'perMs', 'scope'], `${field}.rateLimit`);
+    onlyKeys(rl, ['requests', 'perMs', 'scope', 'marginMs'], `${field}.rateLimit`);
+    const perMs = intIn(rl.perMs ?? d.rateLimitPerMs, `${field}.rateLimit.perMs`, 1, 86_400_000);
     rateLimit = Object.freeze({
       requests: intIn(rl.requests, `${field}.rateLimit.requests`, 1, 10_000_000),
-      perMs: intIn(rl.perMs ?? d.rateLimitPerMs, `${field}.rateLimit.perMs`, 1, 86_400_000),
+      perMs,
       scope: scopeOf(rl.scope ?? d.rateLimitScope, `${field}.rateLimit.scope`),
+      marginMs: intIn(rl.marginMs ?? d.rateLimitMarginMs, `${field}.rateLimit.marginMs`, 0, 86_400_000),
     });
   }
 

@@ -296,9 +296,15 @@ class PostgresStore implements DeliveryStore {
           PRIMARY KEY (batch_id, round, attempt)
         );
         CREATE TABLE IF NOT EXISTS ${dests} (destination TEXT PRIMARY KEY, paused_at BIGINT);
-        CREATE TABLE IF NOT EXISTS ${rate} (id BIGSERIAL PRIMARY KEY, destination TEXT NOT NULL, at BIGINT NOT NULL, n INTEGER NOT NULL);
-        CREATE INDEX IF NOT EXISTS ${idx(`${base}rate_window`)} ON ${rate} (destination, at);
+        CREATE TABLE IF NOT EXISTS ${rate} (id BIGSERIAL PRIMARY KEY, destination TEXT NOT NULL, at BIGINT NOT NULL, n INTEGER NOT NULL, end_at BIGINT NOT NULL);
       `);
+      const rateCols = (await c.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2`, [this.schema, `${base}rate`])).rows as { column_name: string }[];
+      if (!rateCols.some((r) => r.column_name === 'end_at')) {
+        await c.query(`DROP INDEX IF EXISTS "${this.schema}".${idx(`${base}rate_window`)}`);
+        await c.query(`ALTER TABLE ${rate} ADD COLUMN IF NOT EXISTS end_at BIGINT NOT NULL DEFAULT 0`);
+        await c.query(`UPDATE ${rate} SET end_at = at`);
+      }
+      await c.query(`CREATE INDEX IF NOT EXISTS ${idx(`${base}rate_end`)} ON ${rate} (destination, end_at)`);
       // Columns added after the tables were first released: a database created by an earlier
       // relent gets them here. Looked up first, so the usual start takes no table lock.
       const cols = (await c.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2`,
@@ -413,36 +419,42 @@ class PostgresStore implements DeliveryStore {
         await this.run(c, `INSERT INTO ${this.t.dests} (destination) VALUES ($1) ON CONFLICT DO NOTHING`, [destination]);
         row = await this.run(c, lock, [destination]);
       }
-      if (row[0]?.paused_at !== null && row[0]?.paused_at !== undefined) return { claimed: [], retryAt: null };
+      if (row[0]?.paused_at !== null && row[0]?.paused_at !== undefined) return { claimed: [], retryAt: null, permit: null };
       // A new statement, so a new snapshot: it sees every claim committed before the lock was ours.
       const perMs = limits.rate?.perMs ?? 0;
       const [use] = await this.run<{ used: number; leased: number }>(c, `
-        WITH gone AS (DELETE FROM ${this.t.rate} WHERE destination = $1 AND at <= $2::bigint - $3::bigint)
-        SELECT (SELECT coalesce(sum(n), 0) FROM ${this.t.rate} WHERE destination = $1 AND at > $2::bigint - $3::bigint) AS used,
+        WITH gone AS (DELETE FROM ${this.t.rate} WHERE destination = $1 AND end_at <= $2::bigint - $3::bigint)
+        SELECT (SELECT coalesce(sum(n), 0) FROM ${this.t.rate} WHERE destination = $1 AND end_at > $2::bigint - $3::bigint) AS used,
                (SELECT count(*) FROM ${this.t.batches} WHERE destination = $1 AND state = 'queued' AND lease_owner IS NOT NULL AND lease_until > $2) AS leased`,
       [destination, now, perMs]);
       let allowed = want;
-      let retryAt: number | null = null;
       if (limits.concurrency !== null) allowed = Math.min(allowed, limits.concurrency - Number(use!.leased));
-      if (limits.rate !== null) {
-        const left = limits.rate.requests - Number(use!.used);
-        if (left < allowed) {
-          // When enough of the window's claims have aged out for one more.
-          const need = Number(use!.used) - limits.rate.requests + 1;
-          const [first] = await this.run<{ at: number }>(c, `
-            SELECT at FROM (SELECT at, sum(n) OVER (ORDER BY at, id) AS cum FROM ${this.t.rate} WHERE destination = $1 AND at > $2::bigint - $3::bigint) x
-            WHERE cum >= $4 ORDER BY at LIMIT 1`, [destination, now, perMs, need]);
-          retryAt = first ? Number(first.at) + perMs : now + perMs;
-        }
-        allowed = Math.min(allowed, left);
-      }
-      if (allowed <= 0) return { claimed: [], retryAt };
-      const rows = await this.run<ClaimRow>(c, this.claimSql, [destination, now, allowed, owner, now + leaseMs]);
-      if (rows.length === 0) return { claimed: [], retryAt };
+      const rate = limits.rate;
+      const used = Number(use!.used);
+      if (rate !== null) allowed = Math.min(allowed, rate.requests - used);
+      const rows = allowed > 0 ? await this.run<ClaimRow>(c, this.claimSql, [destination, now, allowed, owner, now + leaseMs]) : [];
       const { batches, items } = splitClaimRows(rows);
-      if (limits.rate !== null) await this.run(c, `INSERT INTO ${this.t.rate} (destination, at, n) VALUES ($1, $2, $3)`, [destination, now, batches.length]);
-      return { claimed: toClaimed(batches, items), retryAt };
+      if (rate === null) return { claimed: toClaimed(batches, items), retryAt: null, permit: null };
+      let retryAt: number | null = null;
+      if (used + batches.length >= rate.requests) {
+        // The window is full: one more fits when enough of its entries have aged out (this claim's own last).
+        const [first] = await this.run<{ end_at: number }>(c, `
+          SELECT end_at FROM (SELECT end_at, sum(n) OVER (ORDER BY end_at, id) AS cum FROM ${this.t.rate} WHERE destination = $1 AND end_at > $2::bigint - $3::bigint) x
+          WHERE cum >= $4 ORDER BY end_at LIMIT 1`, [destination, now, perMs, used + batches.length - rate.requests + 1]);
+        retryAt = first ? Number(first.end_at) + perMs : now + leaseMs + perMs;
+      }
+      let permit: number | null = null;
+      if (batches.length > 0) {
+        const [p] = await this.run<{ id: number }>(c, `INSERT INTO ${this.t.rate} (destination, at, n, end_at) VALUES ($1, $2, $3, $4) RETURNING id`,
+          [destination, now, batches.length, now + leaseMs]);
+        permit = p!.id;
+      }
+      return { claimed: toClaimed(batches, items), retryAt, permit };
     });
+  }
+
+  async endPermit(permit: number, at: number): Promise<void> {
+    await this.q('ending a rate permit', `UPDATE ${this.t.rate} SET end_at = least(end_at, $2) WHERE id = $1`, [permit, at]);
   }
 
   async renew(leases: readonly Lease[], now: number, leaseMs: number): Promise<number[]> {

@@ -177,9 +177,12 @@ class SqliteStore implements DeliveryStore {
           PRIMARY KEY (batch_id, round, attempt)
         );
         CREATE TABLE IF NOT EXISTS ${dests} (destination TEXT PRIMARY KEY, paused_at INTEGER);
-        CREATE TABLE IF NOT EXISTS ${rate} (id INTEGER PRIMARY KEY, destination TEXT NOT NULL, at INTEGER NOT NULL, n INTEGER NOT NULL);
-        CREATE INDEX IF NOT EXISTS ${rate}_window ON ${rate} (destination, at);
+        CREATE TABLE IF NOT EXISTS ${rate} (id INTEGER PRIMARY KEY, destination TEXT NOT NULL, at INTEGER NOT NULL, n INTEGER NOT NULL, end_at INTEGER NOT NULL);
       `);
+      if (!(this.db.pragma(`table_info(${rate})`) as { name: string }[]).some((c) => c.name === 'end_at')) {
+        this.db.transaction(() => this.db.exec(`DROP INDEX IF EXISTS ${rate}_window; ALTER TABLE ${rate} ADD COLUMN end_at INTEGER NOT NULL DEFAULT 0; UPDATE ${rate} SET end_at = at`)).immediate();
+      }
+      this.db.exec(`CREATE INDEX IF NOT EXISTS ${rate}_end ON ${rate} (destination, end_at)`);
       this.addMissingColumns();
       // Indexes added later (after the columns they name): live leases per destination (shared
       // concurrency, stats) and finished batches by age (retention).
@@ -252,10 +255,11 @@ class SqliteStore implements DeliveryStore {
       getItems: p(`SELECT id, key, payload, enqueued_at AS enqueuedAt FROM ${items} WHERE batch_id = ? ORDER BY id`),
       getAttempts: p(`SELECT * FROM ${attempts} WHERE batch_id = ? ORDER BY round, attempt`),
       paused: p(`SELECT paused_at FROM ${dests} WHERE destination = ?`),
-      rateUsed: p(`SELECT coalesce(sum(n), 0) AS used FROM ${rate} WHERE destination = ? AND at > ?`),
-      rateLog: p(`SELECT at, n FROM ${rate} WHERE destination = ? AND at > ? ORDER BY at, id`),
-      rateGone: p(`DELETE FROM ${rate} WHERE destination = ? AND at <= ?`),
-      rateTake: p(`INSERT INTO ${rate} (destination, at, n) VALUES (?, ?, ?)`),
+      rateUsed: p(`SELECT coalesce(sum(n), 0) AS used FROM ${rate} WHERE destination = ? AND end_at > ?`),
+      rateLog: p(`SELECT end_at, n FROM ${rate} WHERE destination = ? AND end_at > ? ORDER BY end_at, id`),
+      rateGone: p(`DELETE FROM ${rate} WHERE destination = ? AND end_at <= ?`),
+      rateTake: p(`INSERT INTO ${rate} (destination, at, n, end_at) VALUES (?, ?, ?, ?) RETURNING id`),
+      rateEnd: p(`UPDATE ${rate} SET end_at = min(end_at, ?) WHERE id = ?`),
       leased: p(`SELECT count(*) AS n FROM ${batches} WHERE destination = ? AND state = 'queued' AND lease_owner IS NOT NULL AND lease_until > ?`),
       requeueOne: p(`UPDATE ${batches} SET state = 'queued', round = round + 1, attempt = 0, op_started_at = NULL, op_deadline_at = NULL,
         prev_delay_ms = NULL, op_throttled = 0, not_before = ?, due_at = ?, lease_owner = NULL, lease_until = 0, lease_token = lease_token + 1, finished_at = NULL
@@ -314,34 +318,41 @@ class SqliteStore implements DeliveryStore {
     // One write transaction: every process's claims of the database are serialised by SQLite's lock.
     return this.guard('claiming batches', () => this.db.transaction((): LimitedClaim => {
       const p = this.s.paused!.get(destination) as { paused_at: number | null } | undefined;
-      if (p && p.paused_at !== null) return { claimed: [], retryAt: null };
+      if (p && p.paused_at !== null) return { claimed: [], retryAt: null, permit: null };
       let allowed = want;
-      let retryAt: number | null = null;
       if (limits.concurrency !== null) allowed = Math.min(allowed, limits.concurrency - (this.s.leased!.get(destination, now) as { n: number }).n);
-      if (limits.rate !== null) {
-        const since = now - limits.rate.perMs;
+      const rate = limits.rate;
+      let used = 0;
+      const since = rate === null ? 0 : now - rate.perMs;
+      if (rate !== null) {
         this.s.rateGone!.run(destination, since);
-        const used = (this.s.rateUsed!.get(destination, since) as { used: number }).used;
-        const left = limits.rate.requests - used;
-        if (left < allowed) {
-          // When enough of the window's claims have aged out for one more.
-          let need = used - limits.rate.requests + 1;
-          retryAt = now + limits.rate.perMs;
-          for (const r of this.s.rateLog!.iterate(destination, since) as Iterable<{ at: number; n: number }>) {
-            need -= r.n;
-            if (need <= 0) {
-              retryAt = r.at + limits.rate.perMs;
-              break;
-            }
+        used = (this.s.rateUsed!.get(destination, since) as { used: number }).used;
+        allowed = Math.min(allowed, rate.requests - used);
+      }
+      const claimed = allowed > 0 ? this.claimLocked(destination, allowed, now, leaseMs, owner) : [];
+      if (rate === null) return { claimed, retryAt: null, permit: null };
+      let retryAt: number | null = null;
+      if (used + claimed.length >= rate.requests) {
+        // The window is full: one more fits when enough of its entries have aged out (this claim's own last).
+        let need = used + claimed.length - rate.requests + 1;
+        retryAt = now + leaseMs + rate.perMs;
+        for (const r of this.s.rateLog!.iterate(destination, since) as Iterable<{ end_at: number; n: number }>) {
+          need -= r.n;
+          if (need <= 0) {
+            retryAt = r.end_at + rate.perMs;
+            break;
           }
         }
-        allowed = Math.min(allowed, left);
       }
-      if (allowed <= 0) return { claimed: [], retryAt };
-      const claimed = this.claimLocked(destination, allowed, now, leaseMs, owner);
-      if (limits.rate !== null && claimed.length > 0) this.s.rateTake!.run(destination, now, claimed.length);
-      return { claimed, retryAt };
+      const permit = claimed.length > 0 ? (this.s.rateTake!.get(destination, now, claimed.length, now + leaseMs) as { id: number }).id : null;
+      return { claimed, retryAt, permit };
     }).immediate());
+  }
+
+  endPermit(permit: number, at: number): Promise<void> {
+    return this.guard('ending a rate permit', () => {
+      this.s.rateEnd!.run(at, permit);
+    });
   }
 
   renew(leases: readonly Lease[], now: number, leaseMs: number): Promise<number[]> {

@@ -219,6 +219,13 @@ export interface LimitedClaim {
   readonly claimed: ClaimedBatch[];
   /** When the shared rate limit allows the next claim (null: it did not stop this one). */
   readonly retryAt: number | null;
+  /**
+   * Under a shared rate limit, the claimed requests' entry in the window: it counts until
+   * `endPermit` says when the last of them was answered (at the latest now + leaseMs), so
+   * the window runs from when the destination last saw them, not from the claim. null:
+   * no rate limit, or nothing claimed.
+   */
+  readonly permit: number | null;
 }
 
 /** What `purge` deletes: delivered or dropped batches, with their items and attempt history. */
@@ -248,6 +255,8 @@ export interface DeliveryStore {
    * leases are counted, and at most what both allow is claimed.
    */
   claimLimited(destination: string, want: number, limits: SharedLimits, now: number, leaseMs: number, owner: string): Promise<LimitedClaim>;
+  /** The requests of a `claimLimited` permit have all been answered (or given up) at `at`: the window counts them until then. */
+  endPermit(permit: number, at: number): Promise<void>;
   /** Extends live leases; returns the ids whose lease was lost (fence mismatch). */
   renew(leases: readonly Lease[], now: number, leaseMs: number): Promise<number[]>;
   /** Writes the core's decisions, each only if its lease token still matches (fenced). */

@@ -170,10 +170,19 @@ interface Dest {
   claimMsEwma: number;
 }
 
+/** A claim's entry in a shared rate window: it counts until the last of its requests is answered. */
+interface Permit {
+  readonly id: number;
+  left: number;
+  end: number;
+}
+
 interface Held {
   readonly id: number;
   readonly token: number;
   readonly dest: Dest;
+  /** The shared rate permit this batch's claim took (null: no shared rate limit). */
+  readonly permit: Permit | null;
   readonly abort: AbortController;
   /** The request went out (false: claimed ahead, waiting in `ready`). */
   started: boolean;
@@ -269,7 +278,7 @@ class Worker implements DeliveryWorker {
     }
     const budgets = o.budget === 'policy';
     for (const d of resolved.values()) {
-      const sharedRate = d.rateLimit && d.rateLimit.scope === 'shared' ? { requests: d.rateLimit.requests, perMs: d.rateLimit.perMs } : null;
+      const sharedRate = d.rateLimit && d.rateLimit.scope === 'shared' ? { requests: d.rateLimit.requests, perMs: d.rateLimit.perMs + d.rateLimit.marginMs } : null;
       const sharedConcurrency = d.concurrency.scope === 'shared';
       this.dests.set(d.name, {
         d,
@@ -451,10 +460,12 @@ class Worker implements DeliveryWorker {
           }
         }
         let claimed: ClaimedBatch[];
+        let permit: Permit | null = null;
         if (dest.shared) {
           const limits = { rate: dest.shared.rate, concurrency: dest.shared.concurrency ? dest.aimd.limit : null };
           const r = await this.store.claimLimited(d.name, want, limits, now, this.settings.leaseMs, this.id);
           claimed = r.claimed;
+          if (r.permit !== null) permit = { id: r.permit, left: claimed.length, end: 0 };
           if (r.retryAt !== null) wait = Math.min(wait, Math.max(1, r.retryAt - now));
         } else {
           claimed = await this.store.claim(d.name, want, now, this.settings.leaseMs, this.id);
@@ -470,7 +481,7 @@ class Worker implements DeliveryWorker {
         dest.rate?.take(claimed.length, now);
         if (claimed.length === want && want > 0) more = true;
         for (const b of claimed) {
-          this.held.set(b.id, { id: b.id, token: b.token, dest, abort: new AbortController(), started: false, abandoned: false, settled: false, timedOut: false });
+          this.held.set(b.id, { id: b.id, token: b.token, dest, permit, abort: new AbortController(), started: false, abandoned: false, settled: false, timedOut: false });
           dest.ready.push(b);
         }
       }
@@ -746,9 +757,22 @@ class Worker implements DeliveryWorker {
       endScope('cancelled', null, null); // stopped meanwhile, the lease lost, or an unexpected error
       dest.inflight--;
       dest.done++;
+      if (h.permit) this.permitUsed(dest, h.permit);
       this.notifyIdle();
       this.pump(dest);
     }
+  }
+
+  /**
+   * One request of a shared-rate permit is over (answered, failed, timed out or never
+   * sent): once all are, the permit's window starts from now — the destination saw every
+   * one of them by then, however late a request left or arrived.
+   */
+  private permitUsed(dest: Dest, p: Permit): void {
+    p.left--;
+    p.end = Math.max(p.end, Math.round(this.clock.wallNow()));
+    if (p.left > 0) return;
+    this.store.endPermit(p.id, p.end).then(() => this.pump(dest, true), (e: unknown) => this.storeError('ending a rate permit', e));
   }
 
   /** Makes sure `dest` is looked at at wall time `at` (a retry this worker scheduled falls due). */

@@ -241,6 +241,101 @@ for (const f of factories) {
       // the key can be enqueued again once its delivered item is gone
       expect((await s.enqueue(items('d', ['a']), clock.wallNow()))[0]!.duplicate).toBe(false);
     });
+
+    it('purge(state, before, limit): finished batches of that state, oldest first, at most `limit` a call, with their items and history', async () => {
+      const { s, clock } = await fresh();
+      await s.enqueue(items('d', ['a', 'b', 'c', 'd', 'e']), clock.wallNow());
+      await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 10);
+      const got = await s.claim('d', 5, clock.wallNow(), LEASE, 'w');
+      for (const [i, b] of got.entries()) {
+        const st = i < 3 ? 'delivered' : 'dropped';
+        await s.complete([outcome(b, { state: st, ...(st === 'dropped' ? { lastDecision: 'max_attempts' as const } : {}) }, clock.wallNow())]);
+        clock.advance(1_000); // finished 1 s apart
+      }
+      const t = clock.wallNow();
+      expect(await s.purge('delivered', t - 4_500, 10)).toBe(1); // only the one finished more than 4.5 s ago
+      expect(await s.purge('delivered', t, 1)).toBe(1); // at most `limit`, oldest first
+      expect(await s.get(got[0]!.id)).toBeNull();
+      expect(await s.get(got[1]!.id)).toBeNull();
+      expect(await s.get(got[2]!.id)).not.toBeNull(); // the youngest delivered one is still there
+      expect(await s.purge('dropped', t, 10)).toBe(2);
+      expect((await s.list({}, t)).map((b) => b.id)).toEqual([got[2]!.id]);
+      await expect(s.purge('queued' as 'dropped', t, 10)).rejects.toMatchObject({ code: 'ERR_INVALID_CONFIG' });
+    });
+
+    it('setPaused: a paused destination is not claimed (by claim or claimLimited) until resumed; stats say so', async () => {
+      const { s, clock } = await fresh();
+      await s.enqueue([...items('d', ['a', 'b']), ...items('e', ['x'])], clock.wallNow());
+      await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 10);
+      await s.formBatches('e', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 10);
+      expect(await s.setPaused('d', true, clock.wallNow())).toBe(true);
+      expect(await s.setPaused('d', true, clock.wallNow())).toBe(false); // already paused
+      expect(await s.claim('d', 10, clock.wallNow(), LEASE, 'w')).toEqual([]);
+      expect((await s.claimLimited('d', 10, { rate: null, concurrency: 5 }, clock.wallNow(), LEASE, 'w')).claimed).toEqual([]);
+      expect(await s.claim('e', 10, clock.wallNow(), LEASE, 'w')).toHaveLength(1); // others go on
+      const st = await s.stats(clock.wallNow());
+      expect(st.map((x) => [x.destination, x.paused, x.readyBatches])).toEqual([['d', true, 2], ['e', false, 0]]);
+      expect(await s.setPaused('d', false, clock.wallNow())).toBe(true);
+      expect(await s.setPaused('d', false, clock.wallNow())).toBe(false);
+      expect(await s.claim('d', 10, clock.wallNow(), LEASE, 'w')).toHaveLength(2);
+    });
+
+    it('claimLimited shares a rate window: at most `requests` claims per window, counted until their permit ends; retryAt says when', async () => {
+      const { s, clock } = await fresh();
+      await s.enqueue(items('d', Array.from({ length: 10 }, (_, i) => `k${i}`)), clock.wallNow());
+      await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 100);
+      const rate = { requests: 4, perMs: 1_000 };
+      const t0 = clock.wallNow();
+      const a = await s.claimLimited('d', 3, { rate, concurrency: null }, t0, LEASE, 'w1');
+      const b = await s.claimLimited('d', 3, { rate, concurrency: null }, t0 + 10, LEASE, 'w2'); // another worker: 1 left
+      expect([a.claimed.length, b.claimed.length]).toEqual([3, 1]);
+      expect(b.retryAt).toBe(t0 + LEASE + 1_000); // nothing answered yet: not before the permits end
+      // a's requests were answered at t0 + 200, b's at t0 + 300: the window runs from there
+      await s.endPermit(a.permit!, t0 + 200);
+      await s.endPermit(b.permit!, t0 + 300);
+      const c = await s.claimLimited('d', 3, { rate, concurrency: null }, t0 + 400, LEASE, 'w1');
+      expect(c.claimed).toEqual([]);
+      expect(c.retryAt).toBe(t0 + 1_200); // a's three go out of the window then
+      const d = await s.claimLimited('d', 5, { rate, concurrency: null }, t0 + 1_200, LEASE, 'w1');
+      expect(d.claimed).toHaveLength(3); // b's one still counts until t0 + 1300
+      expect(d.retryAt).toBe(t0 + 1_300);
+      const e = await s.claimLimited('d', 5, { rate, concurrency: null }, t0 + 1_300, LEASE, 'w2');
+      expect(e.claimed).toHaveLength(1); // d's three are not answered yet: they still count
+      expect(e.retryAt).toBe(t0 + 1_200 + LEASE + 1_000); // d's three, unanswered, count until their lease runs out
+      await s.endPermit(d.permit!, t0 + 1_350);
+      await s.endPermit(e.permit!, t0 + 1_400);
+      expect((await s.claimLimited('d', 5, { rate, concurrency: null }, t0 + 2_349, LEASE, 'w1')).claimed).toHaveLength(0);
+      expect((await s.claimLimited('d', 5, { rate, concurrency: null }, t0 + 2_400, LEASE, 'w1')).claimed).toHaveLength(2); // the rest
+    });
+
+    it('claimLimited shares a concurrency: live leases of the destination, from any worker, count', async () => {
+      const { s, clock } = await fresh();
+      await s.enqueue(items('d', Array.from({ length: 6 }, (_, i) => `k${i}`)), clock.wallNow());
+      await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 100);
+      const lim = { rate: null, concurrency: 3 };
+      const a = await s.claimLimited('d', 2, lim, clock.wallNow(), LEASE, 'w1');
+      const b = await s.claimLimited('d', 5, lim, clock.wallNow(), LEASE, 'w2');
+      expect([a.claimed.length, b.claimed.length]).toEqual([2, 1]);
+      expect(b.permit).toBeNull();
+      await s.complete([outcome(a.claimed[0]!, { state: 'delivered' }, clock.wallNow())]);
+      expect((await s.claimLimited('d', 5, lim, clock.wallNow(), LEASE, 'w2')).claimed).toHaveLength(1); // one lease ended
+      clock.advance(LEASE); // the other leases expire (their workers died): they no longer count
+      expect((await s.claimLimited('d', 5, lim, clock.wallNow(), LEASE, 'w3')).claimed).toHaveLength(3);
+    });
+
+    it('stats tell the oldest waiting item per destination (pending or in a queued batch)', async () => {
+      const { s, clock } = await fresh();
+      const t0 = clock.wallNow();
+      await s.enqueue(items('d', ['a']), t0);
+      clock.advance(5_000);
+      await s.enqueue(items('d', ['b']), clock.wallNow());
+      expect((await s.stats(clock.wallNow()))[0]!.oldestEnqueuedAt).toBe(t0); // pending
+      await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 10);
+      expect((await s.stats(clock.wallNow()))[0]!.oldestEnqueuedAt).toBe(t0); // in a queued batch
+      const [first] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w');
+      await s.complete([outcome(first!, { state: 'delivered' }, clock.wallNow())]);
+      expect((await s.stats(clock.wallNow()))[0]!.oldestEnqueuedAt).toBe(t0 + 5_000); // a is delivered
+    });
   });
 }
 
