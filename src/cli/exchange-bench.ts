@@ -448,26 +448,36 @@ export async function runColdStarts(o: { starts: number; burst: number; tmaxMs: 
       const t0 = performance.now();
       const child = spawn(process.execPath, [BIN, 'exchange', '--config', configPath, '--port', '0', '--host', '127.0.0.1', '--workers', String(o.workers), '--quiet', '--auctions', auctions], { stdio: ['ignore', 'ignore', 'pipe'] });
       let err = '';
-      const url = await new Promise<string>((resolve, reject) => {
-        child.stderr!.on('data', (d: Buffer) => {
-          err += d.toString();
-          const m = /ready on (\S+)/.exec(err);
-          if (m) resolve(m[1]!);
+      let readyMs: number;
+      let answers: { ms: number; status: number }[];
+      try {
+        const url = await new Promise<string>((resolve, reject) => {
+          child.stderr!.on('data', (d: Buffer) => {
+            err += d.toString();
+            const m = /ready on (\S+)/.exec(err);
+            if (m) resolve(m[1]!);
+          });
+          child.once('exit', (code) => reject(new Error(`relent exchange exited (${code}) before it was ready: ${err}`)));
+          setTimeout(() => reject(new Error(`relent exchange was not ready after 60 s: ${err}`)), 60_000).unref();
         });
-        child.once('exit', (code) => reject(new Error(`relent exchange exited (${code}) before it was ready: ${err}`)));
-      });
-      const readyMs = Math.round(performance.now() - t0);
-      const agent = new Agent({ connections: o.burst });
-      const body = (i: number): string => JSON.stringify({ id: `cold-${k}-${i}`, imp: [{ id: '1' }], tmax: o.tmaxMs, site: { publisher: { id: 'p' } } });
-      const answers = await Promise.all(Array.from({ length: o.burst }, async (_, i) => {
-        const t = performance.now();
-        const res = await agent.request({ origin: url.slice(0, url.indexOf('/', 8)), path: new URL(url).pathname, method: 'POST', headers: { 'content-type': 'application/json' }, body: body(i) });
-        await res.body.dump();
-        return { ms: Math.round((performance.now() - t) * 10) / 10, status: res.statusCode };
-      }));
-      await agent.close();
-      child.kill('SIGTERM');
-      await new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : child.once('exit', () => resolve())));
+        readyMs = Math.round(performance.now() - t0);
+        const agent = new Agent({ connections: o.burst });
+        const body = (i: number): string => JSON.stringify({ id: `cold-${k}-${i}`, imp: [{ id: '1' }], tmax: o.tmaxMs, site: { publisher: { id: 'p' } } });
+        answers = await Promise.all(Array.from({ length: o.burst }, async (_, i) => {
+          const t = performance.now();
+          const res = await agent.request({ origin: url.slice(0, url.indexOf('/', 8)), path: new URL(url).pathname, method: 'POST', headers: { 'content-type': 'application/json' }, body: body(i) });
+          await res.body.dump();
+          return { ms: Math.round((performance.now() - t) * 10) / 10, status: res.statusCode };
+        }));
+        await agent.close();
+        child.kill('SIGTERM');
+        const stopping = performance.now();
+        await new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : child.once('exit', () => resolve())));
+        const stopMs = performance.now() - stopping;
+        if (stopMs > 5_000) o.log(`exchange-bench: cold start ${k + 1}: the exchange took ${Math.round(stopMs)} ms to stop`);
+      } finally {
+        if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      }
       const summaries = readFileSync(auctions, 'utf8').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as {
         usedMs: number; deadlineMs: number | null; results: { partner: string; outcome: string }[];
       });

@@ -159,8 +159,13 @@ export class IpcOutlet implements NoticeOutlet {
     };
   }
 
+  /** Waits (at most 5 s) until the primary has stored what this worker handed over. */
   async close(): Promise<void> {
-    await this.stored();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([this.stored(), new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), 5_000);
+    })]);
+    clearTimeout(timer);
   }
 }
 

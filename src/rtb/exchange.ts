@@ -269,6 +269,9 @@ export const AFTER_DEADLINE_SLACK_MS = 5;
 /** How often the server looks for requests past `readTimeoutMs` (the cut is at most this late). */
 export const READ_CHECK_INTERVAL_MS = 5;
 
+/** How long a request past `readTimeoutMs` whose bytes were still arriving (read after a stall of this process) may take to complete before it is cut. */
+const STALL_GRACE_MS = 20;
+
 const BILLING_EVENT_PATH = '/openrtb2/billing';
 
 /** Loss reason codes (OpenRTB 2.6 §5.25) of the losing bids whose lurl the exchange calls. */
@@ -357,6 +360,8 @@ class ExchangeImpl implements Exchange {
   private cutQueue: net.Socket[] = [];
   private readonly cutSeen = new WeakSet<net.Socket>();
   private cutScheduled = false;
+  /** Sockets node:http reported past readTimeoutMs, looked at again after the loop's read phase. */
+  private readonly stalled = new WeakMap<net.Socket, { firstAt: number; lastAt: number; bytes: number; pending: boolean }>();
 
   constructor(config: ResolvedExchangeConfig, o: ExchangeOptions) {
     this.config = config;
@@ -531,17 +536,7 @@ class ExchangeImpl implements Exchange {
    * (400), a client that went away.
    */
   private readonly onClientError = (err: Error & { code?: string }, socket: net.Socket): void => {
-    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
-      // node:http reports a stalled request at every check until its socket is gone: once here.
-      if (this.cutSeen.has(socket)) return;
-      this.cutSeen.add(socket);
-      this.cutQueue.push(socket);
-      if (!this.cutScheduled) {
-        this.cutScheduled = true;
-        setImmediate(this.cutSome);
-      }
-      return;
-    }
+    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return this.onStalled(socket);
     if (err.code === 'ECONNRESET' || !socket.writable) {
       this.requests.reset++;
       socket.destroy();
@@ -558,6 +553,43 @@ class ExchangeImpl implements Exchange {
     if (!(socket as net.Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent) socket.write(head);
     socket.destroy();
   };
+
+  /**
+   * node:http checks for requests past readTimeoutMs in the timers phase, before the
+   * loop reads what arrived meanwhile: after a stall of this process (a long GC, a busy
+   * machine) a request whose bytes are waiting to be read would be cut with the stalled
+   * ones. So the cut is decided after the read phase (setImmediate): a socket that got
+   * new bytes there is left to node:http's next check (every 5 ms), for at most
+   * STALL_GRACE_MS; one that got none is cut. node:http reports a socket at every check
+   * until it is gone; a report 50 ms after the last is a new request of the connection.
+   */
+  private onStalled(socket: net.Socket): void {
+    if (this.cutSeen.has(socket)) return;
+    const now = this.clock.now();
+    let s = this.stalled.get(socket);
+    if (s === undefined || now - s.lastAt > 50) {
+      s = { firstAt: now, lastAt: now, bytes: socket.bytesRead, pending: false };
+      this.stalled.set(socket, s);
+    }
+    s.lastAt = now;
+    if (s.pending) return;
+    s.pending = true;
+    const entry = s;
+    setImmediate(() => {
+      entry.pending = false;
+      if (socket.destroyed || this.cutSeen.has(socket)) return;
+      if (socket.bytesRead !== entry.bytes && this.clock.now() - entry.firstAt < STALL_GRACE_MS) {
+        entry.bytes = socket.bytesRead;
+        return;
+      }
+      this.cutSeen.add(socket);
+      this.cutQueue.push(socket);
+      if (!this.cutScheduled) {
+        this.cutScheduled = true;
+        setImmediate(this.cutSome);
+      }
+    });
+  }
 
   private readonly cutSome = (): void => {
     this.cutScheduled = false;

@@ -10,11 +10,11 @@ import { runColdStarts } from '../../src/cli/exchange-bench.js';
 const DIST = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
 
 describe('cold start', () => {
-  it('ten fresh starts, 16 auctions at once each: on time from the first auction, the 20 ms partner\'s bid in', { timeout: 120_000 }, async () => {
+  it('ten fresh starts, 16 auctions at once each: on time from the first auction, the 20 ms partner\'s bid in', { timeout: 240_000 }, async () => {
     if (!existsSync(DIST)) throw new Error('dist/ is missing: run `npm run build` first (CI builds before testing)');
     // As `relent exchange` starts by default: one worker per core (the primary keeps the notice
     // store off the auctions' event loop); at most 4, so that ten starts stay short on a big machine.
-    const r = await runColdStarts({ starts: 10, burst: 16, tmaxMs: 90, workers: Math.min(4, availableParallelism()), warmup: true, log: () => {} });
+    const r = await runColdStarts({ starts: 10, burst: 16, tmaxMs: 90, workers: Math.min(4, availableParallelism()), warmup: true, log: (l) => process.stderr.write(`${l}\n`) });
     const all = r.starts.flatMap((s) => s.statuses);
     expect(all).toHaveLength(160);
     expect(all.filter((s) => s !== 200 && s !== 204)).toEqual([]);

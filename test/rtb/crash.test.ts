@@ -9,7 +9,7 @@ import type net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { openDeliveryQueue } from '../../src/delivery/queue.js';
 import { answer, post, sleep, startPartner, type PartnerSeen } from './helpers.js';
 
@@ -18,8 +18,15 @@ const DIST = fileURLToPath(new URL('../../dist/cli/exchange-cluster.js', import.
 const dir = mkdtempSync(join(tmpdir(), 'relent-rtb-crash-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
+/** Every exchange a test started: killed at the end whatever happened (a failed assertion must not leave one running). */
+const started: ChildProcess[] = [];
+afterEach(() => {
+  for (const c of started.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+});
+
 function start(config: string, extra: string[] = []): { child: ChildProcess; url: Promise<string>; log: () => string } {
   const child = spawn(process.execPath, [BIN, 'exchange', '--config', config, '--port', '0', '--quiet', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
+  started.push(child);
   let log = '';
   child.stdout!.on('data', (d: Buffer) => {
     log += d.toString();

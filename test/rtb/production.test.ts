@@ -191,6 +191,38 @@ describe('stalled clients', () => {
     expect(ex.exchange.stats().requests).toMatchObject({ timedOut: 3 });
   });
 
+  it('a request that arrived on time while this process was stalled is served, not cut', async () => {
+    const p = await startPartner(bidAfter(1, 1));
+    open.push(p);
+    const ex = await startExchange(config(p.url));
+    open.push(ex);
+    const port = Number(new URL(ex.url).port);
+    const server = (ex.exchange as unknown as { server: http.Server }).server;
+    const accepted = new Promise<void>((resolve) => server.once('connection', () => resolve()));
+    // The client, in another process: connects, then sends a whole request when told.
+    const body = JSON.stringify(bidRequest({ tmax: 300 }));
+    const CLIENT = `
+      const s = require('node:net').connect(Number(process.argv[1]), '127.0.0.1');
+      let data = '';
+      s.on('data', (d) => { data += d; if (data.includes('\\r\\n\\r\\n')) { process.stdout.write(data.split('\\r\\n')[0]); process.exit(0); } });
+      process.on('message', () => s.write(process.argv[2]));
+    `;
+    const request = `POST /openrtb2/auction HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+    const child = spawn(process.execPath, ['-e', CLIENT, String(port), request], { stdio: ['ignore', 'pipe', 'inherit', 'ipc'] });
+    let out = '';
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    await accepted;
+    child.send('go');
+    // This process stalls longer than readTimeoutMs (90 ms) while the request arrives.
+    const until = performance.now() + 200;
+    while (performance.now() < until) { /* busy */ }
+    await new Promise<void>((resolve) => child.on('exit', () => resolve()));
+    expect(out).toMatch(/^HTTP\/1\.1 (200|204) /);
+    expect(ex.exchange.stats().requests.timedOut).toBe(0);
+  });
+
   it('a head over maxHeaderBytes is answered 431 and closed', async () => {
     const p = await startPartner(bidAfter(1, 1));
     open.push(p);
