@@ -269,8 +269,11 @@ export const AFTER_DEADLINE_SLACK_MS = 5;
 /** How often the server looks for requests past `readTimeoutMs` (the cut is at most this late). */
 export const READ_CHECK_INTERVAL_MS = 5;
 
-/** How long a request past `readTimeoutMs` whose bytes were still arriving (read after a stall of this process) may take to complete before it is cut. */
-const STALL_GRACE_MS = 20;
+/**
+ * How many more of node:http's checks (5 ms apart) a request past `readTimeoutMs` gets
+ * when bytes of it were read since the last (they waited behind a stall of this process).
+ */
+const STALL_GRACE_CHECKS = 4;
 
 const BILLING_EVENT_PATH = '/openrtb2/billing';
 
@@ -361,7 +364,7 @@ class ExchangeImpl implements Exchange {
   private readonly cutSeen = new WeakSet<net.Socket>();
   private cutScheduled = false;
   /** Sockets node:http reported past readTimeoutMs, looked at again after the loop's read phase. */
-  private readonly stalled = new WeakMap<net.Socket, { firstAt: number; lastAt: number; bytes: number; pending: boolean }>();
+  private readonly stalled = new WeakMap<net.Socket, { lastAt: number; bytes: number; graces: number; pending: boolean }>();
 
   constructor(config: ResolvedExchangeConfig, o: ExchangeOptions) {
     this.config = config;
@@ -559,16 +562,17 @@ class ExchangeImpl implements Exchange {
    * loop reads what arrived meanwhile: after a stall of this process (a long GC, a busy
    * machine) a request whose bytes are waiting to be read would be cut with the stalled
    * ones. So the cut is decided after the read phase (setImmediate): a socket that got
-   * new bytes there is left to node:http's next check (every 5 ms), for at most
-   * STALL_GRACE_MS; one that got none is cut. node:http reports a socket at every check
-   * until it is gone; a report 50 ms after the last is a new request of the connection.
+   * new bytes there is left to node:http's next check (every 5 ms), at most
+   * STALL_GRACE_CHECKS times (a client trickling bytes gains 20 ms, no more); one that got
+   * none is cut. node:http reports a socket at every check until it is gone; a report
+   * 50 ms after the last is a new request of the connection.
    */
   private onStalled(socket: net.Socket): void {
     if (this.cutSeen.has(socket)) return;
     const now = this.clock.now();
     let s = this.stalled.get(socket);
     if (s === undefined || now - s.lastAt > 50) {
-      s = { firstAt: now, lastAt: now, bytes: socket.bytesRead, pending: false };
+      s = { lastAt: now, bytes: socket.bytesRead, graces: 0, pending: false };
       this.stalled.set(socket, s);
     }
     s.lastAt = now;
@@ -578,8 +582,9 @@ class ExchangeImpl implements Exchange {
     setImmediate(() => {
       entry.pending = false;
       if (socket.destroyed || this.cutSeen.has(socket)) return;
-      if (socket.bytesRead !== entry.bytes && this.clock.now() - entry.firstAt < STALL_GRACE_MS) {
+      if (socket.bytesRead !== entry.bytes && entry.graces < STALL_GRACE_CHECKS) {
         entry.bytes = socket.bytesRead;
+        entry.graces++;
         return;
       }
       this.cutSeen.add(socket);
