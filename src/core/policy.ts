@@ -1,6 +1,7 @@
 import { type BackoffSpec, backoffCeiling, normalizeBackoff } from './backoff.js';
 import { type BudgetSpec, normalizeBudget, RATIO_BUDGET_DEFAULTS } from './budget.js';
 import { RelentError, describe, invalidPolicy } from './errors.js';
+import { normalizeHedge, type HedgeSpec, type ResolvedHedgeSpec } from './hedge.js';
 import type { ErrorClass } from './types.js';
 
 /** Every error class, with whether request bytes may have left the machine. */
@@ -87,6 +88,14 @@ export interface PolicySpec {
    * durable queue, or any that calls preflight() without a gate) stop.
    */
   readonly budgetExhausted?: 'stop' | 'wait';
+  /**
+   * Hedged requests for idempotent operations (never a POST without an idempotency key):
+   * after `delayMs` (ms, or "p90" … "p99" of the dependency's observed latency) without an
+   * answer, another attempt goes while the first runs; the first acceptable answer wins.
+   * Bounded by `maxHedges` per operation, `maxExtraLoad` (a fraction of the operations)
+   * and the retry budget; stopped while the dependency is failing. null: no hedging.
+   */
+  readonly hedge?: HedgeSpec | null;
 }
 
 export interface RetryAfterSpec {
@@ -138,6 +147,8 @@ export interface Policy {
   readonly throttleCountsAsAttempt: boolean;
   readonly maxThrottledAttempts: number;
   readonly budgetExhausted: 'stop' | 'wait';
+  /** Hedging (null: none). */
+  readonly hedge: ResolvedHedgeSpec | null;
   /** The longest wait this policy can choose (backoff ceiling or server-hint cap plus jitter). */
   readonly maxDelayMs: number;
   /** The normalised spec (JSON), for display and for `relent presets`. */
@@ -145,7 +156,8 @@ export interface Policy {
 }
 
 /** A policy spec with every field filled in (the JSON form of a Policy). */
-export interface ResolvedPolicySpec extends Required<Omit<PolicySpec, 'preset' | 'retryOn' | 'retryAfter'>> {
+export interface ResolvedPolicySpec extends Required<Omit<PolicySpec, 'preset' | 'retryOn' | 'retryAfter' | 'hedge'>> {
+  readonly hedge: { readonly delayMs: HedgeSpec['delayMs']; readonly maxHedges: number; readonly maxExtraLoad: number } | null;
   readonly retryOn: { readonly status: readonly StatusPattern[]; readonly errors: readonly ErrorClass[]; readonly statusWithWait: readonly StatusPattern[] };
   readonly retryAfter: Required<RetryAfterSpec>;
 }
@@ -181,13 +193,14 @@ export const POLICY_DEFAULTS = Object.freeze({
   throttleCountsAsAttempt: true,
   maxThrottledAttempts: 10,
   budgetExhausted: 'wait' as const,
+  hedge: null,
 });
 
 const MAX_MS = 2 ** 31 - 1;
 const POLICY_KEYS = new Set([
   'preset', 'maxAttempts', 'deadlineMs', 'attemptTimeoutMs', 'minAttemptMs', 'backoff', 'throttleBackoff', 'retryOn',
   'safeStatuses', 'throttleStatuses', 'retryAfter', 'unknownOutcome', 'idempotent', 'deferOverMs', 'budget',
-  'throttleCountsAsAttempt', 'maxThrottledAttempts', 'budgetExhausted',
+  'throttleCountsAsAttempt', 'maxThrottledAttempts', 'budgetExhausted', 'hedge',
 ]);
 
 export function compileStatuses(patterns: unknown, field: string): StatusSet {
@@ -321,6 +334,7 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
   }
   const budgetExhausted = input.budgetExhausted ?? d.budgetExhausted;
   if (budgetExhausted !== 'stop' && budgetExhausted !== 'wait') throw invalidPolicy('budgetExhausted', '"stop" or "wait"', budgetExhausted);
+  const hedge = input.hedge === undefined || input.hedge === null ? null : normalizeHedge(input.hedge, 'hedge');
 
   const maxDelayMs = Math.max(
     backoffCeiling(backoff),
@@ -334,12 +348,13 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
     safeStatuses: safeStatuses.patterns, throttleStatuses: throttleStatuses.patterns,
     retryAfter: Object.freeze({ honor, statuses: retryAfter.statuses.patterns, maxMs: retryAfter.maxMs, jitterRatio, jitterMinMs, jitterMaxMs, lengthenOnly }),
     unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts, budgetExhausted,
+    hedge: hedge === null ? null : Object.freeze({ delayMs: hedge.delayMs, maxHedges: hedge.maxHedges, maxExtraLoad: hedge.maxExtraLoad }),
   });
 
   return Object.freeze({
     name, maxAttempts, deadlineMs, attemptTimeoutMs, minAttemptMs, backoff, throttleBackoff,
     retryOnStatus, retryOnErrors, retryOnStatusWithWait, safeStatuses, throttleStatuses, retryAfter,
-    unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts, budgetExhausted, maxDelayMs, spec,
+    unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts, budgetExhausted, hedge, maxDelayMs, spec,
   });
 }
 

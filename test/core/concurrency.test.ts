@@ -1,0 +1,166 @@
+// Adaptive concurrency limits as plain calls: the rules of AIMD and the gradient, and the
+// capacity-drop story in virtual time (the benchmark repeats it on real sockets).
+import { describe, expect, it } from 'vitest';
+import fc from 'fast-check';
+import { createLimitAlgorithm, normalizeLimitSpec, type LimitAlgorithm, type LimitSample } from '../../src/core/concurrency.js';
+import { createSeededRandom } from '../../src/core/random.js';
+import { runCapacity, type CapacityScenario } from '../support/capacity-sim.js';
+
+const ok = (alg: LimitAlgorithm, now: number, rtt: number, inFlight = alg.limit, generation = alg.generation): ReturnType<LimitAlgorithm['sample']> =>
+  alg.sample({ startedAt: now - rtt, now, inFlight, generation, dropped: false });
+const drop = (alg: LimitAlgorithm, now: number, generation = alg.generation): ReturnType<LimitAlgorithm['sample']> =>
+  alg.sample({ startedAt: now - 10, now, inFlight: alg.limit, generation, dropped: true });
+
+describe('aimd', () => {
+  it('halves once per wave: answers to calls started before the decrease do not count again', () => {
+    const a = createLimitAlgorithm({ kind: 'aimd', initial: 40 });
+    const wave = a.generation;
+    expect(drop(a, 100, wave)).toBe('decrease');
+    expect(a.limit).toBe(20);
+    for (let i = 0; i < 30; i++) expect(drop(a, 101 + i, wave)).toBeNull();
+    expect(a.limit).toBe(20);
+    expect(drop(a, 200)).toBe('decrease'); // a call of the new wave
+    expect(a.limit).toBe(10);
+  });
+
+  it('grows by one after `limit` answers while it is used, never while idle, never past max', () => {
+    const a = createLimitAlgorithm({ kind: 'aimd', initial: 4, max: 5 });
+    for (let i = 0; i < 100; i++) expect(ok(a, i, 10, 1)).toBeNull(); // 1 in flight of 4: idle
+    expect(a.limit).toBe(4);
+    for (let i = 0; i < 3; i++) expect(ok(a, i, 10)).toBeNull();
+    expect(ok(a, 4, 10)).toBe('increase');
+    expect(a.limit).toBe(5);
+    for (let i = 0; i < 50; i++) ok(a, i, 10);
+    expect(a.limit).toBe(5);
+  });
+
+  it('counts a call slower than slowMs as a drop, and never goes below min', () => {
+    const a = createLimitAlgorithm({ kind: 'aimd', initial: 8, min: 3, slowMs: 100 });
+    expect(ok(a, 1000, 99)).toBeNull();
+    expect(ok(a, 1000, 101)).toBe('decrease');
+    expect(a.limit).toBe(4);
+    drop(a, 2000);
+    expect(a.limit).toBe(3);
+    expect(drop(a, 3000)).toBeNull();
+    expect(a.limit).toBe(3);
+  });
+});
+
+describe('gradient', () => {
+  it('falls when the window median rises over tolerance × baseline, and grows while used without queueing', () => {
+    const g = createLimitAlgorithm({ kind: 'gradient', initial: 20, windowMs: 100, minWindowSamples: 5, probeIntervalMs: 0 });
+    let t = 0;
+    const window = (rtt: number, inFlight?: number): void => {
+      for (let i = 0; i < 10; i++) ok(g, (t += 12), rtt, inFlight);
+    };
+    window(50);
+    expect(g.baselineMs).toBeCloseTo(50, 0);
+    const before = g.limit;
+    window(50); // no queueing, fully used: grows (×1.25 + √limit/2)
+    expect(g.limit).toBeGreaterThan(before);
+    const high = g.limit;
+    window(200); // 4x the baseline: ×0.5 (+ headroom)
+    expect(g.limit).toBeLessThan(high * 0.6 + 3);
+    expect(g.baselineMs).toBeCloseTo(50, 0);
+  });
+
+  it('does not grow while idle', () => {
+    const g = createLimitAlgorithm({ kind: 'gradient', initial: 20, windowMs: 100, minWindowSamples: 5, probeIntervalMs: 0 });
+    for (let i = 1; i <= 200; i++) ok(g, i * 11, 50, 2);
+    expect(g.limit).toBe(20);
+  });
+
+  it('probes: a dependency that became slower for good is measured again instead of taken for a queue', () => {
+    const g = createLimitAlgorithm({ kind: 'gradient', initial: 20, windowMs: 100, minWindowSamples: 5, probeIntervalMs: 5000, probeSamples: 10 });
+    let t = 0;
+    for (let i = 0; i < 100; i++) ok(g, (t += 11), 50);
+    expect(g.baselineMs).toBeCloseTo(50, 0);
+    const changes: string[] = [];
+    // From now on every call takes 150 ms, queueing or not.
+    for (let i = 0; i < 2000; i++) {
+      const c = ok(g, (t += 11), 150);
+      if (c === 'probe' || c === 'probe_end') changes.push(c);
+    }
+    expect(changes).toContain('probe');
+    expect(changes).toContain('probe_end');
+    expect(g.baselineMs).toBeCloseTo(150, -1);
+    // After the probe the limit grows again instead of sitting at min.
+    expect(g.limit).toBeGreaterThan(5);
+  });
+
+  it('a drop halves it once per wave, as aimd', () => {
+    const g = createLimitAlgorithm({ kind: 'gradient', initial: 40 });
+    const wave = g.generation;
+    expect(drop(g, 10, wave)).toBe('decrease');
+    expect(drop(g, 11, wave)).toBeNull();
+    expect(g.limit).toBe(20);
+  });
+});
+
+describe('any algorithm, any samples', () => {
+  it('keeps the limit an integer in [min, max] (never NaN)', () => {
+    const sample = fc.record({
+      dt: fc.double({ min: 0, max: 1e6, noNaN: true }),
+      rtt: fc.oneof(fc.double({ min: -10, max: 1e7, noNaN: true }), fc.constantFrom(0, NaN, Infinity)),
+      inFlight: fc.integer({ min: 0, max: 5000 }),
+      dropped: fc.boolean(),
+      stale: fc.boolean(),
+    });
+    const spec = fc.oneof(
+      fc.record({ kind: fc.constant('aimd' as const), min: fc.integer({ min: 1, max: 5 }), max: fc.integer({ min: 5, max: 100 }), slowMs: fc.option(fc.integer({ min: 1, max: 1000 })) }),
+      fc.record({ kind: fc.constant('gradient' as const), min: fc.integer({ min: 1, max: 5 }), max: fc.integer({ min: 5, max: 100 }), windowMs: fc.integer({ min: 1, max: 1000 }), minWindowSamples: fc.integer({ min: 1, max: 20 }), probeIntervalMs: fc.integer({ min: 0, max: 10_000 }) }),
+    );
+    fc.assert(fc.property(spec, fc.array(sample, { maxLength: 300 }), (sp, samples) => {
+      const alg = createLimitAlgorithm(sp);
+      const r = normalizeLimitSpec(sp);
+      let now = 0;
+      for (const s of samples) {
+        now += s.dt;
+        const x: LimitSample = { startedAt: now - s.rtt, now, inFlight: s.inFlight, generation: s.stale ? alg.generation - 1 : alg.generation, dropped: s.dropped };
+        alg.sample(x);
+        expect(Number.isInteger(alg.limit)).toBe(true);
+        expect(alg.limit).toBeGreaterThanOrEqual(r.min);
+        expect(alg.limit).toBeLessThanOrEqual(r.max);
+      }
+    }), { numRuns: 300 });
+  });
+
+  it('rejects bad specs, naming the field', () => {
+    expect(() => normalizeLimitSpec({ kind: 'vegas' })).toThrow(/`concurrencyLimit.kind`/);
+    expect(() => normalizeLimitSpec({ kind: 'aimd', decrease: 1.5 })).toThrow(/`concurrencyLimit.decrease`/);
+    expect(() => normalizeLimitSpec({ kind: 'aimd', tolerance: 2 })).toThrow(/`concurrencyLimit.tolerance`/);
+    expect(() => normalizeLimitSpec({ kind: 'gradient', min: 10, max: 5 })).toThrow(/`concurrencyLimit.min`/);
+    expect(() => normalizeLimitSpec({ kind: 'gradient', initial: 0 })).toThrow(/`concurrencyLimit.initial`/);
+    expect(() => normalizeLimitSpec({ kind: 'gradient', windowMs: -1 }, 'partners[0].concurrencyLimit')).toThrow(/`partners\[0\].concurrencyLimit.windowMs`/);
+    expect(() => normalizeLimitSpec(7)).toThrow(/`concurrencyLimit`/);
+  });
+});
+
+describe('capacity drops 5x for 20 s (virtual time)', () => {
+  const base: Omit<CapacityScenario, 'random'> = {
+    rate: 400, serviceMs: 50, capacity: 50, degraded: 10, dropAt: 10_000, dropFor: 20_000, totalMs: 40_000, deadlineMs: 1000, minAttemptMs: 100,
+  };
+  const run = (o: Partial<CapacityScenario>, seed = 1) => runCapacity({ ...base, random: createSeededRandom(seed), ...o });
+
+  it('gradient: the limit reaches the new capacity within 2 s, the server queues little, and fewer calls fail than under any fixed cap', () => {
+    const g = run({ algorithm: createLimitAlgorithm({ kind: 'gradient', initial: 20, max: 200 }) });
+    // Within 2 s of the drop, calls in flight are within 1.5x of the new capacity, and stay there.
+    const during = g.trace.filter(([t]) => t >= base.dropAt + 2000 && t < base.dropAt + base.dropFor);
+    expect(Math.max(...during.map(([, , inFlight]) => inFlight))).toBeLessThanOrEqual(1.5 * base.degraded);
+    // The dependency's time in its own queue stays under its healthy median service time (50 ms).
+    const waits = g.serverWaits.filter(([t]) => t >= base.dropAt + 2000 && t < base.dropAt + base.dropFor).map(([, w]) => w).sort((a, b) => a - b);
+    expect(waits[Math.floor(waits.length / 2)]!).toBeLessThan(base.serviceMs);
+    // After the drop it grows back.
+    const after = g.trace.filter(([t]) => t >= base.dropAt + base.dropFor + 3000);
+    expect(Math.max(...after.map(([, limit]) => limit))).toBeGreaterThan(base.degraded * 2);
+    for (const fixed of [10, 15, 20, 30, 50]) expect(g.failed).toBeLessThan(run({ fixed }).failed);
+    expect(g.failed).toBeLessThan(run({}).failed);
+  });
+
+  it('aimd with slowMs at 2x the healthy latency does as well', () => {
+    const a = run({ algorithm: createLimitAlgorithm({ kind: 'aimd', initial: 20, max: 200, slowMs: 100 }) });
+    const during = a.trace.filter(([t]) => t >= base.dropAt + 2000 && t < base.dropAt + base.dropFor);
+    expect(Math.max(...during.map(([, , inFlight]) => inFlight))).toBeLessThanOrEqual(2 * base.degraded);
+    for (const fixed of [10, 15, 20, 30, 50]) expect(a.failed).toBeLessThan(run({ fixed }).failed);
+  });
+});
