@@ -130,3 +130,28 @@ export function takeFromSharedBucket(
   const granted = Math.max(0, Math.min(Math.floor(want), Math.floor(tokens)));
   return { bucket: { tokens: tokens - granted, at }, granted };
 }
+
+/**
+ * This process's share of a rate limit the fleet shares (calls per second): max-min fair
+ * shares of `rate` over the members' demands (water-filling: the smallest demands are met
+ * in full, the rest split what is left equally), and whatever is left when every demand
+ * is met is split equally, so that a member whose demand grows finds room at once.
+ * `demands[mine]` is this process's own. The shares add up to `rate`. This is the
+ * arithmetic relent/fleet's rate script runs in Redis (Doorman, YouTube's global rate
+ * limiter, hands out capacity the same way).
+ */
+export function fleetRateShare(demands: readonly number[], mine: number, rate: number): number {
+  const n = demands.length;
+  if (n === 0 || !(rate > 0)) return 0;
+  const clean = (d: number | undefined): number => (d !== undefined && d > 0 && Number.isFinite(d) ? d : 0);
+  const order = demands.map((d, i) => [clean(d), i] as const).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  let left = rate;
+  let own = 0;
+  for (let k = 0; k < n; k++) {
+    const [d, i] = order[k]!;
+    const give = Math.min(d, left / (n - k));
+    left -= give;
+    if (i === mine) own = give;
+  }
+  return own + left / n;
+}
