@@ -22,6 +22,7 @@ share a PostgreSQL store.
   --lease D           claim lease (default 15s; a dead worker's batches return after it)
   --poll D            how often an idle worker looks for work (default 500ms)
   --exit-when-idle    stop (exit 0) once nothing is queued, deferred or in flight
+                      (a paused destination's items wait for \`relent queue resume\`)
   --events FILE|-     write every event as a JSON line (- for stderr)
   --progress / --no-progress   the progress line on stderr redrawn in place, or none
                       (default: redrawn on a terminal, else a line every 5 s), with
@@ -193,7 +194,7 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
           const stats = (await queue.stats()).filter((s) => names.includes(s.destination));
           const c = worker.counters();
           progress.status(formatStats(stats, limits(), nextDue()));
-          if (values['exit-when-idle'] && c.inflight === 0 && stats.every((s) => s.pendingItems + s.readyBatches + s.inflightBatches + s.deferredBatches === 0)) {
+          if (values['exit-when-idle'] && c.inflight === 0 && stats.every((s) => s.inflightBatches === 0 && (s.paused || s.pendingItems + s.readyBatches + s.deferredBatches === 0))) {
             await finish(EXIT.ok, 'idle');
             return;
           }

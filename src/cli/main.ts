@@ -17,7 +17,7 @@ Commands:
   demo              replay the bundled example timelines in virtual time, with what each expects
   deliver           run a durable delivery worker (--store URL --config FILE)
   enqueue DEST      store items for a destination in the delivery queue
-  queue SUB         inspect the delivery queue: ls, show, requeue, drop-stats, stats
+  queue SUB         inspect the delivery queue: ls, show, requeue, drop-stats, stats, pause, resume
   simulate SCENARIO simulate a fleet of clients: brooker, overload, layers, or a scenario file
   fetch URL         one HTTP request through relent's client: body to stdout, events as JSON lines
   exchange          an OpenRTB exchange that holds its deadline (--config FILE; POST /openrtb2/auction)

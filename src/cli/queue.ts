@@ -6,7 +6,7 @@ import { EXIT, parseFlags, processIo, type Io } from './args.js';
 import { colorEnabled, NO_PAINT, paintFor, table } from './io.js';
 import { int, readConfig, relative, reportError, storeUrl } from './delivery-common.js';
 
-export const QUEUE_HELP = `relent queue <ls|show|requeue|drop-stats|stats> [--store URL] [--config FILE] [--json]
+export const QUEUE_HELP = `relent queue <ls|show|requeue|drop-stats|stats|pause|resume> [--store URL] [--config FILE] [--json]
 
 Inspects the delivery queue.
 
@@ -19,7 +19,12 @@ Inspects the delivery queue.
   drop-stats
         dropped batches counted by destination, reason and last status
   stats
-        items and batches per destination and state
+        items per destination and state, the oldest waiting item, paused destinations
+  pause DEST
+        workers (every process on the store) claim nothing for DEST until resume;
+        requests in flight finish, enqueue still accepts items
+  resume DEST
+        DEST is claimed again
 
 The store is --store, else the config's "store", else $RELENT_STORE, else sqlite:./relent.db.
 None of these creates a store: a SQLite file that does not exist is an error (status 1).
@@ -68,8 +73,8 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
     return EXIT.usage;
   }
   const paint = io === processIo ? paintFor(colorEnabled('stdout')) : NO_PAINT;
-  if (!['ls', 'show', 'requeue', 'drop-stats', 'stats'].includes(sub)) {
-    io.err(`relent queue: unknown subcommand ${JSON.stringify(sub)} (ls, show, requeue, drop-stats, stats)\n`);
+  if (!['ls', 'show', 'requeue', 'drop-stats', 'stats', 'pause', 'resume'].includes(sub)) {
+    io.err(`relent queue: unknown subcommand ${JSON.stringify(sub)} (ls, show, requeue, drop-stats, stats, pause, resume)\n`);
     return EXIT.usage;
   }
   let queue: DeliveryQueue | null = null;
@@ -82,6 +87,9 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
     const after = positiveInt(values.after, '--after');
     const ids = sub === 'show' || sub === 'requeue' ? args.map((a) => positiveInt(a, 'ID')!) : [];
     if (sub === 'show' && ids.length !== 1) throw new DeliveryError('ERR_INVALID_CONFIG', 'queue show: expected one batch ID', { field: 'ID' });
+    if ((sub === 'pause' || sub === 'resume') && args.length !== 1) {
+      throw new DeliveryError('ERR_INVALID_CONFIG', `queue ${sub}: expected one DEST (the destination's name)`, { field: 'DEST' });
+    }
     if (sub === 'requeue' && ids.length === 0 && values.destination === undefined && values.reason === undefined && !values.all) {
       throw new DeliveryError('ERR_INVALID_CONFIG', 'queue requeue: name batch IDs, or --destination/--reason, or --all', { field: 'ID' });
     }
@@ -186,10 +194,20 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
           break;
         }
         io.out(table(
-          ['destination', 'pending', 'ready', 'in flight', 'deferred', 'delivered', 'dropped'],
-          rows.map((r) => [r.destination, int(r.pendingItems), int(r.readyItems), int(r.inflightItems), int(r.deferredItems), int(r.deliveredItems), int(r.droppedItems)]),
+          ['destination', 'pending', 'ready', 'in flight', 'deferred', 'delivered', 'dropped', 'oldest waiting'],
+          rows.map((r) => [r.paused ? `${r.destination} (paused)` : r.destination, int(r.pendingItems), int(r.readyItems), int(r.inflightItems), int(r.deferredItems),
+            int(r.deliveredItems), int(r.droppedItems), r.oldestEnqueuedAt === null ? '-' : relative(r.oldestEnqueuedAt, now)]),
           { paint },
         ));
+        break;
+      }
+      case 'pause':
+      case 'resume': {
+        const dest = args[0]!;
+        const changed = sub === 'pause' ? await queue.pause(dest) : await queue.resume(dest);
+        if (values.json) io.out(JSON.stringify({ destination: dest, paused: sub === 'pause', changed }) + '\n');
+        else if (sub === 'pause') io.out(changed ? `paused ${dest}: no worker claims its batches until \`relent queue resume ${dest}\`\n` : `${dest} was paused already\n`);
+        else io.out(changed ? `resumed ${dest}\n` : `${dest} was not paused\n`);
         break;
       }
     }

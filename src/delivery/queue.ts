@@ -42,6 +42,14 @@ export interface DeliveryQueue {
   show(id: number): Promise<BatchDetail | null>;
   requeue(filter: RequeueFilter): Promise<number>;
   dropStats(): Promise<DropStat[]>;
+  /**
+   * Pauses a destination for every worker of the store: none claims its batches until
+   * `resume` (requests in flight finish; items are still accepted). Resolves to false when
+   * it was paused already.
+   */
+  pause(destination: string): Promise<boolean>;
+  /** Resumes a paused destination (workers in other processes hear of it at once on PostgreSQL, at their next poll on SQLite). False when it was not paused. */
+  resume(destination: string): Promise<boolean>;
   /** Closes the store (stop workers first). */
   close(): Promise<void>;
 }
@@ -120,6 +128,16 @@ export async function openDeliveryQueue(options: QueueOptions): Promise<Delivery
       return n;
     },
     dropStats: () => store.dropStats(),
+    async pause(destination) {
+      checkDestinationName(destination);
+      return store.setPaused(destination, true, clock.wallNow());
+    },
+    async resume(destination) {
+      checkDestinationName(destination);
+      const changed = await store.setPaused(destination, false, clock.wallNow());
+      if (changed) wakeAll();
+      return changed;
+    },
     close: () => store.close(),
   };
 }

@@ -402,3 +402,6 @@ const NO_WORK: WorkScope = Object.freeze({
   run: <A, R>(fn: (arg: A) => R, arg: A): R => fn(arg),
   end: () => {},
 });
+
+export { createDeliveryMetrics, DELIVERY_METRICS, DELIVERY_METRICS_DEFAULTS } from './delivery-metrics.js';
+export type { DeliveryMetrics, DeliveryMetricsOptions, DeliveryStatsLike, DeliveryStatsSource, DeliveryEventLike } from './delivery-metrics.js';

@@ -99,6 +99,36 @@ describe('relent enqueue / deliver / queue', () => {
     }
   }, 30_000);
 
+  it('queue pause DEST: a worker in another process delivers the other destination and nothing of DEST; resume: DEST goes out', async () => {
+    const got: string[] = [];
+    const server = await listen((req, res) => {
+      got.push(req.url ?? '');
+      req.resume();
+      req.on('end', () => res.writeHead(200).end());
+    });
+    try {
+      const store = db();
+      const dest = { batch: { maxItems: 1, maxAgeMs: 0 } };
+      const cfg = file('config.json', JSON.stringify({ destinations: { a: { url: `${server.url}/a`, ...dest }, b: { url: `${server.url}/b`, ...dest } } }));
+      for (const d of ['a', 'b']) await relent(['enqueue', d, '--store', store, '--file', '-'], Array.from({ length: 3 }, (_, i) => JSON.stringify({ key: `k${i}`, payload: i })).join('\n'));
+      expect(await relent(['queue', 'pause', 'a', '--store', store])).toMatchObject({ code: 0, stdout: 'paused a: no worker claims its batches until `relent queue resume a`\n' });
+      expect((await relent(['queue', 'pause', 'a', '--store', store])).stdout).toBe('a was paused already\n');
+      expect((await relent(['queue', 'stats', '--store', store])).stdout).toMatch(/a \(paused\)\s+3\s+0\s+0\s+0\s+0\s+0\s+\d+s ago/);
+      // --exit-when-idle does not wait for a paused destination's items
+      expect((await relent(['deliver', '--store', store, '--config', cfg, '--exit-when-idle', '--poll', '50ms'])).code).toBe(0);
+      expect(got.sort()).toEqual(['/b', '/b', '/b']);
+      const stats = JSON.parse((await relent(['queue', 'stats', '--store', store, '--json'])).stdout) as { destinations: { destination: string; paused: boolean; deliveredItems: number }[] };
+      expect(stats.destinations.map((d) => [d.destination, d.paused, d.deliveredItems])).toEqual([['a', true, 0], ['b', false, 3]]);
+      expect(await relent(['queue', 'resume', 'a', '--store', store, '--json'])).toMatchObject({ code: 0, stdout: '{"destination":"a","paused":false,"changed":true}\n' });
+      expect((await relent(['deliver', '--store', store, '--config', cfg, '--exit-when-idle', '--poll', '50ms'])).code).toBe(0);
+      expect(got.filter((u) => u === '/a')).toHaveLength(3);
+      expect(await relent(['queue', 'pause', '--store', store])).toMatchObject({ code: 2, stderr: expect.stringContaining('expected one DEST') });
+      expect(await relent(['queue', 'pause', 'bad name', '--store', store])).toMatchObject({ code: 2, stderr: expect.stringContaining('destination') });
+    } finally {
+      await server.close();
+    }
+  }, 30_000);
+
   it('SIGTERM stops gracefully: claims of requests still in flight are given back, exit 0', async () => {
     const server = await listen(() => { /* never answers */ });
     try {
