@@ -78,25 +78,44 @@ export function startOperation(policy: Policy, o: StartOptions): OperationState 
   };
 }
 
-/** The state for the next attempt. */
-export function beginAttempt(state: OperationState): OperationState {
-  // An explicit literal, not a spread: spreads are several times slower and this runs per attempt.
+/** A state the core moves forward in place (the operation state machine's own, see operation.ts). */
+export type MutableState = { -readonly [K in keyof OperationState]: OperationState[K] };
+
+/** In place: the next attempt begins. */
+export function advanceAttempt(state: MutableState): void {
+  state.attempt += 1;
+  state.throttled = state.throttled ?? 0;
+  state.budgetPending = false;
+}
+
+/** In place: a `retry` (or `defer`) decision is remembered: its wait, its cost, a throttle that did not count, an unpaid budget. */
+export function recordRetry(state: MutableState, result: DecisionResult): void {
+  state.prevDelayMs = result.delayMs;
+  state.lastBudgetCost = result.budgetCost;
+  state.throttled = (state.throttled ?? 0) + (result.uncounted === true ? 1 : 0);
+  state.budgetPending = result.budgetPending === true;
+}
+
+function copyState(s: OperationState): MutableState {
+  // An explicit literal, not a spread: spreads are several times slower.
   return {
-    attempt: state.attempt + 1, startedAt: state.startedAt, deadlineAt: state.deadlineAt,
-    idempotent: state.idempotent, prevDelayMs: state.prevDelayMs, lastBudgetCost: state.lastBudgetCost,
-    throttled: state.throttled ?? 0,
-    budgetPending: false,
+    attempt: s.attempt, startedAt: s.startedAt, deadlineAt: s.deadlineAt, idempotent: s.idempotent, prevDelayMs: s.prevDelayMs,
+    lastBudgetCost: s.lastBudgetCost, throttled: s.throttled ?? 0, budgetPending: s.budgetPending ?? false,
   };
 }
 
-/** The state after a `retry` (or `defer`) decision: remembers the wait and its cost. */
+/** The state for the next attempt (a copy; the operation state machine advances its own in place). */
+export function beginAttempt(state: OperationState): OperationState {
+  const next = copyState(state);
+  advanceAttempt(next);
+  return next;
+}
+
+/** The state after a `retry` (or `defer`) decision: remembers the wait and its cost (a copy). */
 export function afterRetry(state: OperationState, result: DecisionResult): OperationState {
-  return {
-    attempt: state.attempt, startedAt: state.startedAt, deadlineAt: state.deadlineAt,
-    idempotent: state.idempotent, prevDelayMs: result.delayMs, lastBudgetCost: result.budgetCost,
-    throttled: (state.throttled ?? 0) + (result.uncounted === true ? 1 : 0),
-    budgetPending: result.budgetPending === true,
-  };
+  const next = copyState(state);
+  recordRetry(next, result);
+  return next;
 }
 
 /** What preflight() needs to charge a retry that waited for the budget. */
@@ -136,8 +155,14 @@ function serving(budget: RetryBudget, now: number): boolean {
 
 /** The time one attempt may take: min(attemptTimeoutMs, remaining). */
 export function attemptBudgetMs(policy: Policy, state: OperationState, now: number): number {
-  const remaining = Math.max(0, state.deadlineAt - now);
-  return policy.attemptTimeoutMs !== null && policy.attemptTimeoutMs < remaining ? policy.attemptTimeoutMs : remaining;
+  return attemptLimitMs(policy.attemptTimeoutMs, state.deadlineAt, now);
+}
+
+/** min(attempt timeout, time left before `deadlineAt`), never negative: the one rule for an attempt's time (R2). */
+export function attemptLimitMs(attemptTimeoutMs: number | null, deadlineAt: number, now: number): number {
+  const remaining = deadlineAt - now;
+  if (!(remaining > 0)) return 0;
+  return attemptTimeoutMs !== null && attemptTimeoutMs < remaining ? attemptTimeoutMs : remaining;
 }
 
 /**
@@ -156,11 +181,11 @@ export function sendStateOf(obs: Observation): SendState {
   return obs.errorClass ? ERROR_CLASSES[obs.errorClass].sent : 'unknown';
 }
 
-const RETURN_SUCCESS: DecisionResult = Object.freeze({
+export const RETURN_SUCCESS: DecisionResult = Object.freeze({
   decision: 'return', why: 'success', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
 });
 /** An OpenRTB no-bid: the answer, built once (an exchange's most frequent answer). */
-const RETURN_NO_BID: DecisionResult = Object.freeze({ ...RETURN_SUCCESS, why: 'no_bid' });
+export const RETURN_NO_BID: DecisionResult = Object.freeze({ ...RETURN_SUCCESS, why: 'no_bid' });
 
 function terminal(decision: Decision, why: DecisionWhy, hint: { ms: number | null; valid: boolean | null } | null): DecisionResult {
   return { decision, why, delayMs: null, retryAfterMs: hint?.ms ?? null, retryAfterValid: hint?.valid ?? null, budgetCost: 0 };

@@ -240,33 +240,17 @@ export function callPolicy(base: Policy, p: string | PolicySpec | Policy | undef
 }
 
 /**
- * A call's own deadline and attempt timeout, and the one-attempt limit of a stream body.
- * execute() can only shorten the policy's times, so a longer one is merged into the policy.
+ * A call's own deadline and attempt timeout (checked here; the operation takes them
+ * instead of the policy's, longer or shorter), and the one-attempt limit of a stream body.
  */
 export function callLimits(policy: Policy, o: { deadlineMs?: number; attemptTimeoutMs?: number; stream: boolean }): {
   policy: Policy; deadlineMs: number | undefined; attemptTimeoutMs: number | undefined; streamLimited: boolean;
 } {
-  let deadlineMs = checkMs(o.deadlineMs, 'deadlineMs');
-  let attemptTimeoutMs = checkMs(o.attemptTimeoutMs, 'attemptTimeoutMs');
-  const over: { deadlineMs?: number; attemptTimeoutMs?: number; maxAttempts?: number } = {};
-  let changed = false;
-  if (deadlineMs !== undefined && deadlineMs > policy.deadlineMs) {
-    over.deadlineMs = deadlineMs;
-    deadlineMs = undefined;
-    changed = true;
-  }
-  if (attemptTimeoutMs !== undefined && policy.attemptTimeoutMs !== null && attemptTimeoutMs > policy.attemptTimeoutMs) {
-    over.attemptTimeoutMs = attemptTimeoutMs;
-    attemptTimeoutMs = undefined;
-    changed = true;
-  }
+  const deadlineMs = checkMs(o.deadlineMs, 'deadlineMs');
+  const attemptTimeoutMs = checkMs(o.attemptTimeoutMs, 'attemptTimeoutMs');
   // A stream is sent once: one attempt, and ERR_BODY_NOT_REPLAYABLE when the policy would have retried.
   const streamLimited = o.stream && policy.maxAttempts > 1;
-  if (streamLimited) {
-    over.maxAttempts = 1;
-    changed = true;
-  }
-  return { policy: changed ? withOverrides(policy, over) : policy, deadlineMs, attemptTimeoutMs, streamLimited };
+  return { policy: streamLimited ? withOverrides(policy, { maxAttempts: 1 }) : policy, deadlineMs, attemptTimeoutMs, streamLimited };
 }
 
 /**

@@ -2,9 +2,8 @@ import { breakerOutcome, type BreakerSpec, type CircuitBreaker } from '../core/b
 import { safeEndpoint } from '../core/endpoint.js';
 import { pickHintHeaders } from '../core/hints.js';
 import type { RetryBudget } from '../core/budget.js';
-import {
-  afterRetry, attemptBudgetMs, beginAttempt, decide, isPlainAnswer, preflight, startOperation, type OperationState,
-} from '../core/decide.js';
+import { isPlainAnswer } from '../core/decide.js';
+import { createOperation, type CallCommand, type Command, type EndCommand, type Operation } from '../core/operation.js';
 import { errorClassOfCode } from '../core/error-codes.js';
 import type { Fleet } from '../core/fleet.js';
 import { RelentError, REASON_CODES } from '../core/errors.js';
@@ -116,9 +115,9 @@ export interface RunOptions<T> {
   readonly idempotencyKey?: string;
   /** Declares the operation safe (true) or unsafe (false) to repeat; beats method and key. */
   readonly idempotent?: boolean;
-  /** This call's own deadline (ms from now), instead of the policy's. */
+  /** This call's own deadline (ms from now), instead of the policy's (longer or shorter). */
   readonly deadlineMs?: number;
-  /** This call's own attempt timeout (ms), instead of the policy's. */
+  /** This call's own attempt timeout (ms), instead of the policy's (longer or shorter). */
   readonly attemptTimeoutMs?: number;
   /** The shared retry budget (create one per client or dependency with createRetryBudget). */
   readonly budget?: RetryBudget | null;
@@ -167,6 +166,8 @@ export interface RunOptions<T> {
 export interface RunResult<T> {
   readonly operationId: string;
   readonly reason: TerminalReason;
+  /** Why, one level finer (the ending decision's `why`; null when the caller cancelled between attempts or a slot was refused). */
+  readonly why: DecisionWhy | null;
   readonly attempts: number;
   /** The last attempt's observation (null when no call was made). */
   readonly last: Observation | null;
@@ -176,8 +177,6 @@ export interface RunResult<T> {
   readonly stateCheck: Classified | null;
   /** The wait a `defer` asks the durable queue for. */
   readonly delayMs: number | null;
-  /** Why the last decision was taken (the core's `why`); null when no decision ended it (a cancel, a crash, a full bulkhead). */
-  readonly why: DecisionWhy | null;
   /** The server's asked wait (Retry-After or a RateLimit field) seen by the last decision, ms; null when none. */
   readonly retryAfterMs: number | null;
   /** The operation's time left when it ended (ms, negative once past the deadline): what a driver may still spend, e.g. reading the body. */
@@ -248,14 +247,6 @@ function observation(c: Classified, elapsedMs: number): Observation {
 }
 
 const round = (ms: number): number => Math.round(ms * 1000) / 1000;
-
-/** What the executor tells the caller when a protection refuses a call (no call made). */
-const CIRCUIT_OPEN: DecisionResult = Object.freeze({
-  decision: 'circuit_open', why: 'circuit_open', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
-});
-const DEADLINE_SPENT: DecisionResult = Object.freeze({
-  decision: 'deadline_exceeded', why: 'deadline_spent', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
-});
 
 /**
  * Waits for a bulkhead slot (the slow path: every slot is taken), bounded by the
@@ -338,25 +329,27 @@ class AttemptCtx implements AttemptContext {
 
 const enum Phase { Idle, Calling, Waiting, Slot, Done }
 
+const CRASHED: EndCommand = Object.freeze({ kind: 'end', reason: 'not_retryable', why: null, decision: null });
+
 /**
- * One operation in flight: a small state machine driven by callbacks rather than
- * async/await, so that the success path costs the operation's own promise and one
- * more, not a chain of them. Every decision comes from decide(); this class only
- * carries decisions out on the clock it is given.
+ * One operation in flight: the core's operation state machine (createOperation) decides
+ * every step; this class only carries its commands out on the clock it is given —
+ * calls with a timer and the caller's signal racing them, waits, the breaker and the
+ * bulkhead, events. It is driven by callbacks rather than async/await, so that the
+ * success path costs the operation's own promise and one more, not a chain of them.
  */
 class Runner<T> {
   readonly policy: Policy;
   private readonly clock: Clock;
-  readonly random: Random;
   private readonly signal: AbortSignal | undefined;
-  readonly budget: RetryBudget | null;
+  private readonly budget: RetryBudget | null;
   private readonly breaker: CircuitBreaker | null;
   private readonly bulkhead: Bulkhead | null;
   private readonly scope: OperationScope | null;
   private readonly method: string | null;
   private readonly endpoint: string | null;
   private opId: string | null;
-  private state!: OperationState;
+  private op!: Operation;
   private phase = Phase.Idle;
   private ctx: AttemptCtx | null = null;
   private aScope: AttemptScope | null = null;
@@ -365,7 +358,6 @@ class Runner<T> {
   private cancelTimer: (() => void) | null = null;
   private last: Observation | null = null;
   private lastOutcome: AttemptOutcome<T> | null = null;
-  private lastDecision: DecisionResult | null = null;
   private abortListener: (() => void) | null = null;
 
   constructor(
@@ -377,7 +369,6 @@ class Runner<T> {
   ) {
     this.policy = resolvePolicy(options.policy);
     this.clock = options.clock ?? systemClock;
-    this.random = options.random ?? systemRandom;
     this.signal = options.signal;
     this.budget = options.budget !== undefined ? options.budget : fleetBudget(options, this.policy);
     this.breaker = breakerOf(options);
@@ -397,74 +388,74 @@ class Runner<T> {
   start(): void {
     const now = this.clock.now();
     const options = this.options;
-    this.state = startOperation(this.policy, {
-      now,
+    this.op = createOperation(this.policy, {
       method: this.method,
       idempotencyKey: options.idempotencyKey ?? null,
       idempotent: options.idempotent ?? null,
       deadlineMs: options.deadlineMs ?? null,
+      attemptTimeoutMs: options.attemptTimeoutMs ?? null,
+      budget: this.budget,
+      random: options.random ?? systemRandom,
+      stateCheck: options.stateCheck !== undefined,
     });
-    this.next(now);
+    this.carry(this.signal?.aborted ? this.op.cancelled() : this.op.start(now), now);
   }
 
-  /** Makes the next attempt if nothing forbids it (deadline, attempts, cancellation, breaker, bulkhead). */
-  private next(now: number): void {
-    if (this.signal?.aborted) return this.end('cancelled', null);
-    const pre = preflight(this.state, now, this);
-    if (pre) {
-      // A retry still waiting for the shared budget (budgetExhausted: "wait"): wait and ask again.
-      if (pre.decision === 'retry') return this.waitFor(pre.delayMs!, now);
-      return this.end(pre.decision as TerminalReason, pre);
+  /** Carries out one command of the operation. */
+  private carry(cmd: Command, now: number): void {
+    switch (cmd.kind) {
+      case 'call':
+        return this.call(cmd, now);
+      case 'wait':
+        return this.waitFor(cmd.delayMs, now);
+      case 'check_state':
+        return this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, this.options.stateCheck!);
+      case 'end':
+        return this.end(cmd);
     }
-    // An open circuit means no call at all (and no attempt event: nothing was attempted).
-    if (this.breaker !== null && !this.breaker.tryPass(this.clock.wallNow())) return this.end('circuit_open', CIRCUIT_OPEN);
+  }
+
+  /** A call: the breaker and the bulkhead first (a refusal makes no attempt and no attempt event). */
+  private call(cmd: CallCommand, now: number): void {
+    if (this.breaker !== null && !this.breaker.tryPass(this.clock.wallNow())) return this.carry(this.op.slotRefused('circuit_open'), now);
     if (this.bulkhead !== null && !this.bulkhead.tryAcquire()) {
       // The slow path: every slot is taken. Wait in the queue, within the deadline.
       this.phase = Phase.Slot;
-      waitForSlot(this.bulkhead, this.clock, this.signal, this.state.deadlineAt - now).then((r) => this.afterSlot(r), (e: unknown) => this.crash(e));
+      waitForSlot(this.bulkhead, this.clock, this.signal, cmd.remainingMs).then((r) => this.afterSlot(r), (e: unknown) => this.end(CRASHED, { outcome: { ok: false, error: e } }));
       return;
     }
-    this.call(now);
+    this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null);
   }
 
   private afterSlot(result: 'ok' | 'full' | 'deadline' | 'cancelled'): void {
     const now = this.clock.now();
-    let got = result;
-    if (got === 'ok' && (this.signal?.aborted || this.state.deadlineAt - now <= 0)) {
+    let cmd: Command;
+    if (result === 'ok') {
+      cmd = this.signal?.aborted ? this.op.slotRefused('cancelled') : this.op.slotGranted(now);
+      if (cmd.kind === 'call') return this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null);
       this.bulkhead!.release();
-      got = this.signal?.aborted ? 'cancelled' : 'deadline';
+    } else {
+      cmd = this.op.slotRefused(result === 'full' ? 'bulkhead_full' : result);
     }
-    if (got === 'ok') return this.call(now);
     // No call is made: hand a half-open trial back to the breaker.
     if (this.breaker !== null) this.breaker.record('ignored', this.clock.wallNow());
-    if (got === 'cancelled') return this.end('cancelled', null);
-    if (got === 'deadline') return this.end('deadline_exceeded', DEADLINE_SPENT);
-    return this.end('budget_exhausted', null, bulkheadFullOutcome(this.bulkhead!, this.lastOutcome, this.last, this.operationId, this.state.attempt));
-  }
-
-  private crash(error: unknown): void {
-    this.end('not_retryable', null, { outcome: { ok: false, error } });
+    if (result === 'full') return this.end(cmd as EndCommand, bulkheadFullOutcome(this.bulkhead!, this.lastOutcome, this.last, this.operationId, this.op.attempt));
+    this.carry(cmd, now);
   }
 
   /** Calls the operation (or the state check) with a timer and the caller's signal racing it. */
-  private call(now: number, check?: (ctx: AttemptContext) => Promise<T>, timeoutOverride?: number): void {
-    if (!check) this.state = beginAttempt(this.state);
-    const state = this.state;
-    const remaining = state.deadlineAt - now;
-    let timeoutMs = timeoutOverride ?? attemptBudgetMs(this.policy, state, now);
-    const own = this.options.attemptTimeoutMs;
-    if (timeoutOverride === undefined && own !== undefined && own > 0 && own < timeoutMs) timeoutMs = own;
-    const ctx = new AttemptCtx(this, state.attempt, timeoutMs, remaining, this.signal);
+  private invoke(now: number, attempt: number, timeoutMs: number, remaining: number, check: ((ctx: AttemptContext) => Promise<T>) | null): void {
+    const ctx = new AttemptCtx(this, attempt, timeoutMs, remaining, this.signal);
     this.ctx = ctx;
-    this.checking = check !== undefined;
+    this.checking = check !== null;
     this.attemptStart = now;
     this.phase = Phase.Calling;
-    const aScope = !check && this.scope !== null ? this.scope.attempt(state.attempt, ctx) : null;
+    const aScope = check === null && this.scope !== null ? this.scope.attempt(attempt, ctx) : null;
     this.aScope = aScope;
     const fn = check ?? this.fn;
     let p: Promise<T>;
     try {
-      p = aScope !== null ? aScope.run(fn, ctx) : check && this.scope !== null ? this.scope.run(fn, ctx) : fn(ctx);
+      p = aScope !== null ? aScope.run(fn, ctx) : check !== null && this.scope !== null ? this.scope.run(fn, ctx) : fn(ctx);
     } catch (error) {
       p = Promise.reject(error);
     }
@@ -490,11 +481,11 @@ class Runner<T> {
     } else if (this.phase === Phase.Waiting) {
       if (this.cancelTimer) this.cancelTimer();
       this.cancelTimer = null;
-      this.end('cancelled', null);
+      this.carry(this.op.cancelled(), 0);
     }
   }
 
-  /** One attempt has settled: observe, decide (the core), report, carry the decision out. */
+  /** One attempt has settled: observe it, tell the operation (the core decides), report, carry out what comes next. */
   private settle(ctx: AttemptCtx, outcome: AttemptOutcome<T>): void {
     if (ctx.done) return;
     ctx.done = true;
@@ -509,6 +500,7 @@ class Runner<T> {
     this.lastOutcome = outcome;
     const clock = this.clock;
     const options = this.options;
+    const op = this.op;
     let c: Classified;
     switch (outcome.kind) {
       case 'value':
@@ -525,50 +517,29 @@ class Runner<T> {
         c = ABORTED;
         break;
     }
-    // A plain answer that nobody watches needs no clock reading (decide() ignores the time then).
+    // A plain answer that nobody watches needs no clock reading (the core ignores the time then).
     const status = (c as { status?: number }).status;
     const untimed = status !== undefined && this.settleRun === null && this.budget === null && this.breaker === null && !options.onEvent && this.aScope === null
       && isPlainAnswer(this.policy, status);
     const now = untimed ? this.attemptStart : clock.now();
     const obs = observation(c, now - this.attemptStart);
     this.last = obs;
-    const state = this.state;
     // The wall clock is read only when something needs it (HTTP dates, the breaker).
     const wallNow = this.breaker !== null || obs.headers !== undefined ? clock.wallNow() : undefined;
     if (this.breaker !== null) this.breaker.record(breakerOutcome(obs), wallNow!);
-    const d = decide(this.policy, state, obs, { now, wallNow, random: this.random, budget: this.budget });
-    this.lastDecision = d;
+    const cmd = op.answered(obs, now, wallNow);
     const aScope = this.aScope;
     if (options.onEvent || aScope !== null) {
-      const ev = attemptEvent(this.operationId, state.attempt, this.method, this.endpoint, obs, ctx.remainingMs, d, wallNow ?? clock.wallNow());
+      const ev = attemptEvent(this.operationId, ctx.attempt, this.method, this.endpoint, obs, ctx.remainingMs, op.decision!, wallNow ?? clock.wallNow());
       if (options.onEvent) options.onEvent(ev);
       if (aScope !== null) aScope.end(ev);
     }
-    switch (d.decision) {
-      case 'return':
-        return this.end('return', d);
-      case 'retry': {
-        this.state = afterRetry(state, d);
-        const delay = d.delayMs!;
-        if (delay <= 0) return this.next(now);
-        return this.waitFor(delay, now);
-      }
-      case 'check_state': {
-        const check = options.stateCheck;
-        if (!check) return this.end('check_state', d);
-        const remaining = state.deadlineAt - now;
-        // The state must be read even when the deadline is spent: give it at least one attempt timeout.
-        const timeoutMs = remaining > 0 ? attemptBudgetMs(this.policy, state, now) : (this.policy.attemptTimeoutMs ?? 1000);
-        return this.call(now, check, timeoutMs);
-      }
-      default:
-        return this.end(d.decision as TerminalReason, d);
-    }
+    this.carry(cmd, now);
   }
 
   private waitFor(delay: number, now: number): void {
     this.phase = Phase.Waiting;
-    if (this.signal?.aborted) return this.end('cancelled', null);
+    if (this.signal?.aborted) return this.carry(this.op.cancelled(), now);
     this.listenForAbort();
     this.cancelTimer = this.clock.setTimer(this.onTimer, delay, now);
   }
@@ -583,30 +554,34 @@ class Runner<T> {
 
   private afterWait(): void {
     this.phase = Phase.Idle;
-    this.next(this.clock.now());
+    const now = this.clock.now();
+    this.carry(this.signal?.aborted ? this.op.cancelled() : this.op.timerFired(now), now);
   }
 
   private settleCheck(o: AttemptOutcome<T>): void {
     const options = this.options;
+    const cmd = this.op.checked() as EndCommand;
     if (o.kind === 'value') {
       const c = (options.classifyValue?.(o.value, this.policy)) ?? classifyValueDefault(o.value);
-      return this.end('check_state', this.lastDecision, { outcome: { ok: true, value: o.value }, stateCheck: c });
+      return this.end(cmd, { outcome: { ok: true, value: o.value }, stateCheck: c });
     }
     const c: Classified = o.kind === 'timeout' ? { errorClass: 'timeout' } : o.kind === 'aborted' ? { errorClass: 'aborted' }
       : ((options.classifyError?.(o.error)) ?? classifyErrorDefault(o.error));
-    const attempts = this.state.attempt;
+    const attempts = this.op.attempt;
     const error = new RelentError('ERR_UNKNOWN_OUTCOME', `Outcome unknown after attempt ${attempts}, and the state check failed (${'errorClass' in c ? c.errorClass : c.status})`, {
       reason: 'check_state', attempts, operationId: this.operationId, cause: o.kind === 'error' ? o.error : undefined,
     });
-    return this.end('check_state', this.lastDecision, { outcome: { ok: false, error }, stateCheck: c });
+    return this.end(cmd, { outcome: { ok: false, error }, stateCheck: c });
   }
 
-  private end(reason: TerminalReason, d: DecisionResult | null, extra: Partial<RunResult<T>> = {}): void {
+  private end(cmd: EndCommand, extra: Partial<RunResult<T>> = {}): void {
     if (this.phase === Phase.Done) return;
     this.phase = Phase.Done;
     if (this.abortListener !== null) this.signal!.removeEventListener('abort', this.abortListener);
+    const reason = cmd.reason;
+    const d = cmd.decision;
     const last = this.last;
-    const attempts = this.state.attempt;
+    const attempts = this.op.attempt;
     const quiet = !this.options.onEvent && this.scope === null;
     if (quiet && this.resolveValue !== null && reason === 'return' && extra.outcome === undefined && this.lastOutcome?.kind === 'value') {
       return this.resolveValue(this.lastOutcome.value); // run()'s success path: nothing else to build
@@ -629,8 +604,8 @@ class Runner<T> {
       return;
     }
     this.settleRun({
-      operationId: this.operationId, reason, attempts, last, outcome, stateCheck: extra.stateCheck ?? null, delayMs: d?.delayMs ?? null,
-      why: d?.why ?? null, retryAfterMs: d?.retryAfterMs ?? null, remainingMs: this.state.deadlineAt - this.clock.now(),
+      operationId: this.operationId, reason, why: cmd.why, attempts, last, outcome, stateCheck: extra.stateCheck ?? null,
+      delayMs: d?.delayMs ?? null, retryAfterMs: d?.retryAfterMs ?? null, remainingMs: this.op.deadlineAt - this.clock.now(),
     });
   }
 }

@@ -1,0 +1,363 @@
+import type { RetryBudget } from './budget.js';
+import {
+  advanceAttempt, attemptLimitMs, decide, isIdempotent, preflight, recordRetry, RETURN_NO_BID, RETURN_SUCCESS, type BudgetGate, type DecideContext,
+  type MutableState, type OperationState,
+} from './decide.js';
+import { RelentError } from './errors.js';
+import type { Policy } from './policy.js';
+import type { DecisionResult, DecisionWhy, Observation, Random, TerminalReason } from './types.js';
+
+/**
+ * The loop of one operation, as a state machine that does no I/O (the "sans-I/O" shape
+ * of h11 and quinn-proto). A driver feeds it what happened — the operation started, an
+ * attempt was answered or failed, a timer fired, a slot was refused or granted, the
+ * budget granted a retry — and carries out the command it returns:
+ *
+ *     let cmd = op.start(clock.now());
+ *     for (;;) {
+ *       switch (cmd.kind) {
+ *         case 'call':        // make attempt cmd.attempt, cut it after cmd.timeoutMs
+ *           cmd = op.answered(await attempt(cmd), clock.now()); break;
+ *         case 'wait':        // sleep cmd.delayMs (abortable)
+ *           await sleep(cmd.delayMs); cmd = op.timerFired(clock.now()); break;
+ *         case 'check_state': // read the real state within cmd.timeoutMs
+ *           await readState(cmd.timeoutMs); cmd = op.checked(); break;
+ *         case 'end':         // cmd.reason, cmd.why, cmd.decision
+ *           return cmd;
+ *       }
+ *     }
+ *
+ * Every rule is decided here, once, for every driver: the deadline and the attempt
+ * timeout, the decision on each attempt (`decide()`, R3–R12), the wait for an
+ * empty shared budget, the state check's time, what a refused slot means. The driver
+ * owns time (it passes `now`), randomness (`random`) and I/O; it never changes the
+ * state itself. A command is read at once: the next event may replace it.
+ *
+ * Hedging (several attempts of one operation in flight) adds a `hedge` command and an
+ * attempt number to `answered()`; every command that starts a call already names its
+ * attempt.
+ */
+export type Command = CallCommand | WaitCommand | CheckStateCommand | EndCommand;
+
+/** Make attempt `attempt` now; it may take `timeoutMs`, then it is a `timeout`. */
+export interface CallCommand {
+  readonly kind: 'call';
+  /** 1-based attempt number (the identity of this call). */
+  readonly attempt: number;
+  /** min(attempt timeout, remaining), ms. */
+  readonly timeoutMs: number;
+  /** Time left in the operation when the attempt starts, ms. */
+  readonly remainingMs: number;
+}
+
+/** Wait `delayMs`, then feed `timerFired(now)`. */
+export interface WaitCommand {
+  readonly kind: 'wait';
+  readonly delayMs: number;
+  /** `retryable`: a backoff or the server's wait; `budget_wait`: the shared budget is empty, ask it again after the wait. */
+  readonly why: 'retryable' | 'budget_wait';
+}
+
+/** The outcome is unknown and the operation may not be repeated: read the real state within `timeoutMs`, then feed `checked()`. */
+export interface CheckStateCommand {
+  readonly kind: 'check_state';
+  /** The attempt whose outcome is unknown. */
+  readonly attempt: number;
+  readonly timeoutMs: number;
+  readonly remainingMs: number;
+}
+
+/** The operation is over. */
+export interface EndCommand {
+  readonly kind: 'end';
+  readonly reason: TerminalReason;
+  /** Why, one level finer (null when the caller cancelled between attempts or a slot was refused). */
+  readonly why: DecisionWhy | null;
+  /** The decision that ended the operation (its `retryAfterMs` is the server's asked wait, its `delayMs` a deferral's wait). */
+  readonly decision: DecisionResult | null;
+}
+
+/** Why a driver could not make the call the operation asked for. */
+export type SlotRefusal =
+  /** The dependency's circuit breaker is open. */
+  | 'circuit_open'
+  /** The dependency's bulkhead queue is full. */
+  | 'bulkhead_full'
+  /** The deadline passed while waiting for a slot. */
+  | 'deadline'
+  /** The caller cancelled while waiting for a slot. */
+  | 'cancelled';
+
+export interface OperationOptions {
+  /** For the idempotency rule and nothing else. */
+  readonly method?: string | null;
+  readonly idempotencyKey?: string | null;
+  /** The caller's declaration: beats the key, the policy and the method. */
+  readonly idempotent?: boolean | null;
+  /** This operation's own deadline (ms from its start), instead of the policy's: longer or shorter. */
+  readonly deadlineMs?: number | null;
+  /** This operation's own attempt timeout (ms), instead of the policy's. */
+  readonly attemptTimeoutMs?: number | null;
+  /**
+   * The time its caller has left (ms from the start; a deadline handed down): the
+   * operation ends by then, whatever its own deadline.
+   */
+  readonly remainingMs?: number | null;
+  /** The shared retry budget (one per client or dependency). */
+  readonly budget?: RetryBudget | null;
+  /** Uniform numbers in [0, 1) for jitter. */
+  readonly random: Random;
+  /** The driver is a durable queue: long waits are stored, never deferred, and an empty budget stops the operation. */
+  readonly durable?: boolean;
+  /** The driver can read the real state after an unknown outcome (else the operation ends with `check_state`). */
+  readonly stateCheck?: boolean;
+}
+
+/** What a durable driver stores between attempts, to carry the operation on later (in another process). */
+export interface OperationSnapshot {
+  /** Attempts made so far. */
+  readonly attempt: number;
+  readonly startedAt: number;
+  readonly deadlineAt: number;
+  /** The last wait (decorrelated jitter), null before the first retry. */
+  readonly prevDelayMs: number | null;
+  /** Throttled attempts that did not count against maxAttempts. */
+  readonly throttled: number;
+}
+
+/** One operation in flight: the driver feeds it events and carries out the commands it returns. */
+export interface Operation extends OperationState {
+  readonly policy: Policy;
+  /** The decision on the last attempt observed (null before the first answer). */
+  readonly decision: DecisionResult | null;
+  /** The operation begins at `now`: the first command (a call, unless nothing may be sent). */
+  start(now: number): Command;
+  /**
+   * The attempt in flight ended: answered (`status`) or failed (`errorClass`; a timeout
+   * is `timeout`, the caller's cancel `aborted`). `wallNow` (epoch ms) reads HTTP dates.
+   */
+  answered(obs: Observation, now: number, wallNow?: number): Command;
+  /** The wait of the last `wait` command is over. */
+  timerFired(now: number): Command;
+  /** The driver could not make the call of the last `call` command: no attempt was made. */
+  slotRefused(why: SlotRefusal): Command;
+  /** The driver waited for a slot and has it now: the call, with its time counted from `now`, or the end if the deadline passed. */
+  slotGranted(now: number): Command;
+  /** While waiting for the shared budget: something else (a fleet budget) paid for the retry. */
+  budgetGranted(now: number): Command;
+  /** The caller cancelled between attempts (during a call, feed `answered` with `aborted`). */
+  cancelled(): Command;
+  /** The state check of the last `check_state` command is over (whatever it found). */
+  checked(): Command;
+  /** Time left before the deadline at `now`, ms (0 when spent). */
+  remainingMs(now: number): number;
+  /** For a durable driver: what to store while the operation waits. */
+  snapshot(): OperationSnapshot;
+}
+
+/**
+ * A state check is made even when the deadline is already spent (the outcome must be
+ * known): it then gets the attempt timeout, or this long when the policy has none.
+ */
+export const STATE_CHECK_TIMEOUT_MS = 1000;
+
+const enum Phase { New, Calling, Waiting, Checking, Ended }
+
+const END_SUCCESS: EndCommand = Object.freeze({ kind: 'end', reason: 'return', why: 'success', decision: RETURN_SUCCESS });
+const END_NO_BID: EndCommand = Object.freeze({ kind: 'end', reason: 'return', why: 'no_bid', decision: RETURN_NO_BID });
+const END_CANCELLED: EndCommand = Object.freeze({ kind: 'end', reason: 'cancelled', why: null, decision: null });
+const END_BULKHEAD_FULL: EndCommand = Object.freeze({ kind: 'end', reason: 'budget_exhausted', why: null, decision: null });
+const DEADLINE_SPENT: DecisionResult = Object.freeze({
+  decision: 'deadline_exceeded', why: 'deadline_spent', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
+});
+const END_DEADLINE: EndCommand = Object.freeze({ kind: 'end', reason: 'deadline_exceeded', why: 'deadline_spent', decision: DEADLINE_SPENT });
+const CIRCUIT_OPEN: DecisionResult = Object.freeze({
+  decision: 'circuit_open', why: 'circuit_open', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
+});
+const END_CIRCUIT_OPEN: EndCommand = Object.freeze({ kind: 'end', reason: 'circuit_open', why: 'circuit_open', decision: CIRCUIT_OPEN });
+
+function endWith(d: DecisionResult): EndCommand {
+  if (d === RETURN_SUCCESS) return END_SUCCESS;
+  if (d === RETURN_NO_BID) return END_NO_BID;
+  return { kind: 'end', reason: d.decision as TerminalReason, why: d.why, decision: d };
+}
+
+function misuse(event: string, phase: Phase): RelentError {
+  const names = ['not started', 'calling', 'waiting', 'checking state', 'ended'];
+  return new RelentError('ERR_INVALID_INPUT', `operation: \`${event}\` while ${names[phase]}`, { field: 'event' });
+}
+
+class OperationMachine implements Operation, MutableState, BudgetGate {
+  attempt = 0;
+  startedAt = 0;
+  deadlineAt = 0;
+  idempotent: boolean;
+  prevDelayMs: number | null = null;
+  lastBudgetCost = 0;
+  throttled = 0;
+  budgetPending = false;
+  decision: DecisionResult | null = null;
+  readonly policy: Policy;
+  readonly budget: RetryBudget | null;
+  readonly random: Random;
+  private phase = Phase.New;
+  private readonly deadlineMs: number;
+  private readonly attemptTimeoutMs: number | null;
+  private readonly stateCheck: boolean;
+  private readonly ctx: { now: number; wallNow: number | undefined; random: Random; budget: RetryBudget | null; durable: boolean };
+
+  constructor(policy: Policy, o: OperationOptions) {
+    this.policy = policy;
+    this.budget = o.budget ?? null;
+    this.random = o.random;
+    this.idempotent = isIdempotent(policy, o);
+    const own = o.deadlineMs;
+    let deadlineMs = own !== undefined && own !== null && own > 0 ? own : policy.deadlineMs;
+    const caller = o.remainingMs;
+    if (caller !== undefined && caller !== null && caller >= 0 && caller < deadlineMs) deadlineMs = caller;
+    this.deadlineMs = deadlineMs;
+    const ownTimeout = o.attemptTimeoutMs;
+    this.attemptTimeoutMs = ownTimeout !== undefined && ownTimeout !== null && ownTimeout > 0 ? ownTimeout : policy.attemptTimeoutMs;
+    this.stateCheck = o.stateCheck === true;
+    this.ctx = { now: 0, wallNow: undefined, random: o.random, budget: this.budget, durable: o.durable === true };
+  }
+
+  start(now: number): Command {
+    if (this.phase !== Phase.New) throw misuse('start', this.phase);
+    this.startedAt = now;
+    this.deadlineAt = now + this.deadlineMs;
+    return this.next(now);
+  }
+
+  /** Restores a stored operation, waiting for its next attempt (see restoreOperation). */
+  restore(s: OperationSnapshot): this {
+    this.attempt = s.attempt;
+    this.startedAt = s.startedAt;
+    this.deadlineAt = s.deadlineAt;
+    this.prevDelayMs = s.prevDelayMs;
+    this.throttled = s.throttled;
+    this.phase = Phase.Waiting;
+    return this;
+  }
+
+  /** The next attempt, if nothing forbids it (R1; a retry waiting for the budget asks it here). */
+  private next(now: number): Command {
+    const pre = preflight(this, now, this);
+    if (pre !== null) {
+      if (pre.decision === 'retry') {
+        this.phase = Phase.Waiting;
+        return { kind: 'wait', delayMs: pre.delayMs!, why: 'budget_wait' };
+      }
+      return this.end(endWith(pre));
+    }
+    advanceAttempt(this);
+    this.phase = Phase.Calling;
+    return this.call(now);
+  }
+
+  private call(now: number): CallCommand {
+    const remaining = this.deadlineAt - now;
+    return { kind: 'call', attempt: this.attempt, timeoutMs: attemptLimitMs(this.attemptTimeoutMs, this.deadlineAt, now), remainingMs: remaining > 0 ? remaining : 0 };
+  }
+
+  private end(cmd: EndCommand): EndCommand {
+    this.phase = Phase.Ended;
+    return cmd;
+  }
+
+  answered(obs: Observation, now: number, wallNow?: number): Command {
+    if (this.phase !== Phase.Calling) throw misuse('answered', this.phase);
+    const ctx = this.ctx;
+    ctx.now = now;
+    ctx.wallNow = wallNow;
+    const d = decide(this.policy, this, obs, ctx as DecideContext);
+    this.decision = d;
+    switch (d.decision) {
+      case 'return':
+        return this.end(endWith(d));
+      case 'retry': {
+        recordRetry(this, d);
+        const delay = d.delayMs!;
+        // No wait: the next attempt at once (a durable queue still stores it, due now).
+        if (delay <= 0 && !this.ctx.durable) return this.next(now);
+        this.phase = Phase.Waiting;
+        return { kind: 'wait', delayMs: delay, why: d.why === 'budget_wait' ? 'budget_wait' : 'retryable' };
+      }
+      case 'check_state': {
+        if (!this.stateCheck) return this.end(endWith(d));
+        this.phase = Phase.Checking;
+        const remaining = this.deadlineAt - now;
+        // The state must be read even when the deadline is spent: give it at least one attempt timeout.
+        const timeoutMs = remaining > 0 ? attemptLimitMs(this.attemptTimeoutMs, this.deadlineAt, now) : (this.attemptTimeoutMs ?? STATE_CHECK_TIMEOUT_MS);
+        return { kind: 'check_state', attempt: this.attempt, timeoutMs, remainingMs: remaining > 0 ? remaining : 0 };
+      }
+      case 'defer':
+        // A wait handed to a durable queue: the driver stores it (decision.delayMs) with the snapshot.
+        recordRetry(this, d);
+        return this.end(endWith(d));
+      default:
+        return this.end(endWith(d));
+    }
+  }
+
+  timerFired(now: number): Command {
+    if (this.phase !== Phase.Waiting) throw misuse('timerFired', this.phase);
+    return this.next(now);
+  }
+
+  slotRefused(why: SlotRefusal): Command {
+    if (this.phase !== Phase.Calling) throw misuse('slotRefused', this.phase);
+    // No call was made: the attempt does not count.
+    this.attempt -= 1;
+    switch (why) {
+      case 'circuit_open': return this.end(END_CIRCUIT_OPEN);
+      case 'bulkhead_full': return this.end(END_BULKHEAD_FULL);
+      case 'deadline': return this.end(END_DEADLINE);
+      case 'cancelled': return this.end(END_CANCELLED);
+    }
+  }
+
+  slotGranted(now: number): Command {
+    if (this.phase !== Phase.Calling) throw misuse('slotGranted', this.phase);
+    if (this.deadlineAt - now <= 0) return this.slotRefused('deadline');
+    return this.call(now);
+  }
+
+  budgetGranted(now: number): Command {
+    if (this.phase !== Phase.Waiting) throw misuse('budgetGranted', this.phase);
+    this.budgetPending = false;
+    return this.next(now);
+  }
+
+  cancelled(): Command {
+    if (this.phase === Phase.Ended) throw misuse('cancelled', this.phase);
+    return this.end(END_CANCELLED);
+  }
+
+  checked(): Command {
+    if (this.phase !== Phase.Checking) throw misuse('checked', this.phase);
+    return this.end(endWith(this.decision!));
+  }
+
+  remainingMs(now: number): number {
+    const r = this.deadlineAt - now;
+    return r > 0 ? r : 0;
+  }
+
+  snapshot(): OperationSnapshot {
+    return { attempt: this.attempt, startedAt: this.startedAt, deadlineAt: this.deadlineAt, prevDelayMs: this.prevDelayMs, throttled: this.throttled };
+  }
+}
+
+/** A new operation under `policy`; `start(now)` gives its first command. */
+export function createOperation(policy: Policy, options: OperationOptions): Operation {
+  return new OperationMachine(policy, options);
+}
+
+/**
+ * An operation a durable driver stored between attempts (see `snapshot()`), waiting
+ * for its next attempt: feed `timerFired(now)` when the wait is over.
+ */
+export function restoreOperation(policy: Policy, snapshot: OperationSnapshot, options: OperationOptions): Operation {
+  return new OperationMachine(policy, options).restore(snapshot);
+}
