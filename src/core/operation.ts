@@ -50,7 +50,7 @@ export interface CallCommand {
   readonly remainingMs: number;
 }
 
-/** Wait `delayMs`, then feed `timerFired(now)`. */
+/** Wait `delayMs` (0: the next attempt may start at once), then feed `timerFired(now)`. */
 export interface WaitCommand {
   readonly kind: 'wait';
   readonly delayMs: number;
@@ -276,12 +276,11 @@ class OperationMachine implements Operation, MutableState, BudgetGate {
       case 'return':
         return this.end(endWith(d));
       case 'retry': {
+        // Always a wait, even of 0 ms: a driver may fire a zero wait at once, a simulator
+        // queues it behind what is already due, a durable queue stores it.
         recordRetry(this, d);
-        const delay = d.delayMs!;
-        // No wait: the next attempt at once (a durable queue still stores it, due now).
-        if (delay <= 0 && !this.ctx.durable) return this.next(now);
         this.phase = Phase.Waiting;
-        return { kind: 'wait', delayMs: delay, why: d.why === 'budget_wait' ? 'budget_wait' : 'retryable' };
+        return { kind: 'wait', delayMs: d.delayMs!, why: d.why === 'budget_wait' ? 'budget_wait' : 'retryable' };
       }
       case 'check_state': {
         if (!this.stateCheck) return this.end(endWith(d));

@@ -407,7 +407,8 @@ class Runner<T> {
       case 'call':
         return this.call(cmd, now);
       case 'wait':
-        return this.waitFor(cmd.delayMs, now);
+        // A zero wait fires at once.
+        return cmd.delayMs > 0 ? this.waitFor(cmd.delayMs, now) : this.afterWait(now);
       case 'check_state':
         return this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, this.options.stateCheck!);
       case 'end':
@@ -467,7 +468,7 @@ class Runner<T> {
 
   private readonly onTimer = (): void => {
     this.cancelTimer = null;
-    if (this.phase === Phase.Waiting) return this.afterWait();
+    if (this.phase === Phase.Waiting) return this.afterWait(this.clock.now());
     const ctx = this.ctx;
     if (ctx === null || ctx.done) return;
     ctx.abortForTimeout();
@@ -552,9 +553,8 @@ class Runner<T> {
     }
   }
 
-  private afterWait(): void {
+  private afterWait(now: number): void {
     this.phase = Phase.Idle;
-    const now = this.clock.now();
     this.carry(this.signal?.aborted ? this.op.cancelled() : this.op.timerFired(now), now);
   }
 

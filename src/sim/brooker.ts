@@ -1,11 +1,9 @@
-import { decide, preflight, startOperation } from '../core/decide.js';
 import type { BackoffSpec } from '../core/backoff.js';
-import type { RetryBudget } from '../core/budget.js';
+import { createOperation, type Command, type Operation } from '../core/operation.js';
 import { withOverrides } from '../presets/index.js';
-import { budgetFor, resolveSimPolicy, round, simContext, statusObservation, type ProgressFn, type ResolvedSimPolicy } from './common.js';
+import { budgetFor, resolveSimPolicy, round, statusObservation, type ProgressFn, type ResolvedSimPolicy } from './common.js';
 import { EventQueue, Sampler, streamSeed } from './engine.js';
 import type { SimPolicy } from './policies.js';
-import { nextAttempt, ownState, recordRetry, type SimState } from './state.js';
 
 /**
  * Brooker's optimistic-concurrency contention experiment ("Exponential Backoff And
@@ -16,8 +14,9 @@ import { nextAttempt, ownState, recordRetry, type SimState } from './state.js';
  * net + backoff and reads again. Every message takes |N(10, 2)|. Work = write calls;
  * completion time = when the last client has its answer.
  *
- * Every retry decision is the core's `decide()`: a failed write is the observation
- * `409`, the policy retries 409, has no deadline to speak of and 10 000 attempts.
+ * Every client's write is one operation of the core (createOperation): a failed write
+ * is the observation `409`, the policy retries 409, has no deadline to speak of and
+ * 10 000 attempts. An attempt is a read followed by the conditional write.
  */
 export interface BrookerConfig {
   readonly seed: number | string;
@@ -155,35 +154,44 @@ function brookerRun(queue: EventQueue, n: number, s: ResolvedSimPolicy, c: Brook
   const mean = c.network.meanMs;
   const sd = c.network.sdMs;
   const policy = s.policy;
-  const states: SimState[] = new Array<SimState>(n);
-  const budgets: (RetryBudget | null)[] = new Array<RetryBudget | null>(n);
+  const ops: Operation[] = new Array<Operation>(n);
+  // 1: the operation has asked for the next call (a read, then the write), 0: it is waiting.
+  const calling = new Uint8Array(n);
   const seen = new Int32Array(n);
-  const ctx = simContext(rng.uniform, null);
   let version = 0;
   let writes = 0;
   let last = 0;
   let gaveUp = 0;
   queue.clear();
   for (let i = 0; i < n; i++) {
-    states[i] = ownState(startOperation(policy, { now: 0, idempotent: true }));
-    budgets[i] = budgetFor(s);
+    const op = createOperation(policy, { idempotent: true, budget: budgetFor(s), random: rng.uniform });
+    ops[i] = op;
+    calling[i] = op.start(0).kind === 'call' ? 1 : 0;
     // client.start(0): the read request reaches the server after one network delay
     queue.push(rng.absNormal(mean, sd), READ, i);
   }
   while (queue.pop()) {
     const t = queue.time;
     const i = queue.id;
-    const state = states[i]!;
+    const op = ops[i]!;
     if (queue.kind === READ) {
       // The server answers with the current version; the client writes on receipt.
       seen[i] = version;
       const sendAt = t + rng.absNormal(mean, sd);
-      if (preflight(state, sendAt) !== null) {
-        gaveUp++;
-        if (sendAt > last) last = sendAt;
-        continue;
+      if (calling[i] === 0) {
+        const cmd: Command = op.timerFired(sendAt);
+        if (cmd.kind === 'wait') {
+          // The retry waits for the client's budget: read again after the wait.
+          queue.push(sendAt + cmd.delayMs, READ, i);
+          continue;
+        }
+        if (cmd.kind !== 'call') {
+          gaveUp++;
+          if (sendAt > last) last = sendAt;
+          continue;
+        }
       }
-      nextAttempt(state);
+      calling[i] = 0;
       queue.push(sendAt + rng.absNormal(mean, sd), WRITE, i);
       continue;
     }
@@ -192,15 +200,12 @@ function brookerRun(queue: EventQueue, n: number, s: ResolvedSimPolicy, c: Brook
     const ok = seen[i] === version;
     if (ok) version++;
     const answerAt = t + rng.absNormal(mean, sd);
-    // The client's decision on the answer. Computed here, at the write's arrival, with
+    // The client's operation hears the answer. Computed here, at the write's arrival, with
     // now = the answer's arrival: it depends only on this client's own state.
-    ctx.now = answerAt;
-    ctx.budget = budgets[i]!;
-    const d = decide(policy, state, ok ? OBS_OK : OBS_CONFLICT, ctx);
-    if (d.decision === 'retry') {
-      recordRetry(state, d);
+    const cmd = op.answered(ok ? OBS_OK : OBS_CONFLICT, answerAt);
+    if (cmd.kind === 'wait') {
       // Brooker: sleep net.delay() + backoff, then the read reaches the server.
-      queue.push(answerAt + rng.absNormal(mean, sd) + d.delayMs!, READ, i);
+      queue.push(answerAt + rng.absNormal(mean, sd) + cmd.delayMs, READ, i);
     } else {
       if (!ok) gaveUp++;
       if (answerAt > last) last = answerAt;

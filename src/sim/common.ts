@@ -1,20 +1,13 @@
-import { boundObservation, type DecideContext } from '../core/decide.js';
+import { boundObservation } from '../core/decide.js';
 import { createRetryBudget, type RetryBudget } from '../core/budget.js';
 import { RelentError } from '../core/errors.js';
 import type { Policy } from '../core/policy.js';
-import type { Observation, Random } from '../core/types.js';
+import type { Observation } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import type { SimPolicy } from './policies.js';
 
 /** Called after each unit of work; `done` grows to `total`. Synchronous: the simulator never yields. */
 export type ProgressFn = (done: number, total: number, label: string) => void;
-
-/** A decide() context the simulator reuses (only `now` changes between calls). */
-export type SimContext = { -readonly [K in keyof DecideContext]: DecideContext[K] };
-
-export function simContext(random: Random, budget: RetryBudget | null): SimContext {
-  return { now: 0, random, budget };
-}
 
 /** A policy of a scenario, resolved and validated once. */
 export interface ResolvedSimPolicy {

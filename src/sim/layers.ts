@@ -1,11 +1,10 @@
-import { attemptBudgetMs, decide, isIdempotent, preflight, startOperation, type BudgetGate } from '../core/decide.js';
 import { createRetryBudget, type BudgetSpec, type RetryBudget } from '../core/budget.js';
+import { createOperation, type Command, type Operation } from '../core/operation.js';
 import { NO_RETRY_HEADER } from '../core/propagation.js';
 import type { Decision } from '../core/types.js';
-import { budgetFor, resolveSimPolicy, round, simContext, statusObservation, TIMED_OUT, type ProgressFn, type ResolvedSimPolicy, type SimObservation } from './common.js';
+import { budgetFor, resolveSimPolicy, round, statusObservation, TIMED_OUT, type ProgressFn, type ResolvedSimPolicy, type SimObservation } from './common.js';
 import { EventQueue, Sampler, streamSeed } from './engine.js';
 import type { SimPolicy } from './policies.js';
-import { nextAttempt, ownState, recordRetry, type SimState } from './state.js';
 
 /**
  * Retries at every layer of a stack (Google SRE book, ch. 22 "Addressing Cascading Failures",
@@ -140,7 +139,8 @@ interface LayerOp {
   readonly parentAttempt: number;
   /** Deadline handed down by the caller (ms from the start), or the user action's. */
   readonly deadlineMs: number;
-  state: SimState | null;
+  /** The core's operation (created when the call reaches the layer). */
+  op: Operation | null;
   /** An attempt is out and not yet settled (answered or timed out). */
   pending: boolean;
   done: boolean;
@@ -197,10 +197,6 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
     return Array.from({ length: processes }, () => (v.sharedBudget === true ? shared : newBudget()));
   });
   const nextProcess = new Int32Array(c.layers);
-  const ctx = simContext(rng.uniform, null);
-  // Each process's budget gate for preflight(), built once (no allocation per attempt).
-  const gates: BudgetGate[][] = budgets.map((layer) => layer.map((budget) => ({ policy, budget, random: ctx.random })));
-  const idempotent = isIdempotent(policy, { method: 'GET' });
   const observations = new Map<number, SimObservation>();
   const observation = (status: number): SimObservation => {
     let o = observations.get(status);
@@ -220,7 +216,7 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
   const newOp = (layer: number, parent: number, parentAttempt: number, deadlineMs: number): number => {
     const process = nextProcess[layer]!;
     nextProcess[layer] = (process + 1) % processes;
-    ops.push({ layer, process, parent, parentAttempt, deadlineMs, state: null, pending: false, done: false });
+    ops.push({ layer, process, parent, parentAttempt, deadlineMs, op: null, pending: false, done: false });
     return ops.length - 1;
   };
   /**
@@ -244,33 +240,40 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
     settle(now + hop, ANSWER, op.parent, op.parentAttempt, decision === 'return' ? 200 : v.noRetry === true ? MARKED : v.giveUpStatus);
   };
 
-  const send = (i: number, now: number): void => {
-    const op = ops[i]!;
-    const state = op.state!;
-    const stop = preflight(state, now, gates[op.layer]![op.process]);
-    if (stop !== null) {
-      // budgetExhausted "wait": the retry waits for the layer's budget and asks again.
-      if (stop.decision === 'retry') return void queue.push(now + stop.delayMs!, ATTEMPT, i);
-      return finish(i, now, stop.decision);
+  /** Carries out what operation `i` asks for next. */
+  const carry = (i: number, cmd: Command, now: number): void => {
+    switch (cmd.kind) {
+      case 'call':
+        return send(i, cmd.attempt, cmd.timeoutMs, now);
+      case 'wait':
+        // A retry's wait (or a wait for the process's budget): the operation asks again when it is over.
+        return void queue.push(now + cmd.delayMs, ATTEMPT, i);
+      case 'check_state':
+        return finish(i, now, 'check_state'); // never for these idempotent calls; no state to read
+      case 'end':
+        return finish(i, now, cmd.reason);
     }
-    nextAttempt(state);
+  };
+
+  /** Attempt `attempt` of operation `i`, bounded by `bound` ms. */
+  const send = (i: number, attempt: number, bound: number, now: number): void => {
+    const op = ops[i]!;
     op.pending = true;
     calls[op.layer] = calls[op.layer]! + 1;
-    const bound = attemptBudgetMs(policy, state, now);
     if (op.layer === c.layers - 1) {
       // The database: the answer, or the attempt's timeout if the answer would come later.
       const status = dbRng.uniform() < c.dbFailureShare ? 503 : 200;
       const at = now + hop + c.dbMs + hop;
-      if (at - now <= bound) settle(at, ANSWER, i, state.attempt, status);
-      else settle(now + bound, TIMEOUT, i, state.attempt, 0);
+      if (at - now <= bound) settle(at, ANSWER, i, attempt, status);
+      else settle(now + bound, TIMEOUT, i, attempt, 0);
       return;
     }
     // The next layer: its operation gets what is left of this attempt, minus both hops, so
     // its answer is back by the end of this attempt; a timer is needed only when there is
     // not even that much time left.
     const childDeadline = bound - 2 * hop;
-    if (childDeadline < 1) settle(now + bound, TIMEOUT, i, state.attempt, 0);
-    const child = newOp(op.layer + 1, i, state.attempt, Math.max(1, childDeadline));
+    if (childDeadline < 1) settle(now + bound, TIMEOUT, i, attempt, 0);
+    const child = newOp(op.layer + 1, i, attempt, Math.max(1, childDeadline));
     queue.push(now + hop, START, child);
   };
 
@@ -289,30 +292,25 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
       i = newOp(0, -1, 0, c.deadlineMs);
     }
     if (kind === USER || kind === START) {
-      const op = ops[i]!;
-      op.state = ownState(startOperation(policy, { now, idempotent, deadlineMs: op.deadlineMs }));
-      send(i, now);
+      const o = ops[i]!;
+      // The deadline handed down bounds the operation (with the policy's own).
+      const op = createOperation(policy, { method: 'GET', callerDeadlineMs: o.deadlineMs, budget: budgets[o.layer]![o.process]!, random: rng.uniform });
+      o.op = op;
+      carry(i, op.start(now), now);
       continue;
     }
     if (kind === ATTEMPT) {
-      if (!ops[i]!.done) send(i, now);
+      const o = ops[i]!;
+      if (!o.done) carry(i, o.op!.timerFired(now), now);
       continue;
     }
     // ANSWER or TIMEOUT of one attempt: only the first of the two counts, and only for the current attempt.
-    const op = ops[i]!;
-    const state = op.state!;
-    if (op.done || !op.pending || state.attempt !== packed >>> 14) continue;
-    op.pending = false;
+    const o = ops[i]!;
+    const op = o.op!;
+    if (o.done || !o.pending || op.attempt !== packed >>> 14) continue;
+    o.pending = false;
     const status = (packed >>> 4) & 1023;
-    ctx.now = now;
-    ctx.budget = budgets[op.layer]![op.process]!;
-    const d = decide(policy, state, status === 0 ? TIMED_OUT : observation(status), ctx);
-    if (d.decision === 'retry') {
-      recordRetry(state, d);
-      queue.push(now + d.delayMs!, ATTEMPT, i);
-    } else {
-      finish(i, now, d.decision);
-    }
+    carry(i, op.answered(status === 0 ? TIMED_OUT : observation(status), now), now);
   }
   return { calls, operations, successes, reasons };
 }

@@ -1,10 +1,9 @@
-import { attemptBudgetMs, decide, isIdempotent, preflight, startOperation, type BudgetGate } from '../core/decide.js';
 import type { RetryBudget } from '../core/budget.js';
+import { createOperation, type Command, type Operation } from '../core/operation.js';
 import type { Decision } from '../core/types.js';
-import { budgetFor, quantile, resolveSimPolicy, round, simContext, statusObservation, TIMED_OUT, type ProgressFn, type ResolvedSimPolicy, type SimObservation } from './common.js';
+import { budgetFor, quantile, resolveSimPolicy, round, statusObservation, TIMED_OUT, type ProgressFn, type ResolvedSimPolicy, type SimObservation } from './common.js';
 import { EventQueue, Sampler, streamSeed } from './engine.js';
 import { MEASURED_OVERLOAD, PEER_POLICIES, RELENT_POLICIES, type SimPolicy } from './policies.js';
-import { nextAttempt, ownState, recordRetry, type SimState } from './state.js';
 
 /**
  * The dependency a fleet calls: a loopback HTTP server limited to C requests/s.
@@ -440,11 +439,7 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
   const dep = new Dependency(c.dependency, new Capacity(c.dependency.capacityPerSec, c.faults), bins);
   const clients = Math.max(1, Math.floor(c.clients));
   const budgets: (RetryBudget | null)[] = Array.from({ length: clients }, () => budgetFor(p));
-  const ctx = simContext(rng.uniform, null);
-  // Each client's budget gate for preflight(), built once (no allocation per attempt).
-  const gates: BudgetGate[] = budgets.map((budget) => ({ policy, budget, random: ctx.random }));
-  // The operation's safety (may it be repeated?) for the scenario's method, as the core decides it; computed once.
-  const idempotent = isIdempotent(policy, { method: c.method });
+  const random = rng.uniform;
   const ok = statusObservation(200);
   const rejected: SimObservation = statusObservation(c.dependency.rejectStatus);
   if (c.dependency.retryAfterSec !== null) rejected.headers = { 'retry-after': String(c.dependency.retryAfterSec) };
@@ -455,20 +450,53 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
   const poisson = c.arrival === 'poisson';
 
   // Per operation (index = arrival order).
-  const states: SimState[] = [];
+  const ops: Operation[] = [];
   const startAt: number[] = [];
   const seen: number[] = []; // the pending attempt's status as the client sees it; 0 = timeout
   let requests = 0;
+
+  /** Carries out what operation `i` asks for next. */
+  const carry = (i: number, cmd: Command, now: number): void => {
+    switch (cmd.kind) {
+      case 'call': {
+        requests++;
+        dep.request(now);
+        const arrive = dep.arriveAt;
+        if (fault.inside(arrive)) fault.requests++;
+        else if (before.inside(arrive)) before.requests++;
+        if (after.inside(arrive)) after.requests++;
+        if (overall.inside(arrive)) overall.requests++;
+        // What the client sees: the answer, or a timeout at the attempt's bound.
+        if (dep.answerAt - now > cmd.timeoutMs) {
+          seen[i] = 0;
+          queue.push(now + cmd.timeoutMs, ANSWER, i);
+        } else {
+          seen[i] = dep.status;
+          queue.push(dep.answerAt, ANSWER, i);
+        }
+        return;
+      }
+      case 'wait':
+        // A retry's wait (or a wait for the client's budget): the operation asks again when it is over.
+        return void queue.push(now + cmd.delayMs, ATTEMPT, i);
+      case 'check_state':
+        return acc.end(startAt[i]!, now, 'check_state'); // no state to read in this model
+      case 'end':
+        return acc.end(startAt[i]!, now, cmd.reason);
+    }
+  };
 
   queue.clear();
   queue.push(poisson ? arrivals.exponential(meanGap) : 0, ARRIVAL, 0);
   while (queue.pop()) {
     const now = queue.time;
     const kind = queue.kind;
-    let i = queue.id;
+    const i = queue.id;
     if (kind === ARRIVAL) {
-      i = states.length;
-      states.push(ownState(startOperation(policy, { now, idempotent, deadlineMs })));
+      const id = ops.length;
+      // The scenario's deadline bounds the operation (with the policy's own).
+      const op = createOperation(policy, { method: c.method, remainingMs: deadlineMs, budget: budgets[id % clients]!, random });
+      ops.push(op);
       startAt.push(now);
       seen.push(0);
       if (before.inside(now)) before.operations++;
@@ -477,47 +505,17 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
       if (overall.inside(now)) overall.operations++;
       const next = now + (poisson ? arrivals.exponential(meanGap) : meanGap);
       if (next < c.durationMs) queue.push(next, ARRIVAL, 0);
-    }
-    const state = states[i]!;
-    if (kind !== ANSWER) {
-      // Send an attempt (the first, or a retry whose wait is over).
-      const stop = preflight(state, now, gates[i % clients]);
-      if (stop !== null) {
-        // budgetExhausted "wait": the retry waits for the shared budget and asks again.
-        if (stop.decision === 'retry') queue.push(now + stop.delayMs!, ATTEMPT, i);
-        else acc.end(startAt[i]!, now, stop.decision);
-        continue;
-      }
-      nextAttempt(state);
-      const bound = attemptBudgetMs(policy, state, now);
-      requests++;
-      dep.request(now);
-      const arrive = dep.arriveAt;
-      if (fault.inside(arrive)) fault.requests++;
-      else if (before.inside(arrive)) before.requests++;
-      if (after.inside(arrive)) after.requests++;
-      if (overall.inside(arrive)) overall.requests++;
-      // What the client sees: the answer, or a timeout at the attempt's bound.
-      if (dep.answerAt - now > bound) {
-        seen[i] = 0;
-        queue.push(now + bound, ANSWER, i);
-      } else {
-        seen[i] = dep.status;
-        queue.push(dep.answerAt, ANSWER, i);
-      }
+      carry(id, op.start(now), now);
       continue;
     }
-    // ANSWER: the client decides.
-    const status = seen[i]!;
-    ctx.now = now;
-    ctx.budget = budgets[i % clients]!;
-    const d = decide(policy, state, status === 200 ? ok : status === 0 ? TIMED_OUT : rejected, ctx);
-    if (d.decision === 'retry') {
-      recordRetry(state, d);
-      queue.push(now + d.delayMs!, ATTEMPT, i);
-    } else {
-      acc.end(startAt[i]!, now, d.decision);
+    if (kind === ATTEMPT) {
+      // A retry whose wait is over.
+      carry(i, ops[i]!.timerFired(now), now);
+      continue;
     }
+    // ANSWER: the client's operation hears it.
+    const status = seen[i]!;
+    carry(i, ops[i]!.answered(status === 200 ? ok : status === 0 ? TIMED_OUT : rejected, now), now);
   }
 
   // Load after the fault: peak rate and the end of the last bin with > 1 % rejections.

@@ -85,11 +85,12 @@ describe('the operation state machine: the loop of one operation in the core', (
     ));
   });
 
-  it('a retry without a wait is the next call at once', () => {
+  it('a retry without a wait is a wait of 0 ms (a driver may fire it at once)', () => {
     const op = createOperation(createPolicy({ backoff: constant(0) }), { random: Math.random });
     op.start(0);
-    expect(op.answered({ status: 503, elapsedMs: 10 }, 10)).toEqual({ kind: 'call', attempt: 2, timeoutMs: 9990, remainingMs: 9990 });
+    expect(op.answered({ status: 503, elapsedMs: 10 }, 10)).toEqual({ kind: 'wait', delayMs: 0, why: 'retryable' });
     expect(op.decision).toMatchObject({ decision: 'retry', delayMs: 0 });
+    expect(op.timerFired(10)).toEqual({ kind: 'call', attempt: 2, timeoutMs: 9990, remainingMs: 9990 });
   });
 
   it('a per-operation deadline and attempt timeout replace the policy\'s, longer or shorter; the caller\'s remaining time bounds both', () => {
@@ -131,7 +132,8 @@ describe('the operation state machine: the loop of one operation in the core', (
     for (const [why, end] of cases) {
       const op = createOperation(policy, { random: Math.random });
       op.start(0);
-      op.answered({ status: 503, elapsedMs: 1 }, 1); // attempt 2 is asked for
+      op.answered({ status: 503, elapsedMs: 1 }, 1);
+      expect(op.timerFired(1)).toMatchObject({ kind: 'call', attempt: 2 });
       expect(op.slotRefused(why)).toMatchObject({ kind: 'end', ...end });
       expect(op.attempt).toBe(1);
     }
@@ -171,7 +173,7 @@ describe('the operation state machine: the loop of one operation in the core', (
     expect(op.budgetGranted(20)).toMatchObject({ kind: 'call', attempt: 2 });
   });
 
-  it('a durable driver: every retry is a wait (even of 0 ms) it stores; restored elsewhere, the operation carries on', () => {
+  it('a durable driver stores each wait (even of 0 ms); restored elsewhere, the operation carries on', () => {
     const policy = createPolicy({ maxAttempts: 3, deadlineMs: 60_000, backoff: constant(0), deferOverMs: 10 });
     const op = createOperation(policy, { method: 'POST', idempotencyKey: 'k', random: Math.random, durable: true });
     op.start(1000);
