@@ -99,10 +99,10 @@ export interface OperationOptions {
   /** This operation's own attempt timeout (ms), instead of the policy's. */
   readonly attemptTimeoutMs?: number | null;
   /**
-   * The time its caller has left (ms from the start; a deadline handed down): the
-   * operation ends by then, whatever its own deadline.
+   * The deadline its caller was handed (ms from the start; e.g. what is left of an
+   * incoming request's deadline): the operation ends by then, whatever its own deadline.
    */
-  readonly remainingMs?: number | null;
+  readonly callerDeadlineMs?: number | null;
   /** The shared retry budget (one per client or dependency). */
   readonly budget?: RetryBudget | null;
   /** Uniform numbers in [0, 1) for jitter. */
@@ -213,7 +213,7 @@ class OperationMachine implements Operation, MutableState, BudgetGate {
     this.idempotent = isIdempotent(policy, o);
     const own = o.deadlineMs;
     let deadlineMs = own !== undefined && own !== null && own > 0 ? own : policy.deadlineMs;
-    const caller = o.remainingMs;
+    const caller = o.callerDeadlineMs;
     if (caller !== undefined && caller !== null && caller >= 0 && caller < deadlineMs) deadlineMs = caller;
     this.deadlineMs = deadlineMs;
     const ownTimeout = o.attemptTimeoutMs;

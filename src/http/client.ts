@@ -338,7 +338,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
     const attempt = prop.sends
       ? (ctx: AttemptContext): Promise<AttemptHandler> => dispatchAttempt(dispatch, { ...dispatchOpts, headers: attemptHeaders(req.headers, prop, ctx) }, call, validStatus)
       : (): Promise<AttemptHandler> => dispatchAttempt(dispatch, dispatchOpts, call, validStatus);
-    const { deadlineMs, incoming } = inherit(prop, lim.deadlineMs);
+    const { callerDeadlineMs, incoming } = inherit(prop);
     const runOptions: RunOptions<AttemptHandler | Response> = {
       policy,
       operationId: init.operationId ?? newOperationId(),
@@ -352,7 +352,8 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       bulkhead: dep.bulkhead,
       idempotent: init.idempotent,
       idempotencyKey: req.idempotencyKey ?? undefined,
-      deadlineMs,
+      deadlineMs: lim.deadlineMs,
+      callerDeadlineMs,
       attemptTimeoutMs: lim.attemptTimeoutMs,
       stateCheck: init.stateCheck,
       signal: req.signal,

@@ -291,7 +291,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       } else {
         attempt = () => dispatchAttempt(dispatch, sendOpts, call, null);
       }
-      const { deadlineMs, incoming } = inherit(prop, lim?.deadlineMs);
+      const { callerDeadlineMs, incoming } = inherit(prop);
       const runOptions: RunOptions<AttemptHandler> = {
         policy,
         operationId: per.operationId,
@@ -306,7 +306,8 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         bulkhead: dep.bulkhead,
         idempotencyKey: key ?? undefined,
         idempotent: per.idempotent,
-        deadlineMs,
+        deadlineMs: lim?.deadlineMs,
+        callerDeadlineMs,
         attemptTimeoutMs: lim?.attemptTimeoutMs,
         clock,
         random,

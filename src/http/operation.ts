@@ -256,17 +256,17 @@ export function callLimits(policy: Policy, o: { deadlineMs?: number; attemptTime
 /**
  * What a call inherits from the request a relent server is serving (relent/server): at
  * most what is left of that request's deadline (SRE book ch. 22: pass on what is left,
- * never a fresh deadline). Returns the deadline to run under (ms from now; 0 when the
- * caller's time is already spent: no call is made) and the incoming call to tell about
- * a "don't retry" answer; both undefined outside a relent server or with inheritance off.
+ * never a fresh deadline). Returns that time as the operation's caller deadline (ms
+ * from now; 0 when the caller's time is already spent: no call is made; the operation's
+ * own deadline still applies when shorter) and the incoming call to tell about a
+ * "don't retry" answer; both undefined outside a relent server or with inheritance off.
  */
-export function inherit(p: ResolvedPropagation, own: number | undefined): { deadlineMs: number | undefined; incoming: IncomingCall | undefined } {
+export function inherit(p: ResolvedPropagation): { callerDeadlineMs: number | undefined; incoming: IncomingCall | undefined } {
   const incoming = p.inheritDeadline ? incomingCall() : undefined;
-  if (incoming === undefined) return { deadlineMs: own, incoming };
+  if (incoming === undefined) return { callerDeadlineMs: undefined, incoming };
   const left = incoming.remainingMs();
-  if (!(left < Infinity)) return { deadlineMs: own, incoming };
-  const ms = Math.max(0, left);
-  return { deadlineMs: own === undefined || ms < own ? ms : own, incoming };
+  if (!(left < Infinity)) return { callerDeadlineMs: undefined, incoming };
+  return { callerDeadlineMs: Math.max(0, left), incoming };
 }
 
 /** Tells the incoming request (if any) that this operation's last answer said "don't retry". */

@@ -117,6 +117,11 @@ export interface RunOptions<T> {
   readonly idempotent?: boolean;
   /** This call's own deadline (ms from now), instead of the policy's (longer or shorter). */
   readonly deadlineMs?: number;
+  /**
+   * The deadline this call was handed by its caller (ms from now; e.g. what is left of
+   * an incoming request's): the operation ends by then, whatever its own deadline.
+   */
+  readonly callerDeadlineMs?: number;
   /** This call's own attempt timeout (ms), instead of the policy's (longer or shorter). */
   readonly attemptTimeoutMs?: number;
   /** The shared retry budget (create one per client or dependency with createRetryBudget). */
@@ -393,6 +398,7 @@ class Runner<T> {
       idempotencyKey: options.idempotencyKey ?? null,
       idempotent: options.idempotent ?? null,
       deadlineMs: options.deadlineMs ?? null,
+      callerDeadlineMs: options.callerDeadlineMs ?? null,
       attemptTimeoutMs: options.attemptTimeoutMs ?? null,
       budget: this.budget,
       random: options.random ?? systemRandom,

@@ -495,7 +495,7 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
     if (kind === ARRIVAL) {
       const id = ops.length;
       // The scenario's deadline bounds the operation (with the policy's own).
-      const op = createOperation(policy, { method: c.method, remainingMs: deadlineMs, budget: budgets[id % clients]!, random });
+      const op = createOperation(policy, { method: c.method, callerDeadlineMs: deadlineMs, budget: budgets[id % clients]!, random });
       ops.push(op);
       startAt.push(now);
       seen.push(0);

@@ -93,13 +93,13 @@ describe('the operation state machine: the loop of one operation in the core', (
     expect(op.timerFired(10)).toEqual({ kind: 'call', attempt: 2, timeoutMs: 9990, remainingMs: 9990 });
   });
 
-  it('a per-operation deadline and attempt timeout replace the policy\'s, longer or shorter; the caller\'s remaining time bounds both', () => {
+  it('a per-operation deadline and attempt timeout replace the policy\'s, longer or shorter; the caller\'s deadline bounds both', () => {
     const policy = createPolicy({ deadlineMs: 1000, attemptTimeoutMs: 300 });
     expect(createOperation(policy, { random: Math.random }).start(0)).toMatchObject({ timeoutMs: 300, remainingMs: 1000 });
     expect(createOperation(policy, { random: Math.random, deadlineMs: 5000, attemptTimeoutMs: 2000 }).start(0)).toMatchObject({ timeoutMs: 2000, remainingMs: 5000 });
     expect(createOperation(policy, { random: Math.random, deadlineMs: 200, attemptTimeoutMs: 50 }).start(0)).toMatchObject({ timeoutMs: 50, remainingMs: 200 });
-    expect(createOperation(policy, { random: Math.random, deadlineMs: 5000, remainingMs: 700 }).start(100)).toMatchObject({ timeoutMs: 300, remainingMs: 700 });
-    expect(createOperation(policy, { random: Math.random, remainingMs: 0 }).start(0)).toMatchObject({ kind: 'end', reason: 'deadline_exceeded', why: 'deadline_spent' });
+    expect(createOperation(policy, { random: Math.random, deadlineMs: 5000, callerDeadlineMs: 700 }).start(100)).toMatchObject({ timeoutMs: 300, remainingMs: 700 });
+    expect(createOperation(policy, { random: Math.random, callerDeadlineMs: 0 }).start(0)).toMatchObject({ kind: 'end', reason: 'deadline_exceeded', why: 'deadline_spent' });
   });
 
   it('an unknown outcome: the state check when the driver has one (its time: the attempt\'s, or at least the attempt timeout once the deadline is spent)', () => {
