@@ -2,9 +2,7 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { createRetryBudget, type RetryBudget } from '../core/budget.js';
 import type { Fleet } from '../core/fleet.js';
-import {
-  afterRetry, attemptBudgetMs, beginAttempt, decide, isIdempotent, preflight, startOperation, type OperationState,
-} from '../core/decide.js';
+import { createOperation, restoreOperation, type Command, type Operation } from '../core/operation.js';
 import { errorClassOfCode } from '../core/error-codes.js';
 import type { Clock, Decision, DecisionResult, DecisionWhy, ErrorClass, Observation, Random, TerminalReason } from '../core/types.js';
 import { classifyWireError } from '../http/classify.js';
@@ -617,20 +615,21 @@ class Worker implements DeliveryWorker {
     }
   }
 
-  /** The core's operation state of a claimed batch: new on its first attempt (of a round), else as stored. */
-  private operationOf(d: ResolvedDestination, b: ClaimedBatch, now: number): OperationState {
+  /**
+   * The core's operation of a claimed batch and its first command at `now`: a new
+   * operation on its first attempt (of a round), else the stored one, whose wait is over.
+   */
+  private operationOf(dest: Dest, b: ClaimedBatch, now: number): { op: Operation; cmd: Command } {
+    const d = dest.d;
+    const o = { method: d.method, idempotencyKey: b.key, budget: dest.budget, random: this.random, durable: true };
     if (b.attempt === 0 || b.opStartedAt === null || b.opDeadlineAt === null) {
-      return startOperation(d.policy, { now, method: d.method, idempotencyKey: b.key });
+      const op = createOperation(d.policy, o);
+      return { op, cmd: op.start(now) };
     }
-    return {
-      attempt: b.attempt,
-      startedAt: b.opStartedAt,
-      deadlineAt: b.opDeadlineAt,
-      idempotent: isIdempotent(d.policy, { method: d.method, idempotencyKey: b.key }),
-      prevDelayMs: b.prevDelayMs,
-      lastBudgetCost: 0,
-      throttled: b.opThrottled,
-    };
+    const op = restoreOperation(d.policy, {
+      attempt: b.attempt, startedAt: b.opStartedAt, deadlineAt: b.opDeadlineAt, prevDelayMs: b.prevDelayMs, throttled: b.opThrottled,
+    }, o);
+    return { op, cmd: op.timerFired(now) };
   }
 
   private async deliver(dest: Dest, b: ClaimedBatch, h: Held): Promise<void> {
@@ -648,42 +647,44 @@ class Worker implements DeliveryWorker {
     };
     try {
       const startWall = this.clock.wallNow();
-      let state = this.operationOf(d, b, startWall);
-      attempts = state.attempt;
+      const { op, cmd } = this.operationOf(dest, b, startWall);
+      attempts = op.attempt;
       if (this.instrumentation !== null) {
         scope = this.instrumentation.operation({
           operationId: b.key, method: d.method, endpoint: endpointOf(d.url), driver: 'delivery',
           attributes: { 'relent.delivery.destination': d.name, 'relent.delivery.batch_id': b.id, 'relent.delivery.items': b.items.length, 'relent.delivery.round': b.round },
         });
       }
-      const base = { id: b.id, token: b.token, opStartedAt: state.startedAt, opDeadlineAt: state.deadlineAt };
-      const refused = preflight(state, startWall);
-      if (refused) {
-        endScope(refused.decision as TerminalReason, null, null);
+      const base = { id: b.id, token: b.token, opStartedAt: op.startedAt, opDeadlineAt: op.deadlineAt };
+      if (cmd.kind === 'end') {
+        endScope(cmd.reason, null, null);
         // The operation's deadline passed while the batch waited: no call; kept as dropped.
+        const why = cmd.why ?? 'deadline_spent';
         this.settle(h, {
-          ...base, state: 'dropped', notBefore: b.notBefore, attempt: state.attempt, prevDelayMs: state.prevDelayMs, opThrottled: state.throttled ?? 0,
-          lastStatus: null, lastErrorClass: null, lastDecision: refused.decision, lastWhy: refused.why, finishedAt: startWall, record: null,
+          ...base, state: 'dropped', notBefore: b.notBefore, attempt: op.attempt, prevDelayMs: op.prevDelayMs, opThrottled: op.throttled ?? 0,
+          lastStatus: null, lastErrorClass: null, lastDecision: cmd.reason, lastWhy: why, finishedAt: startWall, record: null,
         });
-        this.countDrop(ref, refused.decision, refused.why, null, null, state.attempt);
+        this.countDrop(ref, cmd.reason, why, null, null, op.attempt);
         return;
       }
-      state = beginAttempt(state);
-      attempts = state.attempt;
-      const remainingMs = Math.max(0, state.deadlineAt - startWall);
-      const timeoutMs = Math.max(1, attemptBudgetMs(d.policy, state, startWall));
+      // (A durable operation never waits for a budget or checks state before a call.)
+      if (cmd.kind !== 'call') throw new DeliveryError('ERR_STORE', `internal: a ${cmd.kind} before a call`);
+      const attempt = cmd.attempt;
+      attempts = attempt;
+      const remainingMs = cmd.remainingMs;
+      const timeoutMs = Math.max(1, cmd.timeoutMs);
       const { body, contentType } = encodeBatch(d.format, b.key, b.items);
       const operationId = b.key;
-      const requestId = b.round > 1 ? `${b.key}/round-${b.round}/attempt-${state.attempt}` : `${b.key}/attempt-${state.attempt}`;
+      const requestId = b.round > 1 ? `${b.key}/round-${b.round}/attempt-${attempt}` : `${b.key}/attempt-${attempt}`;
       const headers = { ...d.headers, 'content-type': contentType, 'idempotency-key': formatIdempotencyKey(b.key), 'x-request-id': requestId };
       const generation = dest.aimd.start();
       const t0 = this.clock.now();
       this.watch(h, t0 + timeoutMs);
       let result: TransportResult;
-      const aScope = scope === null ? null : (scope as OperationScope).attempt(state.attempt, { requestId, remainingMs, timeoutMs });
+      const aScope = scope === null ? null : (scope as OperationScope).attempt(attempt, { requestId, remainingMs, timeoutMs });
       try {
         const req: DeliveryRequest = {
-          destination: d, url: d.url, method: d.method, headers, body, batchKey: b.key, attempt: state.attempt, items: b.items,
+          destination: d, url: d.url, method: d.method, headers, body, batchKey: b.key, attempt, items: b.items,
           signal: h.abort.signal, timeoutMs,
         };
         result = await (aScope !== null ? aScope.run(this.transport, req) : this.transport(req));
@@ -695,7 +696,7 @@ class Worker implements DeliveryWorker {
       if (h.abandoned || !this.held.has(b.id)) {
         // Stopped meanwhile, or the lease was lost: nothing is recorded; the span says so.
         aScope?.end({
-          type: 'attempt', operationId, requestId, attempt: state.attempt, method: d.method, endpoint: endpointOf(d.url), status: null, errorClass: 'aborted',
+          type: 'attempt', operationId, requestId, attempt, method: d.method, endpoint: endpointOf(d.url), status: null, errorClass: 'aborted',
           elapsedMs: Math.max(0, Math.round(this.clock.now() - t0)), remainingMs, decision: 'cancelled', delayMs: null, retryAfterMs: null, retryAfterValid: null,
           ts: Math.round(this.clock.wallNow()),
         });
@@ -707,12 +708,13 @@ class Worker implements DeliveryWorker {
         ? { status: result.status, ...(result.headers ? { headers: result.headers } : {}), elapsedMs }
         : { errorClass: result.errorClass, ...(result.sent ? { sent: result.sent } : {}), elapsedMs };
       const now = this.clock.wallNow();
-      const res: DecisionResult = decide(d.policy, state, obs, { now, wallNow: now, random: this.random, budget: dest.budget, durable: true });
+      const next = op.answered(obs, now, now);
+      const res: DecisionResult = op.decision!;
       this.c.attempts++;
       const status = obs.status ?? null;
       const errorClass = obs.errorClass ?? null;
       const ev = {
-        type: 'attempt' as const, ...ref, operationId, requestId, round: b.round, attempt: state.attempt, method: d.method, endpoint: endpointOf(d.url),
+        type: 'attempt' as const, ...ref, operationId, requestId, round: b.round, attempt, method: d.method, endpoint: endpointOf(d.url),
         status, errorClass, elapsedMs, remainingMs, decision: res.decision, why: res.why, delayMs: res.delayMs,
         retryAfterMs: res.retryAfterMs, retryAfterValid: res.retryAfterValid, ts: Math.round(now),
       };
@@ -723,32 +725,32 @@ class Worker implements DeliveryWorker {
       this.shed(dest, status, res, generation, now);
       const whole = (v: number | null): number | null => (v === null ? null : Math.round(v));
       const record: AttemptRecord = {
-        round: b.round, attempt: state.attempt, at: Math.round(now), status, errorClass, elapsedMs, decision: res.decision, why: res.why,
+        round: b.round, attempt, at: Math.round(now), status, errorClass, elapsedMs, decision: res.decision, why: res.why,
         delayMs: whole(res.delayMs), retryAfterMs: whole(res.retryAfterMs), worker: this.id,
       };
       const last = { lastStatus: status, lastErrorClass: errorClass, lastDecision: res.decision, lastWhy: res.why, record };
-      if (res.decision === 'return') {
-        this.settle(h, { ...base, ...last, state: 'delivered', notBefore: b.notBefore, attempt: state.attempt, prevDelayMs: state.prevDelayMs,
-          opThrottled: state.throttled ?? 0, finishedAt: now });
+      if (next.kind === 'end' && next.reason === 'return') {
+        this.settle(h, { ...base, ...last, state: 'delivered', notBefore: b.notBefore, attempt, prevDelayMs: op.prevDelayMs,
+          opThrottled: op.throttled ?? 0, finishedAt: now });
         this.c.deliveredBatches++;
         this.c.deliveredItems += b.items.length;
-        this.emit({ type: 'delivered', ...ref, attempts: state.attempt, ts: Math.round(now) });
-      } else if ((res.decision === 'retry' || res.decision === 'defer') && res.delayMs !== null) {
+        this.emit({ type: 'delivered', ...ref, attempts: attempt, ts: Math.round(now) });
+      } else if (next.kind === 'wait') {
         // The core chose the wait; the queue only stores it (seconds to hours), with the
-        // operation state afterRetry() gives (a 429 that did not count is remembered).
-        const next = afterRetry(state, res);
-        const notBefore = Math.round(now + res.delayMs);
+        // operation's snapshot (a 429 that did not count is remembered).
+        const snap = op.snapshot();
+        const notBefore = Math.round(now + next.delayMs);
         this.settle(h, {
-          ...base, ...last, state: 'queued', notBefore, attempt: next.attempt, prevDelayMs: next.prevDelayMs, opThrottled: next.throttled ?? 0, finishedAt: null,
+          ...base, ...last, state: 'queued', notBefore, attempt: snap.attempt, prevDelayMs: snap.prevDelayMs, opThrottled: snap.throttled, finishedAt: null,
         });
         this.c.deferredBatches++;
-        this.emit({ type: 'deferred', ...ref, notBefore, delayMs: res.delayMs, ts: Math.round(now) });
+        this.emit({ type: 'deferred', ...ref, notBefore, delayMs: next.delayMs, ts: Math.round(now) });
         this.wakeAt(dest, notBefore);
       } else {
         this.settle(h, {
-          ...base, ...last, state: 'dropped', notBefore: b.notBefore, attempt: state.attempt, prevDelayMs: state.prevDelayMs, opThrottled: state.throttled ?? 0, finishedAt: now,
+          ...base, ...last, state: 'dropped', notBefore: b.notBefore, attempt, prevDelayMs: op.prevDelayMs, opThrottled: op.throttled ?? 0, finishedAt: now,
         });
-        this.countDrop(ref, res.decision, res.why, status, errorClass, state.attempt);
+        this.countDrop(ref, res.decision, res.why, status, errorClass, attempt);
       }
     } catch (e) {
       // Not expected (encoding, a throwing onEvent): the claim is left to expire, so the batch comes back.
