@@ -1,6 +1,19 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
+// The layers (DESIGN.md): core ← presets ← shared ← run ← drivers ← cli. Dependencies point
+// down; a driver never imports another driver (what two share moves down, to core or
+// shared). The one exception: the exchange (rtb) uses the delivery queue through its
+// public entry point. `testing` is an entry point for users (the test clock lives in shared).
+const DRIVERS = ['http', 'server', 'fleet', 'telemetry', 'rtb', 'delivery', 'sim', 'report'];
+const above = (folders) => folders.flatMap((f) => [`../${f}/*`, `../${f}/**`]);
+const layerRule = (own, allowed = [], alsoAbove = []) => ['error', {
+  patterns: [{
+    group: [...above([...DRIVERS.filter((d) => d !== own), 'cli', 'testing', ...alsoAbove]), ...allowed.map((a) => `!${a}`)],
+    message: 'A sideways or upward import: drivers build on core, presets, shared and run only (move what two drivers share down to core or shared).',
+  }],
+}];
+
 export default tseslint.config(
   { ignores: ['dist/', 'node_modules/', 'coverage/'] },
   js.configs.recommended,
@@ -20,6 +33,12 @@ export default tseslint.config(
       '@typescript-eslint/consistent-type-imports': 'error',
     },
   },
+  // Drivers: no driver imports another (rtb may use relent/delivery's public entry point).
+  ...DRIVERS.map((d) => ({ files: [`src/${d}/**/*.ts`], rules: { 'no-restricted-imports': layerRule(d, d === 'rtb' ? ['../delivery/index.js'] : []) } })),
+  // Below the drivers: presets, shared, run and testing import no driver and not the CLI.
+  { files: ['src/presets/**/*.ts'], rules: { 'no-restricted-imports': layerRule('presets', [], ['shared', 'run']) } },
+  { files: ['src/shared/**/*.ts'], rules: { 'no-restricted-imports': layerRule('shared', [], ['run']) } },
+  ...['run', 'testing'].map((d) => ({ files: [`src/${d}/**/*.ts`], rules: { 'no-restricted-imports': layerRule(d) } })),
   {
     // The decision core is pure: no clocks, no randomness, no I/O, no Node modules.
     files: ['src/core/**/*.ts'],

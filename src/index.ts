@@ -44,7 +44,7 @@ export type { RunOptions, RunResult, AttemptContext, Classified, RelentEvent } f
 export type { Instrumentation, OperationInfo, OperationScope, AttemptScope, WorkInfo, WorkScope, DriverName, InstrumentationAttributes } from './run/run.js';
 export { createBulkhead, BULKHEAD_DEFAULTS } from './run/bulkhead.js';
 export type { Bulkhead, BulkheadOptions, ResolvedBulkheadOptions } from './run/bulkhead.js';
-export { systemClock, systemRandom } from './run/clock.js';
+export { systemClock, systemRandom } from './shared/clock.js';
 export { replay, parseTimeline, REPLAY_WALL_START } from './run/replay.js';
 export type { Timeline, TimelineObservation, ReplayOutput } from './run/replay.js';
 export { formatJsonLine, formatHuman } from './run/format.js';

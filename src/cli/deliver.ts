@@ -4,7 +4,7 @@ import { resolveWorkerSettings, type DeliveryConfig } from '../delivery/config.j
 import { DeliveryError } from '../delivery/errors.js';
 import type { DeliveryEvent } from '../delivery/worker.js';
 import type { DestinationStats } from '../delivery/types.js';
-import { systemClock } from '../run/clock.js';
+import { systemClock } from '../shared/clock.js';
 import { EXIT, parseDuration, parseFlags, processIo, type Io } from './args.js';
 import { onOutputClosed } from './io.js';
 import { int, readConfig, relative, reportError, storeUrl } from './delivery-common.js';

@@ -16,7 +16,7 @@ import {
   NoticeHub, type Billable, type BillingEventResult, type Notice, type NoticeCounters, type NoticeOutlet, type NoticeStats,
 } from '../rtb/notices.js';
 import { mergeExchangeStats, type StatsPart } from '../rtb/stats-merge.js';
-import { systemClock } from '../run/clock.js';
+import { systemClock } from '../shared/clock.js';
 import type { RelentEvent } from '../run/run.js';
 
 const BIN = fileURLToPath(new URL('../../bin/relent', import.meta.url));

@@ -153,7 +153,7 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
   const result = runScenario(scenario, (done, total, label) => progress.update(done, total, `(${done} of ${total}) ${label}`));
   progress.clear();
   if (values.html !== undefined) {
-    const { renderSimulationHtml } = await import('../report/sim-html.js');
+    const { renderSimulationHtml } = await import('../sim/html.js');
     try {
       await writeFile(values.html, renderSimulationHtml(result, header(scenario)));
     } catch (e) {

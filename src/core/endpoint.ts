@@ -18,7 +18,7 @@ export function normalizeUrlEndpoint(url: URL, routeTemplate?: string | null): s
  * Endpoints fit for events, logs and spans: scheme, host, port and path,
  * never userinfo, query or fragment. A route template (`/users/:id`, `/users/{id}`)
  * replaces the path so that identifiers in it do not leak either. The spelling is the
- * HTTP client's (src/http/endpoint.ts, port always written); this wrapper also takes
+ * HTTP client's (normalizeUrlEndpoint, port always written); this wrapper also takes
  * strings and things that are not absolute URLs.
  *
  * normalizeEndpoint('https://user:pw@API.example.com/v1/items?token=x#frag')

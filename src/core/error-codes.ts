@@ -39,7 +39,7 @@ export const ERROR_CODE_CLASSES: Readonly<Record<string, ErrorClass>> = Object.f
   UNABLE_TO_GET_ISSUER_CERT_LOCALLY: 'tls',
   ERR_SSL_TLSV1_ALERT_UNKNOWN_CA: 'tls',
   ERR_SSL_SSLV3_ALERT_HANDSHAKE_FAILURE: 'tls',
-  // Added for the HTTP driver (src/http/classify.ts). No route or no local address: the
+  // Added for the HTTP driver (src/core/wire.ts). No route or no local address: the
   // connection never opened, so nothing was sent (the nearest class is connect_refused).
   ENETUNREACH: 'connect_refused',
   EHOSTUNREACH: 'connect_refused',

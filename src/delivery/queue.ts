@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { systemClock } from '../run/clock.js';
+import { systemClock } from '../shared/clock.js';
 import type { Clock } from '../core/types.js';
 import { checkDestinationName, resolveDestinations, type DestinationOptions, type ResolvedDestination } from './config.js';
 import { describe } from '../core/errors.js';

@@ -25,7 +25,7 @@ export interface DeliveryRequest {
 /**
  * What an attempt produced: a status (with the response headers the core reads:
  * Retry-After, Date, RateLimit fields) or an error class. A transport may also throw:
- * the worker classifies thrown errors by their code (src/http/classify.ts).
+ * the worker classifies thrown errors by their code (src/core/wire.ts).
  */
 export type TransportResult =
   | { readonly status: number; readonly headers?: Readonly<Record<string, string>> }

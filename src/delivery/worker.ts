@@ -5,9 +5,9 @@ import type { Fleet } from '../core/fleet.js';
 import { createOperation, restoreOperation, type Command, type Operation } from '../core/operation.js';
 import { errorClassOfCode } from '../core/error-codes.js';
 import type { Clock, Decision, DecisionResult, DecisionWhy, ErrorClass, Observation, Random, TerminalReason } from '../core/types.js';
-import { classifyWireError } from '../http/classify.js';
-import { formatIdempotencyKey } from '../http/idempotency.js';
-import { systemClock, systemRandom } from '../run/clock.js';
+import { classifyWireError } from '../core/wire.js';
+import { formatIdempotencyKey } from '../shared/idempotency.js';
+import { systemClock, systemRandom } from '../shared/clock.js';
 import type { Instrumentation, OperationScope } from '../run/run.js';
 import { encodeBatch } from './batching.js';
 import { resolveDestinations, resolveWorkerSettings, type DestinationOptions, type ResolvedDestination, type WorkerSettings } from './config.js';
@@ -196,7 +196,7 @@ const CONNECT_PHASE: ReadonlySet<ErrorClass> = new Set(['connect_refused', 'dns'
 
 /**
  * Turns what a transport threw into an observation. The class comes from the error's
- * code (src/http/classify.ts's table); undici's `request` does not say whether request
+ * code (src/core/wire.ts's table); undici's `request` does not say whether request
  * bytes were written, so failures of the connect phase (refused, DNS, connect timeout,
  * TLS) count as not sent and everything else as unknown. Every batch carries an
  * idempotency key, so the decision does not depend on it.

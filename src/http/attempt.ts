@@ -1,5 +1,5 @@
 import type { Dispatcher } from 'undici';
-import { classifyWireError, WireError } from './classify.js';
+import { classifyWireError, WireError } from '../core/wire.js';
 
 type Controller = Dispatcher.DispatchController;
 type Headers = Record<string, string | string[] | undefined>;

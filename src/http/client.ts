@@ -8,14 +8,14 @@ import { PROPAGATION_DEFAULTS, resolvePropagation, type PropagationSpec, type Re
 import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import type { Bulkhead } from '../run/bulkhead.js';
-import { systemClock } from '../run/clock.js';
+import { systemClock } from '../shared/clock.js';
 import { forDriver } from '../run/instrument.js';
 import { execute, newOperationId, type AttemptContext, type Classified, type Instrumentation, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
 import { AttemptHandler, headerPairs } from './attempt.js';
 import { prepareBody, type PreparedBody } from './body.js';
 import { checkRouteTemplate, normalizeEndpoint, originKey } from './endpoint.js';
 import { bodyDeadlineError, failureError, notReplayableError, RelentFetchError, tooLongError, waitTooLong, whereOf } from './errors.js';
-import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from './idempotency.js';
+import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from '../shared/idempotency.js';
 import {
   asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, inherit, invalid, listenerOf, observeResponse, passOnNoRetry,
   PROTECTION_DEFAULTS, timeoutOf, type ProtectionOptions,
@@ -370,7 +370,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       throw e;
     }
     passOnNoRetry(incoming, result);
-    const limit: BodyLimit | null = bodyDeadline ? { clock: timers, remainingMs: result.remainingMs, deadlineMs: deadlineMs ?? policy.deadlineMs } : null;
+    const limit: BodyLimit | null = bodyDeadline ? { clock: timers, remainingMs: result.remainingMs, deadlineMs: result.deadlineMs } : null;
     return settle(result, call, req, policy, endpoint, lim.streamLimited, limit);
   };
 

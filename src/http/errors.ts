@@ -2,7 +2,7 @@ import { RelentError, REASON_CODES, type RelentErrorCode } from '../core/errors.
 import type { Policy } from '../core/policy.js';
 import type { ErrorClass, SendState, TerminalReason } from '../core/types.js';
 import type { RunResult } from '../run/run.js';
-import { WireError } from './classify.js';
+import { WireError } from '../core/wire.js';
 
 /** The error the HTTP client and interceptor end an operation with: a RelentError plus what the last attempt saw. */
 export class RelentFetchError extends RelentError {

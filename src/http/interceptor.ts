@@ -3,14 +3,14 @@ import type { Policy, PolicySpec } from '../core/policy.js';
 import { PROPAGATION_DEFAULTS, resolvePropagation, type PropagationSpec } from '../core/propagation.js';
 import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
-import { systemClock } from '../run/clock.js';
+import { systemClock } from '../shared/clock.js';
 import { forDriver } from '../run/instrument.js';
 import { execute, type AttemptContext, type Instrumentation, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
 import type { AttemptHandler } from './attempt.js';
 import { beforeQuery, normalizeUrlEndpoint } from '../core/endpoint.js';
 import { checkRouteTemplate } from './endpoint.js';
 import { bodyDeadlineError, failureError, notReplayableError, tooLongError, waitTooLong, whereOf } from './errors.js';
-import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from './idempotency.js';
+import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from '../shared/idempotency.js';
 import {
   asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, inherit, invalid, listenerOf, observeResponse, passOnNoRetry,
   PROTECTION_DEFAULTS, timeoutOf, type ProtectionOptions,
@@ -316,12 +316,11 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       const streamLimited = lim !== null && lim.streamLimited;
       const bodyDeadline = per.bodyDeadline ?? bodyDeadlineDefault;
       if (typeof bodyDeadline !== 'boolean') throw invalid('bodyDeadline', 'Expected `bodyDeadline` to be a boolean');
-      const bodyDeadlineMs = deadlineMs ?? policy.deadlineMs;
       execute<AttemptHandler>(attempt, runOptions).then(
         (r) => {
           this.release();
           passOnNoRetry(incoming, r);
-          this.settle(r, call, policy, () => whereOf(method, endpoint ?? endpointOf(), r), streamLimited, bodyDeadline ? bodyDeadlineMs : null);
+          this.settle(r, call, policy, () => whereOf(method, endpoint ?? endpointOf(), r), streamLimited, bodyDeadline ? r.deadlineMs : null);
         },
         (e: unknown) => {
           this.release();

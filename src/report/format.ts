@@ -1,6 +1,6 @@
 import type { Distribution, EventReport } from './analyze.js';
 import type { SketchBin } from './sketch.js';
-import { textTable } from '../sim/format.js';
+import { textTable } from '../shared/text-table.js';
 import { percent } from './verdict.js';
 
 /** A duration for people: `0 ms`, `0.4 ms`, `40 ms`, `1.5 s`, `2.5 min`, `3.2 h`. */

@@ -1,7 +1,7 @@
 import type { Distribution, EndpointReport, EventReport } from './analyze.js';
 import { binLabel, count, duration, fixed2, seriesStart, share } from './format.js';
-import { htmlPage, htmlTable } from './page.js';
-import { barChart, compact, esc, hBarChart, lineChart, PALETTE } from './svg.js';
+import { htmlPage, htmlTable } from '../shared/html.js';
+import { barChart, compact, esc, hBarChart, lineChart, PALETTE } from '../shared/svg.js';
 import { percent } from './verdict.js';
 
 const REASON_COLORS: Record<string, string> = {

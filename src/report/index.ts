@@ -13,6 +13,5 @@ export type { SeriesBucket } from './series.js';
 export { LineSplitter } from './lines.js';
 export { formatReport, duration, binLabel } from './format.js';
 export { renderReportHtml } from './html.js';
-export { renderSimulationHtml } from './sim-html.js';
-export { barChart, hBarChart, lineChart, niceTicks, esc } from './svg.js';
-export type { Bar, BarChartOptions, LineSeries, LineChartOptions } from './svg.js';
+export { barChart, hBarChart, lineChart, niceTicks, esc } from '../shared/svg.js';
+export type { Bar, BarChartOptions, LineSeries, LineChartOptions } from '../shared/svg.js';

@@ -6,7 +6,7 @@ import type { BreakerStateChange } from '../core/breaker.js';
 import { RelentError } from '../core/errors.js';
 import type { Fleet } from '../core/fleet.js';
 import type { Clock, Random } from '../core/types.js';
-import { systemClock, systemRandom } from '../run/clock.js';
+import { systemClock, systemRandom } from '../shared/clock.js';
 import { forDriver } from '../run/instrument.js';
 import { execute, type Instrumentation, type RelentEvent, type RunResult, type WorkScope } from '../run/run.js';
 import type { PartnerAnswer } from './answer.js';

@@ -4,7 +4,7 @@ import { Agent, type Dispatcher } from 'undici';
 import type { Policy, PolicySpec } from '../core/policy.js';
 import type { Clock, Random } from '../core/types.js';
 import type { DeliveryEvent, DeliveryQueue, DeliveryRequest, DeliveryWorker, NewItem, TransportResult } from '../delivery/index.js';
-import { normalizeEndpoint } from '../http/endpoint.js';
+import { normalizeUrlEndpoint } from '../core/endpoint.js';
 import { presetPolicy, withOverrides } from '../presets/index.js';
 import { forDriver } from '../run/instrument.js';
 import { execute, type AttemptContext, type Instrumentation, type RelentEvent } from '../run/run.js';
@@ -297,7 +297,7 @@ export class NoticeSender {
       policy: this.o.policies[n.kind],
       operationId: `${n.kind}:${n.partner}:${n.key}`,
       method: 'GET',
-      endpoint: normalizeEndpoint(u),
+      endpoint: normalizeUrlEndpoint(u),
       signal: this.abort.signal,
       clock: this.o.clock,
       random: this.o.random,

@@ -6,7 +6,7 @@ import { ERROR_CLASSES, type Policy, type PolicySpec } from '../core/policy.js';
 import { createSeededRandom } from '../core/random.js';
 import type { ErrorClass, SendState } from '../core/types.js';
 import { resolvePolicy, withOverrides } from '../presets/index.js';
-import { createTestClock } from '../testing/index.js';
+import { createTestClock } from '../shared/test-clock.js';
 import { execute, type AttemptContext, type Classified, type RelentEvent, type RunResult } from './run.js';
 
 /** One recorded or hand-written attempt outcome. */

@@ -13,7 +13,7 @@ import type {
 } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import type { Bulkhead } from './bulkhead.js';
-import { systemClock, systemRandom } from './clock.js';
+import { systemClock, systemRandom } from '../shared/clock.js';
 
 /** What each attempt of an operation receives. */
 export interface AttemptContext {
@@ -186,6 +186,8 @@ export interface RunResult<T> {
   readonly retryAfterMs: number | null;
   /** The operation's time left when it ended (ms, negative once past the deadline): what a driver may still spend, e.g. reading the body. */
   readonly remainingMs: number;
+  /** The operation's deadline, ms from its start (the call's own or the policy's, within its caller's). */
+  readonly deadlineMs: number;
 }
 
 let idCounter = 0;
@@ -611,7 +613,7 @@ class Runner<T> {
     }
     this.settleRun({
       operationId: this.operationId, reason, why: cmd.why, attempts, last, outcome, stateCheck: extra.stateCheck ?? null,
-      delayMs: d?.delayMs ?? null, retryAfterMs: d?.retryAfterMs ?? null, remainingMs: this.op.deadlineAt - this.clock.now(),
+      delayMs: d?.delayMs ?? null, retryAfterMs: d?.retryAfterMs ?? null, remainingMs: this.op.deadlineAt - this.clock.now(), deadlineMs: this.op.deadlineAt - this.op.startedAt,
     });
   }
 }

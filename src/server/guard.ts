@@ -11,7 +11,7 @@ import {
   ATTEMPT_HEADER, DEADLINE_HEADER, headerNameOption, MAX_DEADLINE_MS, NO_RETRY_HEADER, readIncomingHints, type HeaderProblem, type IncomingHeaderSpec,
 } from '../core/propagation.js';
 import type { Clock } from '../core/types.js';
-import { systemClock } from '../run/clock.js';
+import { systemClock } from '../shared/clock.js';
 import { runIncoming, type IncomingCall } from '../run/incoming.js';
 import { Admission, type ShedReason, type Ticket } from './admission.js';
 

@@ -15,3 +15,4 @@ export type { LayersConfig, LayersRow, LayersResult, LayersVariant } from './lay
 export { parseScenario, parseScenarioText, parseSimPolicy, runScenario, SCENARIO_NAMES } from './config.js';
 export type { Scenario, ScenarioName, ScenarioResult } from './config.js';
 export { formatBrooker, formatOverload, formatLayers, formatResult, textTable } from './format.js';
+export { renderSimulationHtml } from './html.js';

@@ -15,7 +15,7 @@ import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { analyzeEventText } from '../../src/report/analyze.js';
 import { renderReportHtml } from '../../src/report/html.js';
-import { renderSimulationHtml } from '../../src/report/sim-html.js';
+import { renderSimulationHtml } from '../../src/sim/html.js';
 import { runBrooker } from '../../src/sim/brooker.js';
 import { runLayers } from '../../src/sim/layers.js';
 import { OVERLOAD_DEFAULTS, runOverload } from '../../src/sim/overload.js';

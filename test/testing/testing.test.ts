@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createTestClock, createSeededRandom, constantRandom, createRecordingRandom } from '../src/testing/index.js';
+import { createTestClock, createSeededRandom, constantRandom, createRecordingRandom } from '../../src/testing/index.js';
 
 describe('relent/testing: createTestClock', () => {
   it('fires timers in due order (registration order on ties) and reads each due time while firing', () => {

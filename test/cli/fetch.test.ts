@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { main } from '../../src/cli/main.js';
 import type { Io } from '../../src/cli/args.js';
-import { closedPort, startServer, type TestServer } from './helpers.js';
+import { closedPort, startServer, type TestServer } from '../http/helpers.js';
 
 let servers: TestServer[] = [];
 const dirs: string[] = [];

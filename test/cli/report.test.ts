@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { main } from '../../src/cli/main.js';
 import { analyzeEventText } from '../../src/report/analyze.js';
-import { demoLog, HOSTILE_ENDPOINT } from './fixtures.js';
+import { demoLog, HOSTILE_ENDPOINT } from '../report/fixtures.js';
 
 async function cli(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
   let out = '';

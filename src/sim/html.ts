@@ -1,10 +1,10 @@
-import type { BrookerResult } from '../sim/brooker.js';
-import type { ScenarioResult } from '../sim/config.js';
-import type { LayersResult } from '../sim/layers.js';
-import type { OverloadResult } from '../sim/overload.js';
-import { brookerGaveUp, brookerTables, layersTable, overloadTable, times } from '../sim/format.js';
-import { htmlPage, htmlTable } from './page.js';
-import { esc, hBarChart, lineChart } from './svg.js';
+import type { BrookerResult } from './brooker.js';
+import type { ScenarioResult } from './config.js';
+import type { LayersResult } from './layers.js';
+import type { OverloadResult } from './overload.js';
+import { brookerGaveUp, brookerTables, layersTable, overloadTable, times } from './format.js';
+import { htmlPage, htmlTable } from '../shared/html.js';
+import { esc, hBarChart, lineChart } from '../shared/svg.js';
 
 
 function brooker(r: BrookerResult): string {

@@ -3,9 +3,9 @@
 import { describe, it, expect, afterAll } from 'vitest';
 import { Agent } from 'undici';
 import { createClient } from '../../src/http/client.js';
-import { classifyWireError, WIRE_ERROR_TABLE, WireError } from '../../src/http/classify.js';
+import { classifyWireError, WIRE_ERROR_TABLE, WireError } from '../../src/core/wire.js';
 import { RelentFetchError } from '../../src/http/errors.js';
-import { closedPort, eventLog, selfSignedCert, startRawServer, startServer } from './helpers.js';
+import { closedPort, eventLog, selfSignedCert, startRawServer, startServer } from '../http/helpers.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterAll(async () => {

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { exchangeDemoCommand } from '../../src/cli/exchange-demo.js';
 import { main } from '../../src/cli/main.js';
-import { bidAfter, bidRequest, post, sleep, startPartner } from './helpers.js';
+import { bidAfter, bidRequest, post, sleep, startPartner } from '../rtb/helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'relent-rtb-cli-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { afterRetry, beginAttempt, decide, startOperation } from '../src/core/decide.js';
-import { createSeededRandom } from '../src/core/random.js';
-import type { Observation, Random } from '../src/core/types.js';
-import { PRESETS, presetPolicy, resolvePolicy } from '../src/presets/index.js';
-import { constantRandom } from '../src/testing/index.js';
+import { afterRetry, beginAttempt, decide, startOperation } from '../../src/core/decide.js';
+import { createSeededRandom } from '../../src/core/random.js';
+import type { Observation, Random } from '../../src/core/types.js';
+import { PRESETS, presetPolicy, resolvePolicy } from '../../src/presets/index.js';
+import { constantRandom } from '../../src/testing/index.js';
 
 /** Drives one operation through decide() with the given observations; returns the chosen waits and the end. */
 function schedule(name: string, observations: Observation[], o: { method?: string; random?: Random; key?: string } = {}) {

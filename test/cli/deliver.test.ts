@@ -12,7 +12,7 @@ import Database from 'better-sqlite3';
 import { openSqliteStore } from '../../src/delivery/sqlite-store.js';
 import { openStore } from '../../src/delivery/store.js';
 import { DeliveryError } from '../../src/delivery/errors.js';
-import { listen, waitFor } from './support.js';
+import { listen, waitFor } from '../delivery/support.js';
 
 const BIN = fileURLToPath(new URL('../../bin/relent', import.meta.url));
 const HAS_DIST = existsSync(fileURLToPath(new URL('../../dist/cli/deliver.js', import.meta.url)));

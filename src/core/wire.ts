@@ -1,5 +1,5 @@
-import { errorClassOfCode } from '../core/error-codes.js';
-import type { ErrorClass, SendState } from '../core/types.js';
+import { errorClassOfCode } from './error-codes.js';
+import type { ErrorClass, SendState } from './types.js';
 
 /**
  * Where an undici request was when it failed.
@@ -24,7 +24,7 @@ export interface WireClass {
  * The error code gives the class (core table `ERROR_CODE_CLASSES` in
  * src/core/error-codes.ts, looked up through `cause` chains); the phase gives `sent`
  * and refines the class. Rows, tested one by one against real sockets on loopback
- * (test/http/classify.test.ts):
+ * (test/core/wire.test.ts):
  *
  * | failure (codes)                                              | before_request             | after_request            |
  * |--------------------------------------------------------------|----------------------------|--------------------------|
