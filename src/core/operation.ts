@@ -39,7 +39,7 @@ import type { DecisionResult, DecisionWhy, Observation, Random, TerminalReason }
  */
 export type Command = CallCommand | WaitCommand | CheckStateCommand | EndCommand;
 
-/** Make attempt `attempt` now; it may take `timeoutMs`, then it is a `timeout`. */
+/** Make attempt `attempt` now; it may take `timeoutMs`, then it is a `timeout`. (The operation reuses this object: read it at once.) */
 export interface CallCommand {
   readonly kind: 'call';
   /** 1-based attempt number (the identity of this call). */
@@ -109,8 +109,12 @@ export interface OperationOptions {
   readonly random: Random;
   /** The driver is a durable queue: long waits are stored, never deferred, and an empty budget stops the operation. */
   readonly durable?: boolean;
-  /** The driver can read the real state after an unknown outcome (else the operation ends with `check_state`). */
-  readonly stateCheck?: boolean;
+  /**
+   * The driver can read the real state after an unknown outcome (else the operation ends
+   * with `check_state`). Anything but undefined, null or false says yes (a driver may pass
+   * its state check function).
+   */
+  readonly stateCheck?: boolean | ((...args: never[]) => unknown) | null;
 }
 
 /** What a durable driver stores between attempts, to carry the operation on later (in another process). */
@@ -161,6 +165,20 @@ export interface Operation extends OperationState {
  */
 export const STATE_CHECK_TIMEOUT_MS = 1000;
 
+/** An operation's deadline, ms from its start: its own (longer or shorter than the policy's) or the policy's, within its caller's. */
+export function operationDeadlineMs(policy: Policy, o: Pick<OperationOptions, 'deadlineMs' | 'callerDeadlineMs'>): number {
+  const own = o.deadlineMs;
+  const deadlineMs = own !== undefined && own !== null && own > 0 ? own : policy.deadlineMs;
+  const caller = o.callerDeadlineMs;
+  return caller !== undefined && caller !== null && caller >= 0 && caller < deadlineMs ? caller : deadlineMs;
+}
+
+/** An operation's attempt timeout: its own or the policy's (null: each attempt gets the remaining time). */
+export function operationAttemptTimeoutMs(policy: Policy, o: Pick<OperationOptions, 'attemptTimeoutMs'>): number | null {
+  const own = o.attemptTimeoutMs;
+  return own !== undefined && own !== null && own > 0 ? own : policy.attemptTimeoutMs;
+}
+
 const enum Phase { New, Calling, Waiting, Checking, Ended }
 
 const END_SUCCESS: EndCommand = Object.freeze({ kind: 'end', reason: 'return', why: 'success', decision: RETURN_SUCCESS });
@@ -187,7 +205,11 @@ function misuse(event: string, phase: Phase): RelentError {
   return new RelentError('ERR_INVALID_INPUT', `operation: \`${event}\` while ${names[phase]}`, { field: 'event' });
 }
 
-class OperationMachine implements Operation, MutableState, BudgetGate {
+/**
+ * The machine. Exported for the drivers of this package that pass their own options
+ * object and defaults (no object per operation); users call createOperation().
+ */
+export class OperationMachine implements Operation, MutableState, BudgetGate, DecideContext {
   attempt = 0;
   startedAt = 0;
   deadlineAt = 0;
@@ -204,22 +226,23 @@ class OperationMachine implements Operation, MutableState, BudgetGate {
   private readonly deadlineMs: number;
   private readonly attemptTimeoutMs: number | null;
   private readonly stateCheck: boolean;
-  private readonly ctx: { now: number; wallNow: number | undefined; random: Random; budget: RetryBudget | null; durable: boolean };
+  /** The decision context is the machine itself (no object per operation): `now` and `wallNow` of the event being decided. */
+  now = 0;
+  wallNow: number | undefined = undefined;
+  readonly durable: boolean;
 
-  constructor(policy: Policy, o: OperationOptions) {
+  /** The call command, reused for every call of this operation. */
+  private readonly callCmd: { kind: 'call'; attempt: number; timeoutMs: number; remainingMs: number } = { kind: 'call', attempt: 0, timeoutMs: 0, remainingMs: 0 };
+
+  constructor(policy: Policy, o: Omit<OperationOptions, 'random' | 'budget'>, budget: RetryBudget | null, random: Random) {
     this.policy = policy;
-    this.budget = o.budget ?? null;
-    this.random = o.random;
+    this.budget = budget;
+    this.random = random;
     this.idempotent = isIdempotent(policy, o);
-    const own = o.deadlineMs;
-    let deadlineMs = own !== undefined && own !== null && own > 0 ? own : policy.deadlineMs;
-    const caller = o.callerDeadlineMs;
-    if (caller !== undefined && caller !== null && caller >= 0 && caller < deadlineMs) deadlineMs = caller;
-    this.deadlineMs = deadlineMs;
-    const ownTimeout = o.attemptTimeoutMs;
-    this.attemptTimeoutMs = ownTimeout !== undefined && ownTimeout !== null && ownTimeout > 0 ? ownTimeout : policy.attemptTimeoutMs;
-    this.stateCheck = o.stateCheck === true;
-    this.ctx = { now: 0, wallNow: undefined, random: o.random, budget: this.budget, durable: o.durable === true };
+    this.deadlineMs = operationDeadlineMs(policy, o);
+    this.attemptTimeoutMs = operationAttemptTimeoutMs(policy, o);
+    this.stateCheck = o.stateCheck !== undefined && o.stateCheck !== null && o.stateCheck !== false;
+    this.durable = o.durable === true;
   }
 
   start(now: number): Command {
@@ -257,7 +280,11 @@ class OperationMachine implements Operation, MutableState, BudgetGate {
 
   private call(now: number): CallCommand {
     const remaining = this.deadlineAt - now;
-    return { kind: 'call', attempt: this.attempt, timeoutMs: attemptLimitMs(this.attemptTimeoutMs, this.deadlineAt, now), remainingMs: remaining > 0 ? remaining : 0 };
+    const cmd = this.callCmd;
+    cmd.attempt = this.attempt;
+    cmd.timeoutMs = attemptLimitMs(this.attemptTimeoutMs, this.deadlineAt, now);
+    cmd.remainingMs = remaining > 0 ? remaining : 0;
+    return cmd;
   }
 
   private end(cmd: EndCommand): EndCommand {
@@ -267,10 +294,9 @@ class OperationMachine implements Operation, MutableState, BudgetGate {
 
   answered(obs: Observation, now: number, wallNow?: number): Command {
     if (this.phase !== Phase.Calling) throw misuse('answered', this.phase);
-    const ctx = this.ctx;
-    ctx.now = now;
-    ctx.wallNow = wallNow;
-    const d = decide(this.policy, this, obs, ctx as DecideContext);
+    this.now = now;
+    this.wallNow = wallNow;
+    const d = decide(this.policy, this, obs, this);
     this.decision = d;
     switch (d.decision) {
       case 'return':
@@ -350,7 +376,7 @@ class OperationMachine implements Operation, MutableState, BudgetGate {
 
 /** A new operation under `policy`; `start(now)` gives its first command. */
 export function createOperation(policy: Policy, options: OperationOptions): Operation {
-  return new OperationMachine(policy, options);
+  return new OperationMachine(policy, options, options.budget ?? null, options.random);
 }
 
 /**
@@ -358,5 +384,5 @@ export function createOperation(policy: Policy, options: OperationOptions): Oper
  * for its next attempt: feed `timerFired(now)` when the wait is over.
  */
 export function restoreOperation(policy: Policy, snapshot: OperationSnapshot, options: OperationOptions): Operation {
-  return new OperationMachine(policy, options).restore(snapshot);
+  return new OperationMachine(policy, options, options.budget ?? null, options.random).restore(snapshot);
 }

@@ -2,8 +2,8 @@ import { breakerOutcome, type BreakerSpec, type CircuitBreaker } from '../core/b
 import { safeEndpoint } from '../core/endpoint.js';
 import { pickHintHeaders } from '../core/hints.js';
 import type { RetryBudget } from '../core/budget.js';
-import { isPlainAnswer } from '../core/decide.js';
-import { createOperation, type CallCommand, type Command, type EndCommand, type Operation } from '../core/operation.js';
+import { attemptLimitMs, isPlainAnswer } from '../core/decide.js';
+import { operationAttemptTimeoutMs, operationDeadlineMs, OperationMachine, type CallCommand, type Command, type EndCommand, type Operation } from '../core/operation.js';
 import { errorClassOfCode } from '../core/error-codes.js';
 import type { Fleet } from '../core/fleet.js';
 import { RelentError, REASON_CODES } from '../core/errors.js';
@@ -13,7 +13,7 @@ import type {
 } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import type { Bulkhead } from './bulkhead.js';
-import { systemClock, systemRandom } from '../shared/clock.js';
+import { clearTimerRecord, setTimerRecord, systemClock, systemRandom, turnNow, type TimerRecord } from '../shared/clock.js';
 
 /** What each attempt of an operation receives. */
 export interface AttemptContext {
@@ -287,23 +287,18 @@ async function waitForSlot(bulkhead: Bulkhead, clock: Clock, signal: AbortSignal
 
 /** The context one attempt receives. Its signal and requestId are built only when read. */
 class AttemptCtx implements AttemptContext {
-  private readonly owner: { readonly operationId: string };
-  readonly attempt: number;
-  readonly timeoutMs: number;
-  readonly remainingMs: number;
-  private readonly callerSignal: AbortSignal | undefined;
   private controller: AbortController | null = null;
   /** The attempt has settled (answered, failed, timed out or been cancelled). */
   done = false;
   timedOut = false;
 
-  constructor(owner: { readonly operationId: string }, attempt: number, timeoutMs: number, remainingMs: number, callerSignal: AbortSignal | undefined) {
-    this.owner = owner;
-    this.attempt = attempt;
-    this.timeoutMs = timeoutMs;
-    this.remainingMs = remainingMs;
-    this.callerSignal = callerSignal;
-  }
+  constructor(
+    private readonly owner: { readonly operationId: string },
+    private readonly callerSignal: AbortSignal | undefined,
+    readonly attempt: number,
+    readonly timeoutMs: number,
+    readonly remainingMs: number,
+  ) {}
 
   get operationId(): string {
     return this.owner.operationId;
@@ -336,27 +331,41 @@ class AttemptCtx implements AttemptContext {
 
 const enum Phase { Idle, Calling, Waiting, Slot, Done }
 
+/** How the last attempt settled (the payload is its value or error). */
+const enum Settled { None, Value, Error, Timeout, Aborted }
+
 const CRASHED: EndCommand = Object.freeze({ kind: 'end', reason: 'not_retryable', why: null, decision: null });
+
+/** A 200 nobody timed: the observation of a plain success when no one watches (no allocation). */
+const UNTIMED_200: Observation = Object.freeze({ status: 200, errorClass: null, sent: undefined, headers: undefined, nbr: null, elapsedMs: 0 });
 
 /**
  * One operation in flight: the core's operation state machine (createOperation) decides
  * every step; this class only carries its commands out on the clock it is given —
  * calls with a timer and the caller's signal racing them, waits, the breaker and the
  * bulkhead, events. It is driven by callbacks rather than async/await, so that the
- * success path costs the operation's own promise and one more, not a chain of them.
+ * success path costs the operation's own promise and one more, not a chain of them;
+ * on the system clock it is its own lazy timer and reads the clock once per turn.
  */
-class Runner<T> {
+class Runner<T> implements TimerRecord {
   readonly policy: Policy;
   private readonly clock: Clock;
-  private readonly signal: AbortSignal | undefined;
+  /** The system clock: timers are this object itself (no allocation), `now` is read once per turn. */
+  private readonly system: boolean;
+  private readonly callerSignal: AbortSignal | undefined;
   private readonly budget: RetryBudget | null;
   private readonly breaker: CircuitBreaker | null;
   private readonly bulkhead: Bulkhead | null;
   private readonly scope: OperationScope | null;
-  private readonly method: string | null;
-  private readonly endpoint: string | null;
+  /** The endpoint for events (R14: never a query, userinfo or fragment), made on first use. */
+  private safe: string | null | undefined = undefined;
   private opId: string | null;
-  private op!: Operation;
+  /**
+   * The core's operation, made at the start; or, on the success path's shortcut, only if
+   * the first attempt needs more than the core's plain-answer rule (see start()).
+   */
+  private op: Operation | undefined = undefined;
+  private startedAt = 0;
   private phase = Phase.Idle;
   private ctx: AttemptCtx | null = null;
   private aScope: AttemptScope | null = null;
@@ -364,27 +373,39 @@ class Runner<T> {
   private attemptStart = 0;
   private cancelTimer: (() => void) | null = null;
   private last: Observation | null = null;
-  private lastOutcome: AttemptOutcome<T> | null = null;
+  private settled = Settled.None;
+  private payload: unknown = undefined;
   private abortListener: (() => void) | null = null;
+  timerDue = 0;
+  timerHandle: ReturnType<typeof setTimeout> | null = null;
+  timerSet = false;
+  timerQueued = 0;
+  timerNext: TimerRecord | null = null;
+  settleRun: ((r: RunResult<T>) => void) | null = null;
+  resolveValue: ((v: T) => void) | null = null;
+  rejectValue: ((e: unknown) => void) | null = null;
 
-  constructor(
-    private readonly fn: (ctx: AttemptContext) => Promise<T>,
-    private readonly options: RunOptions<T>,
-    private readonly settleRun: ((r: RunResult<T>) => void) | null,
-    private readonly resolveValue: ((v: T) => void) | null = null,
-    private readonly rejectValue: ((e: unknown) => void) | null = null,
-  ) {
+  constructor(private readonly fn: (ctx: AttemptContext) => Promise<T>, private readonly options: RunOptions<T>) {
+    this.callerSignal = options.signal;
     this.policy = resolvePolicy(options.policy);
-    this.clock = options.clock ?? systemClock;
-    this.signal = options.signal;
-    this.budget = options.budget !== undefined ? options.budget : fleetBudget(options, this.policy);
-    this.breaker = breakerOf(options);
+    const clock = options.clock;
+    this.clock = clock ?? systemClock;
+    this.system = clock === undefined || clock === systemClock;
+    this.budget = options.budget !== undefined ? options.budget : options.fleet == null ? null : fleetBudget(options, this.policy);
+    this.breaker = options.breaker == null ? null : breakerOf(options);
     this.bulkhead = options.bulkhead ?? null;
-    this.method = options.method ?? null;
-    // Whatever the caller passed, events never carry a query, userinfo or fragment.
-    this.endpoint = options.endpoint != null ? safeEndpoint(options.endpoint) : null;
     this.opId = options.operationId ?? null;
     this.scope = options.instrumentation ? options.instrumentation.operation({ operationId: this.operationId, method: this.method, endpoint: this.endpoint }) : null;
+  }
+
+  private get method(): string | null {
+    return this.options.method ?? null;
+  }
+
+  /** Whatever the caller passed, events never carry a query, userinfo or fragment. */
+  private get endpoint(): string | null {
+    if (this.safe === undefined) this.safe = this.options.endpoint != null ? safeEndpoint(this.options.endpoint) : null;
+    return this.safe;
   }
 
   /** Fixed for the operation; made on first use (nothing reads it on a quiet success path). */
@@ -392,21 +413,27 @@ class Runner<T> {
     return (this.opId ??= newOperationId());
   }
 
+  private now(): number {
+    return this.system ? turnNow() : this.clock.now();
+  }
+
   start(): void {
-    const now = this.clock.now();
-    const options = this.options;
-    this.op = createOperation(this.policy, {
-      method: this.method,
-      idempotencyKey: options.idempotencyKey ?? null,
-      idempotent: options.idempotent ?? null,
-      deadlineMs: options.deadlineMs ?? null,
-      callerDeadlineMs: options.callerDeadlineMs ?? null,
-      attemptTimeoutMs: options.attemptTimeoutMs ?? null,
-      budget: this.budget,
-      random: options.random ?? systemRandom,
-      stateCheck: options.stateCheck !== undefined,
-    });
-    this.carry(this.signal?.aborted ? this.op.cancelled() : this.op.start(now), now);
+    const now = this.now();
+    this.startedAt = now;
+    if (this.breaker === null && this.bulkhead === null && !(this.callerSignal?.aborted ?? false)) {
+      // The shortcut: the first call's limits are the core's (the same functions the
+      // operation uses), and the operation itself is made only when the attempt needs
+      // more than "a plain answer is the answer" (decide()'s first rule).
+      const deadlineMs = operationDeadlineMs(this.policy, this.options);
+      if (deadlineMs > 0) return this.invoke(now, 1, attemptLimitMs(operationAttemptTimeoutMs(this.policy, this.options), deadlineMs, 0), deadlineMs, null);
+    }
+    const op = this.operation();
+    this.carry(this.callerSignal?.aborted ? op.cancelled() : op.start(now), now);
+  }
+
+  /** The core's operation (the caller's options are its options: no object per call). */
+  private operation(): Operation {
+    return (this.op ??= new OperationMachine(this.policy, this.options, this.budget, this.options.random ?? systemRandom));
   }
 
   /** Carries out one command of the operation. */
@@ -424,13 +451,26 @@ class Runner<T> {
     }
   }
 
+  private setTimer(ms: number, now: number): void {
+    if (this.system) setTimerRecord(this, ms, now);
+    else this.cancelTimer = this.clock.setTimer(() => this.onTimerFired(), ms, now);
+  }
+
+  private clearTimer(): void {
+    if (this.system) clearTimerRecord(this);
+    else if (this.cancelTimer !== null) {
+      this.cancelTimer();
+      this.cancelTimer = null;
+    }
+  }
+
   /** A call: the breaker and the bulkhead first (a refusal makes no attempt and no attempt event). */
   private call(cmd: CallCommand, now: number): void {
-    if (this.breaker !== null && !this.breaker.tryPass(this.clock.wallNow())) return this.carry(this.op.slotRefused('circuit_open'), now);
+    if (this.breaker !== null && !this.breaker.tryPass(this.clock.wallNow())) return this.carry(this.operation().slotRefused('circuit_open'), now);
     if (this.bulkhead !== null && !this.bulkhead.tryAcquire()) {
       // The slow path: every slot is taken. Wait in the queue, within the deadline.
       this.phase = Phase.Slot;
-      waitForSlot(this.bulkhead, this.clock, this.signal, cmd.remainingMs).then((r) => this.afterSlot(r), (e: unknown) => this.end(CRASHED, { outcome: { ok: false, error: e } }));
+      waitForSlot(this.bulkhead, this.clock, this.callerSignal, cmd.remainingMs).then((r) => this.afterSlot(r), (e: unknown) => this.end(CRASHED, { outcome: { ok: false, error: e } }));
       return;
     }
     this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null);
@@ -440,21 +480,21 @@ class Runner<T> {
     const now = this.clock.now();
     let cmd: Command;
     if (result === 'ok') {
-      cmd = this.signal?.aborted ? this.op.slotRefused('cancelled') : this.op.slotGranted(now);
+      cmd = this.callerSignal?.aborted ? this.op!.slotRefused('cancelled') : this.op!.slotGranted(now);
       if (cmd.kind === 'call') return this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null);
       this.bulkhead!.release();
     } else {
-      cmd = this.op.slotRefused(result === 'full' ? 'bulkhead_full' : result);
+      cmd = this.op!.slotRefused(result === 'full' ? 'bulkhead_full' : result);
     }
     // No call is made: hand a half-open trial back to the breaker.
     if (this.breaker !== null) this.breaker.record('ignored', this.clock.wallNow());
-    if (result === 'full') return this.end(cmd as EndCommand, bulkheadFullOutcome(this.bulkhead!, this.lastOutcome, this.last, this.operationId, this.op.attempt));
+    if (result === 'full') return this.end(cmd as EndCommand, bulkheadFullOutcome(this.bulkhead!, this.lastOutcome(), this.last, this.operationId, this.op!.attempt));
     this.carry(cmd, now);
   }
 
   /** Calls the operation (or the state check) with a timer and the caller's signal racing it. */
   private invoke(now: number, attempt: number, timeoutMs: number, remaining: number, check: ((ctx: AttemptContext) => Promise<T>) | null): void {
-    const ctx = new AttemptCtx(this, attempt, timeoutMs, remaining, this.signal);
+    const ctx = new AttemptCtx(this, this.callerSignal, attempt, timeoutMs, remaining);
     this.ctx = ctx;
     this.checking = check !== null;
     this.attemptStart = now;
@@ -469,60 +509,55 @@ class Runner<T> {
       p = Promise.reject(error);
     }
     if (ctx.done) return;
-    this.cancelTimer = this.clock.setTimer(this.onTimer, timeoutMs, now);
-    this.listenForAbort();
-    p.then((value) => this.settle(ctx, { kind: 'value', value }), (error: unknown) => this.settle(ctx, { kind: 'error', error }));
+    this.setTimer(timeoutMs, now);
+    if (this.callerSignal !== undefined) this.listenForAbort();
+    p.then((value) => this.settle(ctx, Settled.Value, value), (error: unknown) => this.settle(ctx, Settled.Error, error));
   }
 
-  private readonly onTimer = (): void => {
+  onTimerFired(): void {
     this.cancelTimer = null;
     if (this.phase === Phase.Waiting) return this.afterWait(this.clock.now());
     const ctx = this.ctx;
     if (ctx === null || ctx.done) return;
     ctx.abortForTimeout();
-    this.settle(ctx, TIMEOUT_OUTCOME);
-  };
+    this.settle(ctx, Settled.Timeout, undefined);
+  }
 
   private onCallerAbort(): void {
     if (this.phase === Phase.Calling && this.ctx !== null && !this.ctx.done) {
-      this.ctx.abort(this.signal?.reason);
-      this.settle(this.ctx, ABORTED_OUTCOME);
+      this.ctx.abort(this.callerSignal?.reason);
+      this.settle(this.ctx, Settled.Aborted, undefined);
     } else if (this.phase === Phase.Waiting) {
-      if (this.cancelTimer) this.cancelTimer();
-      this.cancelTimer = null;
-      this.carry(this.op.cancelled(), 0);
+      this.clearTimer();
+      this.carry(this.op!.cancelled(), 0);
     }
   }
 
   /** One attempt has settled: observe it, tell the operation (the core decides), report, carry out what comes next. */
-  private settle(ctx: AttemptCtx, outcome: AttemptOutcome<T>): void {
+  private settle(ctx: AttemptCtx, kind: Settled, payload: unknown): void {
     if (ctx.done) return;
     ctx.done = true;
-    if (this.cancelTimer !== null) {
-      this.cancelTimer();
-      this.cancelTimer = null;
-    }
-    if (this.checking) return this.settleCheck(outcome);
+    this.clearTimer();
+    if (this.checking) return this.settleCheck(kind, payload);
     // The slot is freed when the attempt settles, timeouts included: an operation that
     // ignores its signal cannot hold the slot past its time.
     if (this.bulkhead !== null) this.bulkhead.release();
-    this.lastOutcome = outcome;
-    const clock = this.clock;
+    this.settled = kind;
+    this.payload = payload;
     const options = this.options;
-    const op = this.op;
     let c: Classified;
-    switch (outcome.kind) {
-      case 'value':
-        c = (options.classifyValue?.(outcome.value, this.policy)) ?? classifyValueDefault(outcome.value);
+    switch (kind) {
+      case Settled.Value:
+        c = (options.classifyValue?.(payload as T, this.policy)) ?? classifyValueDefault(payload);
         break;
-      case 'error':
+      case Settled.Error:
         // An error after the caller's abort is the cancellation, not a new fact.
-        c = this.signal?.aborted ? ABORTED : ((options.classifyError?.(outcome.error)) ?? classifyErrorDefault(outcome.error));
+        c = this.callerSignal?.aborted ? ABORTED : ((options.classifyError?.(payload)) ?? classifyErrorDefault(payload));
         break;
-      case 'timeout':
+      case Settled.Timeout:
         c = (options.classifyTimeout?.(ctx)) ?? TIMED_OUT;
         break;
-      case 'aborted':
+      default:
         c = ABORTED;
         break;
     }
@@ -530,16 +565,36 @@ class Runner<T> {
     const status = (c as { status?: number }).status;
     const untimed = status !== undefined && this.settleRun === null && this.budget === null && this.breaker === null && !options.onEvent && this.aScope === null
       && isPlainAnswer(this.policy, status);
-    const now = untimed ? this.attemptStart : clock.now();
-    const obs = observation(c, now - this.attemptStart);
+    if (untimed && kind === Settled.Value && this.op === undefined) {
+      // The shortcut's end: the core's rule for a plain answer nobody watches (decide()'s
+      // first: the answer, nothing to record). Nothing else to build.
+      this.phase = Phase.Done;
+      if (this.abortListener !== null) this.callerSignal!.removeEventListener('abort', this.abortListener);
+      return this.resolveValue!(payload as T);
+    }
+    let op = this.op;
+    if (op === undefined) {
+      // The shortcut's first attempt needs the core after all: the operation starts when the attempt did.
+      op = this.operation();
+      op.start(this.startedAt);
+    }
+    let now: number;
+    let obs: Observation;
+    if (untimed) {
+      now = this.attemptStart;
+      obs = c === OK_200 ? UNTIMED_200 : observation(c, 0);
+    } else {
+      now = this.clock.now();
+      obs = observation(c, now - this.attemptStart);
+    }
     this.last = obs;
     // The wall clock is read only when something needs it (HTTP dates, the breaker).
-    const wallNow = this.breaker !== null || obs.headers !== undefined ? clock.wallNow() : undefined;
+    const wallNow = this.breaker !== null || obs.headers !== undefined ? this.clock.wallNow() : undefined;
     if (this.breaker !== null) this.breaker.record(breakerOutcome(obs), wallNow!);
     const cmd = op.answered(obs, now, wallNow);
     const aScope = this.aScope;
     if (options.onEvent || aScope !== null) {
-      const ev = attemptEvent(this.operationId, ctx.attempt, this.method, this.endpoint, obs, ctx.remainingMs, op.decision!, wallNow ?? clock.wallNow());
+      const ev = attemptEvent(this.operationId, ctx.attempt, this.method, this.endpoint, obs, ctx.remainingMs, op.decision!, wallNow ?? this.clock.wallNow());
       if (options.onEvent) options.onEvent(ev);
       if (aScope !== null) aScope.end(ev);
     }
@@ -548,54 +603,65 @@ class Runner<T> {
 
   private waitFor(delay: number, now: number): void {
     this.phase = Phase.Waiting;
-    if (this.signal?.aborted) return this.carry(this.op.cancelled(), now);
-    this.listenForAbort();
-    this.cancelTimer = this.clock.setTimer(this.onTimer, delay, now);
+    if (this.callerSignal?.aborted) return this.carry(this.op!.cancelled(), now);
+    if (this.callerSignal !== undefined) this.listenForAbort();
+    this.setTimer(delay, now);
   }
 
   /** Listens to the caller's signal (once per operation): a cancel ends a call or a wait at once. */
   private listenForAbort(): void {
-    if (this.signal !== undefined && this.abortListener === null) {
+    if (this.abortListener === null) {
       this.abortListener = () => this.onCallerAbort();
-      this.signal.addEventListener('abort', this.abortListener);
+      this.callerSignal!.addEventListener('abort', this.abortListener);
     }
   }
 
   private afterWait(now: number): void {
     this.phase = Phase.Idle;
-    this.carry(this.signal?.aborted ? this.op.cancelled() : this.op.timerFired(now), now);
+    this.carry(this.callerSignal?.aborted ? this.op!.cancelled() : this.op!.timerFired(now), now);
   }
 
-  private settleCheck(o: AttemptOutcome<T>): void {
-    const options = this.options;
-    const cmd = this.op.checked() as EndCommand;
-    if (o.kind === 'value') {
-      const c = (options.classifyValue?.(o.value, this.policy)) ?? classifyValueDefault(o.value);
-      return this.end(cmd, { outcome: { ok: true, value: o.value }, stateCheck: c });
+  /** How the last attempt ended, for the outcome (built only off the success path). */
+  private lastOutcome(): AttemptOutcome<T> | null {
+    switch (this.settled) {
+      case Settled.Value: return { kind: 'value', value: this.payload as T };
+      case Settled.Error: return { kind: 'error', error: this.payload };
+      case Settled.Timeout: return TIMEOUT_OUTCOME;
+      case Settled.Aborted: return ABORTED_OUTCOME;
+      default: return null;
     }
-    const c: Classified = o.kind === 'timeout' ? { errorClass: 'timeout' } : o.kind === 'aborted' ? { errorClass: 'aborted' }
-      : ((options.classifyError?.(o.error)) ?? classifyErrorDefault(o.error));
-    const attempts = this.op.attempt;
+  }
+
+  private settleCheck(kind: Settled, payload: unknown): void {
+    const options = this.options;
+    const cmd = this.op!.checked() as EndCommand;
+    if (kind === Settled.Value) {
+      const c = (options.classifyValue?.(payload as T, this.policy)) ?? classifyValueDefault(payload);
+      return this.end(cmd, { outcome: { ok: true, value: payload as T }, stateCheck: c });
+    }
+    const c: Classified = kind === Settled.Timeout ? { errorClass: 'timeout' } : kind === Settled.Aborted ? { errorClass: 'aborted' }
+      : ((options.classifyError?.(payload)) ?? classifyErrorDefault(payload));
+    const attempts = this.op!.attempt;
     const error = new RelentError('ERR_UNKNOWN_OUTCOME', `Outcome unknown after attempt ${attempts}, and the state check failed (${'errorClass' in c ? c.errorClass : c.status})`, {
-      reason: 'check_state', attempts, operationId: this.operationId, cause: o.kind === 'error' ? o.error : undefined,
+      reason: 'check_state', attempts, operationId: this.operationId, cause: kind === Settled.Error ? payload : undefined,
     });
     return this.end(cmd, { outcome: { ok: false, error }, stateCheck: c });
   }
 
-  private end(cmd: EndCommand, extra: Partial<RunResult<T>> = {}): void {
+  private end(cmd: EndCommand, extra: Partial<RunResult<T>> = NO_EXTRA): void {
     if (this.phase === Phase.Done) return;
     this.phase = Phase.Done;
-    if (this.abortListener !== null) this.signal!.removeEventListener('abort', this.abortListener);
+    if (this.abortListener !== null) this.callerSignal!.removeEventListener('abort', this.abortListener);
     const reason = cmd.reason;
+    const options = this.options;
+    if (reason === 'return' && this.resolveValue !== null && extra.outcome === undefined && this.settled === Settled.Value && !options.onEvent && this.scope === null) {
+      return this.resolveValue(this.payload as T); // run()'s success path: nothing else to build
+    }
     const d = cmd.decision;
     const last = this.last;
-    const attempts = this.op.attempt;
-    const quiet = !this.options.onEvent && this.scope === null;
-    if (quiet && this.resolveValue !== null && reason === 'return' && extra.outcome === undefined && this.lastOutcome?.kind === 'value') {
-      return this.resolveValue(this.lastOutcome.value); // run()'s success path: nothing else to build
-    }
-    const outcome = extra.outcome ?? outcomeFor(reason, d, this.lastOutcome, last, this.operationId, attempts, this.signal);
-    if (this.options.onEvent || this.scope !== null) {
+    const attempts = this.op?.attempt ?? 0;
+    const outcome = extra.outcome ?? outcomeFor(reason, d, this.lastOutcome(), last, this.operationId, attempts, this.callerSignal);
+    if (options.onEvent || this.scope !== null) {
       const ev: ResultEvent & { stateCheck?: Classified; why?: DecisionWhy } = {
         type: 'result', operationId: this.operationId, status: last?.status ?? null, errorClass: last?.errorClass ?? null, reason, attempts,
         ts: Math.round(this.clock.wallNow()),
@@ -603,7 +669,7 @@ class Runner<T> {
       if (extra.stateCheck) ev.stateCheck = extra.stateCheck;
       // Said only when the server asked not to retry (optional: other result events keep their shape).
       if (d?.why === 'retry_after_no_retry') ev.why = d.why;
-      if (this.options.onEvent) this.options.onEvent(ev);
+      if (options.onEvent) options.onEvent(ev);
       if (this.scope !== null) this.scope.end(ev);
     }
     if (this.settleRun === null) {
@@ -613,10 +679,12 @@ class Runner<T> {
     }
     this.settleRun({
       operationId: this.operationId, reason, why: cmd.why, attempts, last, outcome, stateCheck: extra.stateCheck ?? null,
-      delayMs: d?.delayMs ?? null, retryAfterMs: d?.retryAfterMs ?? null, remainingMs: this.op.deadlineAt - this.clock.now(), deadlineMs: this.op.deadlineAt - this.op.startedAt,
+      delayMs: d?.delayMs ?? null, retryAfterMs: d?.retryAfterMs ?? null, remainingMs: (this.op?.deadlineAt ?? this.startedAt) - this.clock.now(), deadlineMs: this.op === undefined ? 0 : this.op.deadlineAt - this.op.startedAt,
     });
   }
 }
+
+const NO_EXTRA: Partial<RunResult<never>> = Object.freeze({});
 
 type FleetFields = Pick<RunOptions<unknown>, 'fleet' | 'dependency' | 'breaker'>;
 
@@ -648,12 +716,44 @@ const TIMEOUT_OUTCOME = { kind: 'timeout' } as const;
 const ABORTED_OUTCOME = { kind: 'aborted' } as const;
 
 /**
+ * What the shared promise executors start (no closure per call). The Runner is made
+ * inside the executor, so that invalid options reject the promise instead of throwing.
+ */
+let startFn: ((ctx: AttemptContext) => Promise<unknown>) | null = null;
+let startOptions: RunOptions<unknown> | null = null;
+
+function takeRunner(): Runner<unknown> {
+  const fn = startFn!;
+  const options = startOptions!;
+  startFn = null;
+  startOptions = null;
+  return new Runner(fn, options);
+}
+
+const START_RUN = (resolve: (v: unknown) => void, reject: (e: unknown) => void): void => {
+  const r = takeRunner();
+  r.resolveValue = resolve;
+  r.rejectValue = reject;
+  r.start();
+};
+
+const START_EXECUTE = (resolve: (r: RunResult<unknown>) => void): void => {
+  const r = takeRunner();
+  r.settleRun = resolve;
+  r.start();
+};
+
+/**
  * Runs an operation under a policy and reports how it ended, without throwing for
  * operation failures. `run()` is the same with the outcome unwrapped.
  */
-export function execute<T>(fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T> = {}): Promise<RunResult<T>> {
-  return new Promise<RunResult<T>>((resolve) => new Runner(fn, options, resolve).start());
+export function execute<T>(fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T> = NO_OPTIONS): Promise<RunResult<T>> {
+  startFn = fn;
+  startOptions = options as RunOptions<unknown>;
+  return new Promise<RunResult<unknown>>(START_EXECUTE) as Promise<RunResult<T>>;
 }
+
+const NO_OPTIONS: RunOptions<any> = Object.freeze({}); // eslint-disable-line @typescript-eslint/no-explicit-any
 
 function attemptEvent(
   operationId: string, attempt: number, method: string | null, endpoint: string | null, obs: Observation, remaining: number, d: DecisionResult, wallNow: number,
@@ -743,8 +843,8 @@ function outcomeFor<T>(
  * Resolves with the operation's value (the last real one when retries ran out);
  * rejects with the operation's own error, or a RelentError with a stable `code`.
  */
-export function run<T>(fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T> = {}): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    new Runner(fn, options, null, resolve, reject).start();
-  });
+export function run<T>(fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T> = NO_OPTIONS): Promise<T> {
+  startFn = fn;
+  startOptions = options as RunOptions<unknown>;
+  return new Promise<unknown>(START_RUN) as Promise<T>;
 }

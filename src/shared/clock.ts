@@ -1,63 +1,142 @@
 import { MAX_TIMER_MS, type Clock, type Random } from '../core/types.js';
 
 /**
- * Timers armed lazily. Most attempts settle within the macrotask that started them (a
- * cache hit, a fast local call) and their timeout never matters; arming a Node timer
- * for each would cost more than the call. So setTimer only records the timer, and one
- * setImmediate per macrotask arms real timers for the ones still pending. The check
- * phase runs before the loop's next timers phase, so no timer fires late (at most one
- * loop turn when set from inside a setImmediate callback); due times are kept from the
- * moment setTimer was called.
+ * A timer the lazy timer queue can hold without allocating: the executor's own state
+ * object implements it (one timer at a time per operation).
  */
-interface LazyTimer {
-  fn: (() => void) | null;
-  due: number;
-  handle: ReturnType<typeof setTimeout> | null;
+export interface TimerRecord {
+  /** Monotonic ms when it is due. */
+  timerDue: number;
+  /** The Node timer, once armed (null before the end of the turn, or after it fired or was cancelled). */
+  timerHandle: ReturnType<typeof setTimeout> | null;
+  /** Set: due; cleared when it fires or is cancelled. */
+  timerSet: boolean;
+  /** The queue generation it was last queued in (see `generation`): queued when equal to the current one. */
+  timerQueued: number;
+  /** The next record in the queue (an intrusive list: queueing allocates nothing). */
+  timerNext: TimerRecord | null;
+  /** Called when it fires. */
+  onTimerFired(): void;
 }
 
-let pending: LazyTimer[] = [];
+/**
+ * Timers armed lazily. Most attempts settle within the macrotask that started them (a
+ * cache hit, a fast local call) and their timeout never matters; arming a Node timer
+ * for each would cost more than the call. So a timer is only queued, and one
+ * setImmediate per macrotask arms real timers for the ones still set. The check phase
+ * runs before the loop's next timers phase, so no timer fires late (at most one loop
+ * turn when set from inside a setImmediate callback); due times are kept from the
+ * moment the timer was set.
+ */
+/** The queue of timers to arm at the end of the turn, newest first (linked through `timerNext`). */
+let pending: TimerRecord | null = null;
+/** Timers in `pending` still set. When it drops to 0 the queue is emptied at once, so settled operations are not kept alive. */
 let live = 0;
+/** Bumped whenever `pending` is emptied: a record queued in an older generation is not in it any more. */
+let generation = 1;
 let scheduled = false;
 
-function armPending(): void {
+/**
+ * The monotonic clock read once per turn: a deadline in milliseconds does not need a
+ * fresh performance.now() (~0.1 µs on a virtual machine) for every operation started
+ * in the same macrotask. Whole milliseconds (small integers, not boxed numbers, in the
+ * objects that keep them; an operation may start up to 1 ms early). The reading is dropped at the end of the turn and after
+ * TICK_SHARE operations, so it is never older than the synchronous work of a few
+ * dozen operations: a deadline counted from it starts at most that much early.
+ */
+let tick = -1;
+let tickShared = 0;
+const TICK_SHARE = 32;
+
+function endOfTurn(): void {
   scheduled = false;
-  const batch = pending;
-  pending = [];
+  tick = -1;
+  let t = pending;
+  if (t === null) return;
+  pending = null;
   live = 0;
+  generation++;
   const now = performance.now();
-  for (const t of batch) {
-    if (t.fn === null) continue;
-    const ms = t.due - now;
-    t.handle = setTimeout(fire, ms <= 0 ? 0 : ms > MAX_TIMER_MS ? MAX_TIMER_MS : Math.ceil(ms), t);
+  while (t !== null) {
+    const next: TimerRecord | null = t.timerNext;
+    t.timerNext = null;
+    if (t.timerSet && t.timerHandle === null) {
+      const ms = t.timerDue - now;
+      t.timerHandle = setTimeout(fire, ms <= 0 ? 0 : ms > MAX_TIMER_MS ? MAX_TIMER_MS : Math.ceil(ms), t);
+    }
+    t = next;
   }
 }
 
-function fire(t: LazyTimer): void {
-  const fn = t.fn;
-  t.fn = null;
-  t.handle = null;
-  if (fn) fn();
+function atEndOfTurn(): void {
+  if (!scheduled) {
+    scheduled = true;
+    setImmediate(endOfTurn);
+  }
+}
+
+function fire(t: TimerRecord): void {
+  t.timerHandle = null;
+  if (!t.timerSet) return;
+  t.timerSet = false;
+  t.onTimerFired();
+}
+
+/** The monotonic clock as read once for this turn (see `tick`). */
+export function turnNow(): number {
+  if (tick < 0 || ++tickShared > TICK_SHARE) {
+    tick = Math.floor(performance.now());
+    tickShared = 0;
+    atEndOfTurn();
+  }
+  return tick;
+}
+
+/** Sets `t` to fire `ms` after `now` (clamped to [0, 2^31-1]); a timer already set is moved. */
+export function setTimerRecord(t: TimerRecord, ms: number, now: number): void {
+  if (t.timerSet) clearTimerRecord(t);
+  t.timerDue = now + (!(ms > 0) ? 0 : ms > MAX_TIMER_MS ? MAX_TIMER_MS : ms);
+  t.timerSet = true;
+  if (t.timerQueued !== generation) {
+    t.timerQueued = generation;
+    t.timerNext = pending;
+    pending = t;
+  }
+  live++;
+  atEndOfTurn();
+}
+
+/** Cancels `t` (no effect when it is not set). */
+export function clearTimerRecord(t: TimerRecord): void {
+  if (!t.timerSet) return;
+  t.timerSet = false;
+  if (t.timerHandle !== null) {
+    clearTimeout(t.timerHandle);
+    t.timerHandle = null;
+  } else if (--live <= 0) {
+    // Nothing left to arm: empty the queue now (in a loop of quick calls, nothing piles up).
+    pending = null;
+    live = 0;
+    generation++;
+  }
+}
+
+class CallbackTimer implements TimerRecord {
+  timerDue = 0;
+  timerHandle: ReturnType<typeof setTimeout> | null = null;
+  timerSet = false;
+  timerQueued = 0;
+  timerNext: TimerRecord | null = null;
+  constructor(private readonly fn: () => void) {}
+  onTimerFired(): void {
+    this.fn();
+  }
 }
 
 function setLazyTimer(fn: () => void, ms: number, now?: number): () => void {
-  const delay = !(ms > 0) ? 0 : ms > MAX_TIMER_MS ? MAX_TIMER_MS : ms;
-  const t: LazyTimer = { fn, due: (now ?? performance.now()) + delay, handle: null };
-  pending.push(t);
-  live++;
-  if (!scheduled) {
-    scheduled = true;
-    setImmediate(armPending);
-  }
-  return () => {
-    if (t.fn === null) return;
-    t.fn = null;
-    if (t.handle !== null) {
-      clearTimeout(t.handle);
-      t.handle = null;
-    } else if (--live === 0 && pending.length > 256) {
-      pending = []; // nothing left to arm: keep the list from growing in tight loops
-    }
-  };
+  const t = new CallbackTimer(fn);
+  setTimerRecord(t, ms, now ?? performance.now());
+  return () => clearTimerRecord(t);
 }
 
 /**
