@@ -26,7 +26,7 @@ export const DRAIN_LIMIT_BYTES = 64 * 1024;
  * back to the pool, and is still there if the executor ends up returning this response
  * after all).
  */
-export class AttemptHandler implements Dispatcher.DispatchHandler {
+export class AttemptHandler implements Dispatcher.DispatchHandler, PromiseLike<AttemptHandler> {
   /** undici handed the request to a connected socket and began writing it. */
   started = false;
   /** The response head arrived. */
@@ -49,12 +49,59 @@ export class AttemptHandler implements Dispatcher.DispatchHandler {
   /** The body was cut short (discarded while over the drain limit). */
   truncated = false;
 
+  /** How the attempt settled at its head: 0 not yet, 1 answered, 2 failed (with `headError`). */
+  private headState = 0;
+  private headError: WireError | null = null;
+  private onHead: ((h: AttemptHandler) => unknown) | null = null;
+  private onHeadError: ((e: unknown) => unknown) | null = null;
+
   constructor(
-    private readonly resolveHead: (h: AttemptHandler) => void,
-    private readonly rejectHead: (e: WireError) => void,
     /** Statuses the driver cannot represent (e.g. outside 200–599 for a WHATWG Response) fail as `protocol`. */
     private readonly acceptStatus: ((status: number) => boolean) | null = null,
   ) {}
+
+  /**
+   * The attempt as the executor awaits it: settles at the response head or the failure.
+   * One subscriber (the executor), told synchronously: no promise and no microtask
+   * between the head and the decision.
+   */
+  then<A = AttemptHandler, B = never>(onHead?: ((h: AttemptHandler) => A | PromiseLike<A>) | null, onError?: ((e: unknown) => B | PromiseLike<B>) | null): PromiseLike<A | B> {
+    this.onHead = onHead ?? null;
+    this.onHeadError = onError ?? null;
+    this.notify();
+    return undefined as unknown as PromiseLike<A | B>;
+  }
+
+  private resolveHead(_h: AttemptHandler): void {
+    if (this.headState !== 0) return;
+    this.headState = 1;
+    this.notify();
+  }
+
+  private rejectHead(e: WireError): void {
+    if (this.headState !== 0) return;
+    this.headState = 2;
+    this.headError = e;
+    this.notify();
+  }
+
+  /** Tells the subscriber, once, how the head settled. */
+  private notify(): void {
+    if (this.headState === 0) return;
+    const ok = this.onHead;
+    const fail = this.onHeadError;
+    this.onHead = null;
+    this.onHeadError = null;
+    if (this.headState === 1) {
+      if (ok !== null) ok(this);
+    } else if (fail !== null) fail(this.headError);
+  }
+
+  /** dispatch() threw: the attempt failed before it started. */
+  failToStart(error: unknown): void {
+    const e = error instanceof Error ? error : new Error(String(error));
+    this.rejectHead(new WireError(e, classifyWireError(e, 'before_request')));
+  }
 
   onRequestStart(controller: Controller, context: unknown): void {
     this.started = true;

@@ -191,13 +191,17 @@ export function dispatchAttempt(
   call: Call,
   acceptStatus: ((status: number) => boolean) | null,
 ): Promise<AttemptHandler> {
-  return new Promise<AttemptHandler>((resolve, reject) => {
-    const h = new AttemptHandler(resolve, reject, acceptStatus);
-    // A failed attempt whose body is still arriving (over the drain limit) is given up now.
-    call.current?.discard();
-    call.current = h;
+  const h = new AttemptHandler(acceptStatus);
+  // A failed attempt whose body is still arriving (over the drain limit) is given up now.
+  call.current?.discard();
+  call.current = h;
+  try {
     dispatch(opts, h);
-  });
+  } catch (e) {
+    h.failToStart(e);
+  }
+  // The executor's only use of it is `then` (see AttemptHandler.then): no promise per attempt.
+  return h as unknown as Promise<AttemptHandler>;
 }
 
 const SENT_TIMEOUT: Classified = Object.freeze({ errorClass: 'timeout', sent: 'unknown' });

@@ -442,8 +442,14 @@ class Runner<T> implements TimerRecord {
       case 'call':
         return this.call(cmd, now);
       case 'wait':
-        // A zero wait fires at once.
-        return cmd.delayMs > 0 ? this.waitFor(cmd.delayMs, now) : this.afterWait(now);
+        if (cmd.delayMs > 0) return this.waitFor(cmd.delayMs, now);
+        // A zero wait: the next attempt after the current call stack (a driver's attempt
+        // may settle inside its transport's callback), before any timer.
+        this.phase = Phase.Waiting;
+        queueMicrotask(() => {
+          if (this.phase === Phase.Waiting) this.afterWait(now);
+        });
+        return;
       case 'check_state':
         return this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, this.options.stateCheck!);
       case 'end':
@@ -751,6 +757,17 @@ export function execute<T>(fn: (ctx: AttemptContext) => Promise<T>, options: Run
   startFn = fn;
   startOptions = options as RunOptions<unknown>;
   return new Promise<RunResult<unknown>>(START_EXECUTE) as Promise<RunResult<T>>;
+}
+
+/**
+ * execute() for the drivers of this package, with a callback instead of a promise: no
+ * promise and no microtask between the operation's end and the caller. Invalid options
+ * throw. (Not part of the public API.)
+ */
+export function executeThen<T>(fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T>, done: (r: RunResult<T>) => void): void {
+  const r = new Runner(fn, options);
+  r.settleRun = done;
+  r.start();
 }
 
 const NO_OPTIONS: RunOptions<any> = Object.freeze({}); // eslint-disable-line @typescript-eslint/no-explicit-any
