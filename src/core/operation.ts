@@ -28,7 +28,7 @@ import type { DecisionResult, DecisionWhy, Observation, Random, TerminalReason }
  *     }
  *
  * Every rule is decided here, once, for every driver: the deadline and the attempt
- * timeout, the decision on each attempt (`decide()`, R3–R12), the wait for an
+ * timeout, the decision on each attempt (`decide()`), the wait for an
  * empty shared budget, the state check's time, what a refused slot means. The driver
  * owns time (it passes `now`), randomness (`random`) and I/O; it never changes the
  * state itself. A command is read at once: the next event may replace it.
@@ -263,7 +263,7 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     return this;
   }
 
-  /** The next attempt, if nothing forbids it (R1; a retry waiting for the budget asks it here). */
+  /** The next attempt, if nothing forbids it (the deadline; a retry waiting for the budget asks it here). */
   private next(now: number): Command {
     const pre = preflight(this, now, this);
     if (pre !== null) {

@@ -357,7 +357,7 @@ class Runner<T> implements TimerRecord {
   private readonly breaker: CircuitBreaker | null;
   private readonly bulkhead: Bulkhead | null;
   private readonly scope: OperationScope | null;
-  /** The endpoint for events (R14: never a query, userinfo or fragment), made on first use. */
+  /** The endpoint for events (never a query, userinfo or fragment), made on first use. */
   private safe: string | null | undefined = undefined;
   private opId: string | null;
   /**
