@@ -8,7 +8,8 @@
 // Plain ESM over the compiled library: run `npm run build` first (npm run bench does).
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
-import { createClient, createSeededRandom } from '../dist/index.js';
+import { createClient } from '../dist/index.js';
+import { createSeededRandom } from '../dist/testing/index.js';
 import { PEER_POLICIES, RELENT_POLICIES, runOverload, textTable } from '../dist/sim/index.js';
 
 const FULL = { durationMs: 30_000, fault: [10_000, 20_000] };

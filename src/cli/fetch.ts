@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { RelentError } from '../core/errors.js';
-import type { PolicySpec } from '../core/policy.js';
+import { type PolicySpec, type PresetName } from '../core/policy.js';
 import type { ResultEvent } from '../core/types.js';
 import { createClient } from '../http/client.js';
 import { RelentFetchError } from '../http/errors.js';
@@ -117,7 +117,7 @@ export async function fetchCommand(argv: string[], io: Io): Promise<number> {
 
   // Policy: --preset, then --policy on top, then the flags on top. Each error names what the user gave.
   let spec: PolicySpec = values.policy !== undefined ? await policyFrom(values.policy) : {};
-  if (values.preset !== undefined) spec = { ...spec, preset: values.preset };
+  if (values.preset !== undefined) spec = { ...spec, preset: values.preset as PresetName }; // checked just below
   try {
     resolvePolicy(spec);
   } catch (e) {

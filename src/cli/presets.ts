@@ -1,4 +1,4 @@
-import { PRESETS, presetPolicy } from '../presets/index.js';
+import { PRESETS, presetPolicy, isPresetName, type PresetName } from '../presets/index.js';
 import { EXIT, parseFlags, processIo, type Io } from './args.js';
 import { colorEnabled, NO_PAINT, paintFor } from './io.js';
 
@@ -17,12 +17,12 @@ export async function presetsCommand(argv: string[], io: Io): Promise<number> {
   const paint = io === processIo ? paintFor(colorEnabled('stdout')) : NO_PAINT;
   const names = positionals.length > 0 ? positionals : [...PRESETS.keys()];
   for (const n of names) {
-    if (!PRESETS.has(n)) {
+    if (!isPresetName(n)) {
       io.err(`relent presets: unknown preset ${JSON.stringify(n)} (known: ${[...PRESETS.keys()].join(', ')})\n`);
       return EXIT.usage;
     }
   }
-  const rows = names.map((n) => {
+  const rows = (names as PresetName[]).map((n) => {
     const def = PRESETS.get(n)!;
     const p = presetPolicy(n);
     return { name: n, summary: def.summary, schedule: def.schedule, source: def.source, notes: def.notes, policy: p.spec };

@@ -30,9 +30,26 @@ export const IDEMPOTENT_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', '
 export type StatusPattern = number | string;
 
 /** The JSON form of a policy, as users and presets write it. All fields are optional. */
+/**
+ * The names of relent's presets (src/presets): a closed set, so that a misspelt name
+ * fails to compile. Untyped input (JSON, flags) is checked when it is resolved.
+ */
+export type PresetName =
+  | 'model-armor'
+  | 'adobe-best-effort'
+  | 'adobe-configurable'
+  | 'openrtb-bid'
+  | 'openrtb-billing-notice'
+  | 'background-full-jitter'
+  | 'http-429'
+  | 'grpc'
+  | 'grpc-2017'
+  | 'aws-standard'
+  | 'envoy-default';
+
 export interface PolicySpec {
   /** Start from this preset (resolved by `resolvePolicy` in `relent/presets`, not by the core). */
-  readonly preset?: string;
+  readonly preset?: PresetName;
   /** Calls in all, the first included (3 → at most 2 retries). */
   readonly maxAttempts?: number;
   /** One deadline for the whole operation, waits included (monotonic). */

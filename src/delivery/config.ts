@@ -1,6 +1,6 @@
 import { describe, RelentError } from '../core/errors.js';
-import type { Policy, PolicySpec } from '../core/policy.js';
-import { resolvePolicy } from '../presets/index.js';
+import { type Policy, type PolicySpec } from '../core/policy.js';
+import { resolvePolicyInput } from '../presets/index.js';
 import { DeliveryError, invalidConfig } from './errors.js';
 import type { BatchLimits } from './types.js';
 
@@ -185,7 +185,7 @@ export function resolveDestination(name: string, input: unknown, field = `destin
 
   let policy: Policy;
   try {
-    policy = resolvePolicy((input.policy ?? d.policy) as string | PolicySpec | Policy);
+    policy = resolvePolicyInput(input.policy ?? d.policy);
   } catch (e) {
     if (RelentError.is(e)) {
       throw new DeliveryError('ERR_INVALID_CONFIG', `${field}.policy: ${e.message}`, { field: `${field}.policy${e.field ? `.${e.field}` : ''}`, cause: e });

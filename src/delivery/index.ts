@@ -1,13 +1,12 @@
 // relent/delivery: a persistent queue for retries that wait seconds to hours, driven by
 // the same decision core as run(). Every export is named here (no `export *`).
 
-export { openDeliveryQueue, prepareItem, MAX_ITEM_BYTES } from './queue.js';
+export { openDeliveryQueue, MAX_ITEM_BYTES } from './queue.js';
 export type { DeliveryQueue, QueueOptions, EnqueueOptions } from './queue.js';
-export { createWorker, classifyThrown } from './worker.js';
+export { createWorker } from './worker.js';
 export type { DeliveryWorker, WorkerOptions, WorkerCounters, DeliveryEvent } from './worker.js';
 export {
-  resolveDestination, resolveDestinations, resolveWorkerSettings, parseDeliveryConfig, checkDestinationName,
-  DESTINATION_DEFAULTS, WORKER_DEFAULTS, BODY_FORMATS,
+  resolveDestinations, resolveWorkerSettings, parseDeliveryConfig, DESTINATION_DEFAULTS, WORKER_DEFAULTS, BODY_FORMATS,
 } from './config.js';
 export type {
   DestinationOptions, ResolvedDestination, RateLimitOptions, ConcurrencyOptions, BodyFormat, WorkerSettings, DeliveryConfig,
@@ -22,13 +21,7 @@ export type {
   DeliveryStore, BatchState, ListState, NewItem, EnqueueResult, BatchLimits, Lease, BatchItem, ClaimedBatch, AttemptRecord, Outcome,
   CompleteResult, FormResult, BatchSummary, StoredItem, BatchDetail, ListFilter, RequeueFilter, DestinationStats, DropStat,
 } from './types.js';
-export { cutBatches, batchKey, encodeBatch } from './batching.js';
-export type { PendingRow, Cut, CutResult } from './batching.js';
-export { SlidingWindowLimiter, AimdLimiter } from './limits.js';
-export type { AimdOptions } from './limits.js';
 export { createHttpTransport } from './transport.js';
-/** The headers the decision core reads, copied from a response (nothing else: no cookies); the core's pickHintHeaders. */
-export { pickHintHeaders as hintHeaders } from '../core/hints.js';
 export type { Transport, HttpTransport, HttpTransportOptions, DeliveryRequest, TransportResult } from './transport.js';
 export { createIdempotencyCache, createIdempotentHandler, noticeKey, IDEMPOTENCY_CACHE_DEFAULTS } from './receiver.js';
 export type {

@@ -3,7 +3,7 @@ import type { Agent, Dispatcher } from 'undici';
 import type * as Undici from 'undici';
 import type { BreakerSnapshot, CircuitBreaker } from '../core/breaker.js';
 import type { RetryBudget } from '../core/budget.js';
-import type { Policy, PolicySpec } from '../core/policy.js';
+import { type Policy, type PolicySpec, type PresetName } from '../core/policy.js';
 import { PROPAGATION_DEFAULTS, resolvePropagation, type PropagationSpec, type ResolvedPropagation } from '../core/propagation.js';
 import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
@@ -13,7 +13,7 @@ import { forDriver } from '../run/instrument.js';
 import { execute, newOperationId, type AttemptContext, type Classified, type Instrumentation, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
 import { AttemptHandler, headerPairs } from './attempt.js';
 import { prepareBody, type PreparedBody } from './body.js';
-import { checkRouteTemplate, normalizeEndpoint, originKey } from './endpoint.js';
+import { checkRouteTemplate, normalizeUrlEndpoint, originKey } from './endpoint.js';
 import { bodyDeadlineError, failureError, notReplayableError, RelentFetchError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from '../shared/idempotency.js';
 import {
@@ -73,7 +73,7 @@ export interface RelentRequestInit {
   /** Stable across attempts; created when absent. */
   readonly operationId?: string;
   /** A preset name, a policy spec (merged over the client's policy; `preset` starts from that preset) or a Policy. */
-  readonly policy?: string | PolicySpec | Policy;
+  readonly policy?: PresetName | PolicySpec | Policy;
   /** The path as events show it, e.g. `/users/:id` (ids in paths stay out of logs and metrics). */
   readonly routeTemplate?: string;
   /** After an unknown outcome (sent, unanswered, not safe to repeat), reads the real state (e.g. GET by the idempotency key); its Response is returned. */
@@ -85,7 +85,7 @@ export interface RelentRequestInit {
 /** `createClient(options)`: every field optional (see CLIENT_DEFAULTS). */
 export interface ClientOptions extends ProtectionOptions {
   /** The base policy: a preset name, a spec or a Policy. Default: relent's defaults. */
-  readonly policy?: string | PolicySpec | Policy;
+  readonly policy?: PresetName | PolicySpec | Policy;
   /** The undici dispatcher to send through (not closed by `client.close()`). Default: an own keep-alive Agent. */
   readonly dispatcher?: Dispatcher | null;
   /** Options for the own Agent (ignored with `dispatcher`). */
@@ -323,7 +323,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
     const policy = lim.policy;
     let template = init.routeTemplate;
     if (template === undefined && routeOf !== null) template = routeOf(req.url) ?? undefined;
-    const endpoint = normalizeEndpoint(req.url, template === undefined ? null : checkRouteTemplate(template));
+    const endpoint = normalizeUrlEndpoint(req.url, template === undefined ? null : checkRouteTemplate(template));
     const dep = deps.get(keyOf(req.url), policy);
     const call = new Call();
 

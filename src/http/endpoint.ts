@@ -1,6 +1,6 @@
 import { RelentError } from '../core/errors.js';
 
-export { normalizeUrlEndpoint as normalizeEndpoint } from '../core/endpoint.js';
+export { normalizeUrlEndpoint } from '../core/endpoint.js';
 
 /** Checks a route template: a path starting with `/`, no query, no fragment. */
 export function checkRouteTemplate(t: unknown, field = 'routeTemplate'): string {

@@ -1,5 +1,5 @@
 import type { Dispatcher } from 'undici';
-import type { Policy, PolicySpec } from '../core/policy.js';
+import { type Policy, type PolicySpec, type PresetName } from '../core/policy.js';
 import { PROPAGATION_DEFAULTS, resolvePropagation, type PropagationSpec } from '../core/propagation.js';
 import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
@@ -22,7 +22,7 @@ type Dispatch = (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchH
 /** relentInterceptor(options): every field optional (see INTERCEPTOR_DEFAULTS). */
 export interface InterceptorOptions extends ProtectionOptions {
   /** The policy: a preset name, a spec or a Policy. Default: relent's defaults. */
-  readonly policy?: string | PolicySpec | Policy;
+  readonly policy?: PresetName | PolicySpec | Policy;
   /** One event per attempt, then the result. */
   readonly onEvent?: ((event: RelentEvent) => void) | null;
   /** The dependency key of a request (budget, breaker, bulkhead are shared per key). Default: its origin. */
@@ -60,7 +60,7 @@ export interface RelentDispatchOptions {
   readonly idempotencyKey?: string;
   readonly idempotent?: boolean;
   readonly operationId?: string;
-  readonly policy?: string | PolicySpec | Policy;
+  readonly policy?: PresetName | PolicySpec | Policy;
   readonly routeTemplate?: string;
   readonly onEvent?: (event: RelentEvent) => void;
 }

@@ -7,7 +7,7 @@ import {
 import { createRetryBudget, type RetryBudget } from '../core/budget.js';
 import type { Fleet } from '../core/fleet.js';
 import { RelentError } from '../core/errors.js';
-import type { Policy, PolicySpec } from '../core/policy.js';
+import { type Policy, type PolicySpec, type PresetName } from '../core/policy.js';
 import { resolvePolicy, withOverrides } from '../presets/index.js';
 import { createBulkhead, type Bulkhead, type BulkheadOptions } from '../run/bulkhead.js';
 import type { AttemptContext, Classified, RelentEvent, RunResult } from '../run/run.js';
@@ -230,7 +230,7 @@ function checkMs(v: unknown, field: string): number | undefined {
 }
 
 /** Resolves a per-call policy against the base (cached per object). */
-export function callPolicy(base: Policy, p: string | PolicySpec | Policy | undefined, cache: WeakMap<object, Policy>): Policy {
+export function callPolicy(base: Policy, p: PresetName | PolicySpec | Policy | undefined, cache: WeakMap<object, Policy>): Policy {
   if (p === undefined) return base;
   if (typeof p === 'string') return resolvePolicy(p);
   if (typeof p !== 'object' || p === null) throw invalid('policy', 'Expected `policy` to be a preset name, a policy spec or a Policy');

@@ -1,4 +1,4 @@
-import { createPolicy, DEFAULT_POLICY, type Policy, type PolicySpec } from '../core/policy.js';
+import { createPolicy, DEFAULT_POLICY, type Policy, type PolicySpec, type PresetName } from '../core/policy.js';
 import { RelentError } from '../core/errors.js';
 import { adobeBestEffort, adobeConfigurable } from './adobe.js';
 import { awsStandard, envoyDefault, grpc, grpc2017 } from './extras.js';
@@ -8,20 +8,26 @@ import { backgroundFullJitter, openrtbBid, openrtbBillingNotice } from './openrt
 import type { PresetDefinition } from './types.js';
 
 export type { PresetDefinition } from './types.js';
+export type { PresetName } from '../core/policy.js';
 
 /** Every preset, by name, in the order `relent presets` lists them. */
-export const PRESETS: ReadonlyMap<string, PresetDefinition> = new Map(
+export const PRESETS: ReadonlyMap<PresetName, PresetDefinition> = new Map(
   [modelArmor, adobeBestEffort, adobeConfigurable, openrtbBid, openrtbBillingNotice, backgroundFullJitter, http429, grpc, grpc2017, awsStandard, envoyDefault]
     .map((p) => [p.name, p] as const),
 );
 
 const compiled = new Map<string, Policy>();
 
+/** Whether `name` is one of relent's presets. */
+export function isPresetName(name: unknown): name is PresetName {
+  return typeof name === 'string' && PRESETS.has(name as PresetName);
+}
+
 /** The policy of a preset, validated once and cached. */
-export function presetPolicy(name: string): Policy {
+export function presetPolicy(name: PresetName): Policy {
   let p = compiled.get(name);
   if (!p) {
-    const def = PRESETS.get(name);
+    const def = PRESETS.get(name as PresetName);
     if (!def) {
       throw new RelentError('ERR_INVALID_POLICY', `Unknown preset ${JSON.stringify(name)} (known: ${[...PRESETS.keys()].join(', ')})`, { field: 'preset' });
     }
@@ -63,9 +69,17 @@ function isPolicy(v: unknown): v is Policy {
  */
 const fromSpec = new WeakMap<object, Policy>();
 
-export function resolvePolicy(input?: string | PolicySpec | Policy | null): Policy {
+export function resolvePolicy(input?: PresetName | PolicySpec | Policy | null): Policy {
+  return resolvePolicyInput(input);
+}
+
+/**
+ * resolvePolicy() for input that was not type-checked (JSON, flags, config files): the
+ * same checks, with errors that name what was wrong (an unknown preset lists the known).
+ */
+export function resolvePolicyInput(input: unknown): Policy {
   if (input === undefined || input === null) return DEFAULT_POLICY;
-  if (typeof input === 'object') {
+  if (typeof input === 'object' && input !== null) {
     // A spec object reused across calls is validated once.
     if (isPolicy(input)) return input;
     const cached = fromSpec.get(input);
@@ -77,8 +91,8 @@ export function resolvePolicy(input?: string | PolicySpec | Policy | null): Poli
   return resolveSpec(input);
 }
 
-function resolveSpec(input: string | PolicySpec): Policy {
-  if (typeof input === 'string') return presetPolicy(input);
+function resolveSpec(input: unknown): Policy {
+  if (typeof input === 'string') return presetPolicy(input as PresetName);
   if (!isPlainObject(input)) throw new RelentError('ERR_INVALID_POLICY', 'Expected `policy` to be a preset name or a policy object', { field: 'policy' });
   const spec = input as PolicySpec;
   if (spec.preset === undefined) return createPolicy(spec);

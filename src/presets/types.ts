@@ -1,8 +1,8 @@
-import type { PolicySpec } from '../core/policy.js';
+import type { PolicySpec, PresetName } from '../core/policy.js';
 
 /** A documented retry policy of a real service, with the source it copies. */
 export interface PresetDefinition {
-  readonly name: string;
+  readonly name: PresetName;
   /** One line: what it is for. */
   readonly summary: string;
   /** Where the numbers come from: the public document's title and address (and what is relent's own choice). */

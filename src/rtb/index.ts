@@ -1,7 +1,7 @@
 // relent/rtb: an OpenRTB exchange and bidder that hold their deadline, on relent's
 // decision core. Every export is named here (no `export *`).
 
-export { createExchange, AFTER_DEADLINE_SLACK_MS, READ_CHECK_INTERVAL_MS, LOSS_REASONS } from './exchange.js';
+export { createExchange, READ_CHECK_INTERVAL_MS, LOSS_REASONS } from './exchange.js';
 export type {
   Exchange, ExchangeOptions, ExchangeStats, PartnerStats, AuctionSummary, AuctionOutcome, AuctionReason, PartnerResult, PartnerOutcome,
   PartnerBreakerChange, ListenInfo, CloseOptions, WarmupReport,
@@ -15,19 +15,15 @@ export type {
   ExchangeConfig, PartnerConfig, NoticeConfig, WarmupConfig, ResolvedExchangeConfig, ResolvedPartner, ResolvedNotices, BidderConfig, ResolvedBidderConfig,
   LatencySpec, PriceSpec, FailureSpec,
 } from './config.js';
-export { checkBidRequest, sourceIdOf, auctionCurrency, REQUEST_LIMITS_DEFAULTS } from './model.js';
+export { checkBidRequest, REQUEST_LIMITS_DEFAULTS } from './model.js';
 export type { BidRequest, Imp, BidResponse, SeatBid, Bid, Extra, RequestCheck, RequestLimits } from './model.js';
 export { NO_BID_REASONS, EXCHANGE_SPECIFIC_NBR_MIN, describeNoBidReason, isNbr } from './nbr.js';
 export type { NoBidReasonEntry, NoBidReason, NoBidReasonKind } from './nbr.js';
-export { classifyBidAnswer, answerBreakerOutcome, tooLargeAnswer } from './answer.js';
+export { classifyBidAnswer } from './answer.js';
 export type { PartnerAnswer, NoBidForm, AnswerError, ReceivedBid } from './answer.js';
-export { substituteMacros, formatDecimal, AUCTION_MACROS } from './macros.js';
 export type { MacroValues } from './macros.js';
-export { selectWinners } from './select.js';
 export type { Candidate, Winner, Selection, BidRejection, BidFate } from './select.js';
 export { WIN_NOTICE_OVERRIDES, NOTICE_WORKER_DEFAULTS } from './notices.js';
 export type { NoticeKind, NoticeCounters, NoticeStats, NoticeOutlet, Notice, Billable, BillingEventResult } from './notices.js';
 export type { SkipReason, PartnerCounters } from './partner.js';
-export { Histogram } from './stats.js';
 export type { LatencySummary } from './stats.js';
-export { TtlMap } from './ttl-map.js';

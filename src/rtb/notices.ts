@@ -5,6 +5,7 @@ import type { Policy, PolicySpec } from '../core/policy.js';
 import type { Clock, Random } from '../core/types.js';
 import type { DeliveryEvent, DeliveryQueue, DeliveryRequest, DeliveryWorker, NewItem, TransportResult } from '../delivery/index.js';
 import { normalizeUrlEndpoint } from '../core/endpoint.js';
+import { pickHintHeaders } from '../core/hints.js';
 import { presetPolicy, withOverrides } from '../presets/index.js';
 import { forDriver } from '../run/instrument.js';
 import { execute, type AttemptContext, type Instrumentation, type RelentEvent } from '../run/run.js';
@@ -430,7 +431,7 @@ export class DurableNotices {
         origin: u.origin, path: `${u.pathname}${u.search}`, method: 'GET', signal: req.signal, headersTimeout: req.timeoutMs, bodyTimeout: req.timeoutMs,
       });
       await res.body.dump({ limit: 64 * 1024 }).catch(() => {});
-      const headers = delivery.hintHeaders(res.headers);
+      const headers = pickHintHeaders(res.headers);
       return headers ? { status: res.statusCode, headers } : { status: res.statusCode };
     };
     const user = this.o.onDeliveryEvent ?? null;

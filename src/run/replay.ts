@@ -2,10 +2,10 @@ import { createRetryBudget } from '../core/budget.js';
 import { RelentError, describe } from '../core/errors.js';
 import { pickHintHeaders } from '../core/hints.js';
 import { parseHttpDate } from '../core/http-date.js';
-import { ERROR_CLASSES, type Policy, type PolicySpec } from '../core/policy.js';
+import { ERROR_CLASSES, type Policy, type PolicySpec, type PresetName } from '../core/policy.js';
 import { createSeededRandom } from '../core/random.js';
 import type { ErrorClass, SendState } from '../core/types.js';
-import { resolvePolicy, withOverrides } from '../presets/index.js';
+import { withOverrides, resolvePolicyInput } from '../presets/index.js';
 import { createTestClock } from '../shared/test-clock.js';
 import { execute, type AttemptContext, type Classified, type RelentEvent, type RunResult } from './run.js';
 
@@ -26,7 +26,7 @@ export interface Timeline {
   readonly idempotencyKey?: string;
   readonly idempotent?: boolean;
   readonly endpoint?: string;
-  readonly policy?: string | PolicySpec;
+  readonly policy?: PresetName | PolicySpec;
   readonly seed: number | string;
   readonly observations: readonly TimelineObservation[];
   readonly stateCheck?: { readonly status?: number; readonly errorClass?: ErrorClass; readonly elapsedMs?: number };
@@ -86,7 +86,7 @@ export function parseTimeline(input: unknown, where = 'timeline'): { timeline: T
     throw bad(`${where}.policy`, `expected a preset name or a policy object, got ${describe(t.policy)}`);
   }
   try {
-    resolvePolicy((t.policy ?? null) as string | PolicySpec | null);
+    resolvePolicyInput(t.policy ?? null);
   } catch (e) {
     if (RelentError.is(e)) throw new RelentError('ERR_INVALID_INPUT', `${where}.policy: ${e.message}`, { field: `${where}.policy${e.field ? '.' + e.field : ''}`, cause: e });
     throw e;
@@ -146,7 +146,7 @@ export interface ReplayOutput {
  * last observation is the last attempt the policy may make. Same input, same output.
  */
 export async function replay(t: Timeline): Promise<ReplayOutput> {
-  let policy = resolvePolicy(t.policy ?? null);
+  let policy = resolvePolicyInput(t.policy ?? null);
   if (t.observations.length < policy.maxAttempts) policy = withOverrides(policy, { maxAttempts: t.observations.length });
   const clock = createTestClock({ now: 0, wallNow: wallStart(t) });
   const events: RelentEvent[] = [];

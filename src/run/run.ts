@@ -7,7 +7,7 @@ import { operationAttemptTimeoutMs, operationDeadlineMs, OperationMachine, type 
 import { errorClassOfCode } from '../core/error-codes.js';
 import type { Fleet } from '../core/fleet.js';
 import { RelentError, REASON_CODES } from '../core/errors.js';
-import { ERROR_CLASSES, type Policy, type PolicySpec } from '../core/policy.js';
+import { ERROR_CLASSES, type Policy, type PolicySpec, type PresetName } from '../core/policy.js';
 import type {
   AttemptEvent, Clock, DecisionResult, DecisionWhy, ErrorClass, Observation, Random, ResultEvent, SendState, TerminalReason,
 } from '../core/types.js';
@@ -104,7 +104,7 @@ export interface AttemptScope {
 
 export interface RunOptions<T> {
   /** A preset name, a policy spec, or a Policy. Default: relent's defaults. */
-  readonly policy?: string | PolicySpec | Policy;
+  readonly policy?: PresetName | PolicySpec | Policy;
   readonly signal?: AbortSignal;
   /** Created before the first call when absent (never changes across attempts). */
   readonly operationId?: string;

@@ -12,4 +12,7 @@ export type { IncomingCall } from '../run/incoming.js';
 export {
   DEADLINE_HEADER, ATTEMPT_HEADER, NO_RETRY_HEADER, GRPC_TIMEOUT_HEADER, GRPC_PUSHBACK_HEADER, ENVOY_TIMEOUT_HEADER, readIncomingHints, MAX_DEADLINE_MS,
 } from '../core/propagation.js';
-export type { IncomingHints, IncomingHeaderSpec, HeaderProblem } from '../core/propagation.js';
+export {
+  parseDeadlineMs, parseGrpcTimeout, parseAttempt, parsePreviousAttempts, parsePushback, saysNoRetry, formatDeadlineMs, formatGrpcTimeout,
+} from '../core/propagation.js';
+export type { IncomingHints, IncomingHeaderSpec, HeaderProblem, HeaderParse } from '../core/propagation.js';

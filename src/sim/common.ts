@@ -3,7 +3,7 @@ import { createRetryBudget, type RetryBudget } from '../core/budget.js';
 import { RelentError } from '../core/errors.js';
 import type { Policy } from '../core/policy.js';
 import type { Observation } from '../core/types.js';
-import { resolvePolicy } from '../presets/index.js';
+import { resolvePolicyInput } from '../presets/index.js';
 import type { SimPolicy } from './policies.js';
 
 /** Called after each unit of work; `done` grows to `total`. Synchronous: the simulator never yields. */
@@ -22,7 +22,7 @@ export interface ResolvedSimPolicy {
 export function resolveSimPolicy(p: SimPolicy, field: string): ResolvedSimPolicy {
   let policy: Policy;
   try {
-    policy = resolvePolicy(p.policy);
+    policy = resolvePolicyInput(p.policy);
   } catch (e) {
     if (RelentError.is(e)) {
       const inner = e.field ? `${field}.${e.field}` : field;

@@ -1,9 +1,7 @@
 // relent/sim: a seeded discrete-event simulator whose clients decide with the core's
 // decide(). Every export is named here (no `export *`).
 
-export { EventQueue, Sampler, streamSeed } from './engine.js';
-export type { ProgressFn, ResolvedSimPolicy } from './common.js';
-export { resolveSimPolicy } from './common.js';
+export type { ProgressFn } from './common.js';
 export { PEER_POLICIES, RELENT_POLICIES, MEASURED_OVERLOAD } from './policies.js';
 export type { SimPolicy } from './policies.js';
 export { runBrooker, BROOKER_DEFAULTS, BROOKER_STRATEGIES, BROOKER_BACKOFFS, BROOKER_BASE_MS, BROOKER_CAP_MS, brookerPolicySpec } from './brooker.js';

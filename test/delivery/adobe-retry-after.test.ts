@@ -15,7 +15,7 @@ const HALF_HOUR = 30 * MINUTE;
 
 describe('adobe-configurable: 30 minutes or the server\'s longer Retry-After, whichever is later (replay)', () => {
   const timeline = (retryAfter: string | null) => ({
-    operationId: 'activation-1', method: 'POST', policy: 'adobe-configurable', seed: 1,
+    operationId: 'activation-1', method: 'POST', policy: 'adobe-configurable' as const, seed: 1,
     observations: [{ status: 429, elapsedMs: 100, ...(retryAfter !== null ? { headers: { 'retry-after': retryAfter } } : {}) }, { status: 200, elapsedMs: 100 }],
   });
 

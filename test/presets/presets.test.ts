@@ -2,11 +2,11 @@ import { describe, expect, it } from 'vitest';
 import { afterRetry, beginAttempt, decide, startOperation } from '../../src/core/decide.js';
 import { createSeededRandom } from '../../src/core/random.js';
 import type { Observation, Random } from '../../src/core/types.js';
-import { PRESETS, presetPolicy, resolvePolicy } from '../../src/presets/index.js';
+import { PRESETS, presetPolicy, resolvePolicy, type PresetName } from '../../src/presets/index.js';
 import { constantRandom } from '../../src/testing/index.js';
 
 /** Drives one operation through decide() with the given observations; returns the chosen waits and the end. */
-function schedule(name: string, observations: Observation[], o: { method?: string; random?: Random; key?: string } = {}) {
+function schedule(name: PresetName, observations: Observation[], o: { method?: string; random?: Random; key?: string } = {}) {
   const policy = typeof name === 'string' ? presetPolicy(name) : name;
   let state = startOperation(policy, { now: 0, method: o.method ?? 'POST', idempotencyKey: o.key ?? null });
   let now = 0;
@@ -175,6 +175,7 @@ describe('resolvePolicy', () => {
     expect(resolvePolicy({ preset: 'http-429', backoff: { kind: 'constant', delayMs: 5 } }).backoff).toEqual({ kind: 'constant', delayMs: 5 });
   });
   it('unknown presets and fields are clear errors', () => {
+    // @ts-expect-error a misspelt preset name does not compile (and is refused at run time too)
     expect(() => resolvePolicy('nope')).toThrow(/Unknown preset "nope".*http-429/);
     expect(() => resolvePolicy({ preset: 'http-429', maxAtempts: 3 } as never)).toThrow(/Unknown policy field `maxAtempts`/);
   });
