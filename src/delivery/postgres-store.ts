@@ -3,7 +3,7 @@ import type * as Pg from 'pg';
 import { cutBatches, type PendingRow } from './batching.js';
 import { DeliveryError } from './errors.js';
 import {
-  listCondition, mergeStats, rowToAttempt, rowToSummary, toClaimed, LIST_DEFAULT_LIMIT, PURGE_DELIVERED_CHUNK, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION,
+  assembleStats, listCondition, rowToAttempt, rowToSummary, toClaimed, LIST_DEFAULT_LIMIT, PURGE_DELIVERED_CHUNK, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION,
   type AttemptRow, type BatchRow,
 } from './store-common.js';
 import type {
@@ -145,7 +145,9 @@ function splitClaimRows(rows: readonly ClaimRow[]): { batches: BatchRow[]; items
 
 class PostgresStore implements DeliveryStore {
   readonly kind = 'postgres' as const;
-  private readonly t: { items: string; batches: string; attempts: string; meta: string; dests: string; rate: string };
+  private readonly t: { items: string; batches: string; attempts: string; meta: string; dests: string; rate: string; counts: string };
+  /** The counters' row a write adds to next (16 per destination and state: concurrent writers rarely wait for each other). */
+  private shardSeq = 0;
   private closed = false;
   /** The LISTEN/NOTIFY channel of these tables (an identifier derived from schema and prefix). */
   private readonly channel: string;
@@ -158,7 +160,7 @@ class PostgresStore implements DeliveryStore {
 
   constructor(private readonly pool: Pg.Pool, readonly description: string, private readonly schema: string, prefix: string, private readonly listenClient: () => Pg.Client) {
     const q = (name: string): string => `"${schema}"."${prefix}${name}"`;
-    this.t = { items: q('items'), batches: q('batches'), attempts: q('attempts'), meta: q('meta'), dests: q('destinations'), rate: q('rate') };
+    this.t = { items: q('items'), batches: q('batches'), attempts: q('attempts'), meta: q('meta'), dests: q('destinations'), rate: q('rate'), counts: q('counts') };
     this.channel = `relent_${createHash('sha256').update(`${schema}.${prefix}`).digest('hex').slice(0, 16)}`;
     // One statement claims and reads the items: due batches of a destination that is not paused, oldest due first.
     this.claimSql = `
@@ -174,6 +176,22 @@ class PostgresStore implements DeliveryStore {
           b.created_at, b.not_before, b.bytes, b.due_at
       )
       SELECT u.*, i.key AS item_key, i.payload AS item_payload FROM u JOIN ${this.t.items} i ON i.batch_id = u.id ORDER BY u.id, i.id`;
+  }
+
+  /**
+   * A data-modifying CTE body that adds deltas — rows (destination, state, batches, items)
+   * of the query `from` — to the counters behind stats(): one row per destination, state
+   * and shard `shard` (a parameter), taken in a fixed order so two writers cannot deadlock.
+   */
+  private counted(from: string, shard: string): string {
+    return `INSERT INTO ${this.t.counts} AS t (destination, state, shard, batches, items)
+      SELECT destination, state, ${shard}::int, sum(batches), sum(items) FROM (${from}) AS d GROUP BY destination, state ORDER BY destination, state
+      ON CONFLICT (destination, state, shard) DO UPDATE SET batches = t.batches + excluded.batches, items = t.items + excluded.items`;
+  }
+
+  private shard(): number {
+    this.shardSeq = (this.shardSeq + 1) & 15;
+    return this.shardSeq;
   }
 
   /** A statement as a named (prepared) query: parsed and planned once per connection. */
@@ -230,7 +248,7 @@ class PostgresStore implements DeliveryStore {
   }
 
   async init(): Promise<void> {
-    const { items, batches, attempts, meta, dests, rate } = this.t;
+    const { items, batches, attempts, meta, dests, rate, counts } = this.t;
     const idx = (name: string): string => `"${name}"`;
     const base = this.t.items.split('.')[1]!.replace(/"/g, '').replace(/items$/, '');
     await this.tx('creating the tables', async (c) => {
@@ -305,6 +323,13 @@ class PostgresStore implements DeliveryStore {
         await c.query(`UPDATE ${rate} SET end_at = at`);
       }
       await c.query(`CREATE INDEX IF NOT EXISTS ${idx(`${base}rate_end`)} ON ${rate} (destination, end_at)`);
+      // The counters behind stats() (O(1) on any number of rows): made, and filled from the tables, once.
+      const hadCounts = (await c.query(`SELECT to_regclass($1) AS t`, [`"${this.schema}".${base}counts`])).rows[0].t !== null;
+      if (!hadCounts) {
+        await c.query(`CREATE TABLE ${counts} (destination TEXT NOT NULL, state TEXT NOT NULL, shard INTEGER NOT NULL,
+          batches BIGINT NOT NULL DEFAULT 0, items BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (destination, state, shard))`);
+        await c.query(this.recountSql());
+      }
       // Columns added after the tables were first released: a database created by an earlier
       // relent gets them here. Looked up first, so the usual start takes no table lock.
       const cols = (await c.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2`,
@@ -325,6 +350,7 @@ class PostgresStore implements DeliveryStore {
         CREATE INDEX IF NOT EXISTS ${idx(`${base}batches_leased`)} ON ${batches} (destination, lease_until) WHERE state = 'queued' AND lease_owner IS NOT NULL;
         CREATE INDEX IF NOT EXISTS ${idx(`${base}batches_delivered_at`)} ON ${batches} (finished_at) WHERE state = 'delivered';
         CREATE INDEX IF NOT EXISTS ${idx(`${base}batches_dropped_at`)} ON ${batches} (finished_at) WHERE state = 'dropped';
+        CREATE INDEX IF NOT EXISTS ${idx(`${base}batches_oldest`)} ON ${batches} (destination, enqueued_at) WHERE state = 'queued';
       `);
       const v = (await c.query(`SELECT v FROM ${meta} WHERE k = 'schema'`)).rows as { v: string }[];
       if (v.length === 0) await c.query(`INSERT INTO ${meta} (k, v) VALUES ('schema', $1)`, [String(SCHEMA_VERSION)]);
@@ -337,12 +363,14 @@ class PostgresStore implements DeliveryStore {
     return this.tx(`enqueueing ${list.length} item${list.length === 1 ? '' : 's'}`, async (c) => {
       const dests = list.map((i) => i.destination);
       const keys = list.map((i) => i.key);
-      const inserted = await this.run<{ id: number; destination: string; key: string }>(c,
-        `INSERT INTO ${this.t.items} (destination, key, payload, bytes, enqueued_at)
-         SELECT d, k, p, octet_length(p), $4 FROM unnest($1::text[], $2::text[], $3::text[]) AS u(d, k, p)
-         ON CONFLICT (destination, key) DO NOTHING RETURNING id, destination, key`,
-        [dests, keys, list.map((i) => i.payload), now],
-      );
+      const inserted = await this.run<{ id: number; destination: string; key: string }>(c, `
+        WITH ins AS (
+          INSERT INTO ${this.t.items} (destination, key, payload, bytes, enqueued_at)
+          SELECT d, k, p, octet_length(p), $4 FROM unnest($1::text[], $2::text[], $3::text[]) AS u(d, k, p)
+          ON CONFLICT (destination, key) DO NOTHING RETURNING id, destination, key
+        ), cnt AS (${this.counted(`SELECT destination, 'pending' AS state, 0::bigint AS batches, count(*) AS items FROM ins GROUP BY destination`, '$5')})
+        SELECT id, destination, key FROM ins`,
+      [dests, keys, list.map((i) => i.payload), now, this.shard()]);
       const fresh = new Map(inserted.map((r) => [`${r.destination}\0${r.key}`, r.id]));
       const missing = list.filter((i) => !fresh.has(`${i.destination}\0${i.key}`));
       const known = new Map<string, number>();
@@ -396,9 +424,11 @@ class PostgresStore implements DeliveryStore {
           RETURNING id, key
         ), o AS (
           SELECT b.id, u.o FROM b JOIN unnest($2::text[]) WITH ORDINALITY AS u(k, o) ON u.k = b.key
-        )
+        ), cnt AS (${this.counted(`SELECT $1::text AS destination, s AS state, nb AS batches, ni AS items
+            FROM (VALUES ('pending', 0::bigint, -$9::bigint), ('queued', $10::bigint, $9::bigint)) AS v(s, nb, ni)`, '$11')})
         UPDATE ${this.t.items} i SET batch_id = o.id FROM unnest($7::bigint[], $8::int[]) AS m(i, o) JOIN o ON o.o = m.o WHERE i.id = m.i`,
-      [destination, cuts.map((x) => x.key), cuts.map((x) => x.rows.length), cuts.map((x) => x.bytes), now, cuts.map((x) => x.rows[0]!.enqueuedAt), itemIds, itemBatch]);
+      [destination, cuts.map((x) => x.key), cuts.map((x) => x.rows.length), cuts.map((x) => x.bytes), now, cuts.map((x) => x.rows[0]!.enqueuedAt), itemIds, itemBatch,
+        itemIds.length, cuts.length, this.shard()]);
       return { formed: cuts.length, nextAt };
     });
   }
@@ -490,7 +520,9 @@ class PostgresStore implements DeliveryStore {
           last_status = o.last_status, last_error_class = o.last_error_class, last_decision = o.last_decision, last_why = o.last_why,
           finished_at = o.finished_at
         FROM o WHERE b.id = o.id AND b.lease_token = o.token AND b.state = 'queued'
-        RETURNING b.id, b.round
+        RETURNING b.id, b.round, b.destination, b.state, b.items
+      ), cnt AS (${this.counted(`SELECT destination, 'queued' AS state, -1::bigint AS batches, -items::bigint AS items FROM u WHERE state <> 'queued'
+          UNION ALL SELECT destination, state, 1, items FROM u WHERE state <> 'queued'`, '$2')}
       ), a AS (
         INSERT INTO ${this.t.attempts} (batch_id, round, attempt, at, status, error_class, elapsed_ms, decision, why, delay_ms, retry_after_ms, worker)
         SELECT o.id, u.round, (o.r->>0)::int, (o.r->>1)::bigint, (o.r->>2)::int, o.r->>3, (o.r->>4)::bigint, o.r->>5, o.r->>6, (o.r->>7)::bigint,
@@ -498,7 +530,7 @@ class PostgresStore implements DeliveryStore {
         FROM o JOIN u ON u.id = o.id WHERE jsonb_typeof(o.r) = 'array'
         ON CONFLICT DO NOTHING
       )
-      SELECT id FROM u`, [JSON.stringify(rows)]);
+      SELECT id FROM u`, [JSON.stringify(rows), this.shard()]);
     const ok = new Set(applied.map((x) => x.id));
     return { applied: outcomes.filter((x) => ok.has(x.id)).map((x) => x.id), lost: outcomes.filter((x) => !ok.has(x.id)).map((x) => x.id) };
   }
@@ -513,26 +545,44 @@ class PostgresStore implements DeliveryStore {
     return rows.length;
   }
 
+  /**
+   * Per destination: totals from the counters (pending items; queued, delivered and
+   * dropped batches and items), the live leases from their index, the deferred batches
+   * from the due index (due later, no live lease: a scan of just those), the oldest
+   * waiting item from two indexes, and the paused flag. Ready = queued − in flight −
+   * deferred. No statement reads the whole queue.
+   */
   async stats(now: number): Promise<DestinationStats[]> {
-    const { items, batches, dests } = this.t;
-    // Pending items and the oldest of them per destination come from the pending index.
-    const pending = await this.q<{ destination: string; n: number; oldest: number | null }>('reading statistics', `
-      SELECT p.destination, p.n, i.enqueued_at AS oldest
-      FROM (SELECT destination, count(*) AS n, min(id) AS first FROM ${items} WHERE batch_id IS NULL GROUP BY destination) p JOIN ${items} i ON i.id = p.first`);
-    const f = (cond: string): string => `count(*) FILTER (WHERE ${cond}), coalesce(sum(items) FILTER (WHERE ${cond}), 0)`;
-    const rows = await this.q<Record<string, number | string>>('reading statistics', `
-      SELECT * FROM (
-        SELECT destination,
-          ${f(`state = 'queued' AND lease_until <= $1 AND not_before <= $1`)},
-          ${f(`state = 'queued' AND lease_until > $1`)},
-          ${f(`state = 'queued' AND lease_until <= $1 AND not_before > $1`)},
-          ${f(`state = 'delivered'`)},
-          ${f(`state = 'dropped'`)},
-          min(coalesce(enqueued_at, created_at)) FILTER (WHERE state = 'queued')
-        FROM ${batches} GROUP BY destination
-      ) AS s(destination, rb, ri, fb, fi, db, di, vb, vi, xb, xi, oldest)`, [now]);
+    const { items, batches, dests, counts } = this.t;
+    const totals = await this.q<{ destination: string; state: string; b: number; i: number }>('reading statistics',
+      `SELECT destination, state, sum(batches) AS b, sum(items) AS i FROM ${counts} GROUP BY destination, state`);
+    const names = [...new Set(totals.map((r) => r.destination))];
+    const inflight = await this.q<{ destination: string; b: number; i: number }>('reading statistics',
+      `SELECT destination, count(*) AS b, coalesce(sum(items), 0) AS i FROM ${batches} WHERE state = 'queued' AND lease_owner IS NOT NULL AND lease_until > $1 GROUP BY destination`, [now]);
+    const per = names.length === 0 ? [] : await this.q<{ destination: string; b: number; i: number; oldest_b: number | null; oldest_p: number | null }>('reading statistics', `
+      SELECT d AS destination, x.b, x.i,
+        (SELECT min(enqueued_at) FROM ${batches} o WHERE o.state = 'queued' AND o.destination = d) AS oldest_b,
+        (SELECT enqueued_at FROM ${items} p WHERE p.destination = d AND p.batch_id IS NULL ORDER BY p.id LIMIT 1) AS oldest_p
+      FROM unnest($2::text[]) AS d,
+        LATERAL (SELECT count(*) AS b, coalesce(sum(items), 0) AS i FROM ${batches} WHERE state = 'queued' AND destination = d AND due_at > $1 AND lease_until <= $1) AS x`, [now, names]);
     const paused = await this.q<{ destination: string }>('reading statistics', `SELECT destination FROM ${dests} WHERE paused_at IS NOT NULL`);
-    return mergeStats(pending, rows, paused.map((p) => p.destination));
+    return assembleStats(totals, inflight, per, paused.map((p) => p.destination));
+  }
+
+  /** Rebuilds the counters behind stats() from the tables (writers wait meanwhile). */
+  async recount(): Promise<void> {
+    await this.tx('counting the queue', async (c) => {
+      await c.query(`LOCK TABLE ${this.t.items}, ${this.t.batches} IN SHARE MODE`);
+      await c.query(this.recountSql());
+    });
+  }
+
+  private recountSql(): string {
+    const { items, batches, counts } = this.t;
+    return `DELETE FROM ${counts};
+      INSERT INTO ${counts} (destination, state, shard, batches, items)
+        SELECT destination, 'pending', 0, 0, count(*) FROM ${items} WHERE batch_id IS NULL GROUP BY destination
+        UNION ALL SELECT destination, state, 0, count(*), coalesce(sum(items), 0) FROM ${batches} GROUP BY destination, state;`;
   }
 
   async list(filter: ListFilter, now: number): Promise<BatchSummary[]> {
@@ -564,11 +614,16 @@ class PostgresStore implements DeliveryStore {
       where.push(`id = ANY($${values.length}::bigint[])`);
     }
     whereDestinationAndReason(filter, values, where);
+    values.push(this.shard());
     const rows = await this.q<{ id: number }>('requeueing batches', `
-      WITH c AS (SELECT id FROM ${this.t.batches} WHERE ${where.join(' AND ')} ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
-      UPDATE ${this.t.batches} b SET state = 'queued', round = b.round + 1, attempt = 0, op_started_at = NULL, op_deadline_at = NULL,
-        prev_delay_ms = NULL, op_throttled = 0, not_before = $1, due_at = $1, lease_owner = NULL, lease_until = 0, lease_token = b.lease_token + 1, finished_at = NULL
-      FROM c WHERE b.id = c.id RETURNING b.id, b.destination`, values);
+      WITH c AS (SELECT id FROM ${this.t.batches} WHERE ${where.join(' AND ')} ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
+      r AS (
+        UPDATE ${this.t.batches} b SET state = 'queued', round = b.round + 1, attempt = 0, op_started_at = NULL, op_deadline_at = NULL,
+          prev_delay_ms = NULL, op_throttled = 0, not_before = $1, due_at = $1, lease_owner = NULL, lease_until = 0, lease_token = b.lease_token + 1, finished_at = NULL
+        FROM c WHERE b.id = c.id RETURNING b.id, b.destination, b.items
+      ), cnt AS (${this.counted(`SELECT destination, 'dropped' AS state, -1::bigint AS batches, -items::bigint AS items FROM r
+          UNION ALL SELECT destination, 'queued', 1, items FROM r`, `$${values.length}`)})
+      SELECT id, destination FROM r`, values);
     const touched = [...new Set(rows.map((r) => (r as { destination?: string }).destination).filter((d): d is string => d !== undefined))];
     if (touched.length > 0) await this.q('requeueing batches', `SELECT pg_notify($1, d) FROM unnest($2::text[]) AS d`, [this.channel, touched]).catch(() => {});
     return rows.length;
@@ -595,8 +650,10 @@ class PostgresStore implements DeliveryStore {
         `SELECT id FROM ${this.t.batches} WHERE state = '${state}' AND finished_at < $1 ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED`, [before, limit])).map((r) => r.id);
       if (ids.length === 0) return 0;
       await this.run(c, `
-        WITH i AS (DELETE FROM ${this.t.items} WHERE batch_id = ANY($1::bigint[])), a AS (DELETE FROM ${this.t.attempts} WHERE batch_id = ANY($1::bigint[]))
-        DELETE FROM ${this.t.batches} WHERE id = ANY($1::bigint[])`, [ids]);
+        WITH i AS (DELETE FROM ${this.t.items} WHERE batch_id = ANY($1::bigint[])), a AS (DELETE FROM ${this.t.attempts} WHERE batch_id = ANY($1::bigint[])),
+        b AS (DELETE FROM ${this.t.batches} WHERE id = ANY($1::bigint[]) RETURNING destination, state, items),
+        cnt AS (${this.counted(`SELECT destination, state, -1::bigint AS batches, -items::bigint AS items FROM b`, '$2')})
+        SELECT count(*) FROM b`, [ids, this.shard()]);
       return ids.length;
     });
   }

@@ -2,7 +2,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { cutBatches, type PendingRow } from './batching.js';
 import { DeliveryError } from './errors.js';
 import {
-  listCondition, mergeStats, rowToAttempt, rowToSummary, toClaimed, LIST_DEFAULT_LIMIT, PURGE_DELIVERED_CHUNK, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION,
+  assembleStats, listCondition, rowToAttempt, rowToSummary, toClaimed, LIST_DEFAULT_LIMIT, PURGE_DELIVERED_CHUNK, REQUEUE_DEFAULT_LIMIT, SCHEMA_VERSION,
   type AttemptRow, type BatchRow,
 } from './store-common.js';
 import type {
@@ -88,7 +88,7 @@ export async function openSqliteStore(options: SqliteStoreOptions): Promise<Deli
 class SqliteStore implements DeliveryStore {
   readonly kind = 'sqlite' as const;
   readonly description: string;
-  private readonly t: { items: string; batches: string; attempts: string; meta: string; dests: string; rate: string };
+  private readonly t: { items: string; batches: string; attempts: string; meta: string; dests: string; rate: string; counts: string };
   private s: Record<string, Stmt> = {};
   private closed = false;
 
@@ -96,7 +96,7 @@ class SqliteStore implements DeliveryStore {
     this.description = where;
     const p = options.tablePrefix ?? SQLITE_DEFAULTS.tablePrefix;
     if (!/^[A-Za-z_][A-Za-z0-9_]{0,40}$/.test(p)) throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`tablePrefix\` to be letters, digits and _, got ${JSON.stringify(p)}`, { field: 'tablePrefix' });
-    this.t = { items: `${p}items`, batches: `${p}batches`, attempts: `${p}attempts`, meta: `${p}meta`, dests: `${p}destinations`, rate: `${p}rate` };
+    this.t = { items: `${p}items`, batches: `${p}batches`, attempts: `${p}attempts`, meta: `${p}meta`, dests: `${p}destinations`, rate: `${p}rate`, counts: `${p}counts` };
   }
 
   private guard<T>(what: string, fn: () => T): Promise<T> {
@@ -110,7 +110,7 @@ class SqliteStore implements DeliveryStore {
 
   init(): Promise<void> {
     return this.guard('creating the tables', () => {
-      const { items, batches, attempts, meta, dests, rate } = this.t;
+      const { items, batches, attempts, meta, dests, rate, counts } = this.t;
       if (this.options.file !== ':memory:' && this.options.file !== '') this.db.pragma('journal_mode = WAL');
       this.db.pragma(`synchronous = ${this.options.synchronous ?? SQLITE_DEFAULTS.synchronous}`);
       if (this.options.maxSizeBytes !== undefined) {
@@ -183,6 +183,13 @@ class SqliteStore implements DeliveryStore {
         this.db.transaction(() => this.db.exec(`DROP INDEX IF EXISTS ${rate}_window; ALTER TABLE ${rate} ADD COLUMN end_at INTEGER NOT NULL DEFAULT 0; UPDATE ${rate} SET end_at = at`)).immediate();
       }
       this.db.exec(`CREATE INDEX IF NOT EXISTS ${rate}_end ON ${rate} (destination, end_at)`);
+      // The counters behind stats() (O(1) on any number of rows): made, and filled from the tables, once.
+      this.db.transaction(() => {
+        if (this.db.prepare(`SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?`).get(counts) !== undefined) return;
+        this.db.exec(`CREATE TABLE ${counts} (destination TEXT NOT NULL, state TEXT NOT NULL, batches INTEGER NOT NULL DEFAULT 0, items INTEGER NOT NULL DEFAULT 0,
+          PRIMARY KEY (destination, state))`);
+        this.recountLocked();
+      }).immediate();
       this.addMissingColumns();
       // Indexes added later (after the columns they name): live leases per destination (shared
       // concurrency, stats) and finished batches by age (retention).
@@ -190,6 +197,7 @@ class SqliteStore implements DeliveryStore {
         CREATE INDEX IF NOT EXISTS ${batches}_leased ON ${batches} (destination, lease_until) WHERE state = 'queued' AND lease_owner IS NOT NULL;
         CREATE INDEX IF NOT EXISTS ${batches}_delivered_at ON ${batches} (finished_at) WHERE state = 'delivered';
         CREATE INDEX IF NOT EXISTS ${batches}_dropped_at ON ${batches} (finished_at) WHERE state = 'dropped';
+        CREATE INDEX IF NOT EXISTS ${batches}_oldest ON ${batches} (destination, enqueued_at) WHERE state = 'queued';
       `);
       const v = this.db.prepare(`SELECT v FROM ${meta} WHERE k = 'schema'`).get() as { v: string } | undefined;
       if (v === undefined) this.db.prepare(`INSERT INTO ${meta} (k, v) VALUES ('schema', ?)`).run(String(SCHEMA_VERSION));
@@ -220,7 +228,7 @@ class SqliteStore implements DeliveryStore {
   }
 
   private prepare(): void {
-    const { items, batches, attempts, dests, rate } = this.t;
+    const { items, batches, attempts, dests, rate, counts } = this.t;
     const p = (sql: string): Stmt => this.db.prepare(sql);
     this.s = {
       insertItem: p(`INSERT INTO ${items} (destination, key, payload, bytes, enqueued_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (destination, key) DO NOTHING RETURNING id`),
@@ -245,7 +253,7 @@ class SqliteStore implements DeliveryStore {
                      value ->> 6 AS od, value ->> 7 AS pd, value ->> 8 AS ls, value ->> 9 AS le, value ->> 10 AS ld, value ->> 11 AS lw,
                      value ->> 12 AS fa, value ->> 13 AS ot FROM json_each(?)) AS o
         WHERE ${batches}.id = o.id AND ${batches}.lease_token = o.token AND +${batches}.state = 'queued'
-        RETURNING ${batches}.id AS id, ${batches}.round AS round`),
+        RETURNING ${batches}.id AS id, ${batches}.round AS round, ${batches}.destination AS destination, ${batches}.state AS state, ${batches}.items AS items`),
       insertAttempts: p(`INSERT INTO ${attempts} (batch_id, round, attempt, at, status, error_class, elapsed_ms, decision, why, delay_ms, retry_after_ms, worker)
         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7, value ->> 8, value ->> 9,
                value ->> 10, value ->> 11 FROM json_each(?) WHERE true
@@ -261,20 +269,26 @@ class SqliteStore implements DeliveryStore {
       rateTake: p(`INSERT INTO ${rate} (destination, at, n, end_at) VALUES (?, ?, ?, ?) RETURNING id`),
       rateEnd: p(`UPDATE ${rate} SET end_at = min(end_at, ?) WHERE id = ?`),
       leased: p(`SELECT count(*) AS n FROM ${batches} WHERE destination = ? AND state = 'queued' AND lease_owner IS NOT NULL AND lease_until > ?`),
+      count: p(`INSERT INTO ${counts} (destination, state, batches, items) VALUES (?, ?, ?, ?)
+        ON CONFLICT (destination, state) DO UPDATE SET batches = batches + excluded.batches, items = items + excluded.items`),
       requeueOne: p(`UPDATE ${batches} SET state = 'queued', round = round + 1, attempt = 0, op_started_at = NULL, op_deadline_at = NULL,
         prev_delay_ms = NULL, op_throttled = 0, not_before = ?, due_at = ?, lease_owner = NULL, lease_until = 0, lease_token = lease_token + 1, finished_at = NULL
-        WHERE id = ? AND state = 'dropped'`),
+        WHERE id = ? AND state = 'dropped' RETURNING destination, items`),
     };
   }
 
   enqueue(list: readonly NewItem[], now: number): Promise<EnqueueResult[]> {
     return this.guard(`enqueueing ${list.length} item${list.length === 1 ? '' : 's'}`, () => this.db.transaction(() => {
       const out: EnqueueResult[] = [];
+      const fresh = new Map<string, number>();
       for (const it of list) {
         const row = this.s.insertItem!.get(it.destination, it.key, it.payload, Buffer.byteLength(it.payload), now) as { id: number } | undefined;
-        if (row) out.push({ id: row.id, key: it.key, duplicate: false });
-        else out.push({ id: (this.s.findItem!.get(it.destination, it.key) as { id: number }).id, key: it.key, duplicate: true });
+        if (row) {
+          out.push({ id: row.id, key: it.key, duplicate: false });
+          fresh.set(it.destination, (fresh.get(it.destination) ?? 0) + 1);
+        } else out.push({ id: (this.s.findItem!.get(it.destination, it.key) as { id: number }).id, key: it.key, duplicate: true });
       }
+      for (const [d, n] of fresh) this.s.count!.run(d, 'pending', 0, n);
       return out;
     }).immediate());
   }
@@ -298,7 +312,11 @@ class SqliteStore implements DeliveryStore {
         const { id } = this.s.insertBatch!.get(destination, cut.key, cut.rows.length, cut.bytes, now, now, now, cut.rows[0]!.enqueuedAt) as { id: number };
         for (const r of cut.rows) pairs.push([r.id, id]);
       }
-      if (pairs.length > 0) this.s.setBatch!.run(JSON.stringify(pairs));
+      if (pairs.length > 0) {
+        this.s.setBatch!.run(JSON.stringify(pairs));
+        this.s.count!.run(destination, 'pending', 0, -pairs.length);
+        this.s.count!.run(destination, 'queued', cuts.length, pairs.length);
+      }
       return { formed: cuts.length, nextAt };
     }).immediate();
   }
@@ -370,8 +388,9 @@ class SqliteStore implements DeliveryStore {
     return this.guard('recording outcomes', () => this.db.transaction(() => {
       const rows = outcomes.map((o) => [o.id, o.token, o.state, o.notBefore, o.attempt, o.opStartedAt, o.opDeadlineAt, o.prevDelayMs,
         o.lastStatus, o.lastErrorClass, o.lastDecision, o.lastWhy, o.finishedAt, o.opThrottled]);
-      const done = this.s.complete!.all(JSON.stringify(rows)) as { id: number; round: number }[];
+      const done = this.s.complete!.all(JSON.stringify(rows)) as { id: number; round: number; destination: string; state: string; items: number }[];
       const roundOf = new Map(done.map((r) => [r.id, r.round]));
+      this.countMoves(done.filter((r) => r.state !== 'queued').map((r) => ({ destination: r.destination, from: 'queued', to: r.state, items: r.items })));
       const records: unknown[] = [];
       for (const o of outcomes) {
         const round = roundOf.get(o.id);
@@ -393,26 +412,53 @@ class SqliteStore implements DeliveryStore {
     }).immediate());
   }
 
+  /** As the PostgreSQL store: counters for the totals, indexes for the rest; no statement reads the whole queue. */
   stats(now: number): Promise<DestinationStats[]> {
     return this.guard('reading statistics', () => {
-      const { items, batches, dests } = this.t;
-      const pending = this.db.prepare(`SELECT p.destination, p.n, i.enqueued_at AS oldest
-        FROM (SELECT destination, count(*) AS n, min(id) AS first FROM ${items} WHERE batch_id IS NULL GROUP BY destination) p JOIN ${items} i ON i.id = p.first`)
-        .all() as { destination: string; n: number; oldest: number }[];
-      const rows = this.db.prepare(`SELECT destination,
-          sum(state = 'queued' AND lease_until <= @now AND not_before <= @now) AS rb,
-          sum(CASE WHEN state = 'queued' AND lease_until <= @now AND not_before <= @now THEN items ELSE 0 END) AS ri,
-          sum(state = 'queued' AND lease_until > @now) AS fb,
-          sum(CASE WHEN state = 'queued' AND lease_until > @now THEN items ELSE 0 END) AS fi,
-          sum(state = 'queued' AND lease_until <= @now AND not_before > @now) AS db,
-          sum(CASE WHEN state = 'queued' AND lease_until <= @now AND not_before > @now THEN items ELSE 0 END) AS di,
-          sum(state = 'delivered') AS vb, sum(CASE WHEN state = 'delivered' THEN items ELSE 0 END) AS vi,
-          sum(state = 'dropped') AS xb, sum(CASE WHEN state = 'dropped' THEN items ELSE 0 END) AS xi,
-          min(CASE WHEN state = 'queued' THEN coalesce(enqueued_at, created_at) END) AS oldest
-        FROM ${batches} GROUP BY destination`).all({ now }) as Record<string, number | string>[];
+      const { items, batches, dests, counts } = this.t;
+      const totals = this.db.prepare(`SELECT destination, state, batches AS b, items AS i FROM ${counts}`).all() as { destination: string; state: string; b: number; i: number }[];
+      const inflight = this.db.prepare(`SELECT destination, count(*) AS b, coalesce(sum(items), 0) AS i FROM ${batches}
+        WHERE state = 'queued' AND lease_owner IS NOT NULL AND lease_until > ? GROUP BY destination`).all(now) as { destination: string; b: number; i: number }[];
+      const deferred = this.db.prepare(`SELECT count(*) AS b, coalesce(sum(items), 0) AS i,
+          (SELECT min(enqueued_at) FROM ${batches} WHERE state = 'queued' AND destination = @d) AS oldest_b,
+          (SELECT enqueued_at FROM ${items} WHERE destination = @d AND batch_id IS NULL ORDER BY id LIMIT 1) AS oldest_p
+        FROM ${batches} WHERE state = 'queued' AND destination = @d AND due_at > @now AND lease_until <= @now`);
+      const per = [...new Set(totals.map((r) => r.destination))].map((d) => ({ destination: d, ...(deferred.get({ d, now }) as { b: number; i: number; oldest_b: number | null; oldest_p: number | null }) }));
       const paused = (this.db.prepare(`SELECT destination FROM ${dests} WHERE paused_at IS NOT NULL`).all() as { destination: string }[]).map((r) => r.destination);
-      return mergeStats(pending, rows, paused);
+      return assembleStats(totals, inflight, per, paused);
     });
+  }
+
+  /** Rebuilds the counters behind stats() from the tables. */
+  recount(): Promise<void> {
+    return this.guard('counting the queue', () => this.db.transaction(() => this.recountLocked()).immediate());
+  }
+
+  private recountLocked(): void {
+    const { items, batches, counts } = this.t;
+    this.db.exec(`DELETE FROM ${counts};
+      INSERT INTO ${counts} (destination, state, batches, items)
+        SELECT destination, 'pending', 0, count(*) FROM ${items} WHERE batch_id IS NULL GROUP BY destination
+        UNION ALL SELECT destination, state, count(*), coalesce(sum(items), 0) FROM ${batches} GROUP BY destination, state;`);
+  }
+
+  /** Batches that changed state (to null: deleted): the counters follow. */
+  private countMoves(moves: readonly { destination: string; from: string; to: string | null; items: number }[]): void {
+    if (moves.length === 0) return;
+    const d = new Map<string, [string, string, number, number]>();
+    const add = (dest: string, state: string, b: number, i: number): void => {
+      const k = `${dest}\0${state}`;
+      const e = d.get(k);
+      if (e) {
+        e[2] += b;
+        e[3] += i;
+      } else d.set(k, [dest, state, b, i]);
+    };
+    for (const m of moves) {
+      add(m.destination, m.from, -1, -m.items);
+      if (m.to !== null) add(m.destination, m.to, 1, m.items);
+    }
+    for (const [dest, state, b, i] of d.values()) this.s.count!.run(dest, state, b, i);
   }
 
   list(filter: ListFilter, now: number): Promise<BatchSummary[]> {
@@ -467,7 +513,14 @@ class SqliteStore implements DeliveryStore {
       params.push(filter.limit ?? REQUEUE_DEFAULT_LIMIT);
       const ids = this.db.prepare(`SELECT id FROM ${this.t.batches} WHERE ${where.join(' AND ')} ORDER BY id LIMIT ?`).all(...params) as { id: number }[];
       let n = 0;
-      for (const { id } of ids) n += this.s.requeueOne!.run(now, now, id).changes;
+      const moved: { destination: string; from: string; to: string; items: number }[] = [];
+      for (const { id } of ids) {
+        const r = this.s.requeueOne!.get(now, now, id) as { destination: string; items: number } | undefined;
+        if (!r) continue;
+        n++;
+        moved.push({ destination: r.destination, from: 'dropped', to: 'queued', items: r.items });
+      }
+      this.countMoves(moved);
       return n;
     }).immediate());
   }
@@ -491,11 +544,13 @@ class SqliteStore implements DeliveryStore {
     return this.guard(`purging ${state} batches`, () => this.db.transaction(() => {
       const { items, batches, attempts } = this.t;
       // At most `limit` batches per call (one short transaction), oldest first, through the finished index.
-      const ids = JSON.stringify((this.db.prepare(`SELECT id FROM ${batches} WHERE state = '${state}' AND finished_at < ? ORDER BY finished_at LIMIT ?`)
-        .all(before, limit) as { id: number }[]).map((r) => r.id));
+      const rows = this.db.prepare(`SELECT id, destination, items FROM ${batches} WHERE state = '${state}' AND finished_at < ? ORDER BY finished_at LIMIT ?`)
+        .all(before, limit) as { id: number; destination: string; items: number }[];
+      const ids = JSON.stringify(rows.map((r) => r.id));
       const sub = 'SELECT value FROM json_each(?)';
       this.db.prepare(`DELETE FROM ${items} WHERE batch_id IN (${sub})`).run(ids);
       this.db.prepare(`DELETE FROM ${attempts} WHERE batch_id IN (${sub})`).run(ids);
+      this.countMoves(rows.map((r) => ({ destination: r.destination, from: state, to: null, items: r.items })));
       return this.db.prepare(`DELETE FROM ${batches} WHERE id IN (${sub})`).run(ids).changes;
     }).immediate());
   }

@@ -116,31 +116,58 @@ export function listCondition(state: ListFilter['state'], now: string): string |
   }
 }
 
-export function mergeStats(
-  pending: readonly { destination: string; n: number | string; oldest?: number | string | null }[],
-  rows: readonly Record<string, number | string | null>[],
-  paused: readonly string[] = [],
+type Num = number | string | null | undefined;
+
+/**
+ * stats() from its parts: per destination, totals from the counters (state pending:
+ * items not yet batched; queued, delivered, dropped: batches and items), live leases,
+ * deferred batches (due later, not leased) with the oldest waiting item, and the paused
+ * ones. Ready = queued − in flight − deferred. Destinations with nothing at all (every
+ * row purged) and not paused are left out.
+ */
+export function assembleStats(
+  totals: readonly { destination: string; state: string; b: Num; i: Num }[],
+  inflight: readonly { destination: string; b: Num; i: Num }[],
+  deferred: readonly { destination: string; b: Num; i: Num; oldest_b?: Num; oldest_p?: Num }[],
+  paused: readonly string[],
 ): DestinationStats[] {
-  const by = new Map<string, DestinationStats>();
-  const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
-  const blank = (destination: string): DestinationStats => ({
-    destination, pendingItems: 0, readyBatches: 0, readyItems: 0, inflightBatches: 0, inflightItems: 0, deferredBatches: 0, deferredItems: 0,
-    deliveredBatches: 0, deliveredItems: 0, droppedBatches: 0, droppedItems: 0, paused: false, oldestEnqueuedAt: null,
-  });
-  const older = (a: number | null, b: unknown): number | null => (b === null || b === undefined ? a : a === null ? Number(b) : Math.min(a, Number(b)));
-  for (const r of rows) {
-    const d = String(r.destination);
-    by.set(d, {
-      ...blank(d),
-      readyBatches: num(r.rb), readyItems: num(r.ri), inflightBatches: num(r.fb), inflightItems: num(r.fi),
-      deferredBatches: num(r.db), deferredItems: num(r.di), deliveredBatches: num(r.vb), deliveredItems: num(r.vi),
-      droppedBatches: num(r.xb), droppedItems: num(r.xi), oldestEnqueuedAt: older(null, r.oldest),
+  const num = (v: Num): number => (v === null || v === undefined ? 0 : Number(v));
+  interface Acc { pending: number; qb: number; qi: number; fb: number; fi: number; db: number; di: number; vb: number; vi: number; xb: number; xi: number; oldest: number | null; paused: boolean }
+  const by = new Map<string, Acc>();
+  const acc = (d: string): Acc => {
+    let a = by.get(d);
+    if (!a) by.set(d, (a = { pending: 0, qb: 0, qi: 0, fb: 0, fi: 0, db: 0, di: 0, vb: 0, vi: 0, xb: 0, xi: 0, oldest: null, paused: false }));
+    return a;
+  };
+  for (const r of totals) {
+    const a = acc(r.destination);
+    if (r.state === 'pending') a.pending += num(r.i);
+    else if (r.state === 'queued') { a.qb += num(r.b); a.qi += num(r.i); }
+    else if (r.state === 'delivered') { a.vb += num(r.b); a.vi += num(r.i); }
+    else if (r.state === 'dropped') { a.xb += num(r.b); a.xi += num(r.i); }
+  }
+  for (const r of inflight) {
+    const a = acc(r.destination);
+    a.fb = num(r.b);
+    a.fi = num(r.i);
+  }
+  for (const r of deferred) {
+    const a = acc(r.destination);
+    a.db = num(r.b);
+    a.di = num(r.i);
+    for (const o of [r.oldest_b, r.oldest_p]) if (o !== null && o !== undefined) a.oldest = a.oldest === null ? Number(o) : Math.min(a.oldest, Number(o));
+  }
+  for (const d of paused) acc(d).paused = true;
+  const out: DestinationStats[] = [];
+  for (const [destination, a] of by) {
+    if (!a.paused && a.pending + a.qb + a.vb + a.xb === 0) continue;
+    out.push({
+      destination, pendingItems: a.pending,
+      readyBatches: Math.max(0, a.qb - a.fb - a.db), readyItems: Math.max(0, a.qi - a.fi - a.di),
+      inflightBatches: a.fb, inflightItems: a.fi, deferredBatches: a.db, deferredItems: a.di,
+      deliveredBatches: a.vb, deliveredItems: a.vi, droppedBatches: a.xb, droppedItems: a.xi,
+      paused: a.paused, oldestEnqueuedAt: a.pending + a.qb > 0 ? a.oldest : null,
     });
   }
-  for (const p of pending) {
-    const had = by.get(p.destination) ?? blank(p.destination);
-    by.set(p.destination, { ...had, pendingItems: num(p.n), oldestEnqueuedAt: older(had.oldestEnqueuedAt, p.oldest) });
-  }
-  for (const d of paused) by.set(d, { ...(by.get(d) ?? blank(d)), paused: true });
-  return [...by.values()].sort((a, b) => (a.destination < b.destination ? -1 : a.destination > b.destination ? 1 : 0));
+  return out.sort((x, y) => (x.destination < y.destination ? -1 : x.destination > y.destination ? 1 : 0));
 }

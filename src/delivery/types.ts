@@ -263,7 +263,10 @@ export interface DeliveryStore {
   complete(outcomes: readonly Outcome[]): Promise<CompleteResult>;
   /** Gives leases back (graceful stop): due again at their not_before. Fenced. Returns how many. */
   release(leases: readonly Lease[], now: number): Promise<number>;
+  /** Per destination and state, from counters the writes keep (and a few index reads): fast on any number of rows. */
   stats(now: number): Promise<DestinationStats[]>;
+  /** Rebuilds the counters behind `stats` from the tables (after workers of an older relent wrote to the store). */
+  recount(): Promise<void>;
   list(filter: ListFilter, now: number): Promise<BatchSummary[]>;
   get(id: number): Promise<BatchDetail | null>;
   /** Puts dropped batches back (new round, fresh attempts, history kept, same key). Returns how many. */

@@ -145,8 +145,8 @@ describe('SQLite: the hot statements use their indexes', () => {
       ['claim', plan(/^UPDATE relent_batches SET lease_token/, { owner: 'w', until: now, d: 'd1', now, limit: 16 }), 'relent_batches_due'],
       ['seal (pending items)', plan(/^SELECT id, key, bytes, enqueued_at AS enqueuedAt FROM relent_items/, ['d1', 16]), 'relent_items_pending'],
       ['live leases (shared concurrency)', plan(/^SELECT count\(\*\) AS n FROM relent_batches WHERE destination = \? AND state = 'queued' AND lease_owner/, ['d1', now]), 'relent_batches_leased'],
-      ['purge delivered', plan(/^SELECT id FROM relent_batches WHERE state = 'delivered'/, [now, 500]), 'relent_batches_delivered_at'],
-      ['purge dropped', plan(/^SELECT id FROM relent_batches WHERE state = 'dropped'/, [now, 500]), 'relent_batches_dropped_at'],
+      ['purge delivered', plan(/^SELECT id, destination, items FROM relent_batches WHERE state = 'delivered'/, [now, 500]), 'relent_batches_delivered_at'],
+      ['purge dropped', plan(/^SELECT id, destination, items FROM relent_batches WHERE state = 'dropped'/, [now, 500]), 'relent_batches_dropped_at'],
     ];
     for (const [what, detail, index] of cases) {
       expect({ what, uses: detail.includes(`INDEX ${index}`), scans: /SCAN relent_(batches|items)\b/.test(detail) }, detail).toEqual({ what, uses: true, scans: false });

@@ -10,7 +10,7 @@ import { batchKey } from '../../src/delivery/batching.js';
 import { openPostgresStore } from '../../src/delivery/postgres-store.js';
 import { openSqliteStore } from '../../src/delivery/sqlite-store.js';
 import type { ClaimedBatch, DeliveryStore, Outcome } from '../../src/delivery/types.js';
-import { createTestClock } from '../../src/testing/index.js';
+import { createSeededRandom, createTestClock } from '../../src/testing/index.js';
 import { dropSchema, pgEnabled, PG_URL, postgresFactory, sqliteFactory, uniqueSchema, type StoreFactory } from './support.js';
 
 const withPg = await pgEnabled();
@@ -323,6 +323,35 @@ for (const f of factories) {
       expect((await s.claimLimited('d', 5, lim, clock.wallNow(), LEASE, 'w3')).claimed).toHaveLength(3);
     });
 
+    it('stats come from counters the writes keep: after 300 random operations they equal a count from scratch (recount)', async () => {
+      const { s, clock } = await fresh();
+      const random = createSeededRandom(11);
+      const pick = <T>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)]!;
+      const dests = ['a', 'b', 'c'];
+      let k = 0;
+      const held: ClaimedBatch[] = [];
+      for (let step = 0; step < 300; step++) {
+        const now = clock.wallNow();
+        const op = random();
+        if (op < 0.25) await s.enqueue(items(pick(dests), Array.from({ length: 1 + Math.floor(random() * 4) }, () => `k${k++ % 150}`)), now); // some keys repeat: duplicates
+        else if (op < 0.4) await s.formBatches(pick(dests), { maxItems: 1 + Math.floor(random() * 3), maxBytes: 1_000_000, maxAgeMs: 0 }, now, 5);
+        else if (op < 0.6) held.push(...await s.claim(pick(dests), 1 + Math.floor(random() * 3), now, LEASE, 'w'));
+        else if (op < 0.85 && held.length > 0) {
+          const b = held.splice(Math.floor(random() * held.length), 1)[0]!;
+          const st = pick(['delivered', 'dropped', 'queued'] as const);
+          await s.complete([outcome(b, { state: st, notBefore: now + Math.floor(random() * 3_000), lastDecision: st === 'delivered' ? 'return' : st === 'dropped' ? 'max_attempts' : 'retry' }, now)]);
+        } else if (op < 0.9) await s.requeue({ destination: pick(dests), limit: 2 }, now);
+        else if (op < 0.95) await s.purge(pick(['delivered', 'dropped'] as const), now - 500, 3);
+        else if (held.length > 0) await s.release(held.splice(0, 1), now);
+        clock.advance(Math.floor(random() * 400));
+      }
+      const now = clock.wallNow();
+      const kept = await s.stats(now);
+      expect(kept.reduce((a, x) => a + x.pendingItems + x.readyItems + x.inflightItems + x.deferredItems + x.deliveredItems + x.droppedItems, 0)).toBeGreaterThan(0);
+      await s.recount();
+      expect(await s.stats(now)).toEqual(kept);
+    });
+
     it('stats tell the oldest waiting item per destination (pending or in a queued batch)', async () => {
       const { s, clock } = await fresh();
       const t0 = clock.wallNow();
@@ -360,7 +389,7 @@ function sqliteUpgrade(): Upgrade {
     sql(text) {
       const db = new Sqlite(file);
       try {
-        const stmt = db.prepare(text.replaceAll('{batches}', 'relent_batches'));
+        const stmt = db.prepare(text.replaceAll('{batches}', 'relent_batches').replaceAll('{counts}', 'relent_counts'));
         return Promise.resolve(stmt.reader ? stmt.all() as Record<string, unknown>[] : (stmt.run(), []));
       } finally {
         db.close();
@@ -379,7 +408,7 @@ function postgresUpgrade(): Upgrade {
       const c = new pg.Client({ connectionString: PG_URL });
       await c.connect();
       try {
-        return (await c.query(text.replaceAll('{batches}', `"${schema}".relent_batches`))).rows as Record<string, unknown>[];
+        return (await c.query(text.replaceAll('{batches}', `"${schema}".relent_batches`).replaceAll('{counts}', `"${schema}".relent_counts`))).rows as Record<string, unknown>[];
       } finally {
         await c.end();
       }
@@ -410,6 +439,22 @@ for (const u of [sqliteUpgrade(), ...(withPg ? [postgresUpgrade()] : [])]) {
       await s.close();
       s = await u.open(); // opening an up-to-date database changes nothing
       expect(await u.sql('SELECT op_throttled FROM {batches}')).toEqual([{ op_throttled: 1 }]);
+      await s.close();
+    });
+
+    it('a database made before the stats counters gets them, counted from its tables, when opened', async () => {
+      const clock = createTestClock();
+      let s = await u.open();
+      await s.enqueue(items('e', ['a', 'b', 'c']), clock.wallNow());
+      await s.formBatches('e', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 2);
+      const [b] = await s.claim('e', 1, clock.wallNow(), LEASE, 'w1');
+      await s.complete([outcome(b!, { state: 'delivered' }, clock.wallNow())]);
+      const before = (await s.stats(clock.wallNow())).find((x) => x.destination === 'e');
+      expect(before).toMatchObject({ pendingItems: 1, readyBatches: 1, deliveredBatches: 1 });
+      await s.close();
+      await u.sql('DROP TABLE {counts}'); // the previous schema
+      s = await u.open();
+      expect((await s.stats(clock.wallNow())).find((x) => x.destination === 'e')).toEqual(before);
       await s.close();
     });
   });
