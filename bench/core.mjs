@@ -5,7 +5,8 @@ import pRetry from 'p-retry';
 import { retry, handleAll, ExponentialBackoff, timeout, TimeoutStrategy, wrap } from 'cockatiel';
 import { backOff } from 'exponential-backoff';
 import asyncRetry from 'async-retry';
-import { run, resolvePolicy, decide, startOperation, beginAttempt, createSeededRandom } from '../dist/index.js';
+import { run, resolvePolicy, decide, createOperation } from '../dist/index.js';
+import { createSeededRandom } from '../dist/testing/index.js';
 import { compare, printTable } from './harness.mjs';
 import { readFileSync } from 'node:fs';
 
@@ -43,7 +44,8 @@ export async function main({ quick = false } = {}) {
   }
 
   const random = createSeededRandom(1);
-  const state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
+  const state = createOperation(policy, { method: 'GET', random }); // an operation in its first attempt
+  state.start(0);
   const ok = { status: 200, elapsedMs: 5 };
   const busy = { status: 503, elapsedMs: 5 };
   const limited = { status: 429, elapsedMs: 5, headers: { 'retry-after': '2' } };

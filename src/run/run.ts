@@ -285,10 +285,32 @@ async function waitForSlot(bulkhead: Bulkhead, clock: Clock, signal: AbortSignal
   }
 }
 
-/** The context one attempt receives. Its signal and requestId are built only when read. */
-class AttemptCtx implements AttemptContext {
-  private controller: AbortController | null = null;
+/** What the executor keeps of an attempt in flight (the context it handed to the call). */
+interface AttemptHandle extends AttemptContext {
   /** The attempt has settled (answered, failed, timed out or been cancelled). */
+  done: boolean;
+  abort(reason: unknown): void;
+  /** Aborts for the attempt timeout; the error (and its stack) is made only if someone holds the signal. */
+  abortForTimeout(): void;
+}
+
+/** A signal for an attempt, made when first read: aborted already if the attempt timed out or the caller cancelled. */
+function attemptSignal(h: { controller: AbortController | null; timedOut: boolean }, callerSignal: AbortSignal | undefined): AbortSignal {
+  if (h.controller === null) {
+    h.controller = new AbortController();
+    if (h.timedOut) h.controller.abort(new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON));
+    else if (callerSignal?.aborted) h.controller.abort(callerSignal.reason);
+  }
+  return h.controller.signal;
+}
+
+/**
+ * The context of an attempt after the first (the operation's Runner is the first
+ * attempt's context itself: one object less on the success path). Its signal and
+ * requestId are built only when read.
+ */
+class AttemptCtx implements AttemptHandle {
+  controller: AbortController | null = null;
   done = false;
   timedOut = false;
 
@@ -310,19 +332,13 @@ class AttemptCtx implements AttemptContext {
 
   /** Created on first use: an operation that never reads it costs no AbortController. */
   get signal(): AbortSignal {
-    if (this.controller === null) {
-      this.controller = new AbortController();
-      if (this.timedOut) this.controller.abort(new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON));
-      else if (this.callerSignal?.aborted) this.controller.abort(this.callerSignal.reason);
-    }
-    return this.controller.signal;
+    return attemptSignal(this, this.callerSignal);
   }
 
   abort(reason: unknown): void {
     this.controller?.abort(reason);
   }
 
-  /** Aborts for the attempt timeout; the error (and its stack) is made only if someone holds the signal. */
   abortForTimeout(): void {
     this.timedOut = true;
     if (this.controller !== null) this.controller.abort(new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON));
@@ -347,7 +363,7 @@ const UNTIMED_200: Observation = Object.freeze({ status: 200, errorClass: null, 
  * success path costs the operation's own promise and one more, not a chain of them;
  * on the system clock it is its own lazy timer and reads the clock once per turn.
  */
-class Runner<T> implements TimerRecord {
+class Runner<T> implements TimerRecord, AttemptHandle {
   readonly policy: Policy;
   private readonly clock: Clock;
   /** The system clock: timers are this object itself (no allocation), `now` is read once per turn. */
@@ -367,7 +383,14 @@ class Runner<T> implements TimerRecord {
   private op: Operation | undefined = undefined;
   private startedAt = 0;
   private phase = Phase.Idle;
-  private ctx: AttemptCtx | null = null;
+  private ctx: AttemptHandle | null = null;
+  // The first attempt's context (this object): see AttemptHandle.
+  readonly attempt = 1;
+  timeoutMs = 0;
+  remainingMs = 0;
+  done = false;
+  timedOut = false;
+  controller: AbortController | null = null;
   private aScope: AttemptScope | null = null;
   private checking = false;
   private attemptStart = 0;
@@ -411,6 +434,24 @@ class Runner<T> implements TimerRecord {
   /** Fixed for the operation; made on first use (nothing reads it on a quiet success path). */
   get operationId(): string {
     return (this.opId ??= newOperationId());
+  }
+
+  // As the first attempt's context (AttemptContext):
+  get requestId(): string {
+    return `${this.operationId}/attempt-1`;
+  }
+
+  get signal(): AbortSignal {
+    return attemptSignal(this, this.callerSignal);
+  }
+
+  abort(reason: unknown): void {
+    this.controller?.abort(reason);
+  }
+
+  abortForTimeout(): void {
+    this.timedOut = true;
+    if (this.controller !== null) this.controller.abort(new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON));
   }
 
   private now(): number {
@@ -500,7 +541,15 @@ class Runner<T> implements TimerRecord {
 
   /** Calls the operation (or the state check) with a timer and the caller's signal racing it. */
   private invoke(now: number, attempt: number, timeoutMs: number, remaining: number, check: ((ctx: AttemptContext) => Promise<T>) | null): void {
-    const ctx = new AttemptCtx(this, this.callerSignal, attempt, timeoutMs, remaining);
+    let ctx: AttemptHandle;
+    if (attempt === 1 && check === null && this.timeoutMs === 0 && !this.done) {
+      // The first attempt's context is this object.
+      this.timeoutMs = timeoutMs;
+      this.remainingMs = remaining;
+      ctx = this; // eslint-disable-line @typescript-eslint/no-this-alias
+    } else {
+      ctx = new AttemptCtx(this, this.callerSignal, attempt, timeoutMs, remaining);
+    }
     this.ctx = ctx;
     this.checking = check !== null;
     this.attemptStart = now;
@@ -540,7 +589,7 @@ class Runner<T> implements TimerRecord {
   }
 
   /** One attempt has settled: observe it, tell the operation (the core decides), report, carry out what comes next. */
-  private settle(ctx: AttemptCtx, kind: Settled, payload: unknown): void {
+  private settle(ctx: AttemptHandle, kind: Settled, payload: unknown): void {
     if (ctx.done) return;
     ctx.done = true;
     this.clearTimer();
