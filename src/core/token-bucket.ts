@@ -1,4 +1,6 @@
 import { invalidPolicy } from './errors.js';
+import type { StatusSet } from './policy.js';
+import { parseRateLimit } from './ratelimit.js';
 
 /**
  * A rate limit on the calls to one dependency (or one key): a token bucket that fills at
@@ -77,6 +79,8 @@ export interface TokenBucketState {
 
 export interface TokenBucket {
   readonly spec: ResolvedRateLimitSpec;
+  /** A call arrives (once per call, before it asks for a token): a fleet's share follows the demand. */
+  arrived(now: number): void;
   /** Takes a token for one call now; false when none is there (nothing changes then). */
   tryTake(now: number): boolean;
   /**
@@ -156,6 +160,10 @@ class Bucket implements TokenBucket {
     return true;
   }
 
+  arrived(): void {
+    // This process's own bucket does not follow demand.
+  }
+
   tryTake(now: number): boolean {
     this.refill(now);
     if (now < this.pausedUntil || this.tokens < 1) return false;
@@ -225,4 +233,33 @@ class Bucket implements TokenBucket {
 /** A token bucket that starts full. */
 export function createTokenBucket(spec: RateLimitSpec | ResolvedRateLimitSpec, field = 'rateLimit'): TokenBucket {
   return new Bucket(normalizeRateLimit(spec, field));
+}
+
+/**
+ * What one answer tells a rate limit (drivers call this after every attempt that got a
+ * status, with what the core decided): a throttling status (the policy's
+ * throttleStatuses, 429 by default), or a 503 with a wait, lowers the rate and pauses the
+ * bucket for the server's wait (`retryAfterMs`, the decision's: Retry-After or a
+ * RateLimit reset); a `RateLimit` field (draft-ietf-httpapi-ratelimit-headers) caps the
+ * calls to its remaining quota until its window ends (the most restrictive of its
+ * items). A response served from a cache (`Age` > 0) says nothing about quota.
+ */
+export function observeRateAnswer(
+  bucket: TokenBucket, now: number, status: number, headers: Readonly<Record<string, string>> | undefined, retryAfterMs: number | null, throttleStatuses: StatusSet,
+): void {
+  if (throttleStatuses.has(status) || (status === 503 && retryAfterMs !== null)) bucket.throttled(now, retryAfterMs);
+  const field = headers?.['ratelimit'];
+  if (field === undefined) return;
+  const age = headers!['age'];
+  if (age !== undefined && /^\s*[0-9]+\s*$/.test(age) && Number(age) > 0) return;
+  const parsed = parseRateLimit(field);
+  if (!parsed.present || !parsed.valid) return;
+  let best: { remaining: number; windowMs: number } | null = null;
+  for (const it of parsed.items) {
+    if (it.windowSeconds === null || it.windowSeconds <= 0) continue;
+    const windowMs = it.windowSeconds * 1000;
+    // The most restrictive item: the lowest rate of what is left.
+    if (best === null || it.remaining / windowMs < best.remaining / best.windowMs) best = { remaining: it.remaining, windowMs };
+  }
+  if (best !== null) bucket.quota(now, best.remaining, best.windowMs);
 }
