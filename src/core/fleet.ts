@@ -1,4 +1,5 @@
 import type { BreakerOptions, BreakerSpec, CircuitBreaker } from './breaker.js';
+import type { RateLimitSpec, TokenBucket } from './token-bucket.js';
 import { isAnswer, ratioDeposit, type BudgetSpec, type RatioBudgetSpec, type RetryBudget } from './budget.js';
 import { invalidPolicy } from './errors.js';
 
@@ -18,6 +19,13 @@ export interface Fleet {
   budget(dependency: string, spec: BudgetSpec): RetryBudget;
   /** The circuit breaker of `dependency`: one state for the whole fleet. */
   breaker(dependency: string, spec?: BreakerSpec | null, options?: BreakerOptions): CircuitBreaker;
+  /**
+   * The rate limit of `dependency` (or of a key) shared by the fleet: this process's share
+   * of `spec.ratePerSecond`, as a token bucket that answers without waiting on the
+   * network (the share is renegotiated in the background). The same object for the same
+   * name in one process. Optional: a fleet without it gives each process its own bucket.
+   */
+  rateLimit?(dependency: string, spec: RateLimitSpec): TokenBucket;
 }
 
 /**
@@ -132,13 +140,14 @@ export function takeFromSharedBucket(
 }
 
 /**
- * This process's share of a rate limit the fleet shares (calls per second): max-min fair
- * shares of `rate` over the members' demands (water-filling: the smallest demands are met
- * in full, the rest split what is left equally), and whatever is left when every demand
- * is met is split equally, so that a member whose demand grows finds room at once.
- * `demands[mine]` is this process's own. The shares add up to `rate`. This is the
+ * This process's fair share of a rate limit the fleet shares (calls per second): max-min
+ * fair shares of `rate` over the members' demands (water-filling: the smallest demands
+ * are met in full, the rest split what is left equally), and whatever is left when every
+ * demand is met is split equally, so that a member whose demand grows finds room at once.
+ * `demands[mine]` is this process's own. The shares add up to `rate`. What a member is
+ * granted is its fair share within what the others hold (`fleetRateGrant`). This is the
  * arithmetic relent/fleet's rate script runs in Redis (Doorman, YouTube's global rate
- * limiter, hands out capacity the same way).
+ * limiter, hands out capacity the same way: fair shares, granted within what is free).
  */
 export function fleetRateShare(demands: readonly number[], mine: number, rate: number): number {
   const n = demands.length;
@@ -154,4 +163,55 @@ export function fleetRateShare(demands: readonly number[], mine: number, rate: n
     if (i === mine) own = give;
   }
   return own + left / n;
+}
+
+/** A shared rate limit's state as stored (times on the shared clock, ms). */
+export interface SharedRateState {
+  /** Nobody's bucket refills before this (a server's wait, seen by one member). */
+  readonly pausedUntil: number;
+  /** The fleet's rate factor at `factorAt`, growing back linearly to 1 over recoverMs. */
+  readonly factor: number;
+  readonly factorAt: number;
+  /** When the rate was last lowered (at most once a second). */
+  readonly lastDecrease: number;
+}
+
+/**
+ * One member's visit to a shared rate limit at shared time `now`: when it reports a
+ * throttling answer (`waitMs` ≥ 0: the server's wait, 0 when none was said) the fleet's
+ * rate is lowered by `decrease` (at most once a second, never below `minFactor`) and every
+ * member pauses until the server's wait is over — the same rule as one process's bucket
+ * (core/token-bucket.ts), kept once for the whole fleet. Returns the new state and the
+ * factor on the configured rate now. relent/fleet's rate script runs this in Redis.
+ */
+export function stepSharedRate(
+  state: SharedRateState | null, now: number, spec: { readonly decrease: number; readonly recoverMs: number; readonly minFactor: number }, waitMs: number,
+): { readonly state: SharedRateState; readonly factor: number } {
+  let pausedUntil = state?.pausedUntil ?? 0;
+  let factor = state?.factor ?? 1;
+  let factorAt = state?.factorAt ?? now;
+  let lastDecrease = state?.lastDecrease ?? -1e15;
+  let f = factor < 1 ? Math.min(1, factor + (now - factorAt) / spec.recoverMs) : 1;
+  if (waitMs >= 0) {
+    if (waitMs > 0 && now + waitMs > pausedUntil) pausedUntil = now + waitMs;
+    if (spec.decrease < 1 && now - lastDecrease >= 1000) {
+      f = Math.max(Math.min(1, spec.minFactor), f * spec.decrease);
+      factor = f;
+      factorAt = now;
+      lastDecrease = now;
+    }
+  }
+  return { state: { pausedUntil, factor, factorAt, lastDecrease }, factor: f };
+}
+
+/**
+ * What a member is granted: its fair share, but never more than the rate the other live
+ * members do not hold (their grants until they visit again), so the grants in force never
+ * add up to more than `rate` — a member whose fair share shrank keeps its old grant until
+ * its next visit, and a newcomer gets the rest until then.
+ */
+export function fleetRateGrant(demands: readonly number[], mine: number, rate: number, othersGranted: number): number {
+  const fair = fleetRateShare(demands, mine, rate);
+  const free = rate - (othersGranted > 0 ? othersGranted : 0);
+  return Math.max(0, Math.min(fair, free));
 }

@@ -89,11 +89,17 @@ export interface TokenBucket {
    * now; the first in line asks `tryTake` again when it is due.
    */
   readyAt(now: number, ahead?: number): number;
-  /** A throttling answer: pause for `waitMs` (the server's; null: none said) and lower the rate (at most once a second). Returns true if the rate fell. */
-  throttled(now: number, waitMs: number | null): boolean;
+  /**
+   * A throttling answer: pause for `waitMs` (the server's; null: none said) and, unless
+   * `lower` is false, lower the rate (at most once a second). Returns true if the rate fell.
+   */
+  throttled(now: number, waitMs: number | null, lower?: boolean): boolean;
   /** The server's quota: `remaining` calls until `windowMs` from now (a RateLimit field's r and t). */
   quota(now: number, remaining: number, windowMs: number): void;
-  /** Sets the configured rate (relent/fleet: this process's share of the fleet's rate); the burst scales with it. */
+  /**
+   * Sets the rate (relent/fleet: this process's share of the fleet's rate, lowered there
+   * already): it replaces the configured rate and any lowering; the burst scales with it.
+   */
   setRate(now: number, ratePerSecond: number): void;
   state(now: number): TokenBucketState;
 }
@@ -112,10 +118,10 @@ class Bucket implements TokenBucket {
   private quotaLeft = Infinity;
   private quotaUntil = -Infinity;
 
-  constructor(readonly spec: ResolvedRateLimitSpec) {
+  constructor(readonly spec: ResolvedRateLimitSpec, full: boolean) {
     this.base = spec.ratePerSecond / 1000;
     this.burst = spec.burst;
-    this.tokens = spec.burst;
+    this.tokens = full ? spec.burst : 0;
   }
 
   /** The factor on the base rate at t. */
@@ -186,13 +192,13 @@ class Bucket implements TokenBucket {
     return start + need / rate;
   }
 
-  throttled(now: number, waitMs: number | null): boolean {
+  throttled(now: number, waitMs: number | null, lower = true): boolean {
     this.refill(now);
     if (waitMs !== null && waitMs > 0 && Number.isFinite(waitMs)) {
       this.pausedUntil = Math.max(this.pausedUntil, now + waitMs);
       if (this.tokens > 0) this.tokens = 0;
     }
-    if (this.spec.decrease >= 1 || now - this.lastDecreaseAt < RATE_DECREASE_GAP_MS) return false;
+    if (!lower || this.spec.decrease >= 1 || now - this.lastDecreaseAt < RATE_DECREASE_GAP_MS) return false;
     const minFactor = this.spec.minRatePerSecond / 1000 / this.base;
     const f = Math.max(Math.min(1, minFactor), this.factor(now) * this.spec.decrease);
     this.lowFactor = f;
@@ -204,7 +210,7 @@ class Bucket implements TokenBucket {
   quota(now: number, remaining: number, windowMs: number): void {
     if (!(remaining >= 0) || !(windowMs > 0) || !Number.isFinite(windowMs)) return;
     this.refill(now);
-    this.quotaLeft = Math.floor(remaining);
+    this.quotaLeft = remaining;
     this.quotaUntil = now + windowMs;
   }
 
@@ -215,6 +221,7 @@ class Bucket implements TokenBucket {
     this.burst = Math.max(1, this.spec.burst * (ratePerSecond / this.spec.ratePerSecond));
     if (this.tokens > this.burst) this.tokens = this.burst;
     this.base = r;
+    this.lowFactor = 1;
   }
 
   state(now: number): TokenBucketState {
@@ -230,9 +237,9 @@ class Bucket implements TokenBucket {
   }
 }
 
-/** A token bucket that starts full. */
-export function createTokenBucket(spec: RateLimitSpec | ResolvedRateLimitSpec, field = 'rateLimit'): TokenBucket {
-  return new Bucket(normalizeRateLimit(spec, field));
+/** A token bucket; it starts full unless `empty` (a fleet member's share starts empty: it has not earned a burst yet). */
+export function createTokenBucket(spec: RateLimitSpec | ResolvedRateLimitSpec, field = 'rateLimit', empty = false): TokenBucket {
+  return new Bucket(normalizeRateLimit(spec, field), !empty);
 }
 
 /**

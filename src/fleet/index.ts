@@ -5,4 +5,5 @@ export type { RedisFleet, RedisFleetOptions, FleetEvent, FleetStats } from './re
 export { FLEET_DEFAULTS } from './options.js';
 export type { FleetBudgetStats } from './budget.js';
 export type { FleetBreakerStats } from './breaker.js';
+export type { FleetRateStats } from './rate.js';
 export type { Fleet } from '../core/fleet.js';

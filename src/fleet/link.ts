@@ -28,7 +28,7 @@ export interface Link {
 
 /** One Lua script call of a sync. */
 export interface Command {
-  readonly script: 'budget' | 'breakerSync' | 'breakerTrial';
+  readonly script: 'budget' | 'breakerSync' | 'breakerTrial' | 'rate';
   readonly keys: readonly string[];
   readonly args: readonly (string | number)[];
   /** The script's reply (an array whose first element is Redis time in µs). */

@@ -6,11 +6,13 @@ import type * as IORedis from 'ioredis';
 import { createCircuitBreaker, normalizeBreakerSpec, type BreakerOptions, type BreakerSpec, type CircuitBreaker } from '../core/breaker.js';
 import { createRetryBudget, normalizeBudget, type BudgetSpec, type RetryBudget } from '../core/budget.js';
 import type { Fleet } from '../core/fleet.js';
+import { normalizeRateLimit, type RateLimitSpec, type TokenBucket } from '../core/token-bucket.js';
 import { FleetBreaker, type Announcement, type FleetBreakerStats } from './breaker.js';
 import { FleetBudget, type FleetBudgetStats } from './budget.js';
+import { FleetRateLimit, type FleetRateStats } from './rate.js';
 import type { Command, Link, Member } from './link.js';
 import { checkUrl, invalid, resolveSettings, where, type FleetSettings } from './options.js';
-import { BREAKER_SYNC_SCRIPT, BREAKER_TRIAL_SCRIPT, BUDGET_SCRIPT } from './scripts.js';
+import { BREAKER_SYNC_SCRIPT, BREAKER_TRIAL_SCRIPT, BUDGET_SCRIPT, RATE_SCRIPT } from './scripts.js';
 
 /** `createRedisFleet(options)`: `url` or `client`; every other field optional (see FLEET_DEFAULTS). */
 export interface RedisFleetOptions {
@@ -77,9 +79,12 @@ export interface FleetStats {
   readonly lastError: string | null;
   readonly budgets: Readonly<Record<string, FleetBudgetStats>>;
   readonly breakers: Readonly<Record<string, FleetBreakerStats>>;
+  readonly rateLimits: Readonly<Record<string, FleetRateStats>>;
 }
 
 export interface RedisFleet extends Fleet {
+  /** The rate limit of `dependency` shared by the fleet: this process's share as a token bucket (see relent's createRateLimiter). */
+  rateLimit(dependency: string, spec: RateLimitSpec): TokenBucket;
   /** `fleet` or `local` (see stats()). */
   readonly mode: 'fleet' | 'local';
   /**
@@ -106,12 +111,14 @@ function ioredis(): typeof IORedis {
   return ioredisModule;
 }
 
-const SCRIPTS = { budget: BUDGET_SCRIPT, breakerSync: BREAKER_SYNC_SCRIPT, breakerTrial: BREAKER_TRIAL_SCRIPT } as const;
+const SCRIPTS = { budget: BUDGET_SCRIPT, breakerSync: BREAKER_SYNC_SCRIPT, breakerTrial: BREAKER_TRIAL_SCRIPT, rate: RATE_SCRIPT } as const;
 const SHA: Readonly<Record<keyof typeof SCRIPTS, string>> = Object.freeze({
   budget: createHash('sha1').update(BUDGET_SCRIPT).digest('hex'),
   breakerSync: createHash('sha1').update(BREAKER_SYNC_SCRIPT).digest('hex'),
   breakerTrial: createHash('sha1').update(BREAKER_TRIAL_SCRIPT).digest('hex'),
+  rate: createHash('sha1').update(RATE_SCRIPT).digest('hex'),
 });
+const SCRIPT_COUNT = Object.keys(SCRIPTS).length;
 
 /** Dependencies shared by one fleet object; past this, new ones get in-process state (said once). */
 const MAX_SHARED = 10_000;
@@ -163,6 +170,7 @@ class RedisFleetImpl implements RedisFleet, Link {
   private readonly members: Member[] = [];
   private readonly budgets = new Map<string, RetryBudget>();
   private readonly breakers = new Map<string, FleetBreaker>();
+  private readonly rates = new Map<string, FleetRateLimit>();
   private readonly keyNames = new Map<string, string>();
   private readonly byKey = new Map<string, FleetBreaker>();
   private readonly heard = new Map<string, Announcement>();
@@ -305,6 +313,20 @@ class RedisFleetImpl implements RedisFleet, Link {
     return b;
   }
 
+  rateLimit(dependency: string, spec: RateLimitSpec): TokenBucket {
+    const name = checkDependency(dependency);
+    const known = this.rates.get(name);
+    if (known !== undefined) return known;
+    const resolved = normalizeRateLimit(spec);
+    const r = new FleetRateLimit(this, [this.key(name, 'rate-members'), this.key(name, 'rate')], resolved, this.settings.syncMs);
+    if (!this.full()) {
+      this.members.push(r);
+      if (!this.local) this.soon();
+    }
+    this.rates.set(name, r);
+    return r;
+  }
+
   ready(timeoutMs = 2000): Promise<boolean> {
     if (this.joined()) return Promise.resolve(true);
     if (this.closed) return Promise.resolve(false);
@@ -325,11 +347,13 @@ class RedisFleetImpl implements RedisFleet, Link {
     for (const [k, b] of this.budgets) if (b instanceof FleetBudget) budgets[k] = b.stats();
     const breakers: Record<string, FleetBreakerStats> = {};
     for (const [k, b] of this.breakers) breakers[k] = b.stats(now);
+    const rateLimits: Record<string, FleetRateStats> = {};
+    for (const [k, r] of this.rates) rateLimits[k] = r.stats();
     const r = (v: number | null): number | null => (v === null ? null : Math.round(v * 1000) / 1000);
     return {
       mode: this.mode, reason: this.local ? this.reason : null, since: this.since, connected: this.redis.status === 'ready', subscribed: this.subscribed,
       roundTrips: this.roundTrips, syncFailures: this.syncFailures, fallbacks: this.fallbacks, rejoins: this.rejoins,
-      rttMs: { last: r(this.rttLast), avg: r(this.rttAvg), max: r(this.rttMax) }, lastError: this.lastError, budgets, breakers,
+      rttMs: { last: r(this.rttLast), avg: r(this.rttAvg), max: r(this.rttMax) }, lastError: this.lastError, budgets, breakers, rateLimits,
     };
   }
 
@@ -451,7 +475,7 @@ class RedisFleetImpl implements RedisFleet, Link {
     let i = 0;
     let error: string | null = null;
     if (loading) {
-      for (let k = 0; k < 3; k++, i++) if (res[i]?.[0]) error ??= this.clean(res[i]![0]);
+      for (let k = 0; k < SCRIPT_COUNT; k++, i++) if (res[i]?.[0]) error ??= this.clean(res[i]![0]);
       if (error === null) this.scriptsLoaded = true;
     }
     // Redis's clock, from the first reply: { µs, … } of a script or TIME's [seconds, µs].

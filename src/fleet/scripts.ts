@@ -158,3 +158,92 @@ if op == 'success' then
 end
 return { us, 2, openedAt, openUntil }
 `;
+
+/**
+ * A member's visit to a shared rate limit: hands in its demand (calls/s; an entry expires
+ * unless renewed), reports a throttling answer (`wait` ≥ 0: lowers the fleet's rate once
+ * a second and pauses every member until the server's wait is over; -1: none), and takes
+ * its grant: core/fleet.ts's stepSharedRate(), then fleetRateGrant() over the live
+ * members (its fair share within what the others hold).
+ * KEYS[1] the members (hash: id → "demand grant expiresAt"), KEYS[2] the state (hash:
+ * pausedUntil, factor, factorAt, lastDecrease).
+ * ARGV: id, demand, memberTtlMs, rate, decrease, recoverMs, minFactor, wait, ttlMs.
+ * Reply: { Redis µs, grant (string, exact), pausedUntil (ms), members, factor (string) }.
+ */
+export const RATE_SCRIPT = `${PRELUDE}
+local id = ARGV[1]
+local demand = tonumber(ARGV[2])
+local rate = tonumber(ARGV[4])
+local decrease = tonumber(ARGV[5])
+local recover = tonumber(ARGV[6])
+local minFactor = tonumber(ARGV[7])
+local wait = tonumber(ARGV[8])
+local ttl = tonumber(ARGV[9])
+local mine = demand
+if not (mine > 0) then mine = 0 end
+local all = redis.call('HGETALL', KEYS[1])
+local ds = { mine }
+local others = 0
+for i = 1, #all, 2 do
+  if all[i] ~= id then
+    local v = all[i + 1]
+    local a = string.find(v, ' ', 1, true)
+    local b = a and string.find(v, ' ', a + 1, true)
+    local d = nil
+    local g = nil
+    local exp = nil
+    if b then
+      d = tonumber(string.sub(v, 1, a - 1))
+      g = tonumber(string.sub(v, a + 1, b - 1))
+      exp = tonumber(string.sub(v, b + 1))
+    end
+    if d == nil or g == nil or exp == nil or exp <= now then
+      redis.call('HDEL', KEYS[1], all[i])
+    else
+      if not (d > 0) then d = 0 end
+      ds[#ds + 1] = d
+      if g > 0 then others = others + g end
+    end
+  end
+end
+local st = redis.call('HMGET', KEYS[2], 'pausedUntil', 'factor', 'factorAt', 'lastDecrease')
+local paused = tonumber(st[1]) or 0
+local factor = tonumber(st[2]) or 1
+local factorAt = tonumber(st[3]) or now
+local lastDecrease = tonumber(st[4]) or -1e15
+local f = 1
+if factor < 1 then f = math.min(1, factor + (now - factorAt) / recover) end
+if wait >= 0 then
+  if wait > 0 and now + wait > paused then paused = now + wait end
+  if decrease < 1 and now - lastDecrease >= 1000 then
+    f = math.max(math.min(1, minFactor), f * decrease)
+    factor = f
+    factorAt = now
+    lastDecrease = now
+  end
+  redis.call('HSET', KEYS[2], 'pausedUntil', fmt(paused), 'factor', string.format('%.17g', factor), 'factorAt', fmt(factorAt), 'lastDecrease', fmt(lastDecrease))
+end
+table.sort(ds)
+local n = #ds
+local total = rate * f
+local left = total
+local own = 0
+local found = false
+for k = 1, n do
+  local give = math.min(ds[k], left / (n - k + 1))
+  left = left - give
+  if not found and ds[k] == mine then
+    own = give
+    found = true
+  end
+end
+own = own + left / n
+local free = total - others
+if own > free then own = free end
+if own < 0 then own = 0 end
+local g = string.format('%.17g', own)
+redis.call('HSET', KEYS[1], id, string.format('%.17g', mine) .. ' ' .. g .. ' ' .. fmt(now + tonumber(ARGV[3])))
+redis.call('PEXPIRE', KEYS[1], ttl)
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], ttl) end
+return { us, g, fmt(paused), n, string.format('%.17g', f) }
+`;

@@ -6,8 +6,8 @@ import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { normalizeBreakerSpec, windowTrips } from '../../src/core/breaker.js';
 import { normalizeBudget, type RatioBudgetSpec } from '../../src/core/budget.js';
-import { takeFromSharedBucket, type SharedBucket } from '../../src/core/fleet.js';
-import { BREAKER_SYNC_SCRIPT, BREAKER_TRIAL_SCRIPT, BUDGET_SCRIPT } from '../../src/fleet/scripts.js';
+import { fleetRateGrant, stepSharedRate, takeFromSharedBucket, type SharedBucket, type SharedRateState } from '../../src/core/fleet.js';
+import { BREAKER_SYNC_SCRIPT, BREAKER_TRIAL_SCRIPT, BUDGET_SCRIPT, RATE_SCRIPT } from '../../src/fleet/scripts.js';
 import { dropPrefix, REDIS_URL, redisEnabled, uniquePrefix } from './support.js';
 
 const enabled = await redisEnabled();
@@ -109,5 +109,48 @@ describe.skipIf(!enabled)('Lua scripts (real Redis)', () => {
     expect((await trial('probe', 'p8'))[1]).toBe(2);
     expect((await trial('success', 'p7'))[1]).toBe(0); // closed for everyone
     expect(await redis.exists(keys[0]!, keys[2]!)).toBe(0);
+  });
+
+  it('the rate script is stepSharedRate() and fleetRateGrant() over the live members, at Redis time', async () => {
+    let n = 0;
+    await fc.assert(fc.asyncProperty(
+      fc.record({ rate: fc.constantFrom(1, 100, 2000), decrease: fc.constantFrom(0.5, 1), recoverMs: fc.constantFrom(10, 30_000), minFactor: fc.constantFrom(0.01, 0.4) }),
+      fc.array(fc.tuple(fc.integer({ min: 0, max: 5 }), fc.oneof(fc.constant(0), fc.double({ min: 0, max: 5000, noNaN: true })), fc.constantFrom(-1, -1, 0, 1500)), { minLength: 1, maxLength: 12 }),
+      async (spec, visits) => {
+        const tag = `r${n++}`;
+        const keys = [`${prefix}{${tag}}:rate-members`, `${prefix}{${tag}}:rate`];
+        const demands = new Map<number, number>();
+        const grants = new Map<number, number>();
+        let model: SharedRateState | null = null;
+        for (const [member, demand, wait] of visits) {
+          const r = await redis.eval(RATE_SCRIPT, 2, ...keys, `m${member}`, demand, 60_000, spec.rate, spec.decrease, spec.recoverMs, spec.minFactor, wait, 60_000) as [number, string, string, number, string];
+          const now = Math.floor(Number(r[0]) / 1000);
+          demands.set(member, demand);
+          const step = stepSharedRate(model, now, spec, wait);
+          model = step.state;
+          const all = [...demands.entries()];
+          const others = [...grants.entries()].filter(([m]) => m !== member).reduce((x, [, g]) => x + g, 0);
+          const grant = fleetRateGrant(all.map(([, d]) => d), all.findIndex(([m]) => m === member), spec.rate * step.factor, others);
+          expect(Number(r[1])).toBeCloseTo(grant, 9);
+          grants.set(member, Number(r[1]));
+          expect(Number(r[4])).toBeCloseTo(step.factor, 12);
+          expect(Number(r[2])).toBe(model.pausedUntil);
+          expect(Number(r[3])).toBe(demands.size);
+        }
+      },
+    ), { numRuns: 60, seed: 7 });
+  });
+
+  it('a member that stops visiting is forgotten once its entry expires: its share goes to the others', async () => {
+    const keys = [`${prefix}{gone}:rate-members`, `${prefix}{gone}:rate`];
+    const visit = (id: string, demand: number, ttl: number) => redis.eval(RATE_SCRIPT, 2, ...keys, id, demand, ttl, 100, 0.5, 1000, 0.01, -1, 60_000) as Promise<[number, string, string, number]>;
+    await visit('a', 1000, 30);
+    expect(Number((await visit('b', 1000, 60_000))[1])).toBe(0); // a holds all of it until it visits again
+    expect(Number((await visit('a', 1000, 30))[1])).toBeCloseTo(50, 9);
+    const both = await visit('b', 1000, 60_000);
+    expect(Number(both[1])).toBeCloseTo(50, 9);
+    await new Promise((r) => setTimeout(r, 40));
+    const alone = await visit('b', 1000, 60_000);
+    expect([Number(alone[1]), alone[3]]).toEqual([100, 1]);
   });
 });
