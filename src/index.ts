@@ -21,6 +21,11 @@ export { createCircuitBreaker, BREAKER_DEFAULTS } from './core/breaker.js';
 export type { BreakerSpec, CircuitBreaker } from './core/breaker.js';
 export { createBulkhead, BULKHEAD_DEFAULTS } from './run/bulkhead.js';
 export type { Bulkhead, BulkheadOptions } from './run/bulkhead.js';
+// Slow, not failing: an adaptive concurrency limit, a rate limit, hedging's state per dependency.
+export { createConcurrencyLimit } from './run/concurrency-limit.js';
+export type { LimitEvent } from './run/concurrency-limit.js';
+export { createRateLimiter } from './run/rate-limiter.js';
+export { createHedgeState } from './core/hedge.js';
 export type { Fleet } from './core/fleet.js';
 
 // The decision core, for drivers of your own: one step, or the whole loop of one operation.

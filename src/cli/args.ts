@@ -15,6 +15,9 @@ export const EXIT = Object.freeze({
   cancelled: 8,
   check_state: 9,
   defer: 10,
+  bulkhead_full: 11,
+  concurrency_limited: 12,
+  rate_limited: 13,
 });
 
 export function exitFor(reason: string): number {

@@ -66,6 +66,9 @@ export const REASON_CODES: Readonly<Record<Exclude<TerminalReason, 'return'>, Re
   not_retryable: 'ERR_NOT_RETRYABLE',
   budget_exhausted: 'ERR_RETRY_BUDGET_EXHAUSTED',
   circuit_open: 'ERR_CIRCUIT_OPEN',
+  bulkhead_full: 'ERR_BULKHEAD_FULL',
+  concurrency_limited: 'ERR_CONCURRENCY_LIMITED',
+  rate_limited: 'ERR_RATE_LIMITED',
   cancelled: 'ERR_CANCELLED',
   defer: 'ERR_DEFERRED',
 });

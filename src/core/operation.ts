@@ -1,4 +1,5 @@
 import type { RetryBudget } from './budget.js';
+import type { HedgeState } from './hedge.js';
 import {
   advanceAttempt, attemptLimitMs, decide, isIdempotent, preflight, recordRetry, RETURN_NO_BID, RETURN_SUCCESS, type BudgetGate, type DecideContext,
   type MutableState, type OperationState,
@@ -27,17 +28,25 @@ import type { DecisionResult, DecisionWhy, Observation, Random, TerminalReason }
  *       }
  *     }
  *
+ * (A driver that runs attempts side by side also handles `hedge` and `await`, below.)
+ *
  * Every rule is decided here, once, for every driver: the deadline and the attempt
  * timeout, the decision on each attempt (`decide()`), the wait for an
  * empty shared budget, the state check's time, what a refused slot means. The driver
  * owns time (it passes `now`), randomness (`random`) and I/O; it never changes the
  * state itself. A command is read at once: the next event may replace it.
  *
- * Hedging (several attempts of one operation in flight) adds a `hedge` command and an
- * attempt number to `answered()`; every command that starts a call already names its
- * attempt.
+ * Hedging (policy `hedge`, idempotent operations only, given a `hedging` state): a call
+ * command says after how long without an answer another attempt may go (`hedgeInMs`);
+ * the driver then feeds `hedgeDue(now)`, which answers `hedge` (make another call,
+ * alongside those in flight) or `await` (nothing to do: extra load, budget, attempts or
+ * time do not allow one, or the dependency is failing). While several attempts are in
+ * flight `answered()` names the attempt; the first acceptable answer ends the
+ * operation (the driver aborts the others and records them with the `HEDGE_LOST`
+ * decision, and tells `lost()` how long each ran); a failure while others are in flight
+ * is `await` (its decision `await_hedge`); the last one in flight is decided as ever.
  */
-export type Command = CallCommand | WaitCommand | CheckStateCommand | EndCommand;
+export type Command = CallCommand | HedgeCommand | WaitCommand | AwaitCommand | CheckStateCommand | EndCommand;
 
 /** Make attempt `attempt` now; it may take `timeoutMs`, then it is a `timeout`. (The operation reuses this object: read it at once.) */
 export interface CallCommand {
@@ -48,6 +57,24 @@ export interface CallCommand {
   readonly timeoutMs: number;
   /** Time left in the operation when the attempt starts, ms. */
   readonly remainingMs: number;
+  /** Hedging: if no attempt has answered after this many ms, feed `hedgeDue(now)`; null: no hedge is planned. */
+  readonly hedgeInMs: number | null;
+}
+
+/** Make attempt `attempt` now, alongside the attempts in flight (a hedge); as a call otherwise. */
+export interface HedgeCommand {
+  readonly kind: 'hedge';
+  readonly attempt: number;
+  readonly timeoutMs: number;
+  readonly remainingMs: number;
+  /** The next hedge: after this many more ms without an answer, feed `hedgeDue(now)` again; null: no more. */
+  readonly hedgeInMs: number | null;
+}
+
+/** Nothing to do now: the attempts in flight (`inFlight`) go on; feed their answers as they come. */
+export interface AwaitCommand {
+  readonly kind: 'await';
+  readonly inFlight: number;
 }
 
 /** Wait `delayMs` (0: the next attempt may start at once), then feed `timerFired(now)`. */
@@ -83,6 +110,10 @@ export type SlotRefusal =
   | 'circuit_open'
   /** The dependency's bulkhead queue is full. */
   | 'bulkhead_full'
+  /** The dependency's adaptive concurrency limit is reached and its queue is full. */
+  | 'concurrency_limited'
+  /** The dependency's rate limit has no token for this call within the time it may wait. */
+  | 'rate_limited'
   /** The deadline passed while waiting for a slot. */
   | 'deadline'
   /** The caller cancelled while waiting for a slot. */
@@ -105,6 +136,8 @@ export interface OperationOptions {
   readonly callerDeadlineMs?: number | null;
   /** The shared retry budget (one per client or dependency). */
   readonly budget?: RetryBudget | null;
+  /** The dependency's hedging state (one per dependency): with the policy's `hedge`, idempotent operations may hedge. */
+  readonly hedging?: HedgeState | null;
   /** Uniform numbers in [0, 1) for jitter. */
   readonly random: Random;
   /** The driver is a durable queue: long waits are stored, never deferred, and an empty budget stops the operation. */
@@ -136,14 +169,23 @@ export interface Operation extends OperationState {
   readonly decision: DecisionResult | null;
   /** The operation begins at `now`: the first command (a call, unless nothing may be sent). */
   start(now: number): Command;
+  /** Hedges sent so far. */
+  readonly hedges: number;
+  /** Whether the operation's answer came from a hedge. */
+  readonly hedgeWon: boolean;
   /**
-   * The attempt in flight ended: answered (`status`) or failed (`errorClass`; a timeout
+   * An attempt in flight ended: answered (`status`) or failed (`errorClass`; a timeout
    * is `timeout`, the caller's cancel `aborted`). `wallNow` (epoch ms) reads HTTP dates.
+   * `attempt`: which one, when several are in flight (default: the latest).
    */
-  answered(obs: Observation, now: number, wallNow?: number): Command;
+  answered(obs: Observation, now: number, wallNow?: number, attempt?: number): Command;
+  /** The hedge timer of the last call or hedge command fired (a late one is ignored: `await`). */
+  hedgeDue(now: number): Command;
+  /** After the end: an attempt aborted because another answered first ran for `elapsedMs` (its latency is at least that). */
+  lost(elapsedMs: number): void;
   /** The wait of the last `wait` command is over. */
   timerFired(now: number): Command;
-  /** The driver could not make the call of the last `call` command: no attempt was made. */
+  /** The driver could not make the call of the last `call` (or `hedge`) command: no attempt was made. A refused hedge is `await`. */
   slotRefused(why: SlotRefusal): Command;
   /** The driver waited for a slot and has it now: the call, with its time counted from `now`, or the end if the deadline passed. */
   slotGranted(now: number): Command;
@@ -184,7 +226,14 @@ const enum Phase { New, Calling, Waiting, Checking, Ended }
 const END_SUCCESS: EndCommand = Object.freeze({ kind: 'end', reason: 'return', why: 'success', decision: RETURN_SUCCESS });
 const END_NO_BID: EndCommand = Object.freeze({ kind: 'end', reason: 'return', why: 'no_bid', decision: RETURN_NO_BID });
 const END_CANCELLED: EndCommand = Object.freeze({ kind: 'end', reason: 'cancelled', why: null, decision: null });
-const END_BULKHEAD_FULL: EndCommand = Object.freeze({ kind: 'end', reason: 'budget_exhausted', why: null, decision: null });
+const END_BULKHEAD_FULL: EndCommand = Object.freeze({ kind: 'end', reason: 'bulkhead_full', why: null, decision: null });
+const END_CONCURRENCY_LIMITED: EndCommand = Object.freeze({ kind: 'end', reason: 'concurrency_limited', why: null, decision: null });
+const END_RATE_LIMITED: EndCommand = Object.freeze({ kind: 'end', reason: 'rate_limited', why: null, decision: null });
+
+/** The decision of an attempt aborted because another attempt of its operation answered first. */
+export const HEDGE_LOST: DecisionResult = Object.freeze({
+  decision: 'hedge_lost', why: 'cancelled', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
+});
 const DEADLINE_SPENT: DecisionResult = Object.freeze({
   decision: 'deadline_exceeded', why: 'deadline_spent', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
 });
@@ -193,6 +242,30 @@ const CIRCUIT_OPEN: DecisionResult = Object.freeze({
   decision: 'circuit_open', why: 'circuit_open', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
 });
 const END_CIRCUIT_OPEN: EndCommand = Object.freeze({ kind: 'end', reason: 'circuit_open', why: 'circuit_open', decision: CIRCUIT_OPEN });
+
+/**
+ * decide()'s context for an attempt that ended while others of its operation are still
+ * in flight: no retry is scheduled then, so the budget hears about the attempt but is
+ * never charged for a retry.
+ */
+class ObserveOnly implements DecideContext {
+  now = 0;
+  wallNow: number | undefined = undefined;
+  readonly budget: RetryBudget | null;
+
+  constructor(readonly random: Random, b: RetryBudget | null, readonly durable: boolean) {
+    this.budget = b === null ? null : {
+      spec: b.spec,
+      observe: (o, now) => b.observe(o, now),
+      tryAcquire: () => 0,
+      available: (now) => b.available(now),
+      lastAnswerAt: () => b.lastAnswerAt(),
+    };
+  }
+}
+
+/** What a hedge costs the retry budget: one retry's price. */
+const HEDGE_COST = Object.freeze({ throttled: false, timeout: false });
 
 function endWith(d: DecisionResult): EndCommand {
   if (d === RETURN_SUCCESS) return END_SUCCESS;
@@ -230,11 +303,27 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
   now = 0;
   wallNow: number | undefined = undefined;
   readonly durable: boolean;
+  /** Hedging: the dependency's state, when this operation may hedge (else null). */
+  private readonly hedging: HedgeState | null;
+  /** Attempts in flight. */
+  private inFlight = 0;
+  hedges = 0;
+  hedgeWon = false;
+  /** Attempt numbers that were hedges (only made when the operation hedges). */
+  private hedgeAttempts: number[] | null = null;
+  /** No more hedges in this operation (an attempt failed while another was in flight). */
+  private noMoreHedges = false;
+  /** The last command that started a call was a hedge (for slotRefused). */
+  private lastWasHedge = false;
+  /** decide()'s context for an attempt that fails while others are in flight: the budget is told, never charged. */
+  private observeOnly: ObserveOnly | null = null;
 
   /** The call command, reused for every call of this operation. */
-  private readonly callCmd: { kind: 'call'; attempt: number; timeoutMs: number; remainingMs: number } = { kind: 'call', attempt: 0, timeoutMs: 0, remainingMs: 0 };
+  private readonly callCmd: { kind: 'call'; attempt: number; timeoutMs: number; remainingMs: number; hedgeInMs: number | null } = {
+    kind: 'call', attempt: 0, timeoutMs: 0, remainingMs: 0, hedgeInMs: null,
+  };
 
-  constructor(policy: Policy, o: Omit<OperationOptions, 'random' | 'budget'>, budget: RetryBudget | null, random: Random) {
+  constructor(policy: Policy, o: Omit<OperationOptions, 'random' | 'budget' | 'hedging'>, budget: RetryBudget | null, random: Random, hedging: HedgeState | null = null) {
     this.policy = policy;
     this.budget = budget;
     this.random = random;
@@ -243,12 +332,15 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     this.attemptTimeoutMs = operationAttemptTimeoutMs(policy, o);
     this.stateCheck = o.stateCheck !== undefined && o.stateCheck !== null && o.stateCheck !== false;
     this.durable = o.durable === true;
+    // Only an idempotent operation hedges (never a POST without a key), and never in a durable queue.
+    this.hedging = hedging !== null && policy.hedge !== null && this.idempotent && !this.durable ? hedging : null;
   }
 
   start(now: number): Command {
     if (this.phase !== Phase.New) throw misuse('start', this.phase);
     this.startedAt = now;
     this.deadlineAt = now + this.deadlineMs;
+    if (this.hedging !== null) this.hedging.started(this.policy.hedge!);
     return this.next(now);
   }
 
@@ -275,6 +367,7 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     }
     advanceAttempt(this);
     this.phase = Phase.Calling;
+    this.inFlight = 1;
     return this.call(now);
   }
 
@@ -284,7 +377,50 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     cmd.attempt = this.attempt;
     cmd.timeoutMs = attemptLimitMs(this.attemptTimeoutMs, this.deadlineAt, now);
     cmd.remainingMs = remaining > 0 ? remaining : 0;
+    cmd.hedgeInMs = this.hedging === null ? null : this.nextHedgeIn(now);
     return cmd;
+  }
+
+  /** When the next hedge may go (ms from now), or null when none may. */
+  private nextHedgeIn(now: number): number | null {
+    const spec = this.policy.hedge!;
+    if (this.noMoreHedges || this.hedges >= spec.maxHedges) return null;
+    const delay = this.hedging!.delayMs(spec);
+    if (delay === null || !(delay < this.deadlineAt - now - this.policy.minAttemptMs)) return null;
+    return delay;
+  }
+
+  hedgeDue(now: number): Command {
+    this.lastWasHedge = false;
+    if (this.phase !== Phase.Calling || this.hedging === null) return this.awaiting();
+    const spec = this.policy.hedge!;
+    const remaining = this.deadlineAt - now;
+    // Attempts that count against maxAttempts, as decide() counts them.
+    const counted = this.attempt - this.throttled;
+    if (this.noMoreHedges || this.hedges >= spec.maxHedges || counted >= this.policy.maxAttempts || !(remaining > this.policy.minAttemptMs)) return this.awaiting();
+    // Extra load within maxExtraLoad, a dependency not failing, and a retry budget that pays for it.
+    if (!this.hedging.mayHedge() || (this.budget !== null && this.budget.tryAcquire(HEDGE_COST, now) === false)) {
+      this.hedging.skipped();
+      return this.awaiting();
+    }
+    this.hedging.hedged();
+    this.hedges++;
+    advanceAttempt(this);
+    (this.hedgeAttempts ??= []).push(this.attempt);
+    this.inFlight++;
+    this.lastWasHedge = true;
+    return {
+      kind: 'hedge', attempt: this.attempt, timeoutMs: attemptLimitMs(this.attemptTimeoutMs, this.deadlineAt, now), remainingMs: remaining,
+      hedgeInMs: this.nextHedgeIn(now),
+    };
+  }
+
+  private awaiting(): AwaitCommand {
+    return { kind: 'await', inFlight: this.inFlight };
+  }
+
+  lost(elapsedMs: number): void {
+    this.hedging?.observe(elapsedMs, false);
   }
 
   private end(cmd: EndCommand): EndCommand {
@@ -292,14 +428,20 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     return cmd;
   }
 
-  answered(obs: Observation, now: number, wallNow?: number): Command {
+  answered(obs: Observation, now: number, wallNow?: number, attempt?: number): Command {
     if (this.phase !== Phase.Calling) throw misuse('answered', this.phase);
+    this.lastWasHedge = false;
     this.now = now;
     this.wallNow = wallNow;
+    this.inFlight--;
+    const hedging = this.hedging;
+    if (hedging !== null) hedging.observe(obs.elapsedMs, this.isFailure(obs));
+    if (this.inFlight > 0) return this.answeredWithOthers(obs, attempt ?? this.attempt);
     const d = decide(this.policy, this, obs, this);
     this.decision = d;
     switch (d.decision) {
       case 'return':
+        if (this.hedgeAttempts !== null && this.hedgeAttempts.includes(attempt ?? this.attempt)) this.won();
         return this.end(endWith(d));
       case 'retry': {
         // Always a wait, even of 0 ms: a driver may fire a zero wait at once, a simulator
@@ -325,6 +467,62 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     }
   }
 
+  /** A failure that says the dependency is failing, not slow: one the policy retries, a timeout aside. */
+  private isFailure(obs: Observation): boolean {
+    const status = obs.status ?? null;
+    if (status !== null) return this.policy.retryOnStatus.has(status);
+    const e = obs.errorClass ?? null;
+    return e !== null && e !== 'timeout' && e !== 'aborted' && this.policy.retryOnErrors.has(e);
+  }
+
+  private won(): void {
+    this.hedgeWon = true;
+    this.hedging?.won();
+  }
+
+  /**
+   * An attempt ended while others of the operation are still in flight. An answer ends
+   * the operation (the driver aborts the others); so do a cancel, a spent deadline and a
+   * failure the policy would not retry. A failure it would retry (or one past
+   * maxAttempts) waits for the others, and no more hedges go.
+   */
+  private answeredWithOthers(obs: Observation, attempt: number): Command {
+    const d = decide(this.policy, this, obs, this.observeContext());
+    switch (d.decision) {
+      case 'return':
+        this.decision = d;
+        if (this.hedgeAttempts !== null && this.hedgeAttempts.includes(attempt)) this.won();
+        return this.end(endWith(d));
+      case 'retry':
+      case 'max_attempts':
+      case 'budget_exhausted':
+        break;
+      case 'not_retryable':
+        if (d.why === 'retry_after_no_retry') {
+          this.hedging?.noRetry();
+          break;
+        }
+        this.decision = d;
+        return this.end(endWith(d));
+      default:
+        this.decision = d;
+        return this.end(endWith(d));
+    }
+    this.noMoreHedges = true;
+    this.decision = {
+      decision: 'await_hedge', why: d.why, delayMs: null, retryAfterMs: d.retryAfterMs, retryAfterValid: d.retryAfterValid, budgetCost: 0,
+    };
+    return this.awaiting();
+  }
+
+  /** decide()'s context with a budget that is told about the attempt but never charged (no retry is scheduled). */
+  private observeContext(): DecideContext {
+    const c = (this.observeOnly ??= new ObserveOnly(this.random, this.budget, this.durable));
+    c.now = this.now;
+    c.wallNow = this.wallNow;
+    return c;
+  }
+
   timerFired(now: number): Command {
     if (this.phase !== Phase.Waiting) throw misuse('timerFired', this.phase);
     return this.next(now);
@@ -334,9 +532,19 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     if (this.phase !== Phase.Calling) throw misuse('slotRefused', this.phase);
     // No call was made: the attempt does not count.
     this.attempt -= 1;
+    this.inFlight -= 1;
+    if (this.lastWasHedge) {
+      // A hedge that found no slot is not made; the attempts in flight go on.
+      this.lastWasHedge = false;
+      this.hedges -= 1;
+      this.hedgeAttempts!.pop();
+      return this.awaiting();
+    }
     switch (why) {
       case 'circuit_open': return this.end(END_CIRCUIT_OPEN);
       case 'bulkhead_full': return this.end(END_BULKHEAD_FULL);
+      case 'concurrency_limited': return this.end(END_CONCURRENCY_LIMITED);
+      case 'rate_limited': return this.end(END_RATE_LIMITED);
       case 'deadline': return this.end(END_DEADLINE);
       case 'cancelled': return this.end(END_CANCELLED);
     }
@@ -344,6 +552,7 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
 
   slotGranted(now: number): Command {
     if (this.phase !== Phase.Calling) throw misuse('slotGranted', this.phase);
+    this.lastWasHedge = false;
     if (this.deadlineAt - now <= 0) return this.slotRefused('deadline');
     return this.call(now);
   }
@@ -376,7 +585,7 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
 
 /** A new operation under `policy`; `start(now)` gives its first command. */
 export function createOperation(policy: Policy, options: OperationOptions): Operation {
-  return new OperationMachine(policy, options, options.budget ?? null, options.random);
+  return new OperationMachine(policy, options, options.budget ?? null, options.random, options.hedging ?? null);
 }
 
 /**

@@ -34,7 +34,12 @@ export interface Observation {
   readonly elapsedMs: number;
 }
 
-/** What the caller does next. The first three continue the operation; the rest end it. */
+/**
+ * What the caller does next. `retry` continues the operation; `await_hedge` and
+ * `hedge_lost` are about one attempt of a hedged operation (it failed while another
+ * attempt is still in flight; it was aborted because another attempt won); the rest end
+ * the operation.
+ */
 export type Decision =
   | 'return'
   | 'retry'
@@ -44,10 +49,16 @@ export type Decision =
   | 'not_retryable'
   | 'budget_exhausted'
   | 'circuit_open'
+  | 'bulkhead_full'
+  | 'concurrency_limited'
+  | 'rate_limited'
   | 'cancelled'
-  | 'defer';
+  | 'defer'
+  | 'await_hedge'
+  | 'hedge_lost';
 
-export type TerminalReason = Exclude<Decision, 'retry'>;
+/** How an operation ends. */
+export type TerminalReason = Exclude<Decision, 'retry' | 'await_hedge' | 'hedge_lost'>;
 
 /**
  * Why the decision was taken, one level finer than `Decision` (also a closed set);
@@ -111,6 +122,8 @@ export interface AttemptEvent {
   readonly retryAfterValid: boolean | null;
   /** When the attempt was decided: wall-clock epoch ms, from the driver's (injected) clock. */
   readonly ts: number;
+  /** Present (true) only on a hedge: an attempt sent while another of the operation was in flight. */
+  readonly hedge?: true;
 }
 
 /** The terminal summary of one operation. */
@@ -123,6 +136,10 @@ export interface ResultEvent {
   readonly attempts: number;
   /** When the operation ended: wall-clock epoch ms, from the driver's (injected) clock. */
   readonly ts: number;
+  /** Present only when the operation sent hedges: how many (they are among `attempts`). */
+  readonly hedges?: number;
+  /** Present only with `hedges`: whether the answer came from a hedge. */
+  readonly hedgeWon?: boolean;
 }
 
 /** A monotonic clock (ms) plus the wall clock, used only to read HTTP dates. */

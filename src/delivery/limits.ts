@@ -1,8 +1,8 @@
 /**
- * Load shedding for one destination: a rate limit that a destination's quota can
- * be written as ("50,000 requests per minute"), and a concurrency limit that shrinks
- * when the destination says it is overloaded and grows back slowly. Pure state
- * machines: time is passed in.
+ * Load shedding for one destination: a rate limit that a destination's quota can be
+ * written as ("50,000 requests per minute"). Pure: time is passed in. (The concurrency
+ * limit that shrinks when a destination says it is overloaded is the core's AIMD,
+ * core/concurrency.ts, shared with the HTTP client.)
  */
 
 /**
@@ -45,63 +45,5 @@ export class SlidingWindowLimiter {
   nextAt(now: number): number {
     this.expire(now);
     return this.size < this.requests ? now : this.log[this.head]! + this.perMs;
-  }
-}
-
-export interface AimdOptions {
-  readonly initial: number;
-  readonly min: number;
-  readonly max: number;
-  /** Multiplier on a throttling answer (0.5 halves the limit). */
-  readonly decrease: number;
-  /** false: the limit stays at `initial`. */
-  readonly adaptive: boolean;
-}
-
-/**
- * Additive increase, multiplicative decrease (TCP's congestion avoidance): the limit
- * is multiplied by `decrease` on a throttling answer (429, 503), at most once per
- * "generation" — answers to requests started before the last decrease do not count
- * again, so a burst of 429s from one wave halves the limit once, not to the floor —
- * and grows by 1 after `limit` successes in a row of generations (about one step per
- * round trip of a full window): slow recovery, fast backing off.
- */
-export class AimdLimiter {
-  private value: number;
-  private generation = 0;
-  private credit = 0;
-
-  constructor(private readonly o: AimdOptions) {
-    this.value = o.initial;
-  }
-
-  /** Requests that may be in flight. */
-  get limit(): number {
-    return Math.max(this.o.min, Math.min(this.o.max, Math.floor(this.value)));
-  }
-
-  /** The generation a request belongs to (call when it starts). */
-  start(): number {
-    return this.generation;
-  }
-
-  /** A throttling answer to a request of `generation`. Returns true if the limit shrank. */
-  throttled(generation: number): boolean {
-    if (!this.o.adaptive || generation !== this.generation) return false;
-    const before = this.limit;
-    this.value = Math.max(this.o.min, Math.floor(this.value * this.o.decrease));
-    this.generation++;
-    this.credit = 0;
-    return this.limit !== before;
-  }
-
-  /** A successful answer. Returns true if the limit grew. */
-  succeeded(): boolean {
-    if (!this.o.adaptive || this.value >= this.o.max) return false;
-    this.credit++;
-    if (this.credit < this.limit) return false;
-    this.credit = 0;
-    this.value = Math.min(this.o.max, this.value + 1);
-    return true;
   }
 }

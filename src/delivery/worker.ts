@@ -12,7 +12,8 @@ import type { Instrumentation, OperationScope } from '../run/run.js';
 import { encodeBatch } from './batching.js';
 import { resolveDestinations, resolveWorkerSettings, type DestinationOptions, type ResolvedDestination, type WorkerSettings } from './config.js';
 import { DeliveryError } from './errors.js';
-import { AimdLimiter, SlidingWindowLimiter } from './limits.js';
+import { SlidingWindowLimiter } from './limits.js';
+import { createLimitAlgorithm, type LimitAlgorithm } from '../core/concurrency.js';
 import { PURGE_CHUNK } from './store-common.js';
 import { createHttpTransport, type DeliveryRequest, type Transport, type TransportResult } from './transport.js';
 import type { AttemptRecord, ClaimedBatch, DeliveryStore, Outcome } from './types.js';
@@ -130,7 +131,8 @@ export interface DeliveryWorker {
 
 interface Dest {
   readonly d: ResolvedDestination;
-  readonly aimd: AimdLimiter;
+  /** The destination's concurrency limit: the shared AIMD (core/concurrency.ts), fixed at `initial` when not adaptive. */
+  readonly aimd: LimitAlgorithm;
   /** The destination's rate limit when it is this process's alone (`rateLimit.scope: "worker"`). */
   readonly rate: SlidingWindowLimiter | null;
   /** Limits kept in the store, shared by every worker of the destination (null: none). */
@@ -280,7 +282,7 @@ class Worker implements DeliveryWorker {
       const sharedConcurrency = d.concurrency.scope === 'shared';
       this.dests.set(d.name, {
         d,
-        aimd: new AimdLimiter(d.concurrency),
+        aimd: createLimitAlgorithm({ kind: 'aimd', initial: d.concurrency.initial, min: d.concurrency.min, max: d.concurrency.max, decrease: d.concurrency.decrease }, `destinations.${d.name}.concurrency`),
         rate: d.rateLimit && d.rateLimit.scope === 'worker' ? new SlidingWindowLimiter(d.rateLimit.requests, d.rateLimit.perMs) : null,
         shared: sharedRate || sharedConcurrency ? { rate: sharedRate, concurrency: sharedConcurrency } : null,
         budget: budgets && d.policy.budget ? (fleet !== null ? fleet.budget(d.name, d.policy.budget) : createRetryBudget(d.policy.budget)) : null,
@@ -677,7 +679,7 @@ class Worker implements DeliveryWorker {
       const operationId = b.key;
       const requestId = b.round > 1 ? `${b.key}/round-${b.round}/attempt-${attempt}` : `${b.key}/attempt-${attempt}`;
       const headers = { ...d.headers, 'content-type': contentType, 'idempotency-key': formatIdempotencyKey(b.key), 'x-request-id': requestId };
-      const generation = dest.aimd.start();
+      const generation = dest.aimd.generation;
       const t0 = this.clock.now();
       this.watch(h, t0 + timeoutMs);
       let result: TransportResult;
@@ -722,7 +724,7 @@ class Worker implements DeliveryWorker {
       // A retry the queue stores is, for this process, a deferral.
       endScope(res.decision === 'retry' ? 'defer' : res.decision as TerminalReason, status, errorClass);
       this.emit(ev);
-      this.shed(dest, status, res, generation, now);
+      this.shed(dest, status, res, generation, t0, now);
       const whole = (v: number | null): number | null => (v === null ? null : Math.round(v));
       const record: AttemptRecord = {
         round: b.round, attempt, at: Math.round(now), status, errorClass, elapsedMs, decision: res.decision, why: res.why,
@@ -821,10 +823,13 @@ class Worker implements DeliveryWorker {
   }
 
   /** Load shedding: a throttling answer halves the destination's concurrency (once per wave) and may pause it. */
-  private shed(dest: Dest, status: number | null, res: DecisionResult, generation: number, now: number): void {
+  private shed(dest: Dest, status: number | null, res: DecisionResult, generation: number, startedAt: number, now: number): void {
     const d = dest.d;
+    const adaptive = d.concurrency.adaptive;
     if (status !== null && d.concurrency.backoffOn.includes(status)) {
-      if (dest.aimd.throttled(generation)) this.emit({ type: 'concurrency', destination: d.name, limit: dest.aimd.limit, cause: 'throttled' });
+      if (adaptive && dest.aimd.sample({ startedAt, now: this.clock.now(), inFlight: dest.inflight, generation, dropped: true }) !== null) {
+        this.emit({ type: 'concurrency', destination: d.name, limit: dest.aimd.limit, cause: 'throttled' });
+      }
       if (d.maxPauseMs > 0 && res.retryAfterMs !== null && res.retryAfterValid !== false && res.retryAfterMs > 0) {
         const until = now + Math.min(res.retryAfterMs, d.maxPauseMs);
         if (until > dest.pausedUntil) {
@@ -833,7 +838,9 @@ class Worker implements DeliveryWorker {
         }
       }
     } else if (res.decision === 'return') {
-      if (dest.aimd.succeeded()) this.emit({ type: 'concurrency', destination: d.name, limit: dest.aimd.limit, cause: 'recovered' });
+      if (adaptive && dest.aimd.sample({ startedAt, now: this.clock.now(), inFlight: dest.inflight, generation, dropped: false }) !== null) {
+        this.emit({ type: 'concurrency', destination: d.name, limit: dest.aimd.limit, cause: 'recovered' });
+      }
     }
   }
 

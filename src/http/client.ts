@@ -9,6 +9,8 @@ import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import type { Bulkhead } from '../run/bulkhead.js';
 import { systemClock } from '../shared/clock.js';
+import type { ConcurrencyLimit } from '../run/concurrency-limit.js';
+import type { RateLimiter } from '../run/rate-limiter.js';
 import { forDriver } from '../run/instrument.js';
 import { execute, newOperationId, type AttemptContext, type Classified, type Instrumentation, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
 import { AttemptHandler, headerPairs } from './attempt.js';
@@ -17,7 +19,7 @@ import { checkRouteTemplate, normalizeUrlEndpoint, originKey } from './endpoint.
 import { bodyDeadlineError, failureError, notReplayableError, RelentFetchError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from '../shared/idempotency.js';
 import {
-  asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, inherit, invalid, listenerOf, observeResponse, passOnNoRetry,
+  asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, inherit, invalid, listenerOf, observeRateLimited, observeResponse, passOnNoRetry,
   PROTECTION_DEFAULTS, timeoutOf, type ProtectionOptions,
 } from './operation.js';
 
@@ -34,6 +36,11 @@ function undici(): typeof Undici {
 /** The client's observation of an attempt: a response head (a failure's hint headers read, its body drained), or a state check's Response. */
 function classifyClientValue(v: AttemptHandler | Response, policy: Policy): Classified {
   return v instanceof AttemptHandler ? observeResponse(v, policy) : { status: v.status };
+}
+
+/** classifyClientValue for a dependency with a rate limit: a success's RateLimit field is read too. */
+function classifyRateLimitedValue(v: AttemptHandler | Response, policy: Policy): Classified {
+  return v instanceof AttemptHandler ? observeRateLimited(v, policy) : { status: v.status };
 }
 
 /** Header values as fetch accepts them. */
@@ -145,6 +152,10 @@ export interface RelentClient {
   readonly bulkheads: ReadonlyMap<string, Bulkhead>;
   /** The shared retry budgets by key. */
   readonly budgets: ReadonlyMap<string, RetryBudget>;
+  /** The adaptive concurrency limits by key (empty without the `concurrencyLimit` option). */
+  readonly concurrencyLimits: ReadonlyMap<string, ConcurrencyLimit>;
+  /** The rate limiters by key (empty without the `rateLimit` option). */
+  readonly rateLimiters: ReadonlyMap<string, RateLimiter>;
   /** Every breaker's state as JSON, by key (for `breakerState` after a restart). */
   breakerSnapshot(): Record<string, BreakerSnapshot>;
   /** Closes the own Agent (not a dispatcher that was passed in). */
@@ -261,7 +272,9 @@ async function prepareRequest(input: string | URL | Request, init: RelentRequest
  * | max_attempts                            | resolves with the LAST Response     | rejects ERR_MAX_ATTEMPTS            |
  * | deadline_exceeded                       | resolves with the last Response     | rejects ERR_DEADLINE_EXCEEDED       |
  * | budget_exhausted (retry budget)         | resolves with the last Response     | rejects ERR_RETRY_BUDGET_EXHAUSTED  |
- * | budget_exhausted (bulkhead full)        | resolves with the last Response     | rejects ERR_BULKHEAD_FULL           |
+ * | bulkhead_full                           | resolves with the last Response     | rejects ERR_BULKHEAD_FULL           |
+ * | concurrency_limited (limit's queue full)| resolves with the last Response     | rejects ERR_CONCURRENCY_LIMITED     |
+ * | rate_limited (no token in time)         | resolves with the last Response     | rejects ERR_RATE_LIMITED            |
  * | circuit_open                            | resolves with the last Response     | rejects ERR_CIRCUIT_OPEN            |
  * | check_state (POST timed out / reset)    | —                                   | rejects ERR_UNKNOWN_OUTCOME, or resolves with `stateCheck`'s Response |
  * | cancelled (the caller's signal)         | rejects ERR_CANCELLED               | rejects ERR_CANCELLED               |
@@ -308,7 +321,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
   const instrumentation = forDriver(options.instrumentation, 'client.fetch');
   const bodyDeadlineDefault = options.bodyDeadline ?? CLIENT_DEFAULTS.bodyDeadline;
   if (typeof bodyDeadlineDefault !== 'boolean') throw invalid('bodyDeadline', 'Expected `bodyDeadline` to be a boolean');
-  const deps = new Dependencies(options);
+  const deps = new Dependencies(options, clock ?? null);
   const policyCache = new WeakMap<object, Policy>();
   const prop = resolvePropagation(options.propagate);
 
@@ -325,7 +338,8 @@ export function createClient(options: ClientOptions = {}): RelentClient {
     if (template === undefined && routeOf !== null) template = routeOf(req.url) ?? undefined;
     const endpoint = normalizeUrlEndpoint(req.url, template === undefined ? null : checkRouteTemplate(template));
     const dep = deps.get(keyOf(req.url), policy);
-    const call = new Call();
+    const hedging = deps.hedgingOf(dep, policy);
+    const call = new Call(hedging !== null);
 
     const dispatchOpts: Dispatcher.DispatchOptions & { maxRedirections: number } = {
       origin: req.url.origin,
@@ -336,8 +350,8 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       maxRedirections: req.redirect === 'follow' ? maxRedirections : 0,
     };
     const attempt = prop.sends
-      ? (ctx: AttemptContext): Promise<AttemptHandler> => dispatchAttempt(dispatch, { ...dispatchOpts, headers: attemptHeaders(req.headers, prop, ctx) }, call, validStatus)
-      : (): Promise<AttemptHandler> => dispatchAttempt(dispatch, dispatchOpts, call, validStatus);
+      ? (ctx: AttemptContext): Promise<AttemptHandler> => dispatchAttempt(dispatch, { ...dispatchOpts, headers: attemptHeaders(req.headers, prop, ctx) }, call, validStatus, ctx)
+      : (ctx: AttemptContext): Promise<AttemptHandler> => dispatchAttempt(dispatch, dispatchOpts, call, validStatus, ctx);
     const { callerDeadlineMs, incoming } = inherit(prop);
     const runOptions: RunOptions<AttemptHandler | Response> = {
       policy,
@@ -345,11 +359,14 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       method: req.method,
       endpoint,
       onEvent: listenerOf(onClientEvent, init.onEvent),
-      classifyValue: classifyClientValue,
+      classifyValue: dep.rateLimiter === null ? classifyClientValue : classifyRateLimitedValue,
       classifyTimeout: timeoutOf(call),
       budget: dep.budget,
       breaker: dep.breaker,
       bulkhead: dep.bulkhead,
+      concurrencyLimit: dep.concurrencyLimit,
+      rateLimiter: dep.rateLimiter,
+      hedging,
       idempotent: init.idempotent,
       idempotencyKey: req.idempotencyKey ?? undefined,
       deadlineMs: lim.deadlineMs,
@@ -380,6 +397,8 @@ export function createClient(options: ClientOptions = {}): RelentClient {
     breakers: deps.breakers,
     bulkheads: deps.bulkheads,
     budgets: deps.budgets,
+    concurrencyLimits: deps.concurrencyLimits,
+    rateLimiters: deps.rateLimiters,
     breakerSnapshot: () => deps.snapshot(),
     async close() {
       if (ownAgent !== null && !ownAgent.closed && !ownAgent.destroyed) await ownAgent.close();
@@ -400,6 +419,8 @@ function settle(
       return v; // the state check's Response
     }
     call.current = v;
+    // Hedging: the answer is this attempt's; the others' bodies never reach the caller.
+    call.discardOthers(v);
     const tooLong = waitTooLong(r);
     if (tooLong !== null) throw tooLongError(r, tooLong, policy, where(), v.status, toResponse(v, req, call, limit, true));
     if (streamLimited && r.reason === 'max_attempts') throw notReplayableError(r, where(), { status: v.status, response: toResponse(v, req, call, limit, true) });
@@ -414,6 +435,7 @@ function settle(
   }
   // Nothing of a response is handed over: let its connection go.
   call.current?.discard();
+  call.discardOthers(null);
   call.release();
   throw failureError(r, r.outcome.error, where(), streamLimited);
 }

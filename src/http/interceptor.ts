@@ -12,7 +12,7 @@ import { checkRouteTemplate } from './endpoint.js';
 import { bodyDeadlineError, failureError, notReplayableError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from '../shared/idempotency.js';
 import {
-  asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, inherit, invalid, listenerOf, observeResponse, passOnNoRetry,
+  asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, inherit, invalid, listenerOf, observeRateLimited, observeResponse, passOnNoRetry,
   PROTECTION_DEFAULTS, timeoutOf, type ProtectionOptions,
 } from './operation.js';
 
@@ -70,6 +70,8 @@ export interface RelentInterceptor {
   (dispatch: Dispatch): Dispatch;
   readonly breakers: Dependencies['breakers'];
   readonly bulkheads: Dependencies['bulkheads'];
+  readonly concurrencyLimits: Dependencies['concurrencyLimits'];
+  readonly rateLimiters: Dependencies['rateLimiters'];
   readonly budgets: Dependencies['budgets'];
   breakerSnapshot(): ReturnType<Dependencies['snapshot']>;
 }
@@ -226,7 +228,6 @@ class Cancellation {
 export function relentInterceptor(options: InterceptorOptions = {}): RelentInterceptor {
   if (typeof options !== 'object' || options === null) throw invalid('options', 'Expected `options` to be an object');
   const basePolicy = resolvePolicy(options.policy ?? null);
-  const deps = new Dependencies(options);
   const onInterceptorEvent = options.onEvent ?? null;
   const keyOf = options.key ?? null;
   const autoKey = options.autoIdempotencyKey ?? INTERCEPTOR_DEFAULTS.autoIdempotencyKey;
@@ -234,6 +235,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
   const clock = options.clock ?? undefined;
   const random = options.random ?? undefined;
   const timers: Clock = clock ?? systemClock;
+  const deps = new Dependencies(options, clock ?? null);
   const instrumentation = forDriver(options.instrumentation, 'interceptor');
   const bodyDeadlineDefault = options.bodyDeadline ?? INTERCEPTOR_DEFAULTS.bodyDeadline;
   if (typeof bodyDeadlineDefault !== 'boolean') throw invalid('bodyDeadline', 'Expected `bodyDeadline` to be a boolean');
@@ -293,7 +295,8 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       const listened = onInterceptorEvent !== null || per.onEvent !== undefined;
       const endpoint = listened || instrumentation !== null ? endpointOf() : undefined;
       const dep = deps.get(keyOf !== null ? keyOf(origin, path) : origin, policy);
-      const call = new Call();
+      const hedging = deps.hedgingOf(dep, policy);
+      const call = new Call(hedging !== null);
       this.call = call;
       const ctl = new Cancellation();
       this.ctl = ctl;
@@ -310,9 +313,9 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       let attempt: (ctx: AttemptContext) => Promise<AttemptHandler>;
       if (prop.sends) {
         const base = flatHeaders(opts.headers, prop.names);
-        attempt = (ctx) => dispatchAttempt(dispatch, { ...sendOpts, headers: attemptHeaders(base, prop, ctx) }, call, null);
+        attempt = (ctx) => dispatchAttempt(dispatch, { ...sendOpts, headers: attemptHeaders(base, prop, ctx) }, call, null, ctx);
       } else {
-        attempt = () => dispatchAttempt(dispatch, sendOpts, call, null);
+        attempt = (ctx) => dispatchAttempt(dispatch, sendOpts, call, null, ctx);
       }
       const { callerDeadlineMs, incoming } = inherit(prop);
       const runOptions: RunOptions<AttemptHandler> = {
@@ -321,12 +324,15 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         method,
         endpoint,
         onEvent: listened ? listenerOf(onInterceptorEvent, per.onEvent) : undefined,
-        classifyValue: observeResponse,
-      classifyTimeout: timeoutOf(call),
+        classifyValue: dep.rateLimiter === null ? observeResponse : observeRateLimited,
+        classifyTimeout: timeoutOf(call),
         signal: ctl.signal,
         budget: dep.budget,
         breaker: dep.breaker,
         bulkhead: dep.bulkhead,
+        concurrencyLimit: dep.concurrencyLimit,
+        rateLimiter: dep.rateLimiter,
+        hedging,
         idempotencyKey: key ?? undefined,
         idempotent: per.idempotent,
         deadlineMs: lim?.deadlineMs,
@@ -358,15 +364,19 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
     private settle(r: RunResult<AttemptHandler>, call: Call, policy: Policy, where: () => string, streamLimited: boolean, deadlineMs: number | null): void {
       if (this.aborted) {
         call.current?.discard();
+        call.discardOthers(null);
         this.fail(this.reason ?? new Error('aborted'));
         return;
       }
       if (!r.outcome.ok) {
         call.current?.discard();
+        call.discardOthers(null);
         this.fail(failureError(r, r.outcome.error, where(), streamLimited));
         return;
       }
       const v = r.outcome.value;
+      // Hedging: the answer is this attempt's; the others' bodies never reach the wrapped handler.
+      call.discardOthers(v);
       const tooLong = waitTooLong(r);
       if (tooLong !== null) {
         v.discard();
@@ -463,7 +473,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       }
       // Before the response: cancel the attempt in flight, and end the operation (also
       // during a backoff wait) through the executor's signal.
-      this.call?.current?.abort(reason);
+      this.call?.abortAll(reason);
       this.ctl?.abort(reason);
     }
 
@@ -482,6 +492,8 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
     breakers: { value: deps.breakers, enumerable: true },
     bulkheads: { value: deps.bulkheads, enumerable: true },
     budgets: { value: deps.budgets, enumerable: true },
+    concurrencyLimits: { value: deps.concurrencyLimits, enumerable: true },
+    rateLimiters: { value: deps.rateLimiters, enumerable: true },
     breakerSnapshot: { value: () => deps.snapshot(), enumerable: true },
   });
   return interceptor;

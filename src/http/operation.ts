@@ -10,15 +10,22 @@ import { RelentError } from '../core/errors.js';
 import { type Policy, type PolicySpec, type PresetName } from '../core/policy.js';
 import { resolvePolicy, withOverrides } from '../presets/index.js';
 import { createBulkhead, type Bulkhead, type BulkheadOptions } from '../run/bulkhead.js';
+import { createConcurrencyLimit, type ConcurrencyLimit, type ConcurrencyLimitOptions, type LimitEvent } from '../run/concurrency-limit.js';
+import { createRateLimiter, type RateLimiter } from '../run/rate-limiter.js';
+import { createHedgeState, type HedgeState } from '../core/hedge.js';
+import { createTokenBucket, normalizeRateLimit, type RateLimitSpec } from '../core/token-bucket.js';
+import type { Clock } from '../core/types.js';
+import { systemClock } from '../shared/clock.js';
 import type { AttemptContext, Classified, RelentEvent, RunResult } from '../run/run.js';
 import { incomingCall, type IncomingCall } from '../run/incoming.js';
 import { appendPropagation, saysNoRetry, type ResolvedPropagation } from '../core/propagation.js';
 import { AttemptHandler } from './attempt.js';
 import { pickHintHeaders } from '../core/hints.js';
 
-/** What the client and the interceptor protect a dependency with by default: a shared budget, no breaker, no bulkhead. */
+/** What the client and the interceptor protect a dependency with by default: a shared budget, no breaker, no bulkhead, no limits. */
 export const PROTECTION_DEFAULTS = Object.freeze({
   budget: true, breaker: false as const, breakerState: null, onBreakerStateChange: null, bulkhead: false as const, fleet: null,
+  concurrencyLimit: false as const, rateLimit: false as const, onLimitEvent: null,
 });
 
 export function invalid(field: string, message: string): RelentError {
@@ -42,6 +49,18 @@ export interface ProtectionOptions {
   /** A bulkhead per key (max concurrent calls + bounded queue), or false for none (default). */
   readonly bulkhead?: BulkheadOptions | false;
   /**
+   * An adaptive concurrency limit per key (`{ kind: "gradient" | "aimd", … , maxQueue }`),
+   * in place of a fixed bulkhead, or false for none (default).
+   */
+  readonly concurrencyLimit?: ConcurrencyLimitOptions | false;
+  /** Every change of a key's concurrency limit (its name is the key). */
+  readonly onLimitEvent?: ((event: LimitEvent) => void) | null;
+  /**
+   * A rate limit per key (`{ ratePerSecond, burst, maxWaitMs, … }`), or false for none
+   * (default). With `fleet`, the key's rate is shared by the fleet (each process its share).
+   */
+  readonly rateLimit?: RateLimitSpec | false;
+  /**
    * Share each key's budget and breaker with every process that calls it (relent/fleet's
    * `createRedisFleet()`): the key is the dependency's name in the fleet. `breakerState` is not used then.
    */
@@ -52,6 +71,10 @@ export interface Dependency {
   readonly budget: RetryBudget | null;
   readonly breaker: CircuitBreaker | null;
   readonly bulkhead: Bulkhead | null;
+  readonly concurrencyLimit: ConcurrencyLimit | null;
+  readonly rateLimiter: RateLimiter | null;
+  /** Hedging's state of the key (made when a policy with `hedge` first calls it). */
+  hedging: HedgeState | null;
 }
 
 const MAX_DEPENDENCIES = 10_000;
@@ -65,13 +88,19 @@ export class Dependencies {
   readonly breakers = new Map<string, CircuitBreaker>();
   readonly bulkheads = new Map<string, Bulkhead>();
   readonly budgets = new Map<string, RetryBudget>();
+  readonly concurrencyLimits = new Map<string, ConcurrencyLimit>();
+  readonly rateLimiters = new Map<string, RateLimiter>();
   private readonly deps = new Map<string, Dependency>();
+  private readonly limitOpts: ConcurrencyLimitOptions | false;
+  private readonly rateSpec: RateLimitSpec | false;
+  private readonly clock: Clock;
   private readonly shareBudget: boolean;
   private readonly breakerSpec: BreakerSpec | false;
   private readonly bulkheadOpts: BulkheadOptions | false;
   private readonly fleet: Fleet | null;
 
-  constructor(private readonly o: ProtectionOptions) {
+  constructor(private readonly o: ProtectionOptions, clock: Clock | null = null) {
+    this.clock = clock ?? systemClock;
     this.fleet = o.fleet ?? null;
     if (this.fleet !== null && (typeof this.fleet !== 'object' || typeof this.fleet.budget !== 'function' || typeof this.fleet.breaker !== 'function')) {
       throw invalid('fleet', 'Expected `fleet` to be a fleet (relent/fleet createRedisFleet())');
@@ -80,9 +109,18 @@ export class Dependencies {
     if (typeof this.shareBudget !== 'boolean') throw invalid('budget', 'Expected `budget` to be a boolean');
     this.breakerSpec = o.breaker ?? PROTECTION_DEFAULTS.breaker;
     this.bulkheadOpts = o.bulkhead ?? PROTECTION_DEFAULTS.bulkhead;
+    this.limitOpts = o.concurrencyLimit ?? PROTECTION_DEFAULTS.concurrencyLimit;
+    this.rateSpec = o.rateLimit ?? PROTECTION_DEFAULTS.rateLimit;
     // Validate now, with messages naming the field.
     if (this.breakerSpec !== false) createCircuitBreaker(this.breakerSpec);
     if (this.bulkheadOpts !== false) createBulkhead(this.bulkheadOpts);
+    if (this.limitOpts !== false) {
+      if (this.bulkheadOpts !== false) throw invalid('concurrencyLimit', 'Expected one of `bulkhead` and `concurrencyLimit` (an adaptive limit replaces the fixed bulkhead)');
+      createConcurrencyLimit(this.limitOpts);
+    }
+    if (this.rateSpec !== false) normalizeRateLimit(this.rateSpec);
+    const onLimit = o.onLimitEvent ?? null;
+    if (onLimit !== null && typeof onLimit !== 'function') throw invalid('onLimitEvent', 'Expected `onLimitEvent` to be a function');
   }
 
   private lastKey: string | null = null;
@@ -103,6 +141,8 @@ export class Dependencies {
       this.breakers.delete(oldest);
       this.bulkheads.delete(oldest);
       this.budgets.delete(oldest);
+      this.concurrencyLimits.delete(oldest);
+      this.rateLimiters.delete(oldest);
     }
     this.lastKey = null;
     this.lastDep = null;
@@ -116,12 +156,28 @@ export class Dependencies {
         onStateChange: this.o.onBreakerStateChange ?? null,
       });
     const bulkhead = this.bulkheadOpts === false ? null : createBulkhead(this.bulkheadOpts);
-    d = { budget, breaker, bulkhead };
+    const concurrencyLimit = this.limitOpts === false ? null
+      : createConcurrencyLimit(this.limitOpts, { name: key, onEvent: this.o.onLimitEvent ?? null, wallNow: () => this.clock.wallNow() });
+    let rateLimiter: RateLimiter | null = null;
+    if (this.rateSpec !== false) {
+      // With a fleet the key's rate is shared (this process's share); without one, this process's own bucket.
+      const bucket = fleet !== null && typeof fleet.rateLimit === 'function' ? fleet.rateLimit(key, this.rateSpec) : createTokenBucket(this.rateSpec);
+      rateLimiter = createRateLimiter(bucket, this.clock);
+    }
+    d = { budget, breaker, bulkhead, concurrencyLimit, rateLimiter, hedging: null };
     this.deps.set(key, d);
     if (budget) this.budgets.set(key, budget);
     if (breaker) this.breakers.set(key, breaker);
     if (bulkhead) this.bulkheads.set(key, bulkhead);
+    if (concurrencyLimit) this.concurrencyLimits.set(key, concurrencyLimit);
+    if (rateLimiter) this.rateLimiters.set(key, rateLimiter);
     return d;
+  }
+
+  /** The key's hedging state for a policy that hedges (null for one that does not). */
+  hedgingOf(d: Dependency, policy: Policy): HedgeState | null {
+    if (policy.hedge === null) return null;
+    return (d.hedging ??= createHedgeState());
   }
 
   snapshot(): Record<string, BreakerSnapshot> {
@@ -144,7 +200,33 @@ export function listenerOf(a: ((e: RelentEvent) => void) | null, b: ((e: RelentE
 export class Call {
   /** The attempt in flight, or the last one that produced a response. */
   current: AttemptHandler | null = null;
+  /**
+   * Hedging: every attempt by number (several may be in flight; the executor aborts a
+   * loser through its attempt's signal). null for a call whose policy does not hedge.
+   */
+  readonly attempts: Map<number, AttemptHandler> | null;
   private signal: AbortSignal | null = null;
+
+  constructor(hedging = false) {
+    this.attempts = hedging ? new Map() : null;
+  }
+
+  /** The handler of attempt `n` (hedging), or the current one. */
+  handlerOf(n: number): AttemptHandler | null {
+    return this.attempts?.get(n) ?? this.current;
+  }
+
+  /** Gives up every attempt but `winner`: a loser still in flight is aborted, a drained body let go. */
+  discardOthers(winner: AttemptHandler | null): void {
+    const all = this.attempts;
+    if (all === null) return;
+    for (const h of all.values()) {
+      if (h === winner) continue;
+      if (h.headed) h.discard();
+      else h.abort(HEDGE_LOST_ERROR);
+    }
+    all.clear();
+  }
 
   /**
    * One listener on the caller's signal for the whole call (attempts and body): it aborts
@@ -152,8 +234,14 @@ export class Call {
    */
   listen(signal: AbortSignal): void {
     this.signal = signal;
-    this.onAbort = () => this.current?.abort(asError(signal.reason));
+    this.onAbort = () => this.abortAll(asError(signal.reason));
     signal.addEventListener('abort', this.onAbort);
+  }
+
+  /** Aborts whatever is in flight (every attempt, when hedging). */
+  abortAll(reason: Error): void {
+    if (this.attempts !== null) for (const h of this.attempts.values()) if (h !== this.current) h.abort(reason);
+    this.current?.abort(reason);
   }
 
   private onAbort: (() => void) | null = null;
@@ -174,6 +262,23 @@ export class Call {
 export function observeResponse(h: AttemptHandler, policy: Policy): Classified {
   const status = h.status;
   if (status < 400 && !policy.retryOnStatus.has(status)) return { status };
+  return observeFailure(h, status);
+}
+
+/**
+ * observeResponse for a dependency with a rate limit: every answer's hint headers are
+ * read (a RateLimit field on a success caps the calls to its quota).
+ */
+export function observeRateLimited(h: AttemptHandler, policy: Policy): Classified {
+  const status = h.status;
+  if (status < 400 && !policy.retryOnStatus.has(status)) {
+    const headers = h.headers['ratelimit'] !== undefined ? pickHintHeaders(h.headers) : null;
+    return headers ? { status, headers } : { status };
+  }
+  return observeFailure(h, status);
+}
+
+function observeFailure(h: AttemptHandler, status: number): Classified {
   h.drain();
   const headers = pickHintHeaders(h.headers);
   return headers ? { status, headers } : { status };
@@ -190,10 +295,24 @@ export function dispatchAttempt(
   opts: Dispatcher.DispatchOptions,
   call: Call,
   acceptStatus: ((status: number) => boolean) | null,
+  ctx?: AttemptContext,
 ): Promise<AttemptHandler> {
   const h = new AttemptHandler(acceptStatus);
-  // A failed attempt whose body is still arriving (over the drain limit) is given up now.
-  call.current?.discard();
+  const prev = call.current;
+  const attempts = call.attempts;
+  if (attempts === null) {
+    // A failed attempt whose body is still arriving (over the drain limit) is given up now.
+    prev?.discard();
+  } else {
+    // Hedging: an attempt still in flight goes on (only a failed answer's body is given up);
+    // this one is cut when the executor aborts it (it lost, or the caller cancelled).
+    if (prev !== null && prev.headed) prev.discard();
+    if (ctx !== undefined) {
+      attempts.set(ctx.attempt, h);
+      const signal = ctx.signal;
+      signal.addEventListener('abort', () => h.abort(asError(signal.reason)), { once: true });
+    }
+  }
   call.current = h;
   try {
     dispatch(opts, h);
@@ -203,6 +322,8 @@ export function dispatchAttempt(
   // The executor's only use of it is `then` (see AttemptHandler.then): no promise per attempt.
   return h as unknown as Promise<AttemptHandler>;
 }
+
+const HEDGE_LOST_ERROR = Object.assign(new Error('relent: another attempt of this call answered first'), { code: 'ERR_RELENT_HEDGE_LOST' });
 
 const SENT_TIMEOUT: Classified = Object.freeze({ errorClass: 'timeout', sent: 'unknown' });
 const CONNECT_TIMEOUT: Classified = Object.freeze({ errorClass: 'connect_timeout', sent: 'not_sent' });
@@ -215,7 +336,7 @@ const CONNECT_TIMEOUT: Classified = Object.freeze({ errorClass: 'connect_timeout
  */
 export function timeoutOf(call: Call): (ctx: AttemptContext) => Classified {
   return (ctx) => {
-    const h = call.current;
+    const h = call.handlerOf(ctx.attempt);
     if (h === null || h.headed) return SENT_TIMEOUT;
     const started = h.started;
     h.abort(Object.assign(new Error(`relent: attempt timed out after ${Math.round(ctx.timeoutMs)} ms`), { code: 'ERR_RELENT_ATTEMPT_TIMEOUT' }));

@@ -8,13 +8,17 @@ import { retryVerdict, VERDICT_THRESHOLDS, type RetryVerdict } from './verdict.j
 
 /** relent's decisions (a closed set), in the order reports list them. */
 export const REPORT_DECISIONS: readonly Decision[] = Object.freeze([
-  'return', 'retry', 'check_state', 'deadline_exceeded', 'max_attempts', 'not_retryable', 'budget_exhausted', 'circuit_open', 'cancelled', 'defer',
+  'return', 'retry', 'check_state', 'deadline_exceeded', 'max_attempts', 'not_retryable', 'budget_exhausted', 'circuit_open',
+  'bulkhead_full', 'concurrency_limited', 'rate_limited', 'cancelled', 'defer', 'await_hedge', 'hedge_lost',
 ] as const);
-/** The reasons an operation ends with: every decision but `retry`. */
-export const REPORT_REASONS: readonly TerminalReason[] = Object.freeze(REPORT_DECISIONS.filter((d): d is TerminalReason => d !== 'retry'));
+/** Whether a decision ends the operation (every one but `retry` and the two about one attempt of a hedged operation). */
+export function isTerminal(d: Decision): d is TerminalReason {
+  return d !== 'retry' && d !== 'await_hedge' && d !== 'hedge_lost';
+}
+/** The reasons an operation ends with. */
+export const REPORT_REASONS: readonly TerminalReason[] = Object.freeze(REPORT_DECISIONS.filter(isTerminal));
 
 const DECISION_INDEX = new Map<string, number>(REPORT_DECISIONS.map((d, i) => [d, i]));
-const RETRY = DECISION_INDEX.get('retry')!;
 const RETURN = DECISION_INDEX.get('return')!;
 
 /** Limits that keep the memory of a report constant, whatever the size of the log. */
@@ -469,7 +473,7 @@ export class EventLogAnalyzer {
     const id = o.operationId;
     if (typeof id !== 'string' || id.length === 0) return this.bad(lineNo, 'result: "operationId" is not a non-empty string');
     const r = typeof o.reason === 'string' ? DECISION_INDEX.get(o.reason) : undefined;
-    if (r === undefined || r === RETRY) return this.bad(lineNo, 'result: "reason" is not a terminal reason');
+    if (r === undefined || !isTerminal(REPORT_DECISIONS[r]!)) return this.bad(lineNo, 'result: "reason" is not a terminal reason');
     const n = o.attempts;
     if (typeof n !== 'number' || !Number.isInteger(n) || n < 0) return this.bad(lineNo, 'result: "attempts" is not a whole number ≥ 0');
     const status = o.status ?? null;
@@ -511,7 +515,7 @@ export class EventLogAnalyzer {
 
   /** An operation that leaves the open set without a result line. */
   private close(op: OpenOp): void {
-    if (op.last === RETRY) {
+    if (!isTerminal(REPORT_DECISIONS[op.last]!)) {
       this.unfinished++;
       op.ep.unfinished++;
     } else {
@@ -549,7 +553,7 @@ export class EventLogAnalyzer {
 
     const reasons: { reason: TerminalReason; operations: number; share: number }[] = [];
     REPORT_DECISIONS.forEach((d, i) => {
-      if (d !== 'retry' && this.reasons[i]! > 0) reasons.push({ reason: d, operations: this.reasons[i]!, share: share(this.reasons[i]!, ended) });
+      if (isTerminal(d) && this.reasons[i]! > 0) reasons.push({ reason: d, operations: this.reasons[i]!, share: share(this.reasons[i]!, ended) });
     });
 
     const statusClasses: Record<string, number> = {};
@@ -622,7 +626,7 @@ function endpointReport(e: EndpointAcc): EndpointReport {
   const seen = e.operations + e.unfinished;
   const reasons: Partial<Record<TerminalReason, number>> = {};
   REPORT_DECISIONS.forEach((d, i) => {
-    if (d !== 'retry' && e.reasons[i]! > 0) reasons[d] = e.reasons[i]!;
+    if (isTerminal(d) && e.reasons[i]! > 0) reasons[d] = e.reasons[i]!;
   });
   return {
     endpoint: e.key,

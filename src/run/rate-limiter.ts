@@ -1,6 +1,7 @@
 import { invalidPolicy, RelentError } from '../core/errors.js';
 import { createTokenBucket, type RateLimitSpec, type ResolvedRateLimitSpec, type TokenBucket, type TokenBucketState } from '../core/token-bucket.js';
 import type { Clock } from '../core/types.js';
+import { systemClock } from '../shared/clock.js';
 
 /**
  * A rate limit on the calls to one dependency, as the executor uses it: a call takes a
@@ -42,7 +43,7 @@ interface Waiter {
 }
 
 /** Makes a rate limiter from a spec (a bucket of this process) or around a bucket (e.g. a fleet's share). */
-export function createRateLimiter(spec: RateLimitSpec | TokenBucket, clock: Clock, field = 'rateLimit'): RateLimiter {
+export function createRateLimiter(spec: RateLimitSpec | TokenBucket, clock: Clock = systemClock, field = 'rateLimit'): RateLimiter {
   if (typeof spec !== 'object' || spec === null) throw invalidPolicy(field, 'an object with `ratePerSecond`', spec);
   const bucket = isBucket(spec) ? spec : createTokenBucket(spec, field);
   return new Limiter(bucket, clock);

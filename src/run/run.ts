@@ -3,7 +3,11 @@ import { safeEndpoint } from '../core/endpoint.js';
 import { pickHintHeaders } from '../core/hints.js';
 import type { RetryBudget } from '../core/budget.js';
 import { attemptLimitMs, isPlainAnswer } from '../core/decide.js';
-import { operationAttemptTimeoutMs, operationDeadlineMs, OperationMachine, type CallCommand, type Command, type EndCommand, type Operation } from '../core/operation.js';
+import {
+  HEDGE_LOST, operationAttemptTimeoutMs, operationDeadlineMs, OperationMachine, type CallCommand, type Command, type EndCommand, type HedgeCommand, type Operation, type SlotRefusal,
+} from '../core/operation.js';
+import { createHedgeState, type HedgeState } from '../core/hedge.js';
+import { observeRateAnswer } from '../core/token-bucket.js';
 import { errorClassOfCode } from '../core/error-codes.js';
 import type { Fleet } from '../core/fleet.js';
 import { RelentError, REASON_CODES } from '../core/errors.js';
@@ -13,6 +17,8 @@ import type {
 } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import type { Bulkhead } from './bulkhead.js';
+import type { ConcurrencyLimit } from './concurrency-limit.js';
+import type { RateLimiter } from './rate-limiter.js';
 import { clearTimerRecord, setTimerRecord, systemClock, systemRandom, turnNow, type TimerRecord } from '../shared/clock.js';
 
 /** What each attempt of an operation receives. */
@@ -163,6 +169,25 @@ export interface RunOptions<T> {
    * `budget_exhausted` and ERR_BULKHEAD_FULL. Share one per dependency.
    */
   readonly bulkhead?: Bulkhead | null;
+  /**
+   * The dependency's adaptive concurrency limit (createConcurrencyLimit), in place of a
+   * fixed bulkhead: a slot is held for each call and the limit learns from how it ended.
+   * Over the limit a call waits in its queue (abortable, within the deadline); a full
+   * queue ends the operation with terminal `concurrency_limited` (ERR_CONCURRENCY_LIMITED).
+   */
+  readonly concurrencyLimit?: ConcurrencyLimit | null;
+  /**
+   * The dependency's rate limit (createRateLimiter, or around relent/fleet's shared one): a
+   * token is taken before each call, waited for in line within maxWaitMs and the deadline;
+   * one that cannot come in time ends the operation with terminal `rate_limited`
+   * (ERR_RATE_LIMITED). Throttling answers and RateLimit fields lower or cap it.
+   */
+  readonly rateLimiter?: RateLimiter | null;
+  /**
+   * The dependency's hedging state (createHedgeState), for a policy with `hedge`. Default:
+   * one per `dependency` (or per policy when no dependency is named), kept by relent; null: no hedging.
+   */
+  readonly hedging?: HedgeState | null;
   /** Tracing hooks (see relent/otel). Nothing is called when absent. */
   readonly instrumentation?: Instrumentation | null;
 }
@@ -255,12 +280,18 @@ function observation(c: Classified, elapsedMs: number): Observation {
 
 const round = (ms: number): number => Math.round(ms * 1000) / 1000;
 
+/** How a wait for a slot or a token ended: `refused` carries the limit's own error (full queue, no token in time). */
+type WaitResult = { readonly result: 'ok' | 'deadline' | 'cancelled' } | { readonly result: 'refused'; readonly error: RelentError };
+
 /**
- * Waits for a bulkhead slot (the slow path: every slot is taken), bounded by the
- * remaining deadline and the caller's signal. Returns how the wait ended.
+ * Waits for a bulkhead or concurrency-limit slot, or a rate-limit token (the slow path),
+ * bounded by the remaining deadline and the caller's signal. Returns how the wait ended;
+ * a refusal is the limit's error with `code`.
  */
-async function waitForSlot(bulkhead: Bulkhead, clock: Clock, signal: AbortSignal | undefined, remainingMs: number): Promise<'ok' | 'full' | 'deadline' | 'cancelled'> {
-  if (signal?.aborted) return 'cancelled';
+async function waitFor(
+  acquire: (signal: AbortSignal) => Promise<void>, code: string, clock: Clock, signal: AbortSignal | undefined, remainingMs: number,
+): Promise<WaitResult> {
+  if (signal?.aborted) return WAIT_CANCELLED;
   const controller = new AbortController();
   let why: 'deadline' | 'cancelled' | null = null;
   const onAbort = (): void => {
@@ -273,11 +304,11 @@ async function waitForSlot(bulkhead: Bulkhead, clock: Clock, signal: AbortSignal
     controller.abort();
   }, remainingMs);
   try {
-    await bulkhead.acquire(controller.signal);
-    return 'ok';
+    await acquire(controller.signal);
+    return WAIT_OK;
   } catch (error) {
-    if (why !== null) return why;
-    if (RelentError.is(error) && error.code === 'ERR_BULKHEAD_FULL') return 'full';
+    if (why !== null) return why === 'deadline' ? WAIT_DEADLINE : WAIT_CANCELLED;
+    if (RelentError.is(error) && error.code === code) return { result: 'refused', error };
     throw error;
   } finally {
     cancelTimer();
@@ -285,10 +316,53 @@ async function waitForSlot(bulkhead: Bulkhead, clock: Clock, signal: AbortSignal
   }
 }
 
+const WAIT_OK: WaitResult = Object.freeze({ result: 'ok' });
+const WAIT_DEADLINE: WaitResult = Object.freeze({ result: 'deadline' });
+const WAIT_CANCELLED: WaitResult = Object.freeze({ result: 'cancelled' });
+
+/** The decision of an attempt cut because the caller cancelled its operation (hedging: the others in flight). */
+const CANCELLED_ATTEMPT: DecisionResult = Object.freeze({
+  decision: 'cancelled', why: 'cancelled', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
+});
+
+/** Hedging states kept by relent: one per dependency name (or per policy when none is named), at most 10 000. */
+const HEDGE_STATES = new Map<string, HedgeState>();
+const HEDGE_STATES_BY_POLICY = new WeakMap<Policy, HedgeState>();
+
+/** The hedging state of an operation whose policy hedges: the caller's, or relent's one for its dependency (or policy). */
+function hedgingOf(o: Pick<RunOptions<unknown>, 'hedging' | 'dependency'>, policy: Policy): HedgeState | null {
+  if (o.hedging !== undefined) return o.hedging;
+  if (typeof o.dependency === 'string' && o.dependency.length > 0) {
+    let h = HEDGE_STATES.get(o.dependency);
+    if (h === undefined) {
+      if (HEDGE_STATES.size >= 10_000) HEDGE_STATES.delete(HEDGE_STATES.keys().next().value as string);
+      h = createHedgeState();
+      HEDGE_STATES.set(o.dependency, h);
+    }
+    return h;
+  }
+  let h = HEDGE_STATES_BY_POLICY.get(policy);
+  if (h === undefined) {
+    h = createHedgeState();
+    HEDGE_STATES_BY_POLICY.set(policy, h);
+  }
+  return h;
+}
+
 /** What the executor keeps of an attempt in flight (the context it handed to the call). */
 interface AttemptHandle extends AttemptContext {
   /** The attempt has settled (answered, failed, timed out or been cancelled). */
   done: boolean;
+  /** When it started (the executor's clock). */
+  callStart: number;
+  /** Its tracing scope, if any. */
+  aScope: AttemptScope | null;
+  /** The concurrency limit's generation when it started. */
+  generation: number;
+  /** A hedge (sent while another attempt of the operation was in flight). */
+  isHedge: boolean;
+  /** Its own timer, when several attempts may be in flight (hedging). */
+  cancel: (() => void) | null;
   abort(reason: unknown): void;
   /** Aborts for the attempt timeout; the error (and its stack) is made only if someone holds the signal. */
   abortForTimeout(): void;
@@ -313,6 +387,11 @@ class AttemptCtx implements AttemptHandle {
   controller: AbortController | null = null;
   done = false;
   timedOut = false;
+  callStart = 0;
+  aScope: AttemptScope | null = null;
+  generation = 0;
+  isHedge = false;
+  cancel: (() => void) | null = null;
 
   constructor(
     private readonly owner: { readonly operationId: string },
@@ -372,6 +451,13 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   private readonly budget: RetryBudget | null;
   private readonly breaker: CircuitBreaker | null;
   private readonly bulkhead: Bulkhead | null;
+  private readonly limit: ConcurrencyLimit | null;
+  private readonly rate: RateLimiter | null;
+  /** The dependency's hedging state when the policy hedges (attempts then have timers of their own). */
+  private readonly hedging: HedgeState | null;
+  /** Attempts in flight, when hedging. */
+  private flying: AttemptHandle[] | null = null;
+  private cancelHedge: (() => void) | null = null;
   private readonly scope: OperationScope | null;
   /** The endpoint for events (never a query, userinfo or fragment), made on first use. */
   private safe: string | null | undefined = undefined;
@@ -391,9 +477,12 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   done = false;
   timedOut = false;
   controller: AbortController | null = null;
-  private aScope: AttemptScope | null = null;
+  callStart = 0;
+  aScope: AttemptScope | null = null;
+  generation = 0;
+  isHedge = false;
+  cancel: (() => void) | null = null;
   private checking = false;
-  private attemptStart = 0;
   private cancelTimer: (() => void) | null = null;
   private last: Observation | null = null;
   private settled = Settled.None;
@@ -417,6 +506,13 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     this.budget = options.budget !== undefined ? options.budget : options.fleet == null ? null : fleetBudget(options, this.policy);
     this.breaker = options.breaker == null ? null : breakerOf(options);
     this.bulkhead = options.bulkhead ?? null;
+    this.limit = options.concurrencyLimit ?? null;
+    this.rate = options.rateLimiter ?? null;
+    if (this.bulkhead !== null && this.limit !== null) {
+      throw new RelentError('ERR_INVALID_INPUT', 'Expected one of `bulkhead` and `concurrencyLimit` (an adaptive limit replaces the fixed bulkhead)', { field: 'concurrencyLimit' });
+    }
+    this.hedging = this.policy.hedge === null ? null : hedgingOf(options, this.policy);
+    if (this.hedging !== null) this.flying = [];
     this.opId = options.operationId ?? null;
     this.scope = options.instrumentation ? options.instrumentation.operation({ operationId: this.operationId, method: this.method, endpoint: this.endpoint }) : null;
   }
@@ -461,7 +557,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   start(): void {
     const now = this.now();
     this.startedAt = now;
-    if (this.breaker === null && this.bulkhead === null && !(this.callerSignal?.aborted ?? false)) {
+    if (this.breaker === null && this.bulkhead === null && this.limit === null && this.rate === null && this.hedging === null && !(this.callerSignal?.aborted ?? false)) {
       // The shortcut: the first call's limits are the core's (the same functions the
       // operation uses), and the operation itself is made only when the attempt needs
       // more than "a plain answer is the answer" (decide()'s first rule).
@@ -474,7 +570,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
 
   /** The core's operation (the caller's options are its options: no object per call). */
   private operation(): Operation {
-    return (this.op ??= new OperationMachine(this.policy, this.options, this.budget, this.options.random ?? systemRandom));
+    return (this.op ??= new OperationMachine(this.policy, this.options, this.budget, this.options.random ?? systemRandom, this.hedging));
   }
 
   /** Carries out one command of the operation. */
@@ -482,7 +578,12 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     switch (cmd.kind) {
       case 'call':
         return this.call(cmd, now);
+      case 'hedge':
+        return this.sendHedge(cmd, now);
+      case 'await':
+        return;
       case 'wait':
+        this.stopHedging();
         if (cmd.delayMs > 0) return this.waitFor(cmd.delayMs, now);
         // A zero wait: the next attempt after the current call stack (a driver's attempt
         // may settle inside its transport's callback), before any timer.
@@ -494,6 +595,8 @@ class Runner<T> implements TimerRecord, AttemptHandle {
       case 'check_state':
         return this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, this.options.stateCheck!);
       case 'end':
+        this.stopHedging();
+        if (this.flying !== null && this.flying.length > 0) this.abortOthers(cmd);
         return this.end(cmd);
     }
   }
@@ -511,36 +614,127 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     }
   }
 
-  /** A call: the breaker and the bulkhead first (a refusal makes no attempt and no attempt event). */
+  /** A call: the breaker, the rate limit and the slot first (a refusal makes no attempt and no attempt event). */
   private call(cmd: CallCommand, now: number): void {
     if (this.breaker !== null && !this.breaker.tryPass(this.clock.wallNow())) return this.carry(this.operation().slotRefused('circuit_open'), now);
-    if (this.bulkhead !== null && !this.bulkhead.tryAcquire()) {
-      // The slow path: every slot is taken. Wait in the queue, within the deadline.
+    if (this.rate !== null && !this.rate.tryAcquire(now)) {
+      // The slow path: no token now. Wait in line for one, within maxWaitMs and the deadline.
       this.phase = Phase.Slot;
-      waitForSlot(this.bulkhead, this.clock, this.callerSignal, cmd.remainingMs).then((r) => this.afterSlot(r), (e: unknown) => this.end(CRASHED, { outcome: { ok: false, error: e } }));
+      waitFor((signal) => this.rate!.acquire(this.clock.now(), cmd.remainingMs, signal), 'ERR_RATE_LIMITED', this.clock, this.callerSignal, cmd.remainingMs)
+        .then((r) => this.afterToken(r), (e: unknown) => this.end(CRASHED, { outcome: { ok: false, error: e } }));
       return;
     }
-    this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null);
+    this.takeSlot(cmd, now);
   }
 
-  private afterSlot(result: 'ok' | 'full' | 'deadline' | 'cancelled'): void {
-    const now = this.clock.now();
-    let cmd: Command;
-    if (result === 'ok') {
-      cmd = this.callerSignal?.aborted ? this.op!.slotRefused('cancelled') : this.op!.slotGranted(now);
-      if (cmd.kind === 'call') return this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null);
-      this.bulkhead!.release();
-    } else {
-      cmd = this.op!.slotRefused(result === 'full' ? 'bulkhead_full' : result);
+  /** A call that has its token (or needs none): the bulkhead's or the concurrency limit's slot, then the call. */
+  private takeSlot(cmd: CallCommand, now: number): void {
+    const slots = this.bulkhead ?? this.limit;
+    if (slots !== null && !slots.tryAcquire()) {
+      // The slow path: every slot is taken. Wait in the queue, within the deadline.
+      this.phase = Phase.Slot;
+      const code = this.bulkhead !== null ? 'ERR_BULKHEAD_FULL' : 'ERR_CONCURRENCY_LIMITED';
+      waitFor((signal) => slots.acquire(signal), code, this.clock, this.callerSignal, cmd.remainingMs)
+        .then((r) => this.afterSlot(r), (e: unknown) => this.end(CRASHED, { outcome: { ok: false, error: e } }));
+      return;
     }
-    // No call is made: hand a half-open trial back to the breaker.
+    this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null, cmd.hedgeInMs);
+  }
+
+  private afterToken(r: WaitResult): void {
+    const now = this.clock.now();
+    if (r.result === 'ok') {
+      const cmd = this.callerSignal?.aborted ? this.op!.slotRefused('cancelled') : this.op!.slotGranted(now);
+      if (cmd.kind === 'call') return this.takeSlot(cmd, now);
+      return this.refused(cmd, now, null);
+    }
+    this.refused(this.op!.slotRefused(r.result === 'refused' ? 'rate_limited' : r.result), now, r.result === 'refused' ? r.error : null);
+  }
+
+  private afterSlot(r: WaitResult): void {
+    const now = this.clock.now();
+    if (r.result === 'ok') {
+      const cmd = this.callerSignal?.aborted ? this.op!.slotRefused('cancelled') : this.op!.slotGranted(now);
+      if (cmd.kind === 'call') return this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null, cmd.hedgeInMs);
+      (this.bulkhead ?? this.limit)!.release();
+      return this.refused(cmd, now, null);
+    }
+    const why: SlotRefusal = r.result === 'refused' ? (this.bulkhead !== null ? 'bulkhead_full' : 'concurrency_limited') : r.result;
+    this.refused(this.op!.slotRefused(why), now, r.result === 'refused' ? r.error : null);
+  }
+
+  /** No call is made: hand a half-open trial back to the breaker, and end (a limit's refusal says why). */
+  private refused(cmd: Command, now: number, error: unknown): void {
     if (this.breaker !== null) this.breaker.record('ignored', this.clock.wallNow());
-    if (result === 'full') return this.end(cmd as EndCommand, bulkheadFullOutcome(this.bulkhead!, this.lastOutcome(), this.last, this.operationId, this.op!.attempt));
+    if (error !== null && cmd.kind === 'end') return this.end(cmd, refusalOutcome(cmd.reason, error, this.lastOutcome(), this.last, this.operationId, this.op!.attempt));
     this.carry(cmd, now);
   }
 
+  /** A hedge: another call alongside those in flight, only if a slot and a token are there now (a hedge never waits). */
+  private sendHedge(cmd: HedgeCommand, now: number): void {
+    const op = this.op!;
+    let refusal: SlotRefusal | null = null;
+    if (this.breaker !== null && !this.breaker.tryPass(this.clock.wallNow())) refusal = 'circuit_open';
+    else if (this.rate !== null && !this.rate.tryAcquire(now)) refusal = 'rate_limited';
+    else if (this.bulkhead !== null && !this.bulkhead.tryAcquire()) refusal = 'bulkhead_full';
+    else if (this.limit !== null && !this.limit.tryAcquire()) refusal = 'concurrency_limited';
+    if (refusal !== null) {
+      if (refusal !== 'circuit_open' && this.breaker !== null) this.breaker.record('ignored', this.clock.wallNow());
+      return this.carry(op.slotRefused(refusal), now);
+    }
+    this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null, cmd.hedgeInMs, true);
+  }
+
+  private armHedge(ms: number, now: number): void {
+    this.cancelHedge?.();
+    this.cancelHedge = this.clock.setTimer(() => {
+      this.cancelHedge = null;
+      if (this.phase !== Phase.Calling || this.op === undefined) return;
+      const t = this.clock.now();
+      this.carry(this.op.hedgeDue(t), t);
+    }, ms, now);
+  }
+
+  private stopHedging(): void {
+    if (this.cancelHedge !== null) {
+      this.cancelHedge();
+      this.cancelHedge = null;
+    }
+  }
+
+  /**
+   * The operation ended with attempts still in flight: each is aborted (its body never
+   * reaches the caller), its slot given back, and it is recorded with its own event — a
+   * hedge that lost (or, when the caller cancelled, a cancelled attempt).
+   */
+  private abortOthers(cmd: EndCommand): void {
+    const flying = this.flying!;
+    const now = this.clock.now();
+    const d = cmd.reason === 'cancelled' ? CANCELLED_ATTEMPT : HEDGE_LOST;
+    const reason = cmd.reason === 'cancelled' ? this.callerSignal?.reason : new RelentError('ERR_CANCELLED', 'relent: another attempt of this operation answered first');
+    const wallNow = this.options.onEvent || this.scope !== null ? this.clock.wallNow() : 0;
+    for (const ctx of flying.splice(0)) {
+      if (ctx.done) continue;
+      ctx.done = true;
+      if (ctx.cancel !== null) ctx.cancel();
+      // The attempt's signal aborts: a driver cuts what it has in flight for it.
+      ctx.abort(reason);
+      if (this.bulkhead !== null) this.bulkhead.release();
+      if (this.limit !== null) this.limit.release(null);
+      const elapsed = now - ctx.callStart;
+      this.op!.lost(elapsed);
+      if (this.options.onEvent || ctx.aScope !== null) {
+        const ev = attemptEvent(this.operationId, ctx.attempt, this.method, this.endpoint, { status: null, errorClass: 'aborted', elapsedMs: elapsed }, ctx.remainingMs, d, wallNow, ctx.isHedge);
+        this.options.onEvent?.(ev);
+        ctx.aScope?.end(ev);
+      }
+    }
+  }
+
   /** Calls the operation (or the state check) with a timer and the caller's signal racing it. */
-  private invoke(now: number, attempt: number, timeoutMs: number, remaining: number, check: ((ctx: AttemptContext) => Promise<T>) | null): void {
+  private invoke(
+    now: number, attempt: number, timeoutMs: number, remaining: number, check: ((ctx: AttemptContext) => Promise<T>) | null, hedgeInMs: number | null = null, hedge = false,
+  ): void {
     let ctx: AttemptHandle;
     if (attempt === 1 && check === null && this.timeoutMs === 0 && !this.done) {
       // The first attempt's context is this object.
@@ -552,10 +746,14 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     }
     this.ctx = ctx;
     this.checking = check !== null;
-    this.attemptStart = now;
+    ctx.callStart = now;
+    ctx.isHedge = hedge;
+    if (this.limit !== null) ctx.generation = this.limit.generation;
     this.phase = Phase.Calling;
+    const flying = check === null ? this.flying : null;
+    if (flying !== null) flying.push(ctx);
     const aScope = check === null && this.scope !== null ? this.scope.attempt(attempt, ctx) : null;
-    this.aScope = aScope;
+    ctx.aScope = aScope;
     const fn = check ?? this.fn;
     let p: Promise<T>;
     try {
@@ -564,9 +762,22 @@ class Runner<T> implements TimerRecord, AttemptHandle {
       p = Promise.reject(error);
     }
     if (ctx.done) return;
-    this.setTimer(timeoutMs, now);
+    if (flying !== null) {
+      // Several attempts may be in flight: each has its own timer.
+      ctx.cancel = this.clock.setTimer(() => this.onAttemptTimer(ctx), timeoutMs, now);
+      if (hedgeInMs !== null) this.armHedge(hedgeInMs, now);
+    } else {
+      this.setTimer(timeoutMs, now);
+    }
     if (this.callerSignal !== undefined) this.listenForAbort();
     p.then((value) => this.settle(ctx, Settled.Value, value), (error: unknown) => this.settle(ctx, Settled.Error, error));
+  }
+
+  private onAttemptTimer(ctx: AttemptHandle): void {
+    ctx.cancel = null;
+    if (ctx.done) return;
+    ctx.abortForTimeout();
+    this.settle(ctx, Settled.Timeout, undefined);
   }
 
   onTimerFired(): void {
@@ -579,7 +790,12 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   }
 
   private onCallerAbort(): void {
-    if (this.phase === Phase.Calling && this.ctx !== null && !this.ctx.done) {
+    if (this.phase === Phase.Calling && this.flying !== null && this.flying.length > 0) {
+      // Hedging: the latest attempt ends as cancelled; the operation then aborts the others.
+      const ctx = this.flying[this.flying.length - 1]!;
+      ctx.abort(this.callerSignal?.reason);
+      this.settle(ctx, Settled.Aborted, undefined);
+    } else if (this.phase === Phase.Calling && this.ctx !== null && !this.ctx.done) {
       this.ctx.abort(this.callerSignal?.reason);
       this.settle(this.ctx, Settled.Aborted, undefined);
     } else if (this.phase === Phase.Waiting) {
@@ -592,8 +808,16 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   private settle(ctx: AttemptHandle, kind: Settled, payload: unknown): void {
     if (ctx.done) return;
     ctx.done = true;
-    this.clearTimer();
+    if (ctx.cancel !== null) {
+      ctx.cancel();
+      ctx.cancel = null;
+    } else this.clearTimer();
     if (this.checking) return this.settleCheck(kind, payload);
+    const flying = this.flying;
+    if (flying !== null) {
+      const i = flying.indexOf(ctx);
+      if (i >= 0) flying.splice(i, 1);
+    }
     // The slot is freed when the attempt settles, timeouts included: an operation that
     // ignores its signal cannot hold the slot past its time.
     if (this.bulkhead !== null) this.bulkhead.release();
@@ -618,8 +842,8 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     }
     // A plain answer that nobody watches needs no clock reading (the core ignores the time then).
     const status = (c as { status?: number }).status;
-    const untimed = status !== undefined && this.settleRun === null && this.budget === null && this.breaker === null && !options.onEvent && this.aScope === null
-      && isPlainAnswer(this.policy, status);
+    const untimed = status !== undefined && this.settleRun === null && this.budget === null && this.breaker === null && !options.onEvent && ctx.aScope === null
+      && this.limit === null && this.rate === null && this.hedging === null && isPlainAnswer(this.policy, status);
     if (untimed && kind === Settled.Value && this.op === undefined) {
       // The shortcut's end: the core's rule for a plain answer nobody watches (decide()'s
       // first: the answer, nothing to record). Nothing else to build.
@@ -636,20 +860,28 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     let now: number;
     let obs: Observation;
     if (untimed) {
-      now = this.attemptStart;
+      now = ctx.callStart;
       obs = c === OK_200 ? UNTIMED_200 : observation(c, 0);
     } else {
       now = this.clock.now();
-      obs = observation(c, now - this.attemptStart);
+      obs = observation(c, now - ctx.callStart);
     }
     this.last = obs;
     // The wall clock is read only when something needs it (HTTP dates, the breaker).
     const wallNow = this.breaker !== null || obs.headers !== undefined ? this.clock.wallNow() : undefined;
     if (this.breaker !== null) this.breaker.record(breakerOutcome(obs), wallNow!);
-    const cmd = op.answered(obs, now, wallNow);
-    const aScope = this.aScope;
+    if (this.limit !== null) {
+      const st = obs.status ?? null;
+      const dropped = st !== null ? this.policy.throttleStatuses.has(st) || st === 503 : obs.errorClass === 'connect_refused';
+      this.limit.release(kind === Settled.Aborted ? null : { startedAt: ctx.callStart, now, generation: ctx.generation, dropped });
+    }
+    const cmd = op.answered(obs, now, wallNow, ctx.attempt);
+    if (this.rate !== null && obs.status !== null && obs.status !== undefined) {
+      observeRateAnswer(this.rate.bucket, now, obs.status, obs.headers, op.decision?.retryAfterMs ?? null, this.policy.throttleStatuses);
+    }
+    const aScope = ctx.aScope;
     if (options.onEvent || aScope !== null) {
-      const ev = attemptEvent(this.operationId, ctx.attempt, this.method, this.endpoint, obs, ctx.remainingMs, op.decision!, wallNow ?? this.clock.wallNow());
+      const ev = attemptEvent(this.operationId, ctx.attempt, this.method, this.endpoint, obs, ctx.remainingMs, op.decision!, wallNow ?? this.clock.wallNow(), ctx.isHedge);
       if (options.onEvent) options.onEvent(ev);
       if (aScope !== null) aScope.end(ev);
     }
@@ -724,6 +956,11 @@ class Runner<T> implements TimerRecord, AttemptHandle {
       if (extra.stateCheck) ev.stateCheck = extra.stateCheck;
       // Said only when the server asked not to retry (optional: other result events keep their shape).
       if (d?.why === 'retry_after_no_retry') ev.why = d.why;
+      const op = this.op;
+      if (op !== undefined && op.hedges > 0) {
+        (ev as { hedges?: number }).hedges = op.hedges;
+        (ev as { hedgeWon?: boolean }).hedgeWon = op.hedgeWon;
+      }
       if (options.onEvent) options.onEvent(ev);
       if (this.scope !== null) this.scope.end(ev);
     }
@@ -823,8 +1060,9 @@ const NO_OPTIONS: RunOptions<any> = Object.freeze({}); // eslint-disable-line @t
 
 function attemptEvent(
   operationId: string, attempt: number, method: string | null, endpoint: string | null, obs: Observation, remaining: number, d: DecisionResult, wallNow: number,
+  hedge = false,
 ): AttemptEvent {
-  return {
+  const ev: AttemptEvent = {
     type: 'attempt',
     operationId,
     requestId: `${operationId}/attempt-${attempt}`,
@@ -841,6 +1079,9 @@ function attemptEvent(
     retryAfterValid: d.retryAfterValid,
     ts: Math.round(wallNow),
   };
+  // Said only on hedges: other attempt events keep their shape.
+  if (hedge) (ev as { hedge?: true }).hedge = true;
+  return ev;
 }
 
 const MESSAGES: Partial<Record<string, string>> = {
@@ -866,17 +1107,20 @@ function messageTail(operationId: string, attempts: number, last: Observation | 
 }
 
 /**
- * The outcome when the bulkhead's queue is full: the last real answer or error when a
- * call was made (as when retries run out), else ERR_BULKHEAD_FULL.
+ * The outcome when a limit refused the call (the bulkhead's queue is full, the concurrency
+ * limit's queue is full, the rate limit has no token in time): the last real answer or
+ * error when a call was made (as when retries run out), else the limit's error
+ * (ERR_BULKHEAD_FULL, ERR_CONCURRENCY_LIMITED, ERR_RATE_LIMITED) with the operation's reason.
  */
-function bulkheadFullOutcome<T>(
-  bulkhead: Bulkhead, lastOutcome: AttemptOutcome<T> | null, last: Observation | null, operationId: string, attempts: number,
+function refusalOutcome<T>(
+  reason: TerminalReason, error: unknown, lastOutcome: AttemptOutcome<T> | null, last: Observation | null, operationId: string, attempts: number,
 ): Partial<RunResult<T>> {
   if (lastOutcome?.kind === 'value') return { outcome: { ok: true, value: lastOutcome.value } };
   if (lastOutcome?.kind === 'error') return { outcome: { ok: false, error: lastOutcome.error } };
-  const { maxConcurrent, maxQueue } = bulkhead.options;
-  const message = `budget_exhausted: the bulkhead is full (${maxConcurrent} calls in flight, ${maxQueue} queued) ${messageTail(operationId, attempts, last)}`;
-  return { outcome: { ok: false, error: new RelentError('ERR_BULKHEAD_FULL', message, { reason: 'budget_exhausted', attempts, operationId }) } };
+  const code = RelentError.is(error) ? error.code : REASON_CODES[reason as Exclude<TerminalReason, 'return'>];
+  const detail = error instanceof Error ? error.message.replace(/^The /, 'the ') : reason;
+  const message = `${reason}: ${detail} ${messageTail(operationId, attempts, last)}`;
+  return { outcome: { ok: false, error: new RelentError(code, message, { reason, attempts, operationId }) } };
 }
 
 /**

@@ -90,7 +90,7 @@ describe('the operation state machine: the loop of one operation in the core', (
     op.start(0);
     expect(op.answered({ status: 503, elapsedMs: 10 }, 10)).toEqual({ kind: 'wait', delayMs: 0, why: 'retryable' });
     expect(op.decision).toMatchObject({ decision: 'retry', delayMs: 0 });
-    expect(op.timerFired(10)).toEqual({ kind: 'call', attempt: 2, timeoutMs: 9990, remainingMs: 9990 });
+    expect(op.timerFired(10)).toEqual({ kind: 'call', attempt: 2, timeoutMs: 9990, remainingMs: 9990, hedgeInMs: null });
   });
 
   it('a per-operation deadline and attempt timeout replace the policy\'s, longer or shorter; the caller\'s deadline bounds both', () => {
@@ -125,7 +125,9 @@ describe('the operation state machine: the loop of one operation in the core', (
     const policy = createPolicy({ backoff: constant(0) });
     const cases = [
       ['circuit_open', { reason: 'circuit_open', why: 'circuit_open' }],
-      ['bulkhead_full', { reason: 'budget_exhausted', why: null }],
+      ['bulkhead_full', { reason: 'bulkhead_full', why: null }],
+      ['concurrency_limited', { reason: 'concurrency_limited', why: null }],
+      ['rate_limited', { reason: 'rate_limited', why: null }],
       ['deadline', { reason: 'deadline_exceeded', why: 'deadline_spent' }],
       ['cancelled', { reason: 'cancelled', why: null }],
     ] as const;
@@ -143,7 +145,7 @@ describe('the operation state machine: the loop of one operation in the core', (
     const policy = createPolicy({ deadlineMs: 100 });
     const op = createOperation(policy, { random: Math.random });
     op.start(0);
-    expect(op.slotGranted(30)).toEqual({ kind: 'call', attempt: 1, timeoutMs: 70, remainingMs: 70 });
+    expect(op.slotGranted(30)).toEqual({ kind: 'call', attempt: 1, timeoutMs: 70, remainingMs: 70, hedgeInMs: null });
     const late = createOperation(policy, { random: Math.random });
     late.start(0);
     expect(late.slotGranted(100)).toMatchObject({ kind: 'end', reason: 'deadline_exceeded' });
@@ -181,7 +183,7 @@ describe('the operation state machine: the loop of one operation in the core', (
     const snap = op.snapshot();
     expect(snap).toEqual({ attempt: 1, startedAt: 1000, deadlineAt: 61_000, prevDelayMs: 0, throttled: 0 });
     const again = restoreOperation(policy, snap, { method: 'POST', idempotencyKey: 'k', random: Math.random, durable: true });
-    expect(again.timerFired(2000)).toEqual({ kind: 'call', attempt: 2, timeoutMs: 59_000, remainingMs: 59_000 });
+    expect(again.timerFired(2000)).toEqual({ kind: 'call', attempt: 2, timeoutMs: 59_000, remainingMs: 59_000, hedgeInMs: null });
     const past = restoreOperation(policy, snap, { method: 'POST', idempotencyKey: 'k', random: Math.random, durable: true });
     expect(past.timerFired(61_000)).toMatchObject({ kind: 'end', reason: 'deadline_exceeded', why: 'deadline_spent' });
   });

@@ -4,7 +4,8 @@ import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { AimdLimiter, SlidingWindowLimiter } from '../../src/delivery/limits.js';
+import { SlidingWindowLimiter } from '../../src/delivery/limits.js';
+import { createLimitAlgorithm } from '../../src/core/concurrency.js';
 import { batchKey, cutBatches, encodeBatch } from '../../src/delivery/batching.js';
 import { DESTINATION_DEFAULTS, WORKER_DEFAULTS, parseDeliveryConfig, resolveDestination } from '../../src/delivery/config.js';
 import { DeliveryError } from '../../src/delivery/errors.js';
@@ -28,23 +29,21 @@ describe('SlidingWindowLimiter', () => {
   });
 });
 
-describe('AimdLimiter', () => {
-  it('halves once per wave of 429s, grows by one per `limit` successes, stays within [min, max]', () => {
-    const a = new AimdLimiter({ initial: 32, min: 2, max: 40, decrease: 0.5, adaptive: true });
-    const wave = a.start();
-    expect(a.throttled(wave)).toBe(true);
+describe('a destination\'s AIMD (the core\'s, shared with the HTTP client)', () => {
+  it('halves once per wave of 429s, grows by one per `limit` successes while used, stays within [min, max]', () => {
+    const a = createLimitAlgorithm({ kind: 'aimd', initial: 32, min: 2, max: 40, decrease: 0.5 });
+    const sample = (dropped: boolean, generation = a.generation) => a.sample({ startedAt: 0, now: 1, inFlight: a.limit, generation, dropped });
+    const wave = a.generation;
+    expect(sample(true, wave)).toBe('decrease');
     expect(a.limit).toBe(16);
-    expect(a.throttled(wave)).toBe(false); // same wave: no second cut
+    expect(sample(true, wave)).toBeNull(); // same wave: no second cut
     expect(a.limit).toBe(16);
-    for (let i = 0; i < 15; i++) a.succeeded();
+    for (let i = 0; i < 15; i++) sample(false);
     expect(a.limit).toBe(16);
-    a.succeeded();
+    expect(sample(false)).toBe('increase');
     expect(a.limit).toBe(17);
-    for (let i = 0; i < 10; i++) a.throttled(a.start());
+    for (let i = 0; i < 10; i++) sample(true);
     expect(a.limit).toBe(2);
-    const fixed = new AimdLimiter({ initial: 8, min: 1, max: 8, decrease: 0.5, adaptive: false });
-    expect(fixed.throttled(fixed.start())).toBe(false);
-    expect(fixed.limit).toBe(8);
   });
 });
 

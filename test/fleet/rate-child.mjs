@@ -5,13 +5,13 @@
 // stdin: "go" starts the callers; they stop after durationMs.
 import { createInterface } from 'node:readline';
 import { createRedisFleet } from '../../dist/fleet/index.js';
-import { createRateLimiter } from '../../dist/run/rate-limiter.js';
-import { systemClock } from '../../dist/index.js';
+import { createRateLimiter } from '../../dist/index.js';
 
 const cfg = JSON.parse(process.argv[2]);
 const say = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);
 const fleet = createRedisFleet({ url: cfg.redisUrl, prefix: cfg.prefix, timeoutMs: cfg.timeoutMs, syncMs: cfg.syncMs });
-const limiter = createRateLimiter(fleet.rateLimit('quota', cfg.rateLimit), systemClock);
+const limiter = createRateLimiter(fleet.rateLimit('quota', cfg.rateLimit));
+const clock = { now: () => performance.now() };
 const commands = createInterface({ input: process.stdin });
 const go = new Promise((resolve) => commands.on('line', (l) => l.trim() === 'go' && resolve()));
 const joined = await fleet.ready(20_000);
@@ -25,7 +25,7 @@ const sample = setInterval(() => trips.push([Date.now(), fleet.stats().roundTrip
 trips.push([started, fleet.stats().roundTrips]);
 const worker = async () => {
   while (Date.now() - started < cfg.durationMs) {
-    const now = systemClock.now();
+    const now = clock.now();
     if (!limiter.tryAcquire(now)) {
       try {
         await limiter.acquire(now, cfg.durationMs);

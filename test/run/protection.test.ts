@@ -148,7 +148,7 @@ describe('run() with a bulkhead', () => {
     expect(clock.now()).toBe(100); // 10 waves of 10 ms
   });
 
-  it('rejects overflow at once with ERR_BULKHEAD_FULL (terminal budget_exhausted, no call)', async () => {
+  it('rejects overflow at once with ERR_BULKHEAD_FULL (terminal bulkhead_full, its own word, no call)', async () => {
     const clock = createTestClock();
     const bulkhead = createBulkhead({ maxConcurrent: 2, maxQueue: 3 });
     let calls = 0;
@@ -168,7 +168,7 @@ describe('run() with a bulkhead', () => {
     expect(bulkhead.queued).toBe(3);
     await clock.runAll();
     const done = await Promise.all(results);
-    const rejected = done.filter((r) => r.reason === 'budget_exhausted');
+    const rejected = done.filter((r) => r.reason === 'bulkhead_full');
     expect(rejected).toHaveLength(5);
     for (const r of rejected) {
       expect(r.attempts).toBe(0);
@@ -176,7 +176,7 @@ describe('run() with a bulkhead', () => {
       expect((r.outcome as { error: RelentError }).error.code).toBe('ERR_BULKHEAD_FULL');
     }
     expect(calls).toBe(5);
-    expect(events.filter((ev) => ev.length === 1 && ev[0]!.type === 'result' && ev[0]!.reason === 'budget_exhausted')).toHaveLength(5);
+    expect(events.filter((ev) => ev.length === 1 && ev[0]!.type === 'result' && ev[0]!.reason === 'bulkhead_full')).toHaveLength(5);
   });
 
   it('waits in the queue no longer than the deadline (deadline_exceeded, no call)', async () => {
