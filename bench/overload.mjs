@@ -70,7 +70,8 @@ function startDependency(setup) {
 /** The contenders: each gives `call(i)` → Promise<boolean> (success) for operation i, and `close()`. */
 async function contenders(url) {
   const out = [];
-  for (const [name, policy] of [['relent', undefined], ['relent-fail-fast', { budgetExhausted: 'stop' }]]) {
+  // relent-hedged: relent's defaults plus hedging at the observed p95 (it must stop hedging in a storm).
+  for (const [name, policy] of [['relent', undefined], ['relent-fail-fast', { budgetExhausted: 'stop' }], ['relent-hedged', { hedge: { delayMs: 'p95' } }]]) {
     out.push({
       name,
       make: () => {
@@ -205,6 +206,10 @@ export async function main({ quick = false } = {}) {
   console.log(`overload, for real: capacity ${RATE}/s cut to ${FAULT_RATE}/s from ${setup.fault[0] / 1000} s to ${setup.fault[1] / 1000} s, ${ARRIVALS} operations/s, ${DEADLINE_MS / 1000} s deadline, loopback node:http`);
   console.log('fault window: requests received ÷ operations started, and the share of those operations that succeeded; "sim": relent simulate, same set-up');
   console.log(textTable(['contender', 'amplification', 'sim', 'success', 'sim', 'operations'], rows));
+  const amp = (name) => Number(rows.find((r) => r[0] === name)?.[1]?.replace('x', ''));
+  if (Number.isFinite(amp('relent-hedged')) && Number.isFinite(amp('relent'))) {
+    console.log(`hedging in the storm: relent-hedged's amplification is ${(amp('relent-hedged') / amp('relent')).toFixed(3)}x relent's (hedges stop while the dependency fails)`);
+  }
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) await main({ quick: process.argv.includes('--quick') });

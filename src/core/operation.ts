@@ -187,7 +187,7 @@ export interface Operation extends OperationState {
   timerFired(now: number): Command;
   /** The driver could not make the call of the last `call` (or `hedge`) command: no attempt was made. A refused hedge is `await`. */
   slotRefused(why: SlotRefusal): Command;
-  /** The driver waited for a slot and has it now: the call, with its time counted from `now`, or the end if the deadline passed. */
+  /** The driver waited for a slot and has it now: the call, with its time counted from `now`, or the end if the deadline passed (or less than the policy's minAttemptMs is left). */
   slotGranted(now: number): Command;
   /** While waiting for the shared budget: something else (a fleet budget) paid for the retry. */
   budgetGranted(now: number): Command;
@@ -553,7 +553,9 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
   slotGranted(now: number): Command {
     if (this.phase !== Phase.Calling) throw misuse('slotGranted', this.phase);
     this.lastWasHedge = false;
-    if (this.deadlineAt - now <= 0) return this.slotRefused('deadline');
+    // After a wait for a slot or a token: a call with less than minAttemptMs left is not worth sending.
+    const left = this.deadlineAt - now;
+    if (left <= 0 || left <= this.policy.minAttemptMs) return this.slotRefused('deadline');
     return this.call(now);
   }
 

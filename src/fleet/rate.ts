@@ -45,7 +45,7 @@ export class FleetRateLimit implements TokenBucket, Member {
   private lastWrite = -Infinity;
   private asked = false;
 
-  constructor(private readonly link: Link, keys: readonly string[], spec: ResolvedRateLimitSpec, private readonly syncMs: number) {
+  constructor(private readonly link: Link, keys: readonly string[], spec: ResolvedRateLimitSpec, private readonly syncMs: number, private readonly keyName: string) {
     this.spec = spec;
     this.keys = keys;
     // Empty: a member earns its burst at its share, it does not start with the fleet's.
@@ -118,8 +118,16 @@ export class FleetRateLimit implements TokenBucket, Member {
 
   // --- Member ----------------------------------------------------------------------
 
+  /** A starving member was announced (a newcomer to a busy fleet): visit at once, to give back what is not this process's fair share. */
+  announced(): void {
+    if (this.link.local || this.asked) return;
+    this.asked = true;
+    this.link.soon();
+  }
+
   dirty(): boolean {
-    return this.throttleWait !== null || this.asked || this.link.wallNow() - this.lastWrite >= this.syncMs * 0.9;
+    // At least every syncMs, whatever the phase of the fleet's tick.
+    return this.throttleWait !== null || this.asked || this.link.wallNow() - this.lastWrite >= this.syncMs * 0.5;
   }
 
   write(out: Command[]): void {
@@ -140,7 +148,10 @@ export class FleetRateLimit implements TokenBucket, Member {
     out.push({
       script: 'rate',
       keys: this.keys,
-      args: [this.link.id, demand, 3 * this.syncMs, s.ratePerSecond, s.decrease, s.recoverMs, s.minRatePerSecond / s.ratePerSecond, wait ?? -1, Math.max(this.link.keyTtlMs, 3 * this.syncMs)],
+      args: [
+        this.link.id, demand, 3 * this.syncMs, s.ratePerSecond, s.decrease, s.recoverMs, s.minRatePerSecond / s.ratePerSecond, wait ?? -1,
+        Math.max(this.link.keyTtlMs, 3 * this.syncMs), this.link.channel, this.keyName,
+      ],
       onReply: (r) => {
         const serverMs = Number(r[0]) / 1000;
         const share = Number(r[1]);

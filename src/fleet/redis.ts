@@ -171,6 +171,7 @@ class RedisFleetImpl implements RedisFleet, Link {
   private readonly budgets = new Map<string, RetryBudget>();
   private readonly breakers = new Map<string, FleetBreaker>();
   private readonly rates = new Map<string, FleetRateLimit>();
+  private readonly ratesByKey = new Map<string, FleetRateLimit>();
   private readonly keyNames = new Map<string, string>();
   private readonly byKey = new Map<string, FleetBreaker>();
   private readonly heard = new Map<string, Announcement>();
@@ -318,9 +319,11 @@ class RedisFleetImpl implements RedisFleet, Link {
     const known = this.rates.get(name);
     if (known !== undefined) return known;
     const resolved = normalizeRateLimit(spec);
-    const r = new FleetRateLimit(this, [this.key(name, 'rate-members'), this.key(name, 'rate')], resolved, this.settings.syncMs);
+    const keyName = this.keyName(name);
+    const r = new FleetRateLimit(this, [this.key(name, 'rate-members'), this.key(name, 'rate')], resolved, this.settings.syncMs, keyName);
     if (!this.full()) {
       this.members.push(r);
+      this.ratesByKey.set(keyName, r);
       if (!this.local) this.soon();
     }
     this.rates.set(name, r);
@@ -540,10 +543,15 @@ class RedisFleetImpl implements RedisFleet, Link {
   }
 
   private announcement(message: string): void {
-    let m: { d?: unknown; s?: unknown; n?: unknown; a?: unknown; u?: unknown; r?: unknown };
+    let m: { d?: unknown; s?: unknown; n?: unknown; a?: unknown; u?: unknown; r?: unknown; rate?: unknown };
     try {
       m = JSON.parse(message) as typeof m;
     } catch {
+      return;
+    }
+    // A starving member of a shared rate limit: the members holding more visit at once.
+    if (typeof m === 'object' && m !== null && typeof m.rate === 'string') {
+      this.ratesByKey.get(m.rate)?.announced();
       return;
     }
     if (typeof m !== 'object' || m === null || typeof m.d !== 'string') return;

@@ -167,8 +167,10 @@ return { us, 2, openedAt, openUntil }
  * members (its fair share within what the others hold).
  * KEYS[1] the members (hash: id → "demand grant expiresAt"), KEYS[2] the state (hash:
  * pausedUntil, factor, factorAt, lastDecrease).
- * ARGV: id, demand, memberTtlMs, rate, decrease, recoverMs, minFactor, wait, ttlMs.
+ * ARGV: id, demand, memberTtlMs, rate, decrease, recoverMs, minFactor, wait, ttlMs, channel, dependency.
  * Reply: { Redis µs, grant (string, exact), pausedUntil (ms), members, factor (string) }.
+ * A member granted less than half its fair share (a newcomer to a busy fleet) is
+ * announced on the channel, so that the members holding more visit at once.
  */
 export const RATE_SCRIPT = `${PRELUDE}
 local id = ARGV[1]
@@ -238,9 +240,13 @@ for k = 1, n do
   end
 end
 own = own + left / n
+local fair = own
 local free = total - others
 if own > free then own = free end
 if own < 0 then own = 0 end
+if own < fair / 2 then
+  redis.call('PUBLISH', ARGV[10], cjson.encode({ rate = ARGV[11], n = fmt(us) }))
+end
 local g = string.format('%.17g', own)
 redis.call('HSET', KEYS[1], id, string.format('%.17g', mine) .. ' ' .. g .. ' ' .. fmt(now + tonumber(ARGV[3])))
 redis.call('PEXPIRE', KEYS[1], ttl)

@@ -123,7 +123,7 @@ describe.skipIf(!enabled)('Lua scripts (real Redis)', () => {
         const grants = new Map<number, number>();
         let model: SharedRateState | null = null;
         for (const [member, demand, wait] of visits) {
-          const r = await redis.eval(RATE_SCRIPT, 2, ...keys, `m${member}`, demand, 60_000, spec.rate, spec.decrease, spec.recoverMs, spec.minFactor, wait, 60_000) as [number, string, string, number, string];
+          const r = await redis.eval(RATE_SCRIPT, 2, ...keys, `m${member}`, demand, 60_000, spec.rate, spec.decrease, spec.recoverMs, spec.minFactor, wait, 60_000, `${prefix}breaker`, tag) as [number, string, string, number, string];
           const now = Math.floor(Number(r[0]) / 1000);
           demands.set(member, demand);
           const step = stepSharedRate(model, now, spec, wait);
@@ -143,7 +143,7 @@ describe.skipIf(!enabled)('Lua scripts (real Redis)', () => {
 
   it('a member that stops visiting is forgotten once its entry expires: its share goes to the others', async () => {
     const keys = [`${prefix}{gone}:rate-members`, `${prefix}{gone}:rate`];
-    const visit = (id: string, demand: number, ttl: number) => redis.eval(RATE_SCRIPT, 2, ...keys, id, demand, ttl, 100, 0.5, 1000, 0.01, -1, 60_000) as Promise<[number, string, string, number]>;
+    const visit = (id: string, demand: number, ttl: number) => redis.eval(RATE_SCRIPT, 2, ...keys, id, demand, ttl, 100, 0.5, 1000, 0.01, -1, 60_000, `${prefix}breaker`, 'gone') as Promise<[number, string, string, number]>;
     await visit('a', 1000, 30);
     expect(Number((await visit('b', 1000, 60_000))[1])).toBe(0); // a holds all of it until it visits again
     expect(Number((await visit('a', 1000, 30))[1])).toBeCloseTo(50, 9);
