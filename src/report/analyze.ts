@@ -110,6 +110,11 @@ export interface EventReport {
   };
   /** Load sent to the dependencies: attempts ÷ operations seen. */
   readonly load: { readonly attempts: number; readonly operations: number; readonly attemptsPerOperation: number | null; readonly retries: number; readonly retryShare: number | null };
+  /**
+   * Hedged requests: attempts sent while another of their operation was in flight, those
+   * whose answer was the operation's, and the extra load they added (hedges ÷ operations).
+   */
+  readonly hedging: { readonly hedges: number; readonly won: number; readonly extraLoad: number | null };
   readonly attemptsPerOperation: {
     /** Operations that ended, by their number of attempts (only counts that occur). */
     readonly histogram: readonly { readonly attempts: number; readonly operations: number; readonly share: number }[];
@@ -303,6 +308,8 @@ export class EventLogAnalyzer {
   private readonly outcomes = new NameCounts(REPORT_DEFAULTS.maxNames);
 
   private retries = 0;
+  private hedges = 0;
+  private hedgesWon = 0;
   private readonly statuses = new Float64Array(600);
   private readonly errorClasses = new NameCounts(REPORT_DEFAULTS.maxNames);
   private readonly decisions = new Float64Array(REPORT_DECISIONS.length);
@@ -435,7 +442,11 @@ export class EventLogAnalyzer {
     }
     const ep = op.ep;
     ep.attempts++;
-    if (n > 1) this.retries++;
+    // A hedge is extra load of its own kind, not a retry.
+    if (o.hedge === true) {
+      this.hedges++;
+      if (d === RETURN) this.hedgesWon++;
+    } else if (n > 1) this.retries++;
     this.decisions[d]!++;
     if (status !== null) this.statuses[status as number]!++;
     else {
@@ -597,6 +608,11 @@ export class EventLogAnalyzer {
         attemptsPerOperation: seen > 0 ? this.attemptLines / seen : null,
         retries: this.retries,
         retryShare: this.attemptLines > 0 ? this.retries / this.attemptLines : null,
+      },
+      hedging: {
+        hedges: this.hedges,
+        won: this.hedgesWon,
+        extraLoad: seen > 0 ? this.hedges / seen : null,
       },
       attemptsPerOperation: {
         histogram,

@@ -97,6 +97,9 @@ export function formatReport(r: EventReport, options: { maxEndpoints?: number } 
     return out;
   }
   out += `Load sent: ${fixed2(r.load.attemptsPerOperation)} attempts per operation (${r.load.attempts} attempts, ${r.load.operations} operations); retries are ${share(r.load.retryShare)} of attempts\n`;
+  if (r.hedging.hedges > 0) {
+    out += `Hedged requests: ${count(r.hedging.hedges)} hedges (extra load ${share(r.hedging.extraLoad)} of operations), ${count(r.hedging.won)} won (the operation's answer came from the hedge)\n`;
+  }
   out += `Timeouts: ${share(r.timeouts.share)} of attempts (${r.timeouts.attempts})\n`;
 
   out += '\nAttempts per operation\n';
