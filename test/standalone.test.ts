@@ -15,7 +15,7 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 /** Internal references, as they appeared before: "SPEC R20", "(R13)", "REFERENCE.md §3", "seed S0", "issue 6", "../shared/DESIGN.md"… */
 const INTERNAL: readonly [string, RegExp][] = [
   ['a requirement number', /\bR\d{1,2}\b|\bSPEC\b/],
-  ['an internal file', /REFERENCE(\.md)?\s*§|REFERENCE\.md|ANCHORS-|DESIGN\.md|CONVENTIONS\.md|\.\.\/shared\//],
+  ['an internal file', /REFERENCE(\.md)?\s*§|REFERENCE\.md|ANCHORS-|DESIGN\.md|CONVENTIONS\.md|\.\.\/shared\/(SPEC|DESIGN|REFERENCE|CONVENTIONS|ANCHORS|seeds)/],
   ['a seed document', /\bseeds? (S\d|0\d\d)\b/i],
   ['an issue number', /\bissue #?\d+/i],
   ['an untranslated quote', /[\u0400-\u04FF]/],

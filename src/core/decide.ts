@@ -158,7 +158,7 @@ export function attemptBudgetMs(policy: Policy, state: OperationState, now: numb
   return attemptLimitMs(policy.attemptTimeoutMs, state.deadlineAt, now);
 }
 
-/** min(attempt timeout, time left before `deadlineAt`), never negative: the one rule for an attempt's time (R2). */
+/** min(attempt timeout, time left before `deadlineAt`), never negative: the one rule for an attempt's time. */
 export function attemptLimitMs(attemptTimeoutMs: number | null, deadlineAt: number, now: number): number {
   const remaining = deadlineAt - now;
   if (!(remaining > 0)) return 0;

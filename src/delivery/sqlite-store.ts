@@ -184,8 +184,11 @@ class SqliteStore implements DeliveryStore {
       }
       this.db.exec(`CREATE INDEX IF NOT EXISTS ${rate}_end ON ${rate} (destination, end_at)`);
       // The counters behind stats() (O(1) on any number of rows): made, and filled from the tables, once.
-      this.db.transaction(() => {
-        if (this.db.prepare(`SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?`).get(counts) !== undefined) return;
+      // Looked for first outside a transaction: an up-to-date file takes no write lock here
+      // (a worker opening a file another process holds locked must not wait on it).
+      const hasCounts = (): boolean => this.db.prepare(`SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?`).get(counts) !== undefined;
+      if (!hasCounts()) this.db.transaction(() => {
+        if (hasCounts()) return;
         this.db.exec(`CREATE TABLE ${counts} (destination TEXT NOT NULL, state TEXT NOT NULL, batches INTEGER NOT NULL DEFAULT 0, items INTEGER NOT NULL DEFAULT 0,
           PRIMARY KEY (destination, state))`);
         this.recountLocked();

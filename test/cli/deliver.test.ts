@@ -258,7 +258,7 @@ describe('store failures: a clear error, non-zero exit, nothing already enqueued
       await waitFor(() => stderr.includes('locked by another process'), 10_000, 'the worker to report the lock');
       other.prepare('ROLLBACK').run();
       other.close();
-      expect(await code).toBe(0);
+      const got = await code; expect(got, stderr).toBe(0);
       expect(stderr).toMatch(/idle; released 0 claims — queued 0 · in flight 0 · delivered 20 · deferred 0 · dropped 0/);
     } finally {
       await server.close();

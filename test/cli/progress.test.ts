@@ -124,9 +124,13 @@ describe('relent deliver says when the next deferred batch is due', () => {
     const run = (args: string[], until: RegExp | null): Promise<{ code: number | null; err: string }> => new Promise((resolve) => {
       const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
       let err = '';
+      let sent = false; // one SIGTERM: a second one means "stop now" to relent deliver
       child.stderr.on('data', (d) => {
         err += d;
-        if (until && until.test(err)) child.kill('SIGTERM');
+        if (until && !sent && until.test(err)) {
+          sent = true;
+          child.kill('SIGTERM');
+        }
       });
       if (!until) setTimeout(() => child.kill('SIGTERM'), 2500);
       child.on('close', (code) => resolve({ code, err }));

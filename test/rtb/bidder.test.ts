@@ -95,7 +95,8 @@ describe('notices fired by the exchange', () => {
       expect(bid.burl).toBeUndefined();
       expect(bid.adm).toBe('<div class="relent-ad" data-seat="dsp">dsp: 1.75 USD</div>');
     }
-    for (let i = 0; i < 100 && b.stats().billed < 10; i++) await sleep(20);
+    // The bidder counts a notice when it gets it; the exchange, when the answer is back: wait for both.
+    for (let i = 0; i < 250 && (b.stats().billed < 10 || ex.exchange.stats().notices.billing.delivered < 10); i++) await sleep(20);
     const s = b.stats();
     expect(s.billed).toBe(10);
     expect(s.billedCpm).toBeCloseTo(17.5);
