@@ -14,7 +14,8 @@
 //    and claim latency (p50/p99) and `queue stats` time, and the 10^6/10^4 ratios.
 //
 // `node bench/delivery.mjs [--quick] [throughput] [scale] [fairness] [large]` (all by
-// default); `npm run bench -- delivery`. Imports ../dist: run `npm run build` first.
+// default), or `npm run bench -- delivery [section...]`; each case gives up after
+// CASE_TIMEOUT_MS and says so. Imports ../dist: run `npm run build` first.
 // BullMQ 6 and pg-boss 10 are the newest majors that run on Node 20 (pg-boss 11+ needs 22).
 import { createServer } from 'node:http';
 import { spawn } from 'node:child_process';
@@ -29,6 +30,8 @@ import { openDeliveryQueue, openPostgresStore } from '../dist/delivery/index.js'
 const PG_URL = process.env.RELENT_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS = { host: '127.0.0.1', port: 6379 };
 const CONCURRENCY = 16;
+/** The longest one case may take before the bench gives up on it (and says so). */
+const CASE_TIMEOUT_MS = 120_000;
 const WORKER = fileURLToPath(new URL('./workers/delivery-worker.mjs', import.meta.url));
 const version = (n) => JSON.parse(readFileSync(new URL(`../node_modules/${n}/package.json`, import.meta.url), 'utf8')).version;
 const load = () => loadavg().map((x) => x.toFixed(2)).join(' ');
@@ -60,14 +63,15 @@ async function receiver() {
         res.writeHead(503).end('busy');
         return;
       }
+      // Counted by destination and key: two destinations may use the same item keys.
       const key = req.headers['x-item-key'];
       let n = 0;
       if (key) {
-        seen.add(key);
+        seen.add(`${dest}\0${key}`);
         n = 1;
       } else {
         for (const it of JSON.parse(body).items) {
-          seen.add(it.key);
+          seen.add(`${dest}\0${it.key}`);
           n++;
         }
       }
@@ -95,7 +99,21 @@ async function receiver() {
     },
     arrivals: () => arrivals,
     seen: () => seen.size,
-    until: (n) => (seen.size >= n ? Promise.resolve() : new Promise((resolve) => waiters.push({ n, resolve }))),
+    /** Resolves when n distinct items arrived; rejects after `ms` (a case never hangs the bench). */
+    until: (n, ms = CASE_TIMEOUT_MS) => {
+      if (seen.size >= n) return Promise.resolve();
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => {
+          waiters = waiters.filter((w) => w.resolve !== done);
+          reject(new Error(`only ${seen.size} of ${n} items arrived in ${ms / 1000} s`));
+        }, ms);
+        const done = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+        waiters.push({ n, resolve: done });
+      });
+    },
     close: () => new Promise((r) => { server.closeAllConnections(); server.close(r); }),
   };
 }
@@ -146,10 +164,14 @@ async function relentCase(store, rx, n, maxItems, tag) {
   const t1 = performance.now();
   const worker = queue.createWorker({ pollMs: 20 });
   worker.start();
-  await rx.until(n);
-  const t2 = performance.now();
-  await worker.stop();
-  await queue.close();
+  let t2;
+  try {
+    await rx.until(n);
+    t2 = performance.now();
+  } finally {
+    await worker.stop();
+    await queue.close();
+  }
   return { enqueue: n / ((t1 - t0) / 1000), deliver: n / ((t2 - t1) / 1000) };
 }
 
@@ -169,12 +191,16 @@ async function bullmqCase(rx, n) {
     await r.body.dump();
     if (r.statusCode >= 300) throw new Error(`status ${r.statusCode}`);
   }, { connection: REDIS, concurrency: CONCURRENCY });
-  await rx.until(n);
-  const t2 = performance.now();
-  await worker.close();
-  await queue.obliterate({ force: true }).catch(() => {});
-  await queue.close();
-  await agent.close();
+  let t2;
+  try {
+    await rx.until(n);
+    t2 = performance.now();
+  } finally {
+    await worker.close();
+    await queue.obliterate({ force: true }).catch(() => {});
+    await queue.close();
+    await agent.close();
+  }
   return { enqueue: n / ((t1 - t0) / 1000), deliver: n / ((t2 - t1) / 1000) };
 }
 
@@ -198,11 +224,15 @@ async function pgBossCase(rx, n, batchSize) {
       if (r.statusCode >= 300) throw new Error(`status ${r.statusCode}`);
     }));
   });
-  await rx.until(n);
-  const t2 = performance.now();
-  await boss.stop({ graceful: true, wait: true, timeout: 5_000 }).catch(() => {});
-  await dropSchemas([schema]);
-  await agent.close();
+  let t2;
+  try {
+    await rx.until(n);
+    t2 = performance.now();
+  } finally {
+    await boss.stop({ graceful: true, wait: true, timeout: 5_000 }).catch(() => {});
+    await dropSchemas([schema]);
+    await agent.close();
+  }
   return { enqueue: n / ((t1 - t0) / 1000), deliver: n / ((t2 - t1) / 1000) };
 }
 
@@ -272,6 +302,8 @@ async function throughput({ quick, rx, dir, pgOk, redisOk, schemas }) {
 // ---------------------------------------------------------------- 2. scale-out
 
 /** Starts k worker processes (bench/workers/delivery-worker.mjs), waits until each is ready. */
+const liveChildren = new Set();
+
 async function startWorkers(k, spec) {
   const children = [];
   for (let i = 0; i < k; i++) {
@@ -282,10 +314,12 @@ async function startWorkers(k, spec) {
     });
     child.removeAllListeners('exit');
     children.push(child);
+    liveChildren.add(child);
+    child.once('exit', () => liveChildren.delete(child));
   }
   return {
     go: () => { for (const c of children) c.stdin.write('go\n'); },
-    stop: () => Promise.all(children.map((c) => new Promise((r) => { c.once('exit', r); c.kill('SIGTERM'); }))),
+    stop: () => Promise.all(children.map((c) => (c.exitCode !== null || c.signalCode !== null ? null : new Promise((r) => { c.once('exit', r); c.kill('SIGTERM'); })))),
   };
 }
 
@@ -308,10 +342,14 @@ async function scale({ quick, rx, pgOk, schemas }) {
     const w = await startWorkers(k, { store, destinations, worker: { pollMs: 20 } });
     const t0 = performance.now();
     w.go();
-    await rx.until(n);
-    const rate = n / ((performance.now() - t0) / 1000);
-    await w.stop();
-    await queue.close();
+    let rate;
+    try {
+      await rx.until(n);
+      rate = n / ((performance.now() - t0) / 1000);
+    } finally {
+      await w.stop();
+      await queue.close();
+    }
     rows.push([`${k} process${k > 1 ? 'es' : ''}`, int(rate), `${(rate / (rows.length ? Number(rows[0][3]) : rate)).toFixed(2)}x`, rate]);
   }
   table(['workers', 'items/s', 'vs 1 process'], rows.map((r) => r.slice(0, 3)));
@@ -329,10 +367,14 @@ async function scale({ quick, rx, pgOk, schemas }) {
   const w = await startWorkers(4, { store, destinations, worker: { pollMs: 20 } });
   const t0 = performance.now();
   w.go();
-  await rx.until(m);
-  const seconds = (performance.now() - t0) / 1000;
-  await w.stop();
-  await queue.close();
+  let seconds;
+  try {
+    await rx.until(m);
+    seconds = (performance.now() - t0) / 1000;
+  } finally {
+    await w.stop();
+    await queue.close();
+  }
   const at = rx.arrivals().sort((a, b) => a - b);
   let worst = 0;
   for (let i = 0, j = 0; i < at.length; i++) {
@@ -359,21 +401,26 @@ async function fairness({ quick, rx, dir, pgOk, schemas }) {
   const rows = [];
   for (const [name, storeOf] of stores) {
     const results = {};
-    for (const bad of [null, 'slow', 'fail']) {
+    // The first case warms up (JIT, connections) and is not counted.
+    for (const bad of ['warm', null, 'slow', 'fail']) {
       rx.reset();
       const destinations = {};
       for (let i = 0; i < 9; i++) destinations[`ok${i}`] = dest(`ok${i}`);
-      if (bad) destinations[bad] = dest(`${bad}0`);
+      if (bad && bad !== 'warm') destinations[bad] = dest(`${bad}0`);
       const queue = await openDeliveryQueue({ store: storeOf(bad ?? 'alone'), destinations });
-      for (let i = 0; i < 9; i++) await queue.enqueueMany(`ok${i}`, Array.from({ length: per }, (_, j) => ({ key: `k${j}`, payload: { j } })));
-      if (bad) await queue.enqueueMany(bad, Array.from({ length: per }, (_, j) => ({ key: `k${j}`, payload: { j } })));
+      const count = bad === 'warm' ? Math.ceil(per / 4) : per;
+      for (let i = 0; i < 9; i++) await queue.enqueueMany(`ok${i}`, Array.from({ length: count }, (_, j) => ({ key: `k${j}`, payload: { j } })));
+      if (bad && bad !== 'warm') await queue.enqueueMany(bad, Array.from({ length: per }, (_, j) => ({ key: `k${j}`, payload: { j } })));
       const worker = queue.createWorker({ pollMs: 20 });
       const t0 = performance.now();
       worker.start();
-      await rx.until(9 * per);
-      results[bad ?? 'alone'] = (9 * per) / ((performance.now() - t0) / 1000);
-      await worker.stop();
-      await queue.close();
+      try {
+        await rx.until(9 * count);
+        results[bad ?? 'alone'] = (9 * count) / ((performance.now() - t0) / 1000);
+      } finally {
+        await worker.stop();
+        await queue.close();
+      }
     }
     rows.push([name, int(results.alone), int(results.slow), `${(100 * results.slow / results.alone).toFixed(0)} %`, int(results.fail), `${(100 * results.fail / results.alone).toFixed(0)} %`]);
   }
@@ -454,21 +501,33 @@ async function large({ quick, pgOk, schemas }) {
 
 export async function main({ quick = false, only = [] } = {}) {
   const sections = { throughput, scale, fairness, large };
-  const chosen = only.length > 0 ? only.filter((s) => s in sections) : Object.keys(sections);
+  const unknown = only.filter((s) => !(s in sections));
+  if (unknown.length > 0) throw new Error(`delivery bench: no section ${unknown.join(', ')} (sections: ${Object.keys(sections).join(', ')})`);
+  const chosen = only.length > 0 ? only : Object.keys(sections);
   const rx = await receiver();
   const dir = mkdtempSync(join(tmpdir(), 'relent-bench-'));
   const pgOk = await reachable('pg');
   const redisOk = await reachable('redis');
   const schemas = [];
   console.log(`\nDurable delivery (node ${process.version}); load average at the start: ${load()}`);
+  const started = performance.now();
   try {
-    for (const s of chosen) await sections[s]({ quick, rx, dir, pgOk, redisOk, schemas });
+    for (const s of chosen) {
+      const t0 = performance.now();
+      try {
+        await sections[s]({ quick, rx, dir, pgOk, redisOk, schemas });
+      } catch (e) {
+        console.log(`\n${s}: did not finish: ${e instanceof Error ? e.message : String(e)}`);
+      }
+      console.log(`(${s}: ${((performance.now() - t0) / 1000).toFixed(0)} s)`);
+    }
   } finally {
+    for (const c of liveChildren) c.kill('SIGKILL');
     await rx.close();
     rmSync(dir, { recursive: true, force: true });
     if (pgOk) await dropSchemas(schemas);
   }
-  console.log(`\nload average at the end: ${load()}`);
+  console.log(`\nload average at the end: ${load()}; ${((performance.now() - started) / 1000).toFixed(0)} s in all`);
   await sleep(0);
 }
 
