@@ -178,6 +178,7 @@ export interface WorkerSetup {
   readonly processes: number;
   readonly onEvent?: ((e: RelentEvent) => void) | null;
   readonly onAuction?: ExchangeOptions['onAuction'];
+  readonly onLimitChange?: ExchangeOptions['onLimitChange'];
 }
 
 interface OpenedFleet {
@@ -243,6 +244,7 @@ export async function runExchangeWorker(setup: WorkerSetup): Promise<number> {
       noticeOutlet: new IpcOutlet((setup.config as ResolvedExchangeConfig).notices?.store ?? 'memory'),
       onEvent: setup.onEvent ?? null,
       onAuction: setup.onAuction ?? null,
+      onLimitChange: setup.onLimitChange ?? null,
     });
   } catch (e) {
     send({ t: 'failed', message: e instanceof Error ? e.message : String(e) });

@@ -3,7 +3,7 @@ import { availableParallelism } from 'node:os';
 import { basename, dirname, join, resolve as resolvePath } from 'node:path';
 import { RelentError } from '../core/errors.js';
 import { resolveExchangeConfig, type ResolvedExchangeConfig } from '../rtb/config.js';
-import type { AuctionSummary, ExchangeStats, WarmupReport } from '../rtb/exchange.js';
+import type { AuctionSummary, ExchangeStats, PartnerLimitChange, WarmupReport } from '../rtb/exchange.js';
 import { createJsonlSink, type JsonlSink } from '../run/sinks.js';
 import { isExchangeWorker, openFleet, runExchangeWorker, startCluster, startInProcess, type ExchangeProcesses } from './exchange-cluster.js';
 import { EXIT, fsReason, jsonErrorWhere, parseDuration, parseFlags, type Io } from './args.js';
@@ -31,7 +31,8 @@ delivery queue: by default a SQLite file next to the config (FILE without .json
   --host H             listen on this address (default: the config's, else 127.0.0.1)
   --workers N          exchange processes sharing the port (default: one per core);
                        1 serves from this process alone
-  --events FILE|-      every partner call's attempt events as JSON lines (- for stderr)
+  --events FILE|-      every partner call's attempt events as JSON lines (- for stderr),
+                       and each change of a partner's adaptive limit ("type": "limit")
   --auctions FILE|-    one JSON line per auction (the summary) (- for stderr)
   --stats-every D      a line of statistics on stderr every D (default 10s; 0 = never)
   -q, --quiet          no statistics lines
@@ -135,7 +136,7 @@ export function statsLine(s: ExchangeStats, seconds: number | null = null): stri
   const st = a.byStatus;
   const rate = seconds !== null && seconds > 0 ? ` ${Math.round(a.total / seconds)}/s` : '';
   const timeouts = s.partners.reduce((n, p) => n + p.timeouts, 0);
-  const skipped = s.partners.reduce((n, p) => n + p.skipped.circuit_open + p.skipped.at_capacity + p.skipped.no_time, 0);
+  const skipped = s.partners.reduce((n, p) => n + p.skipped.circuit_open + p.skipped.at_capacity + p.skipped.concurrency_limited + p.skipped.no_time, 0);
   const open = s.partners.filter((p) => p.breaker === 'open' || p.breaker === 'half_open').map((p) => p.name);
   return [
     `auctions ${a.total}${rate}`,
@@ -149,18 +150,19 @@ export function statsLine(s: ExchangeStats, seconds: number | null = null): stri
 
 /** A table of per-partner statistics. */
 export function partnerTable(s: ExchangeStats): string {
-  const header = ['partner', 'calls', 'bids (answers)', 'won', 'no-bids (nbr)', 'errors', 'timeouts (late)', 'skipped open/full/time', 'p50/p99 ms', 'breaker'];
+  const header = ['partner', 'calls', 'bids (answers)', 'won', 'no-bids (nbr)', 'errors', 'timeouts (late)', 'skipped open/full/limit/time', 'limit (lowest)', 'p50/p99 ms', 'breaker'];
   const rows: string[][] = [];
   for (const p of s.partners) {
     const nbr = Object.values(p.noBidReasons).reduce((x, y) => x + y, 0);
     const kinds = Object.entries(p.errorKinds).map(([k, v]) => `${k}×${v}`).join(' ');
     rows.push([
       p.name, String(p.calls), `${p.bidsReceived} (${p.bidAnswers})`, String(p.bidsWon), `${p.noBids} (${nbr})`, p.errors === 0 ? '0' : `${p.errors} ${kinds}`,
-      `${p.timeouts} (${p.late})`, `${p.skipped.circuit_open}/${p.skipped.at_capacity}/${p.skipped.no_time}`,
+      `${p.timeouts} (${p.late})`, `${p.skipped.circuit_open}/${p.skipped.at_capacity}/${p.skipped.concurrency_limited}/${p.skipped.no_time}`,
+      p.concurrencyLimit === null ? `${p.maxConcurrency} fixed` : `${p.concurrencyLimit.limit} (${p.concurrencyLimit.lowest}) ${p.concurrencyLimit.kind}`,
       p.latency.count === 0 ? '-' : `${Math.round(p.latency.p50Ms)}/${Math.round(p.latency.p99Ms)}`, p.breaker,
     ]);
   }
-  return table(header, rows, { align: ['l', 'r', 'r', 'r', 'r', 'l', 'r', 'r', 'r', 'l'] });
+  return table(header, rows, { align: ['l', 'r', 'r', 'r', 'r', 'l', 'r', 'r', 'r', 'r', 'l'] });
 }
 
 function sinkFor(path: string | undefined): JsonlSink | null {
@@ -237,6 +239,8 @@ export async function exchangeCommand(argv: string[], io: Io): Promise<number> {
   const events = sinkFor(values.events);
   const auctions = sinkFor(values.auctions);
   const onAuction = auctions === null ? null : (s: AuctionSummary): void => auctions.onEvent(s as never);
+  // The partners' adaptive limits: every change goes with the call events.
+  const onLimitChange = events === null ? null : (c: PartnerLimitChange): void => events.onEvent(c as never);
   const closeSinks = (): void => {
     events?.close();
     auctions?.close();
@@ -244,7 +248,7 @@ export async function exchangeCommand(argv: string[], io: Io): Promise<number> {
   if (isExchangeWorker()) {
     try {
       return await runExchangeWorker({
-        config: raw, fleet: config.fleet, port, host: values.host, processes: Number(process.env.RELENT_EXCHANGE_WORKERS), onEvent: events?.onEvent ?? null, onAuction,
+        config: raw, fleet: config.fleet, port, host: values.host, processes: Number(process.env.RELENT_EXCHANGE_WORKERS), onEvent: events?.onEvent ?? null, onAuction, onLimitChange,
       });
     } finally {
       closeSinks();
@@ -255,7 +259,7 @@ export async function exchangeCommand(argv: string[], io: Io): Promise<number> {
   let running: ExchangeProcesses;
   try {
     running = workers === 1
-      ? await startInProcess({ config: raw, fleet: config.fleet, port, host: values.host, options: { onEvent: events?.onEvent ?? null, onAuction } })
+      ? await startInProcess({ config: raw, fleet: config.fleet, port, host: values.host, options: { onEvent: events?.onEvent ?? null, onAuction, onLimitChange } })
       : await startCluster({ config, argv, workers, log: (l) => io.err(`${l}\n`), onEvent: events?.onEvent ?? null });
   } catch (e) {
     closeSinks();

@@ -1,5 +1,6 @@
 import { normalizeBreakerSpec, type BreakerSpec, type ResolvedBreakerSpec } from '../core/breaker.js';
 import { normalizeBudget, type BudgetSpec, type ResolvedBudgetSpec } from '../core/budget.js';
+import { normalizeLimitSpec, type LimitSpec, type ResolvedLimitSpec } from '../core/concurrency.js';
 import { describe, RelentError } from '../core/errors.js';
 import type { PolicySpec } from '../core/policy.js';
 import { DeliveryError, resolveWorkerSettings } from '../delivery/index.js';
@@ -102,8 +103,23 @@ export interface PartnerConfig {
   readonly url: string;
   /** The longest this partner may take; each call gets min(timeoutMs, time left in the auction). */
   readonly timeoutMs: number;
-  /** Calls in flight at most (the bulkhead, no queue: when full the partner is skipped), and the Agent's connections. */
+  /**
+   * Calls in flight at most (the bulkhead, no queue: when full the partner is skipped,
+   * `at_capacity`), and the Agent's connections. With `concurrencyLimit`, the ceiling of
+   * the adaptive limit.
+   */
   readonly maxConcurrency: number;
+  /**
+   * An adaptive concurrency limit in place of the fixed cap: `{ "kind": "gradient" }` or
+   * `{ "kind": "aimd", "slowMs": … }` with the core's fields (initial, min, max, …; no
+   * `maxQueue`: an auction never waits for a partner). The limit moves between `min` and
+   * `max` (default and at most `maxConcurrency`) from what the partner's answers show;
+   * it starts at `initial` (default `max`). A call over the limit is not made: the
+   * partner is skipped for that auction (`concurrency_limited`). Like `maxConcurrency`,
+   * the numbers are the whole exchange's: each of N processes takes ⌈x / N⌉. Default
+   * none (the fixed cap).
+   */
+  readonly concurrencyLimit?: LimitSpec | null;
   /** Circuit breaker settings (see PARTNER_BREAKER_DEFAULTS), or false for none. */
   readonly breaker?: BreakerSpec | false;
   /** Skip the partner when less than this is left in the auction (ms). Default 10. */
@@ -224,6 +240,8 @@ export interface ResolvedPartner {
   readonly url: URL;
   readonly timeoutMs: number;
   readonly maxConcurrency: number;
+  /** The adaptive limit (its numbers the whole exchange's), or null: the fixed cap. */
+  readonly concurrencyLimit: ResolvedLimitSpec | null;
   readonly breaker: ResolvedBreakerSpec | null;
   readonly minTimeMs: number;
   readonly lateGraceMs: number;
@@ -297,7 +315,7 @@ const EXCHANGE_KEYS = [
 ];
 const PARTNER_KEYS = [
   'name', 'url', 'timeoutMs', 'maxConcurrency', 'breaker', 'minTimeMs', 'lateGraceMs', 'preSendRetries', 'maxResponseBytes', 'headers', 'enabled',
-  'warmConnections', 'retryBudget',
+  'warmConnections', 'retryBudget', 'concurrencyLimit',
 ];
 const NOTICE_KEYS = ['win', 'billing', 'billingPolicy', 'winPolicy', 'maxPending', 'eventTtlMs', 'eventMaxKeys', 'loss', 'lossPolicy', 'store', 'worker'];
 const WARMUP_KEYS = ['auctions', 'timeoutMs'];
@@ -348,6 +366,7 @@ function resolvePartner(v: unknown, i: number, d: { maxResponseBytes: number }):
     url,
     timeoutMs,
     maxConcurrency,
+    concurrencyLimit: o.concurrencyLimit === undefined || o.concurrencyLimit === null ? null : limitSpec(o.concurrencyLimit, `${f}.concurrencyLimit`, maxConcurrency),
     breaker,
     minTimeMs: o.minTimeMs === undefined ? pd.minTimeMs : int(o.minTimeMs, `${f}.minTimeMs`, 0, 60_000),
     lateGraceMs: o.lateGraceMs === undefined ? pd.lateGraceMs : int(o.lateGraceMs, `${f}.lateGraceMs`, 0, 60_000),
@@ -358,6 +377,26 @@ function resolvePartner(v: unknown, i: number, d: { maxResponseBytes: number }):
     warmConnections: o.warmConnections === undefined ? null : int(o.warmConnections, `${f}.warmConnections`, 0, maxConcurrency),
     retryBudget: o.retryBudget === undefined || o.retryBudget === null ? null : budgetSpec(o.retryBudget, `${f}.retryBudget`),
   });
+}
+
+/**
+ * A partner's adaptive limit: the core's spec, `max` defaulting to (and at most)
+ * `maxConcurrency`, `initial` to `max`; no `maxQueue` (a partner over its limit is
+ * skipped, never waited for).
+ */
+function limitSpec(v: unknown, field: string, maxConcurrency: number): ResolvedLimitSpec {
+  const o = obj(v, field);
+  if (o.maxQueue !== undefined) throw invalidConfig(`${field}.maxQueue`, 'absent (an auction never waits for a partner: over its limit the partner is skipped)', o.maxQueue);
+  let spec: ResolvedLimitSpec;
+  try {
+    const max = o.max ?? maxConcurrency;
+    spec = normalizeLimitSpec({ ...o, max, initial: o.initial ?? max }, field);
+  } catch (e) {
+    if (RelentError.is(e)) throw new RelentError('ERR_INVALID_INPUT', e.message, { field: e.field ?? field });
+    throw e;
+  }
+  if (spec.max > maxConcurrency) throw invalidConfig(`${field}.max`, `at most the partner's maxConcurrency (${maxConcurrency}), the ceiling`, spec.max);
+  return spec;
 }
 
 function budgetSpec(v: unknown, field: string): ResolvedBudgetSpec {

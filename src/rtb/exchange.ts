@@ -15,6 +15,8 @@ import { substituteMacros, type MacroValues } from './macros.js';
 import { auctionCurrency, checkBidRequest, sourceIdOf, type Bid, type BidRequest } from './model.js';
 import type { DeliveryEvent } from '../delivery/index.js';
 import { NoticeHub, noticeQueueKey, type Billable, type BillingEventResult, type Notice, type NoticeOutlet, type NoticeStats } from './notices.js';
+import type { LimitChange } from '../core/concurrency.js';
+import type { LimitEvent } from '../run/concurrency-limit.js';
 import { answerObservation, Partner, PartnerCall, type CallOwner, type PartnerCounters, type SkipReason } from './partner.js';
 import { selectWinners, type BidFate, type BidRejection, type Candidate, type Selection } from './select.js';
 import { bump, Histogram, round, type LatencySummary } from './stats.js';
@@ -106,6 +108,11 @@ export interface PartnerBreakerChange extends BreakerStateChange {
   readonly partner: string;
 }
 
+/** A change of a partner's adaptive limit (`concurrencyLimit`): the limit event, with the partner named. */
+export interface PartnerLimitChange extends LimitEvent {
+  readonly partner: string;
+}
+
 export interface ExchangeOptions {
   /** Monotonic clock and timers (default: the system clock). */
   readonly clock?: Clock;
@@ -115,6 +122,12 @@ export interface ExchangeOptions {
   /** One summary per auction. */
   readonly onAuction?: ((summary: AuctionSummary) => void) | null;
   readonly onBreakerStateChange?: ((change: PartnerBreakerChange) => void) | null;
+  /**
+   * Every change of a partner's adaptive limit (partners with `concurrencyLimit`): the
+   * new limit, the calls in flight and why (`decrease`, `increase`, `gradient`, `probe`,
+   * `probe_end`).
+   */
+  readonly onLimitChange?: ((change: PartnerLimitChange) => void) | null;
   /** The dispatcher of a partner (default: an own undici Agent, keep-alive, connections = maxConcurrency). */
   readonly dispatcherFor?: ((partner: ResolvedPartner) => Dispatcher | null | undefined) | null;
   /** The dispatcher of notices (default: an own Agent). */
@@ -166,6 +179,8 @@ export interface PartnerStats {
   readonly breaker: string;
   readonly inFlight: number;
   readonly maxConcurrency: number;
+  /** The adaptive limit (`concurrencyLimit`), or null for the fixed cap. */
+  readonly concurrencyLimit: PartnerLimitStats | null;
   readonly timeoutMs: number;
   readonly calls: number;
   readonly attempts: number;
@@ -185,6 +200,19 @@ export interface PartnerStats {
   readonly skipped: Readonly<Record<SkipReason, number>>;
   readonly latency: LatencySummary;
   readonly lastTmaxMs: number | null;
+}
+
+/** A partner's adaptive limit in the statistics. */
+export interface PartnerLimitStats {
+  readonly kind: 'aimd' | 'gradient';
+  /** Calls allowed in flight now (this process's; added up over the processes of a cluster). */
+  readonly limit: number;
+  /** The lowest it went since the start. */
+  readonly lowest: number;
+  /** Its changes by cause. */
+  readonly changes: Readonly<Record<LimitChange, number>>;
+  /** The gradient's latency without queueing, ms (null for aimd and before the first window). */
+  readonly baselineMs: number | null;
 }
 
 export interface ExchangeStats {
@@ -313,8 +341,9 @@ const auctionPrefix = Math.floor(Math.random() * 0xffffff).toString(36);
  *   preset made per partner (no retries, except pre-send failures when
  *   `preSendRetries` > 0 and a whole partner timeout still fits);
  * - each call gets min(timeoutMs, time left) and is told that time as its `tmax`;
- * - a partner whose breaker is open, whose connection cap is full, or for whom less
- *   than `minTimeMs` is left is skipped (counted), never waited for;
+ * - a partner whose breaker is open, whose connection cap is full, whose adaptive
+ *   limit (`concurrencyLimit`) is reached, or for whom less than `minTimeMs` is left is
+ *   skipped (counted), never waited for;
  * - first price per impression, floors respected, ties to the partner listed first;
  * - 200 with the winners, 204 when none (or the source is disabled), 400 for a request
  *   that cannot be parsed or lacks required fields.
@@ -387,6 +416,8 @@ class ExchangeImpl implements Exchange {
       }
     };
     const onBreaker = o.onBreakerStateChange ?? null;
+    const onLimit = o.onLimitChange ?? null;
+    if (onLimit !== null && typeof onLimit !== 'function') throw new RelentError('ERR_INVALID_INPUT', 'Expected `onLimitChange` to be a function', { field: 'onLimitChange' });
     const processes = o.processes ?? 1;
     if (!Number.isInteger(processes) || processes < 1 || processes > 1024) {
       throw new RelentError('ERR_INVALID_INPUT', `Expected \`processes\` to be an integer in [1, 1024], got ${JSON.stringify(processes)}`, { field: 'processes' });
@@ -394,7 +425,16 @@ class ExchangeImpl implements Exchange {
     this.partners = config.partners.map((p, i) => new Partner(i, p, config.auctionTimeoutMs, {
       dispatcher: o.dispatcherFor?.(p) ?? null,
       cap: Math.ceil(p.maxConcurrency / processes),
+      processes,
       fleet: o.fleet ?? null,
+      wallNow: () => this.clock.wallNow(),
+      onLimitEvent: onLimit === null ? null : (e) => {
+        try {
+          onLimit({ ...e, partner: p.name });
+        } catch {
+          // as above
+        }
+      },
       onBreakerStateChange: onBreaker === null ? null : (change) => {
         try {
           onBreaker({ ...change, partner: p.name });
@@ -1018,8 +1058,15 @@ function partnerStats(p: Partner, wall: number): PartnerStats {
     name: p.name,
     enabled: p.enabled,
     breaker: p.breakerState(wall),
-    inFlight: p.bulkhead.active,
+    inFlight: p.inFlight,
     maxConcurrency: p.config.maxConcurrency,
+    concurrencyLimit: p.limit === null ? null : {
+      kind: p.limit.spec.kind,
+      limit: p.limit.limit,
+      lowest: p.limitCounters!.lowest,
+      changes: { ...p.limitCounters!.changes },
+      baselineMs: p.limit.algorithm.baselineMs === null ? null : round(p.limit.algorithm.baselineMs),
+    },
     timeoutMs: p.config.timeoutMs,
     calls: c.calls,
     attempts: c.attempts,
@@ -1123,10 +1170,11 @@ class Auction implements CallOwner {
     if (!p.enabled) return this.skip(p, 'disabled');
     const left = this.deadlineAt - now;
     if (left < Math.max(1, p.config.minTimeMs)) return this.skip(p, 'no_time');
-    if (p.bulkhead.active >= p.cap) return this.skip(p, 'at_capacity');
+    const full = p.full();
+    if (full !== null) return this.skip(p, full);
     // The breaker is asked here, not inside execute(): a skipped partner costs no executor run.
     if (p.breaker !== null && !p.breaker.tryPass(this.clock.wallNow())) return this.skip(p, 'circuit_open');
-    p.bulkhead.tryAcquire();
+    p.take();
     const call = new PartnerCall(p, this);
     this.calls[p.index] = call;
     this.pending++;

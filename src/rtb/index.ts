@@ -4,7 +4,7 @@
 export { createExchange, READ_CHECK_INTERVAL_MS, LOSS_REASONS } from './exchange.js';
 export type {
   Exchange, ExchangeOptions, ExchangeStats, PartnerStats, AuctionSummary, AuctionOutcome, AuctionReason, PartnerResult, PartnerOutcome,
-  PartnerBreakerChange, ListenInfo, CloseOptions, WarmupReport,
+  PartnerBreakerChange, PartnerLimitChange, PartnerLimitStats, ListenInfo, CloseOptions, WarmupReport,
 } from './exchange.js';
 export { createBidder } from './bidder.js';
 export type { Bidder, BidderOptions, BidderStats, BidderBehaviour, BidderRequestInfo, BidderListenInfo } from './bidder.js';

@@ -4,6 +4,7 @@ import {
   type ResolvedBreakerSpec,
 } from '../core/breaker.js';
 import { createRetryBudget, type RetryBudget } from '../core/budget.js';
+import type { LimitChange, ResolvedLimitSpec } from '../core/concurrency.js';
 import type { Fleet } from '../core/fleet.js';
 import type { Policy } from '../core/policy.js';
 import type { Clock } from '../core/types.js';
@@ -11,14 +12,26 @@ import { classifyWireError, WireError } from '../core/wire.js';
 import { normalizeUrlEndpoint } from '../core/endpoint.js';
 import { presetPolicy, withOverrides } from '../presets/index.js';
 import { createBulkhead, type Bulkhead } from '../run/bulkhead.js';
+import { createConcurrencyLimit, type ConcurrencyLimit, type LimitEvent } from '../run/concurrency-limit.js';
 import type { AttemptContext, Classified } from '../run/run.js';
 import { answerBreakerOutcome, classifyBidAnswer, tooLargeAnswer, type PartnerAnswer } from './answer.js';
 import type { ResolvedPartner } from './config.js';
 import { Histogram } from './stats.js';
 import { WarmConnector } from './warm.js';
 
-/** Why a partner was not called in an auction (each counted, none waited for). */
-export type SkipReason = 'circuit_open' | 'at_capacity' | 'no_time' | 'disabled';
+/**
+ * Why a partner was not called in an auction (each counted, none waited for):
+ * `at_capacity`: its calls in flight are at `maxConcurrency` (this process's share);
+ * `concurrency_limited`: at its adaptive limit (`concurrencyLimit`), below that ceiling.
+ */
+export type SkipReason = 'circuit_open' | 'at_capacity' | 'concurrency_limited' | 'no_time' | 'disabled';
+
+/** What the adaptive limit of a partner did: its changes by cause, and the lowest it went. */
+export interface PartnerLimitCounters {
+  readonly changes: Record<LimitChange, number>;
+  /** The lowest limit since the start. */
+  lowest: number;
+}
 
 /** Cumulative counters of one partner. */
 export interface PartnerCounters {
@@ -56,7 +69,7 @@ function newCounters(): PartnerCounters {
   return {
     calls: 0, attempts: 0, retries: 0, bidAnswers: 0, bidsReceived: 0, bidsWon: 0, noBids: 0, noBidForms: {}, noBidReasons: {},
     errors: 0, errorKinds: {}, timeouts: 0, late: 0, lateMaxMs: 0, dropped: 0,
-    skipped: { circuit_open: 0, at_capacity: 0, no_time: 0, disabled: 0 }, latency: new Histogram(), lastTmaxMs: null,
+    skipped: { circuit_open: 0, at_capacity: 0, concurrency_limited: 0, no_time: 0, disabled: 0 }, latency: new Histogram(), lastTmaxMs: null,
   };
 }
 
@@ -78,7 +91,15 @@ export class Partner {
   readonly breaker: CircuitBreaker | null;
   /** The pre-send retries' budget (`retryBudget`), null for none. */
   readonly budget: RetryBudget | null;
+  /** The fixed cap (`maxConcurrency`), used when the partner has no adaptive limit. */
   readonly bulkhead: Bulkhead;
+  /**
+   * The adaptive limit (`concurrencyLimit`, this process's share), in place of the fixed
+   * cap; null without one. Its `max` is at most `cap`.
+   */
+  readonly limit: ConcurrencyLimit | null;
+  /** What the adaptive limit did (null without one). */
+  readonly limitCounters: PartnerLimitCounters | null;
   /**
    * The `openrtb-bid` preset made per partner: attempt timeout and minimum attempt time =
    * the partner's timeout (a retry only when a whole partner timeout still fits), deadline
@@ -96,6 +117,12 @@ export class Partner {
     cap?: number;
     /** Shares the breaker and the retry budget with other processes (dependency `rtb:<name>`). */
     fleet?: Fleet | null;
+    /** How many processes share the partner (each takes ⌈x / processes⌉ of the adaptive limit's numbers). Default 1. */
+    processes?: number;
+    /** Every change of the adaptive limit. */
+    onLimitEvent?: ((event: LimitEvent) => void) | null;
+    /** The wall clock of limit events. */
+    wallNow?: () => number;
   }) {
     this.index = index;
     this.config = config;
@@ -122,6 +149,25 @@ export class Partner {
     this.budget = config.retryBudget === null ? null
       : fleet !== null ? fleet.budget(dependency, config.retryBudget) : createRetryBudget(config.retryBudget);
     this.bulkhead = createBulkhead({ maxConcurrent: this.cap, maxQueue: 0 });
+    if (config.concurrencyLimit === null) {
+      this.limit = null;
+      this.limitCounters = null;
+    } else {
+      const spec = processShare(config.concurrencyLimit, o.processes ?? 1, this.cap);
+      const counters: PartnerLimitCounters = { changes: { decrease: 0, increase: 0, gradient: 0, probe: 0, probe_end: 0 }, lowest: spec.initial };
+      const onLimit = o.onLimitEvent ?? null;
+      this.limitCounters = counters;
+      this.limit = createConcurrencyLimit({ ...spec, maxQueue: 0 }, {
+        name: config.name,
+        field: `partners[${index}].concurrencyLimit`,
+        ...(o.wallNow ? { wallNow: o.wallNow } : {}),
+        onEvent: (e) => {
+          counters.changes[e.cause]++;
+          if (e.limit < counters.lowest) counters.lowest = e.limit;
+          if (onLimit !== null) onLimit(e);
+        },
+      });
+    }
     this.policy = withOverrides(presetPolicy('openrtb-bid'), {
       maxAttempts: 1 + config.preSendRetries,
       deadlineMs: Math.max(auctionTimeoutMs, config.timeoutMs),
@@ -133,6 +179,25 @@ export class Partner {
     const h: string[] = ['content-type', 'application/json', 'x-openrtb-version', '2.6'];
     for (const [k, v] of Object.entries(config.headers)) h.push(k, v);
     this.headers = h;
+  }
+
+  /** Calls in flight in this process. */
+  get inFlight(): number {
+    return this.limit !== null ? this.limit.active : this.bulkhead.active;
+  }
+
+  /** Why a call cannot be made now (the cap, then the adaptive limit), or null. Takes nothing. */
+  full(): SkipReason | null {
+    const active = this.inFlight;
+    if (active >= this.cap) return 'at_capacity';
+    if (this.limit !== null && active >= this.limit.limit) return 'concurrency_limited';
+    return null;
+  }
+
+  /** Takes a slot (after `full()` said there is one). */
+  take(): void {
+    if (this.limit !== null) this.limit.tryAcquire();
+    else this.bulkhead.tryAcquire();
   }
 
   breakerState(now: number): BreakerState | 'none' {
@@ -153,6 +218,16 @@ export class Partner {
     if (force) await d.destroy();
     else await d.close();
   }
+}
+
+/** This process's share of an adaptive limit: ⌈x / processes⌉ of its bounds, within the process's cap. */
+function processShare(spec: ResolvedLimitSpec, processes: number, cap: number): ResolvedLimitSpec {
+  const share = (x: number): number => Math.max(1, Math.ceil(x / processes));
+  const max = Math.min(cap, share(spec.max));
+  const min = Math.min(max, share(spec.min));
+  const initial = Math.min(max, Math.max(min, share(spec.initial)));
+  if (spec.kind === 'aimd') return { ...spec, max, min, initial };
+  return { ...spec, max, min, initial, probeLimit: Math.min(max, Math.max(min, spec.probeLimit)) };
 }
 
 /** The observation an answer gives the decision core: its status, and the nbr of a no-bid. */
@@ -216,9 +291,39 @@ export class PartnerCall {
   /** The tmax sent on the latest attempt. */
   tmaxMs = 0;
   attempts = 0;
+  /** The adaptive limit's generation when the call took its slot. */
+  private readonly generation: number;
+  /**
+   * What the adaptive limit learns from the call (its latest attempt): when it was sent,
+   * when it ended, whether the partner signalled overload; null when it tells nothing
+   * (no attempt ended, or the auction's own deadline cut it short).
+   */
+  private sampleStart = 0;
+  private sampleEnd = -1;
+  private sampleDropped = false;
 
   constructor(readonly partner: Partner, readonly owner: CallOwner) {
     this.breaker = partner.breaker === null ? null : new VerdictBreaker(partner.breaker, this);
+    this.generation = partner.limit?.generation ?? 0;
+  }
+
+  /**
+   * An attempt ended: with an answer (`status`), a wire error (`errorClass`), or the cut
+   * at the end of its time. A throttling answer (the policy's throttle statuses, 429, or a
+   * 503) or a refused connection is a
+   * drop; a cut is a latency sample of the full `timeoutMs` when the attempt had it
+   * (the partner did not answer in its time), and no sample when the auction's deadline
+   * made it shorter (nothing is known of the partner then).
+   */
+  noteEnd(startedAt: number, now: number, status: number | null, errorClass: string | null, cutTimeMs: number | null): void {
+    if (this.partner.limit === null) return;
+    if (cutTimeMs !== null && cutTimeMs < this.partner.config.timeoutMs) {
+      this.sampleEnd = -1;
+      return;
+    }
+    this.sampleStart = startedAt;
+    this.sampleEnd = now;
+    this.sampleDropped = status !== null ? this.partner.policy.throttleStatuses.has(status) || status === 503 : errorClass === 'connect_refused';
   }
 
   takeVerdict(): BreakerOutcome | null {
@@ -266,7 +371,9 @@ export class PartnerCall {
   private maybeRelease(): void {
     if (this.settled && this.open === 0 && !this.released) {
       this.released = true;
-      this.partner.bulkhead.release();
+      const limit = this.partner.limit;
+      if (limit === null) this.partner.bulkhead.release();
+      else limit.release(this.sampleEnd < 0 ? null : { startedAt: this.sampleStart, now: this.sampleEnd, generation: this.generation, dropped: this.sampleDropped });
     }
   }
 }
@@ -305,7 +412,7 @@ class PartnerRequest implements Dispatcher.DispatchHandler {
     private readonly maxBytes: number,
     private readonly graceMs: number,
     private readonly clock: Clock,
-    timeoutMs: number,
+    private readonly timeoutMs: number,
   ) {
     this.startedAt = clock.now();
     // The cut, due when the executor's own attempt timer is (same time, same clock): the
@@ -376,7 +483,9 @@ class PartnerRequest implements Dispatcher.DispatchHandler {
     this.finish();
     if (this.answered || this.cutAt >= 0) return;
     this.answered = true;
-    this.reject(new WireError(error, classifyWireError(error, this.started ? 'after_request' : 'before_request')));
+    const e = new WireError(error, classifyWireError(error, this.started ? 'after_request' : 'before_request'));
+    this.call.noteEnd(this.startedAt, this.clock.now(), null, e.errorClass, null);
+    this.reject(e);
   }
 
   /** dispatch() threw (e.g. the dispatcher is closed). */
@@ -384,7 +493,9 @@ class PartnerRequest implements Dispatcher.DispatchHandler {
     if (this.done) return;
     this.finish();
     this.answered = true;
-    this.reject(new WireError(error, classifyWireError(error, 'before_request')));
+    const e = new WireError(error, classifyWireError(error, 'before_request'));
+    this.call.noteEnd(this.startedAt, this.clock.now(), null, e.errorClass, null);
+    this.reject(e);
   }
 
   /** The partner's time is over: wait out the grace (to count a late answer), then drop the request. */
@@ -397,6 +508,7 @@ class PartnerRequest implements Dispatcher.DispatchHandler {
       return;
     }
     this.cutAt = this.clock.now();
+    this.call.noteEnd(this.startedAt, this.cutAt, null, null, this.timeoutMs);
     if (this.graceMs > 0) this.cancelTimer = this.clock.setTimer(() => this.abort(CUT), this.graceMs, this.cutAt);
     else this.abort(CUT);
   };
@@ -405,7 +517,9 @@ class PartnerRequest implements Dispatcher.DispatchHandler {
     if (this.answered) return;
     this.answered = true;
     const c = this.call.partner.counters;
-    c.latency.record(this.clock.now() - this.startedAt);
+    const now = this.clock.now();
+    c.latency.record(now - this.startedAt);
+    this.call.noteEnd(this.startedAt, now, a.status, null, null);
     this.call.setVerdict(answerBreakerOutcome(a));
     this.resolve(a);
   }

@@ -1,7 +1,7 @@
 // The statistics of several exchange processes (the CLI's --workers) as one: counters
 // added, histograms merged bucket by bucket (so p50/p99 are those of all auctions, not an
 // average of percentiles), breaker states listed when the processes disagree.
-import type { ExchangeStats, PartnerStats } from './exchange.js';
+import type { ExchangeStats, PartnerLimitStats, PartnerStats } from './exchange.js';
 import type { NoticeCounters, NoticeStats } from './notices.js';
 import { Histogram, round, type SparseHistogram } from './stats.js';
 
@@ -59,7 +59,7 @@ function mergePartner(list: readonly PartnerStats[], hists: readonly SparseHisto
   const noBidForms: Record<string, number> = {};
   const noBidReasons: Record<string, number> = {};
   const errorKinds: Record<string, number> = {};
-  const skipped = { circuit_open: 0, at_capacity: 0, no_time: 0, disabled: 0 };
+  const skipped = { circuit_open: 0, at_capacity: 0, concurrency_limited: 0, no_time: 0, disabled: 0 };
   for (const p of list) {
     addRecords(noBidForms, p.noBidForms);
     addRecords(noBidReasons, p.noBidReasons);
@@ -76,9 +76,26 @@ function mergePartner(list: readonly PartnerStats[], hists: readonly SparseHisto
     noBidReasons,
     errorKinds,
     skipped,
+    concurrencyLimit: mergeLimit(list.map((p) => p.concurrencyLimit)),
     lateMaxMs: Math.max(...list.map((p) => p.lateMaxMs)),
     latency: merged(hists).toJSON(),
     lastTmaxMs: list.find((p) => p.lastTmaxMs !== null)?.lastTmaxMs ?? null,
+  };
+}
+
+/** The processes' adaptive limits of one partner: limits, lowest limits and changes added up (each process holds its share), the lowest baseline. */
+function mergeLimit(list: readonly (PartnerLimitStats | null)[]): PartnerLimitStats | null {
+  const xs = list.filter((l): l is PartnerLimitStats => l !== null);
+  if (xs.length === 0) return null;
+  const changes = { decrease: 0, increase: 0, gradient: 0, probe: 0, probe_end: 0 };
+  for (const l of xs) addRecords(changes, l.changes);
+  const baselines = xs.map((l) => l.baselineMs).filter((b): b is number => b !== null);
+  return {
+    kind: xs[0]!.kind,
+    limit: xs.reduce((s, l) => s + l.limit, 0),
+    lowest: xs.reduce((s, l) => s + l.lowest, 0),
+    changes,
+    baselineMs: baselines.length === 0 ? null : Math.min(...baselines),
   };
 }
 
