@@ -1,6 +1,7 @@
 // Slow, not failing: hedged requests and the adaptive concurrency limit, for real
 // (node:http dependencies on loopback, open-loop arrivals from a seeded generator).
-//   node bench/slow.mjs [--quick]     (or: npm run bench -- slow [--quick])
+//   node bench/slow.mjs [--quick] [--drop-only]     (or: npm run bench -- slow [--quick])
+//   SLOW_DROP_S=N sets the capacity drop's length (default 20 s; --quick: 8 s).
 // 1. A slow tail: p50 5 ms, 2 % of requests 500 ms (independent per request). The
 //    client's latency percentiles and the extra requests it sends: relent without
 //    hedging, relent hedging at the observed p95 (maxExtraLoad 5 %, the default), and
@@ -145,18 +146,23 @@ async function capacityDrop(quick) {
   const SERVICE_MS = 50;
   const CAPACITY = 50;
   const DEGRADED = 10;
+  const dropS = process.env.SLOW_DROP_S === undefined ? null : Number(process.env.SLOW_DROP_S);
+  if (dropS !== null && !(dropS >= 3 && dropS <= 600)) throw new Error(`SLOW_DROP_S: expected seconds in [3, 600], got ${process.env.SLOW_DROP_S}`);
   const phase = quick ? { before: 4000, drop: 8000, after: 4000 } : { before: 10_000, drop: 20_000, after: 10_000 };
+  if (dropS !== null) phase.drop = dropS * 1000;
   const total = phase.before + phase.drop + phase.after;
   const OPS = Math.round((RATE * total) / 1000);
   const policy = { maxAttempts: 1, deadlineMs: 1000, minAttemptMs: 100 };
   const contenders = [
     { name: 'relent, gradient limit', options: { concurrencyLimit: { kind: 'gradient', initial: 20, max: 200, maxQueue: 1000 } } },
     { name: 'relent, AIMD limit (slowMs 100)', options: { concurrencyLimit: { kind: 'aimd', initial: 20, max: 200, slowMs: 100, maxQueue: 1000 } } },
+    { name: 'relent, fixed bulkhead 10 (degraded capacity)', options: { bulkhead: { maxConcurrent: 10, maxQueue: 1000 } } },
     { name: 'relent, fixed bulkhead 20 (healthy need)', options: { bulkhead: { maxConcurrent: 20, maxQueue: 1000 } } },
     { name: 'relent, fixed bulkhead 50 (healthy capacity)', options: { bulkhead: { maxConcurrent: 50, maxQueue: 1000 } } },
     { name: 'no limit', options: {} },
   ];
   const rows = [];
+  const results = [];
   for (const c of contenders) {
     const rnd = createSeededRandom(11);
     let t0 = 0;
@@ -227,23 +233,34 @@ async function capacityDrop(quick) {
     const degraded = serverLat.filter(([t]) => t >= dropStart + 2000 && t < dropEnd).map(([, l]) => l);
     const failed = out.filter((o) => !o[2]).length;
     const failedDrop = out.filter((o) => !o[2] && o[0] >= dropStart && o[0] < dropEnd).length;
+    const ratio = pct(degraded, 0.5) / pct(healthy, 0.5);
+    results.push({ name: c.name, adaptive: 'concurrencyLimit' in c.options, fixed: 'bulkhead' in c.options, converged, ratio, failed });
     rows.push([
       c.name,
       converged === null ? 'never' : `${(converged / 1000).toFixed(2)} s`,
       ms(pct(during, 0.5)), ms(pct(during, 0.99)),
-      ms(pct(healthy, 0.5)), ms(pct(degraded, 0.5)), `${(pct(degraded, 0.5) / pct(healthy, 0.5)).toFixed(2)}x`,
+      ms(pct(healthy, 0.5)), ms(pct(degraded, 0.5)), `${ratio.toFixed(2)}x`,
       String(failed), String(failedDrop),
     ]);
   }
   console.log(`capacity drop: ${CAPACITY} workers (${SERVICE_MS} ms each) cut to ${DEGRADED} from ${phase.before / 1000} s for ${phase.drop / 1000} s; ${RATE} operations/s (${OPS}), 1 s deadline, no retries; load average ${loadavg().map((x) => x.toFixed(1)).join(' ')}`);
   console.log('"converged": from the drop until calls in flight stay within 1.5x the new capacity; in flight and the dependency\'s latency from 2 s after the drop; failures over the whole run and in the drop');
   console.log(textTable(['contender', 'converged', 'in flight p50', 'p99', 'dep. latency healthy p50', 'in the drop p50', 'ratio', 'failed', 'in the drop'], rows));
+  // The goals: converged within 2 s, the dependency's latency within 2x its healthy p50,
+  // no more failures than the best fixed limit of the run.
+  const bestFixed = Math.min(...results.filter((r) => r.fixed).map((r) => r.failed));
+  for (const r of results.filter((x) => x.adaptive)) {
+    const ok = (b) => (b ? 'yes' : 'NO');
+    console.log(`  ${r.name}: converged within 2 s ${ok(r.converged !== null && r.converged <= 2000)}; dependency latency within 2x ${ok(r.ratio <= 2)} (${r.ratio.toFixed(2)}x); failures at most the best fixed bulkhead's ${ok(r.failed <= bestFixed)} (${r.failed} vs ${bestFixed})`);
+  }
 }
 
-export async function main({ quick = false } = {}) {
-  await slowTail(quick);
-  console.log('');
+export async function main({ quick = false, dropOnly = false } = {}) {
+  if (!dropOnly) {
+    await slowTail(quick);
+    console.log('');
+  }
   await capacityDrop(quick);
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) await main({ quick: process.argv.includes('--quick') });
+if (process.argv[1] === fileURLToPath(import.meta.url)) await main({ quick: process.argv.includes('--quick'), dropOnly: process.argv.includes('--drop-only') });
