@@ -5,6 +5,7 @@
 import http from 'node:http';
 import type net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { LimitSpec } from '../../src/core/concurrency.js';
 import { resolveExchangeConfig } from '../../src/rtb/config.js';
 import type { PartnerLimitChange } from '../../src/rtb/exchange.js';
 import { mergeExchangeStats } from '../../src/rtb/stats-merge.js';
@@ -239,7 +240,7 @@ describe('a partner whose capacity drops 5x (real loopback servers)', () => {
   // calls at the partner (each cut at its 100 ms timeout); the gradient limit brings them
   // to the new capacity. (Bounds are loose for a loaded 2-core machine; the separation
   // between the two is the point: about 15 against at most 3x the new capacity.)
-  const scenario = async (concurrencyLimit: Record<string, unknown> | null) => {
+  const scenario = async (concurrencyLimit: LimitSpec | null) => {
     const p = track(await capacityPartner(20, 20));
     const changes: PartnerLimitChange[] = [];
     const ex = track(await startExchange(exchangeConfig([
