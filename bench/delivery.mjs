@@ -41,7 +41,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * One loopback receiver for every case. relent sends an envelope per batch; the others one
- * item per request with its key in x-item-key. A path /slow/… answers after 2 s, /fail/…
+ * item per request (its JSON has the key; x-item-key says which kind of body it is). A path /slow/… answers after 2 s, /fail/…
  * answers 503; the first path segment names the destination (counted per destination).
  */
 async function receiver() {
@@ -63,14 +63,15 @@ async function receiver() {
         res.writeHead(503).end('busy');
         return;
       }
-      // Counted by destination and key: two destinations may use the same item keys.
-      const key = req.headers['x-item-key'];
+      // Counted by destination and key (two destinations may use the same item keys); every
+      // body is parsed, whoever sent it, so each candidate's requests cost the receiver alike.
+      const parsed = JSON.parse(body);
       let n = 0;
-      if (key) {
-        seen.add(`${dest}\0${key}`);
+      if (req.headers['x-item-key']) {
+        seen.add(`${dest}\0${parsed.key}`);
         n = 1;
       } else {
-        for (const it of JSON.parse(body).items) {
+        for (const it of parsed.items) {
           seen.add(`${dest}\0${it.key}`);
           n++;
         }

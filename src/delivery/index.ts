@@ -19,7 +19,7 @@ export type { PostgresStoreOptions } from './postgres-store.js';
 export { SCHEMA_VERSION } from './store-common.js';
 export type {
   DeliveryStore, BatchState, ListState, NewItem, EnqueueResult, BatchLimits, Lease, BatchItem, ClaimedBatch, AttemptRecord, Outcome,
-  CompleteResult, FormResult, BatchSummary, StoredItem, BatchDetail, ListFilter, RequeueFilter, DestinationStats, DropStat,
+  CompleteResult, FormResult, FormAndClaimResult, BatchSummary, StoredItem, BatchDetail, ListFilter, RequeueFilter, DestinationStats, DropStat,
 } from './types.js';
 export { createHttpTransport } from './transport.js';
 export type { Transport, HttpTransport, HttpTransportOptions, DeliveryRequest, TransportResult } from './transport.js';

@@ -8,7 +8,7 @@ import {
 } from './store-common.js';
 import type {
   BatchDetail, BatchLimits, BatchSummary, ClaimedBatch, CompleteResult, DeliveryStore, DestinationStats, DropStat,
-  EnqueueResult, FinishedState, FormResult, Lease, LimitedClaim, ListFilter, NewItem, Outcome, RequeueFilter, SharedLimits,
+  EnqueueResult, FinishedState, FormAndClaimResult, FormResult, Lease, LimitedClaim, ListFilter, NewItem, Outcome, RequeueFilter, SharedLimits,
 } from './types.js';
 
 export interface PostgresStoreOptions {
@@ -22,9 +22,18 @@ export interface PostgresStoreOptions {
   readonly poolSize?: number;
   /** How long to wait for a connection before ERR_STORE_UNAVAILABLE (ms). Default 5000. */
   readonly connectTimeoutMs?: number;
+  /**
+   * Wait for outcomes to be flushed to PostgreSQL's disk before a write returns. Default
+   * false: outcomes are written with `synchronous_commit = off` (on their own connection),
+   * so a PostgreSQL crash can lose the outcomes of its last moments (at most about three
+   * times `wal_writer_delay`, 600 ms by default); those batches keep their lease and are
+   * delivered again, with the same key, when it expires. Enqueues, seals and claims always
+   * wait for the flush.
+   */
+  readonly synchronousOutcomes?: boolean;
 }
 
-export const POSTGRES_DEFAULTS = Object.freeze({ schema: 'public', tablePrefix: 'relent_', poolSize: 4, connectTimeoutMs: 5_000 });
+export const POSTGRES_DEFAULTS = Object.freeze({ schema: 'public', tablePrefix: 'relent_', poolSize: 4, connectTimeoutMs: 5_000, synchronousOutcomes: false });
 
 const CONNECT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'ECONNRESET', 'EHOSTUNREACH', 'ENETUNREACH', '28P01', '28000', '3D000', '57P03', '08001', '08006', '08004']);
 
@@ -100,12 +109,28 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   });
   // An idle client that loses its connection must not crash the process; the next query reports it.
   pool.on('error', () => {});
+  // Outcomes go through a connection of their own that does not wait for the disk (see synchronousOutcomes).
+  let outcomePool: Pg.Pool | null = null;
+  if (options.synchronousOutcomes !== undefined && typeof options.synchronousOutcomes !== 'boolean') {
+    throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`synchronousOutcomes\` to be true or false, got ${JSON.stringify(options.synchronousOutcomes)}`, { field: 'synchronousOutcomes' });
+  }
+  if (!(options.synchronousOutcomes ?? POSTGRES_DEFAULTS.synchronousOutcomes)) {
+    outcomePool = new pg.Pool({
+      connectionString,
+      max: 1,
+      connectionTimeoutMillis: options.connectTimeoutMs ?? POSTGRES_DEFAULTS.connectTimeoutMs,
+      types: types as unknown as Pg.CustomTypesConfig,
+      options: '-c synchronous_commit=off',
+    } as Pg.PoolConfig);
+    outcomePool.on('error', () => {});
+  }
   const listenClient = (): Pg.Client => new pg.Client({ connectionString, connectionTimeoutMillis: options.connectTimeoutMs ?? POSTGRES_DEFAULTS.connectTimeoutMs });
-  const store = new PostgresStore(pool, where, schema, prefix, listenClient);
+  const store = new PostgresStore(pool, outcomePool ?? pool, where, schema, prefix, listenClient);
   try {
     await store.init();
   } catch (e) {
     await pool.end().catch(() => {});
+    await outcomePool?.end().catch(() => {});
     throw e;
   }
   return store;
@@ -146,8 +171,12 @@ function splitClaimRows(rows: readonly ClaimRow[]): { batches: BatchRow[]; items
 class PostgresStore implements DeliveryStore {
   readonly kind = 'postgres' as const;
   private readonly t: { items: string; batches: string; attempts: string; meta: string; dests: string; rate: string; counts: string };
-  /** The counters' row a write adds to next (16 per destination and state: concurrent writers rarely wait for each other). */
-  private shardSeq = 0;
+  /**
+   * The counters' row a write adds to next (16 per destination and state: concurrent
+   * writers rarely wait for each other). Each store starts at a random one, so the
+   * workers of several processes do not walk the rows in step.
+   */
+  private shardSeq = Math.floor(Math.random() * 16);
   private closed = false;
   /** The LISTEN/NOTIFY channel of these tables (an identifier derived from schema and prefix). */
   private readonly channel: string;
@@ -158,7 +187,7 @@ class PostgresStore implements DeliveryStore {
   private relisten: ReturnType<typeof setTimeout> | null = null;
   private readonly claimSql: string;
 
-  constructor(private readonly pool: Pg.Pool, readonly description: string, private readonly schema: string, prefix: string, private readonly listenClient: () => Pg.Client) {
+  constructor(private readonly pool: Pg.Pool, private readonly outcomePool: Pg.Pool, readonly description: string, private readonly schema: string, prefix: string, private readonly listenClient: () => Pg.Client) {
     const q = (name: string): string => `"${schema}"."${prefix}${name}"`;
     this.t = { items: q('items'), batches: q('batches'), attempts: q('attempts'), meta: q('meta'), dests: q('destinations'), rate: q('rate'), counts: q('counts') };
     this.channel = `relent_${createHash('sha256').update(`${schema}.${prefix}`).digest('hex').slice(0, 16)}`;
@@ -234,11 +263,11 @@ class PostgresStore implements DeliveryStore {
     }
   }
 
-  private async q<R>(what: string, text: string, values: unknown[] = []): Promise<R[]> {
+  private async q<R>(what: string, text: string, values: unknown[] = [], pool: Pg.Pool = this.pool): Promise<R[]> {
     if (this.closed) throw new DeliveryError('ERR_STORE_CLOSED', `${this.description}: the store is closed`);
     for (let tries = 0; ; tries++) {
       try {
-        return (await this.pool.query(this.named(text, values))).rows as R[];
+        return (await pool.query(this.named(text, values))).rows as R[];
       } catch (e) {
         const code = (e as { code?: string }).code ?? '';
         if (RETRYABLE_PG.has(code) && tries < 2) continue;
@@ -433,6 +462,96 @@ class PostgresStore implements DeliveryStore {
     });
   }
 
+  async formAndClaim(destination: string, limits: BatchLimits, now: number, maxBatches: number, leaseMs: number, owner: string): Promise<FormAndClaimResult> {
+    if (limits.maxItems === 1) return this.formAndClaimSingles(destination, now, maxBatches, leaseMs, owner);
+    return this.tx('forming and claiming batches', async (c) => {
+      const limit = Math.max(1, maxBatches * limits.maxItems);
+      const rows = await this.run<PendingRow & { payload: string }>(c,
+        `SELECT id, key, bytes, enqueued_at AS "enqueuedAt", payload FROM ${this.t.items}
+         WHERE destination = $1 AND batch_id IS NULL
+           AND NOT EXISTS (SELECT 1 FROM ${this.t.dests} p WHERE p.destination = $1 AND p.paused_at IS NOT NULL)
+         ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`,
+        [destination, limit],
+      );
+      if (rows.length === 0) return { claimed: [], nextAt: null };
+      const { cuts, nextAt } = cutBatches(destination, rows, limits, now, maxBatches, rows.length < limit);
+      if (cuts.length === 0) return { claimed: [], nextAt };
+      const until = now + leaseMs;
+      const itemIds: number[] = [];
+      const itemBatch: number[] = [];
+      cuts.forEach((cut, i) => {
+        for (const r of cut.rows) {
+          itemIds.push(r.id);
+          itemBatch.push(i + 1);
+        }
+      });
+      // The batches, born leased to `owner` (token 1, as a first claim leaves it), and their items' batch_id.
+      const made = await this.run<{ id: number; o: number }>(c, `
+        WITH b AS (
+          INSERT INTO ${this.t.batches} (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at, lease_owner, lease_until, lease_token, claims)
+          SELECT $1, k, 'queued', n, b, $5, $5, $12, e, $13, $12, 1, 1 FROM unnest($2::text[], $3::int[], $4::bigint[], $6::bigint[]) WITH ORDINALITY AS u(k, n, b, e, o) ORDER BY o
+          RETURNING id, key
+        ), o AS (
+          SELECT b.id, u.o FROM b JOIN unnest($2::text[]) WITH ORDINALITY AS u(k, o) ON u.k = b.key
+        ), cnt AS (${this.counted(`SELECT $1::text AS destination, s AS state, nb AS batches, ni AS items
+            FROM (VALUES ('pending', 0::bigint, -$9::bigint), ('queued', $10::bigint, $9::bigint)) AS v(s, nb, ni)`, '$11')}
+        ), m AS (
+          UPDATE ${this.t.items} i SET batch_id = o.id FROM unnest($7::bigint[], $8::int[]) AS m(i, o) JOIN o ON o.o = m.o WHERE i.id = m.i
+        )
+        SELECT id, o FROM o`,
+      [destination, cuts.map((x) => x.key), cuts.map((x) => x.rows.length), cuts.map((x) => x.bytes), now, cuts.map((x) => x.rows[0]!.enqueuedAt), itemIds, itemBatch,
+        itemIds.length, cuts.length, this.shard(), until, owner]);
+      const idOf = new Map(made.map((r) => [Number(r.o), Number(r.id)]));
+      const claimed: ClaimedBatch[] = cuts.map((cut, i) => ({
+        id: idOf.get(i + 1)!, token: 1, destination, key: cut.key, round: 1, attempt: 0, opStartedAt: null, opDeadlineAt: null, prevDelayMs: null,
+        opThrottled: 0, createdAt: now, notBefore: now, bytes: cut.bytes,
+        items: cut.rows.map((r) => ({ key: r.key, payload: (r as PendingRow & { payload: string }).payload })),
+      }));
+      return { claimed, nextAt };
+    });
+  }
+
+  /**
+   * formAndClaim when every batch holds one item (maxItems 1: every pending item is a full
+   * batch, whatever its size or age), in one statement: the batch key is computed by
+   * PostgreSQL exactly as batchKey() does (SHA-256 of the length-prefixed destination
+   * and item key, lengths in UTF-16 code units as JavaScript counts them).
+   */
+  private async formAndClaimSingles(destination: string, now: number, maxBatches: number, leaseMs: number, owner: string): Promise<FormAndClaimResult> {
+    const limit = Math.max(1, maxBatches);
+    // UTF-16 length of k: its characters, plus one for each outside the Basic Multilingual Plane.
+    const len16 = `(CASE WHEN octet_length(p.key) = char_length(p.key) THEN char_length(p.key)
+      ELSE char_length(p.key) + char_length(regexp_replace(p.key, E'[^\\\\U00010000-\\\\U0010FFFF]', '', 'g')) END)`;
+    const rows = await this.q<{ id: number; key: string; item_key: string; payload: string; bytes: number }>('forming and claiming batches', `
+      WITH p AS (
+        SELECT id, key, bytes, enqueued_at, payload FROM ${this.t.items}
+        WHERE destination = $1 AND batch_id IS NULL
+          AND NOT EXISTS (SELECT 1 FROM ${this.t.dests} d WHERE d.destination = $1 AND d.paused_at IS NOT NULL)
+        ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED
+      ), k AS (
+        SELECT p.id, p.key, p.bytes, p.enqueued_at, p.payload,
+          'rb-' || left(encode(sha256(convert_to($3::text || E'\\n' || ${len16} || ':' || p.key, 'UTF8')), 'hex'), 40) AS bkey
+        FROM p
+      ), b AS (
+        INSERT INTO ${this.t.batches} (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at, lease_owner, lease_until, lease_token, claims)
+        SELECT $1, k.bkey, 'queued', 1, k.bytes, $4, $4, $5, k.enqueued_at, $6, $5, 1, 1 FROM k ORDER BY k.id
+        RETURNING id, key
+      ), x AS (
+        SELECT b.id, b.key, k.id AS item_id, k.key AS item_key, k.payload, k.bytes FROM b JOIN k ON k.bkey = b.key
+      ), m AS (
+        UPDATE ${this.t.items} i SET batch_id = x.id FROM x WHERE i.id = x.item_id
+      ), cnt AS (${this.counted(`SELECT $1::text AS destination, s AS state, nb AS batches, ni AS items
+          FROM (SELECT count(*) AS n FROM x) AS c, LATERAL (VALUES ('pending', 0::bigint, -c.n), ('queued', c.n, c.n)) AS v(s, nb, ni)`, '$7')}
+      )
+      SELECT id, key, item_key, payload, bytes FROM x ORDER BY item_id`,
+    [destination, limit, `${destination.length}:${destination}`, now, now + leaseMs, owner, this.shard()]);
+    const claimed: ClaimedBatch[] = rows.map((r) => ({
+      id: r.id, token: 1, destination, key: r.key, round: 1, attempt: 0, opStartedAt: null, opDeadlineAt: null, prevDelayMs: null,
+      opThrottled: 0, createdAt: now, notBefore: now, bytes: r.bytes, items: [{ key: r.item_key, payload: r.payload }],
+    }));
+    return { claimed, nextAt: rows.length < limit ? null : now };
+  }
+
   async claim(destination: string, limit: number, now: number, leaseMs: number, owner: string): Promise<ClaimedBatch[]> {
     const rows = await this.q<ClaimRow>('claiming batches', this.claimSql, [destination, now, limit, owner, now + leaseMs]);
     if (rows.length === 0) return [];
@@ -530,7 +649,7 @@ class PostgresStore implements DeliveryStore {
         FROM o JOIN u ON u.id = o.id WHERE jsonb_typeof(o.r) = 'array'
         ON CONFLICT DO NOTHING
       )
-      SELECT id FROM u`, [JSON.stringify(rows), this.shard()]);
+      SELECT id FROM u`, [JSON.stringify(rows), this.shard()], this.outcomePool);
     const ok = new Set(applied.map((x) => x.id));
     return { applied: outcomes.filter((x) => ok.has(x.id)).map((x) => x.id), lost: outcomes.filter((x) => !ok.has(x.id)).map((x) => x.id) };
   }
@@ -733,5 +852,6 @@ class PostgresStore implements DeliveryStore {
     this.listeners.clear();
     await this.unlisten();
     await this.pool.end().catch(() => {});
+    if (this.outcomePool !== this.pool) await this.outcomePool.end().catch(() => {});
   }
 }

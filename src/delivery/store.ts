@@ -53,8 +53,13 @@ export async function openStore(url: string): Promise<DeliveryStore> {
     }
     const prefix = u.searchParams.get('tablePrefix');
     const pool = u.searchParams.get('poolSize');
+    const syncOutcomes = u.searchParams.get('synchronousOutcomes');
     u.searchParams.delete('tablePrefix');
     u.searchParams.delete('poolSize');
+    u.searchParams.delete('synchronousOutcomes');
+    if (syncOutcomes !== null && syncOutcomes !== 'true' && syncOutcomes !== 'false') {
+      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`synchronousOutcomes\` in the store URL to be true or false, got ${JSON.stringify(syncOutcomes)}`, { field: 'store.synchronousOutcomes' });
+    }
     const poolSize = pool === null ? undefined : Number(pool);
     if (poolSize !== undefined && !(Number.isInteger(poolSize) && poolSize >= 1 && poolSize <= 100)) {
       throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`poolSize\` in the store URL to be an integer in [1, 100], got ${JSON.stringify(pool)}`, { field: 'store.poolSize' });
@@ -64,6 +69,7 @@ export async function openStore(url: string): Promise<DeliveryStore> {
       connectionString: u.toString(),
       ...(prefix !== null ? { tablePrefix: prefix } : {}),
       ...(poolSize !== undefined ? { poolSize } : {}),
+      ...(syncOutcomes !== null ? { synchronousOutcomes: syncOutcomes === 'true' } : {}),
     });
   }
   throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`store\` to start with sqlite: or postgres://, got ${JSON.stringify(url.replace(/\/\/[^@/]*@/, '//…@'))}`, { field: 'store' });

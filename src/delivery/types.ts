@@ -45,6 +45,13 @@ export interface FormResult {
   readonly nextAt: number | null;
 }
 
+/** What `formAndClaim` sealed and leased, and when pending items must be looked at again. */
+export interface FormAndClaimResult {
+  readonly claimed: ClaimedBatch[];
+  /** As `FormResult.nextAt`. */
+  readonly nextAt: number | null;
+}
+
 /** A claimed lease: the fencing token must match on every later write. */
 export interface Lease {
   readonly id: number;
@@ -244,6 +251,13 @@ export interface DeliveryStore {
    * and when to look again (see `CutResult.nextAt`: null when no item is left waiting).
    */
   formBatches(destination: string, limits: BatchLimits, now: number, maxBatches: number): Promise<FormResult>;
+  /**
+   * Optional: seals batches like `formBatches` (at most `maxBatches`, none while the
+   * destination is paused) and leases them to `owner` in the same transaction, so a new
+   * batch is written once instead of sealed and then claimed. A worker calls it after a
+   * `claim` that found fewer due batches than it has room for.
+   */
+  formAndClaim?(destination: string, limits: BatchLimits, now: number, maxBatches: number, leaseMs: number, owner: string): Promise<FormAndClaimResult>;
   /**
    * Leases up to `limit` due batches of a destination (`queued`, not_before <= now, no live
    * lease), oldest due first. Every claim increments the batch's fencing token.

@@ -159,6 +159,13 @@ interface Dest {
    * finishing requests do not look for new items.
    */
   formDue: boolean;
+  /**
+   * Claim due batches (retries, released or expired leases) before sealing new ones: set by
+   * a timer, a wake-up, or a claim that found as many as it asked for. A worker that seals
+   * and leases in one write looks for due batches at least every pollMs.
+   */
+  dueLook: boolean;
+  dueLookedAt: number;
   cancelTimer: (() => void) | null;
   timerAt: number;
   /** not_before times this worker stored and has not reached yet: the destination is looked at then, not a poll later. */
@@ -293,6 +300,8 @@ class Worker implements DeliveryWorker {
         again: false,
         dry: false,
         formDue: true,
+        dueLook: true,
+        dueLookedAt: 0,
         cancelTimer: null,
         timerAt: Number.POSITIVE_INFINITY,
         wakeTimes: new Set(),
@@ -379,20 +388,23 @@ class Worker implements DeliveryWorker {
   /**
    * How many batches to hold claimed ahead of free slots, so a finishing request is
    * followed at once by the next one instead of by a store round trip, and claims come
-   * in chunks: two claim round trips' worth of the destination's recent completion
-   * rate, at least twice its concurrency, at most claimChunk. Nothing is claimed ahead
+   * in chunks: four claim round trips' worth of the destination's recent completion
+   * rate (a claim starts when half is left, so two round trips' worth, which covers a
+   * claim that takes twice as long as usual on a busy machine), at least twice its
+   * concurrency, at most claimChunk. Nothing is claimed ahead
    * for a destination that has not completed anything lately, when claims take no time
    * (a test clock), or when the destination's limits are shared through the store
    * (there the claim is the permit).
    */
   private ahead(dest: Dest): number {
     if (dest.shared || dest.rate || dest.rateEwma === 0 || dest.claimMsEwma === 0) return 0;
-    return Math.min(this.settings.claimChunk, Math.max(Math.round(2 * dest.rateEwma * dest.claimMsEwma), 2 * dest.aimd.limit));
+    return Math.min(this.settings.claimChunk, Math.max(Math.round(4 * dest.rateEwma * dest.claimMsEwma), 2 * dest.aimd.limit));
   }
 
   /** Something may have fallen due or arrived for `dest` (a timer, a wake-up): look for it. */
   private look(dest: Dest): void {
     dest.formDue = true;
+    dest.dueLook = true;
     this.pump(dest, true);
   }
 
@@ -449,15 +461,20 @@ class Worker implements DeliveryWorker {
         }
         want = Math.min(want, allowed);
       }
+      // A partial batch falls due by age: look again exactly then (or at once if more can be sealed now).
+      const formed = (nextAt: number | null): void => {
+        dest.formDue = nextAt !== null && nextAt <= now;
+        if (nextAt !== null) {
+          if (nextAt <= now) more = true;
+          else wait = Math.min(wait, nextAt - now);
+        }
+      };
+      // A store that seals and leases in one write (PostgreSQL) does so after the due batches are claimed,
+      // for a destination whose limits are its own: a new batch is written once, not sealed and then claimed.
+      const formAndClaim = dest.shared === null ? this.store.formAndClaim?.bind(this.store) : undefined;
       if (want > 0) {
-        if (dest.formDue) {
-          const formed = await this.store.formBatches(d.name, d.batch, now, this.settings.claimChunk);
-          // A partial batch falls due by age: look again exactly then (or at once if more can be sealed now).
-          dest.formDue = formed.nextAt !== null && formed.nextAt <= now;
-          if (formed.nextAt !== null) {
-            if (formed.nextAt <= now) more = true;
-            else wait = Math.min(wait, formed.nextAt - now);
-          }
+        if (dest.formDue && formAndClaim === undefined) {
+          formed((await this.store.formBatches(d.name, d.batch, now, this.settings.claimChunk)).nextAt);
         }
         let claimed: ClaimedBatch[];
         let permit: Permit | null = null;
@@ -468,7 +485,18 @@ class Worker implements DeliveryWorker {
           if (r.permit !== null) permit = { id: r.permit, left: claimed.length, end: 0 };
           if (r.retryAt !== null) wait = Math.min(wait, Math.max(1, r.retryAt - now));
         } else {
-          claimed = await this.store.claim(d.name, want, now, this.settings.leaseMs, this.id);
+          claimed = [];
+          const t = this.clock.now();
+          if (formAndClaim === undefined || !dest.formDue || dest.dueLook || t - dest.dueLookedAt >= this.settings.pollMs) {
+            claimed = await this.store.claim(d.name, want, now, this.settings.leaseMs, this.id);
+            dest.dueLook = claimed.length === want;
+            dest.dueLookedAt = t;
+          }
+          if (formAndClaim !== undefined && dest.formDue && claimed.length < want) {
+            const r = await formAndClaim(d.name, d.batch, now, want - claimed.length, this.settings.leaseMs, this.id);
+            formed(r.nextAt);
+            if (r.claimed.length > 0) claimed = claimed.length === 0 ? r.claimed : claimed.concat(r.claimed);
+          }
         }
         const t1 = this.clock.now();
         dest.claimMsEwma = dest.claimMsEwma === 0 ? t1 - t0 : 0.8 * dest.claimMsEwma + 0.2 * (t1 - t0);

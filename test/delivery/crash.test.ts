@@ -1,7 +1,8 @@
 // Crash test: `kill -9` real worker processes (bin/relent deliver) again and again while
 // they deliver 10,000 items to a real idempotent receiver on loopback. After restarts,
 // every item has arrived and was counted exactly once, every batch is delivered, and
-// nothing is left claimed. SQLite with one worker; PostgreSQL with two at once.
+// nothing is left claimed. SQLite with one worker; PostgreSQL with two at once (batches of
+// ten, and batches of one item).
 import { afterAll, describe, expect, it } from 'vitest';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -15,7 +16,6 @@ import { PG_URL, dropSchema, listen, pgEnabled, uniqueSchema } from './support.j
 
 const BIN = fileURLToPath(new URL('../../bin/relent', import.meta.url));
 const DIST = fileURLToPath(new URL('../../dist/delivery/index.js', import.meta.url));
-const ITEMS = 10_000;
 const dir = mkdtempSync(join(tmpdir(), 'relent-crash-'));
 const pgOn = await pgEnabled();
 const schemas: string[] = [];
@@ -34,7 +34,7 @@ function exited(child: ChildProcess): Promise<number | null> {
 
 interface Figures { kills: number; incarnations: number; replays: number; requests: number; claimedTwice: number; seconds: number }
 
-async function crashRun(store: string, workers: number, killsPerWorker: number): Promise<Figures> {
+async function crashRun(store: string, workers: number, killsPerWorker: number, { maxItems = 10, items: ITEMS = 10_000 } = {}): Promise<Figures> {
   if (!existsSync(DIST)) throw new Error('dist/ is missing: run `npm run build` first (CI builds before testing)');
   const counts = new Map<string, number>();
   let requests = 0;
@@ -50,14 +50,14 @@ async function crashRun(store: string, workers: number, killsPerWorker: number):
   writeFileSync(config, JSON.stringify({
     destinations: {
       sink: {
-        url: `${receiver.url}/ingest`, policy: 'adobe-best-effort', batch: { maxItems: 10, maxAgeMs: 0 },
+        url: `${receiver.url}/ingest`, policy: 'adobe-best-effort', batch: { maxItems, maxAgeMs: 0 },
         concurrency: { initial: 8, adaptive: false },
       },
     },
   }));
   const queue = await openDeliveryQueue({ store });
   for (let i = 0; i < ITEMS; i += 2_000) {
-    await queue.enqueueMany('sink', Array.from({ length: 2_000 }, (_, j) => ({ key: `item-${i + j}`, payload: { n: i + j } })));
+    await queue.enqueueMany('sink', Array.from({ length: Math.min(2_000, ITEMS - i) }, (_, j) => ({ key: `item-${i + j}`, payload: { n: i + j } })));
   }
   const logs: string[] = [];
   const spawnWorker = (id: string, extra: string[] = []): ChildProcess => {
@@ -100,7 +100,7 @@ async function crashRun(store: string, workers: number, killsPerWorker: number):
     const st = (await queue.stats()).find((s) => s.destination === 'sink')!;
     expect(st).toMatchObject({ pendingItems: 0, readyBatches: 0, inflightBatches: 0, deferredBatches: 0, droppedBatches: 0, deliveredItems: ITEMS });
     const all = await queue.list({ limit: 100_000 });
-    expect(all).toHaveLength(ITEMS / 10);
+    expect(all).toHaveLength(ITEMS / maxItems);
     expect(all.filter((b) => b.state !== 'delivered' || b.leaseOwner !== null || b.leaseUntil !== 0)).toEqual([]);
     expect(kills).toBeGreaterThanOrEqual(3);
     return { kills, incarnations, replays, requests, claimedTwice: all.filter((b) => b.claims > 1).length, seconds: (Date.now() - started) / 1000 };
@@ -121,5 +121,13 @@ describe('crash test: kill -9 during delivery of 10,000 items', () => {
     schemas.push(schema);
     const f = await crashRun(`${PG_URL}?schema=${schema}`, 2, 6);
     console.log(`crash test postgres (2 workers): ${JSON.stringify(f)}`);
+  }, 90_000);
+
+  // One item per batch: PostgreSQL seals and leases each batch in one statement.
+  it.skipIf(!pgOn)('PostgreSQL, one item per request (batches sealed and leased in one statement), two workers killed again and again', async () => {
+    const schema = uniqueSchema('crash1');
+    schemas.push(schema);
+    const f = await crashRun(`${PG_URL}?schema=${schema}`, 2, 4, { maxItems: 1, items: 3_000 });
+    console.log(`crash test postgres, one item per request (2 workers): ${JSON.stringify(f)}`);
   }, 90_000);
 });

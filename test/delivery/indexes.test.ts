@@ -27,6 +27,9 @@ afterAll(async () => {
 async function workload(s: DeliveryStore, now: number): Promise<void> {
   await s.formBatches('d1', LIMITS, now, 16);
   await s.claim('d1', 16, now, 15_000, 'w');
+  // PostgreSQL: seal and lease in one write (one statement for batches of one item, a transaction otherwise).
+  await s.formAndClaim?.('d3', LIMITS, now, 16, 15_000, 'w');
+  await s.formAndClaim?.('d4', { ...LIMITS, maxItems: 3 }, now, 4, 15_000, 'w');
   await s.claimLimited('d2', 4, { rate: { requests: 100, perMs: 1_000 }, concurrency: 8 }, now, 15_000, 'w');
   await s.purge('delivered', now - 86_400_000, 500);
   await s.purge('dropped', now - 86_400_000, 500);
@@ -39,7 +42,7 @@ function nodes(plan: Record<string, unknown>): Record<string, unknown>[] {
 }
 
 describe.skipIf(!withPg)('PostgreSQL: the hot statements use their indexes on a large queue', () => {
-  it('claim, seal, shared-limit claim and purge: index scans of relent_batches_due, _items_pending, _batches_leased, _delivered_at, _dropped_at; no sequential scan of a queue table', async () => {
+  it('claim, seal, seal and lease, shared-limit claim and purge: index scans of relent_batches_due, _items_pending, _batches_leased, _delivered_at, _dropped_at; no sequential scan of a queue table', async () => {
     const schema = uniqueSchema('idx');
     schemas.push(schema);
     const s = await openPostgresStore({ connectionString: PG_URL, schema });
@@ -90,6 +93,8 @@ describe.skipIf(!withPg)('PostgreSQL: the hot statements use their indexes on a 
       const cases: [string, RegExp, string][] = [
         ['claim', /WITH c AS \(\s*SELECT id FROM .*relent_batches/s, 'relent_batches_due'],
         ['seal (pending items)', /FROM \S*relent_items"?\s+WHERE destination = \$1 AND batch_id IS NULL ORDER BY id/, 'relent_items_pending'],
+        ['seal and lease, one item per batch', /WITH p AS \(\s*SELECT id, key, bytes, enqueued_at, payload FROM \S*relent_items/, 'relent_items_pending'],
+        ['seal and lease (pending items)', /SELECT id, key, bytes, enqueued_at AS "enqueuedAt", payload FROM \S*relent_items/, 'relent_items_pending'],
         ['live leases (shared concurrency)', /count\(\*\) FROM \S*relent_batches"? WHERE destination = \$1 AND state = 'queued' AND lease_owner IS NOT NULL/, 'relent_batches_leased'],
         ['purge delivered', /WHERE state = 'delivered' AND finished_at < \$1/, 'relent_batches_delivered_at'],
         ['purge dropped', /WHERE state = 'dropped' AND finished_at < \$1/, 'relent_batches_dropped_at'],
