@@ -461,15 +461,15 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   private readonly scope: OperationScope | null;
   /** The endpoint for events (never a query, userinfo or fragment), made on first use. */
   private safe: string | null | undefined = undefined;
-  private opId: string | null;
+  opId: string | null;
   /**
    * The core's operation, made at the start; or, on the success path's shortcut, only if
    * the first attempt needs more than the core's plain-answer rule (see start()).
    */
   private op: Operation | undefined = undefined;
-  private startedAt = 0;
-  private phase = Phase.Idle;
-  private ctx: AttemptHandle | null = null;
+  startedAt = 0;
+  phase = Phase.Idle;
+  ctx: AttemptHandle | null = null;
   // The first attempt's context (this object): see AttemptHandle.
   readonly attempt = 1;
   timeoutMs = 0;
@@ -497,9 +497,9 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   resolveValue: ((v: T) => void) | null = null;
   rejectValue: ((e: unknown) => void) | null = null;
 
-  constructor(private readonly fn: (ctx: AttemptContext) => Promise<T>, private readonly options: RunOptions<T>) {
+  constructor(private readonly fn: (ctx: AttemptContext) => Promise<T>, private readonly options: RunOptions<T>, policy?: Policy) {
     this.callerSignal = options.signal;
-    this.policy = resolvePolicy(options.policy);
+    this.policy = policy ?? resolvePolicy(options.policy);
     const clock = options.clock;
     this.clock = clock ?? systemClock;
     this.system = clock === undefined || clock === systemClock;
@@ -805,7 +805,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   }
 
   /** One attempt has settled: observe it, tell the operation (the core decides), report, carry out what comes next. */
-  private settle(ctx: AttemptHandle, kind: Settled, payload: unknown): void {
+  settle(ctx: AttemptHandle, kind: Settled, payload: unknown): void {
     if (ctx.done) return;
     ctx.done = true;
     if (ctx.cancel !== null) {
@@ -978,6 +978,151 @@ class Runner<T> implements TimerRecord, AttemptHandle {
 
 const NO_EXTRA: Partial<RunResult<never>> = Object.freeze({});
 
+/**
+ * run()'s success path: an operation with nothing around its calls (no breaker, limit,
+ * rate, budget, hedging, caller's signal, events or tracing) on the system clock. Its
+ * first call's limits are the core's (the functions the operation uses); it is the
+ * first attempt's context and its own lazy timer; and when that call ends with a plain
+ * answer (decide()'s first rule: the answer, nothing to record) it resolves with it.
+ * Anything else — an error, a timeout, a status the policy retries — hands the attempt
+ * to a Runner, which makes the core's operation as if it had run from the start.
+ */
+class FastRun<T> implements AttemptHandle, TimerRecord {
+  // Fields are set in the constructor (not as class fields): V8 then inlines the whole
+  // initialisation into run() instead of calling a separate field initialiser.
+  declare readonly attempt: number;
+  declare timeoutMs: number;
+  declare remainingMs: number;
+  declare done: boolean;
+  declare timedOut: boolean;
+  declare controller: AbortController | null;
+  declare callStart: number;
+  declare timerDue: number;
+  declare timerHandle: ReturnType<typeof setTimeout> | null;
+  declare timerSet: boolean;
+  declare timerQueued: number;
+  declare timerNext: TimerRecord | null;
+  /** Set once the attempt needs more than the success path (see promote()). */
+  declare private runner: Runner<T> | null;
+  declare private opId: string | null;
+  declare private readonly fn: (ctx: AttemptContext) => Promise<T>;
+  declare private readonly options: RunOptions<T>;
+  declare private readonly policy: Policy;
+  declare private readonly resolve: (v: T) => void;
+  declare private readonly reject: (e: unknown) => void;
+
+  constructor(fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T>, policy: Policy, resolve: (v: T) => void, reject: (e: unknown) => void) {
+    this.fn = fn;
+    this.options = options;
+    this.policy = policy;
+    this.resolve = resolve;
+    this.reject = reject;
+    this.opId = options.operationId ?? null;
+    this.runner = null;
+    (this as { attempt: number }).attempt = 1;
+    this.timeoutMs = 0;
+    this.remainingMs = 0;
+    this.done = false;
+    this.timedOut = false;
+    this.controller = null;
+    this.callStart = 0;
+    this.timerDue = 0;
+    this.timerHandle = null;
+    this.timerSet = false;
+    this.timerQueued = 0;
+    this.timerNext = null;
+  }
+
+  // What a Runner reads of its attempts' contexts, fixed for this one (no tracing, no limit, no hedging).
+  get aScope(): AttemptScope | null {
+    return null;
+  }
+
+  get generation(): number {
+    return 0;
+  }
+
+  get isHedge(): boolean {
+    return false;
+  }
+
+  get cancel(): (() => void) | null {
+    return null;
+  }
+
+  get operationId(): string {
+    if (this.runner !== null) return this.runner.operationId;
+    return (this.opId ??= newOperationId());
+  }
+
+  get requestId(): string {
+    return `${this.operationId}/attempt-1`;
+  }
+
+  get signal(): AbortSignal {
+    return attemptSignal(this, undefined);
+  }
+
+  abort(reason: unknown): void {
+    this.controller?.abort(reason);
+  }
+
+  abortForTimeout(): void {
+    this.timedOut = true;
+    if (this.controller !== null) this.controller.abort(new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON));
+  }
+
+  start(deadlineMs: number): void {
+    const now = turnNow();
+    const timeoutMs = attemptLimitMs(operationAttemptTimeoutMs(this.policy, this.options), deadlineMs, 0);
+    this.timeoutMs = timeoutMs;
+    this.remainingMs = deadlineMs;
+    this.callStart = now;
+    let p: Promise<T>;
+    try {
+      p = this.fn(this);
+    } catch (error) {
+      p = Promise.reject(error);
+    }
+    setTimerRecord(this, timeoutMs, now);
+    p.then((value) => this.settle(this, Settled.Value, value), (error: unknown) => this.settle(this, Settled.Error, error));
+  }
+
+  settle(ctx: AttemptHandle, kind: Settled, payload: unknown): void {
+    const runner = this.runner;
+    if (runner !== null) return runner.settle(ctx, kind, payload);
+    if (this.done) return;
+    if (kind === Settled.Value && this.options.classifyValue === undefined) {
+      const status = (classifyValueDefault(payload) as { status: number }).status;
+      if (isPlainAnswer(this.policy, status)) {
+        this.done = true;
+        clearTimerRecord(this);
+        return this.resolve(payload as T);
+      }
+    }
+    this.promote().settle(this, kind, payload);
+  }
+
+  onTimerFired(): void {
+    if (this.runner !== null || this.done) return;
+    this.promote().onTimerFired();
+  }
+
+  /** The Runner that takes over the attempt in flight (this object stays its context). */
+  private promote(): Runner<T> {
+    const r = new Runner(this.fn, this.options, this.policy);
+    r.resolveValue = this.resolve;
+    r.rejectValue = this.reject;
+    r.opId = this.opId;
+    r.startedAt = this.callStart;
+    r.phase = Phase.Calling;
+    r.ctx = this;
+    this.runner = r;
+    clearTimerRecord(this);
+    return r;
+  }
+}
+
 type FleetFields = Pick<RunOptions<unknown>, 'fleet' | 'dependency' | 'breaker'>;
 
 /** The fleet's budget of `dependency` (none without a fleet, a dependency or a policy budget). */
@@ -1022,7 +1167,40 @@ function takeRunner(): Runner<unknown> {
   return new Runner(fn, options);
 }
 
+/**
+ * The last policy input run() resolved, and its Policy: a loop of calls with one policy
+ * skips resolvePolicy() (which returns the same Policy for the same input: a Policy is
+ * itself, a spec object is resolved once, a preset name's policy is kept).
+ */
+let lastPolicyInput: RunOptions<unknown>['policy'] = undefined;
+let lastPolicy: Policy | null = null;
+
 const START_RUN = (resolve: (v: unknown) => void, reject: (e: unknown) => void): void => {
+  const options = startOptions!;
+  if (options.signal === undefined && options.budget == null && options.fleet == null && options.breaker == null && options.bulkhead == null
+    && options.concurrencyLimit == null && options.rateLimiter == null && !options.onEvent && !options.instrumentation
+    && (options.clock === undefined || options.clock === systemClock)) {
+    const fn = startFn!;
+    startFn = null;
+    startOptions = null;
+    const input = options.policy;
+    let policy = lastPolicy;
+    if (input !== lastPolicyInput || policy === null) {
+      policy = resolvePolicy(input);
+      lastPolicy = policy;
+      lastPolicyInput = input;
+    }
+    const deadlineMs = policy.hedge === null ? operationDeadlineMs(policy, options) : 0;
+    if (deadlineMs > 0) {
+      new FastRun(fn, options, policy, resolve, reject).start(deadlineMs);
+      return;
+    }
+    const r = new Runner(fn, options, policy);
+    r.resolveValue = resolve;
+    r.rejectValue = reject;
+    r.start();
+    return;
+  }
   const r = takeRunner();
   r.resolveValue = resolve;
   r.rejectValue = reject;

@@ -68,13 +68,6 @@ function endOfTurn(): void {
   }
 }
 
-function atEndOfTurn(): void {
-  if (!scheduled) {
-    scheduled = true;
-    setImmediate(endOfTurn);
-  }
-}
-
 function fire(t: TimerRecord): void {
   t.timerHandle = null;
   if (!t.timerSet) return;
@@ -87,7 +80,10 @@ export function turnNow(): number {
   if (tick < 0 || ++tickShared > TICK_SHARE) {
     tick = Math.floor(performance.now());
     tickShared = 0;
-    atEndOfTurn();
+    if (!scheduled) {
+      scheduled = true;
+      setImmediate(endOfTurn);
+    }
   }
   return tick;
 }
@@ -103,7 +99,10 @@ export function setTimerRecord(t: TimerRecord, ms: number, now: number): void {
     pending = t;
   }
   live++;
-  atEndOfTurn();
+  if (!scheduled) {
+    scheduled = true;
+    setImmediate(endOfTurn);
+  }
 }
 
 /** Cancels `t` (no effect when it is not set). */
