@@ -12,6 +12,7 @@
 // (this measures the cost of the happy path, which is what a retry layer adds to every call).
 import { fork } from 'node:child_process';
 import http from 'node:http';
+import { loadavg } from 'node:os';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const BODY = JSON.stringify({ id: 42, name: 'relent', tags: ['retry', 'deadline', 'budget'], ok: true });
@@ -107,8 +108,10 @@ export async function main({ quick = false } = {}) {
   const url = `http://127.0.0.1:${port}/item`;
   const { list, close } = await candidates(url);
   const samples = new Map(list.map((c) => [c.name, { seq: [], c32: [] }]));
+  const loads = [];
   try {
     for (let r = 0; r < rounds; r++) {
+      loads.push(loadavg());
       for (const mode of [['seq', 1], ['c32', 32]]) {
         for (const c of list) {
           await measure(c.fn, mode[1], warm);
@@ -138,6 +141,18 @@ export async function main({ quick = false } = {}) {
   const ri = rows.find((r) => r.name.includes('relentInterceptor'));
   if (noop && ri) {
     console.log(`\nrelentInterceptor ÷ compose(no-op) (relent's own cost, without undici's cost of compose()): seq ${(ri.seq / noop.seq).toFixed(2)}, 32 concurrent ${(ri.c32 / noop.c32).toFixed(2)}`);
+  }
+  // The goals, per round (each round measures every candidate once, interleaved), with the load average when it began.
+  const s = (name) => samples.get(name);
+  const pair = (a, b, k, r) => (s(a)[k][r] / s(b)[k][r]).toFixed(2);
+  const I = 'undici.request + relentInterceptor';
+  const N = 'undici.request + compose(no-op)';
+  const F = 'relent client.fetch';
+  const B = 'undici.request (bare)';
+  console.log('\nPer round (goals: interceptor ÷ compose(no-op) ≥ 0.95 at 32 concurrent; client.fetch ÷ bare undici.request ≥ 0.6):');
+  console.log(`${'round'.padEnd(5)}  ${'load avg 1/5/15'.padEnd(16)}  ${'interceptor÷compose seq'.padStart(23)}  ${'32 conc'.padStart(7)}  ${'client.fetch÷request seq'.padStart(24)}  ${'32 conc'.padStart(7)}`);
+  for (let r = 0; r < rounds; r++) {
+    console.log(`${String(r + 1).padEnd(5)}  ${loads[r].map((x) => x.toFixed(2)).join(' ').padEnd(16)}  ${pair(I, N, 'seq', r).padStart(23)}  ${pair(I, N, 'c32', r).padStart(7)}  ${pair(F, B, 'seq', r).padStart(24)}  ${pair(F, B, 'c32', r).padStart(7)}`);
   }
   return rows;
 }
