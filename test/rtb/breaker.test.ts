@@ -1,7 +1,21 @@
-// A partner's circuit breaker, counted from the partner's own request log.
+// A partner's circuit breaker, counted from the partner's own request log. The exchange
+// runs on a test clock: the cool-down and the partner's timeout pass when the test moves
+// time, never on the wall clock (the sockets are real; only waiting for them is).
 import { afterEach, describe, expect, it } from 'vitest';
 import type { PartnerBreakerChange } from '../../src/rtb/exchange.js';
-import { answer, bidBody, bidRequest, exchangeConfig, partnerConfig, post, sleep, startExchange, startPartner } from './helpers.js';
+import { createTestClock } from '../../src/testing/index.js';
+import { answer, bidBody, bidRequest, exchangeConfig, partnerConfig, post, startExchange, startPartner } from './helpers.js';
+
+/** No dry-run auctions before listening: on a clock that stands still, the stand-in's unanswered calls would never time out. */
+const NO_WARMUP = { warmup: false } as const;
+
+/** Waits (a macrotask at a time, no timer) until a real socket event has happened. */
+async function until(what: string, cond: () => boolean): Promise<void> {
+  for (let i = 0; !cond(); i++) {
+    if (i > 200_000) throw new Error(`never happened: ${what}`);
+    await new Promise((r) => setImmediate(r));
+  }
+}
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -15,10 +29,11 @@ describe('per-partner circuit breaker', () => {
     const steady = await startPartner((_q, res, _n, s) => answer(res, 200, bidBody(s, 1)));
     open.push(failing, steady);
     const changes: PartnerBreakerChange[] = [];
+    const clock = createTestClock();
     const ex = await startExchange(exchangeConfig([
       partnerConfig('failing', failing.url, { breaker: { minimumThroughput: 5, failureRatio: 0.5, windowMs: 10_000, openMs: 400 } }),
       partnerConfig('steady', steady.url, { breaker: { minimumThroughput: 5, openMs: 400 } }),
-    ]), { onBreakerStateChange: (c) => changes.push(c) });
+    ], NO_WARMUP), { onBreakerStateChange: (c) => changes.push(c), clock });
     open.push(ex);
 
     // 5 failures: the configured volume; the 5th opens the circuit.
@@ -34,10 +49,16 @@ describe('per-partner circuit breaker', () => {
     expect(st.skipped.circuit_open).toBe(10);
     const s = ex.summaries[ex.summaries.length - 1]!;
     expect(s.skipped).toEqual({ circuit_open: 1 });
-    expect(s.usedMs).toBeLessThan(100); // skipped, not waited for
+    expect(s.usedMs).toBeLessThan(100); // skipped, not waited for (the clock stood still: no timer ended an auction)
+
+    // Just before the end of the cool-down the circuit is still open.
+    clock.advance(399);
+    expect((await post(ex.url, bidRequest())).status).toBe(200);
+    expect(failing.seen).toHaveLength(5);
+    expect(changes).toHaveLength(1);
 
     // After the cool-down: exactly one trial (two auctions at once, one gets through); it fails → open again.
-    await sleep(450);
+    clock.advance(51);
     await Promise.all([post(ex.url, bidRequest()), post(ex.url, bidRequest())]);
     expect(failing.seen).toHaveLength(6);
     await post(ex.url, bidRequest());
@@ -46,7 +67,7 @@ describe('per-partner circuit breaker', () => {
 
     // The partner recovers: the next trial succeeds and closes the circuit; every auction reaches it again.
     healthy = true;
-    await sleep(450);
+    clock.advance(450);
     const trial = await post(ex.url, bidRequest());
     expect(trial.status).toBe(200);
     expect(failing.seen).toHaveLength(7);
@@ -67,9 +88,10 @@ describe('per-partner circuit breaker', () => {
       else if (mode === 'garbage') answer(res, 200, '<html>');
     });
     open.push(p);
+    const clock = createTestClock();
     const ex = await startExchange(exchangeConfig([
       partnerConfig('p', p.url, { timeoutMs: 40, breaker: { minimumThroughput: 4, failureRatio: 0.75, openMs: 60_000 } }),
-    ]));
+    ], NO_WARMUP), { clock });
     open.push(ex);
     for (let i = 0; i < 6; i++) await post(ex.url, bidRequest());
     expect(ex.exchange.stats().partners[0]!.breaker).toBe('closed'); // six no-bids: all successes
@@ -79,7 +101,14 @@ describe('per-partner circuit breaker', () => {
     await post(ex.url, bidRequest());
     mode = 'hang';
     expect(ex.exchange.stats().partners[0]!.breaker).toBe('closed'); // 2 failures of 8
-    for (let i = 0; i < 16; i++) await post(ex.url, bidRequest());
+    for (let i = 0; i < 16; i++) {
+      // The partner holds the request: the auction ends when its timeout passes on the exchange's clock.
+      const seen = p.seen.length;
+      const auction = post(ex.url, bidRequest());
+      await until('the partner has the request', () => p.seen.length > seen);
+      clock.advance(40);
+      expect((await auction).status).toBe(204);
+    }
     // 6 successes; failures 2 + timeouts until failures/calls ≥ 0.75 → 18 failures, 24 calls.
     const st = ex.exchange.stats().partners[0]!;
     expect(st.breaker).toBe('open');
