@@ -125,6 +125,43 @@ describe('any algorithm, any samples', () => {
     }), { numRuns: 300 });
   });
 
+  it('converges on fixed input: a constant latency while used reaches max and stays; while idle it does not move; constant drops reach min', () => {
+    const spec = fc.oneof(
+      fc.record({ kind: fc.constant('aimd' as const), min: fc.integer({ min: 1, max: 5 }), max: fc.integer({ min: 5, max: 60 }), initial: fc.integer({ min: 1, max: 60 }) }),
+      fc.record({ kind: fc.constant('gradient' as const), min: fc.integer({ min: 1, max: 5 }), max: fc.integer({ min: 5, max: 60 }), initial: fc.integer({ min: 1, max: 60 }), windowMs: fc.integer({ min: 1, max: 100 }), minWindowSamples: fc.integer({ min: 1, max: 10 }), probeIntervalMs: fc.constant(0) }),
+    );
+    fc.assert(fc.property(spec, fc.double({ min: 0.1, max: 1000, noNaN: true }), fc.double({ min: 0.1, max: 50, noNaN: true }), (sp0, rtt, dt) => {
+      const sp = { ...sp0, initial: Math.min(Math.max(sp0.initial, sp0.min), sp0.max) };
+      const r = normalizeLimitSpec(sp);
+      // Used: every call ends with the limit's worth in flight.
+      const used = createLimitAlgorithm(sp);
+      let now = 0;
+      const trace: number[] = [];
+      for (let i = 0; i < 20_000; i++) {
+        now += dt;
+        ok(used, now, rtt);
+        trace.push(used.limit);
+      }
+      expect(trace.slice(-2000).every((l) => l === r.max)).toBe(true);
+      // Idle: nothing else in flight when a call ends — nothing learned about capacity, the limit stays.
+      const idle = createLimitAlgorithm(sp);
+      now = 0;
+      for (let i = 0; i < 2000; i++) {
+        now += dt;
+        ok(idle, now, rtt, 0);
+      }
+      expect(idle.limit).toBe(r.initial);
+      // Every call a drop in the current wave: halves to min and stays.
+      const dropped = createLimitAlgorithm(sp);
+      now = 0;
+      for (let i = 0; i < 200; i++) {
+        now += dt;
+        drop(dropped, now);
+      }
+      expect(dropped.limit).toBe(r.min);
+    }), { numRuns: 200 });
+  });
+
   it('rejects bad specs, naming the field', () => {
     expect(() => normalizeLimitSpec({ kind: 'vegas' })).toThrow(/`concurrencyLimit.kind`/);
     expect(() => normalizeLimitSpec({ kind: 'aimd', decrease: 1.5 })).toThrow(/`concurrencyLimit.decrease`/);

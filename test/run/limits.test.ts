@@ -1,6 +1,7 @@
 // The executor's concurrency limit (queue, refusal, events) and rate limiter (FIFO queue,
 // one timer, refusal known in advance, a server's 429 honoured), on a test clock.
 import { describe, expect, it } from 'vitest';
+import fc from 'fast-check';
 import { createConcurrencyLimit, type LimitEvent } from '../../src/run/concurrency-limit.js';
 import { createRateLimiter } from '../../src/run/rate-limiter.js';
 import { compileStatuses } from '../../src/core/policy.js';
@@ -51,6 +52,53 @@ describe('createConcurrencyLimit', () => {
     c.abort(new Error('gone'));
     await expect(p).rejects.toThrow('gone');
     expect(l.queued).toBe(0);
+  });
+
+  it('property: bounded memory (queued never past maxQueue), within max, FIFO, and no waiter left while a slot is free, whatever the outcomes', async () => {
+    const op = fc.oneof(
+      fc.constant({ t: 'acquire' as const }),
+      fc.constant({ t: 'abort' as const }),
+      fc.record({ t: fc.constant('release' as const), rtt: fc.double({ min: 0, max: 500, noNaN: true }), dropped: fc.boolean(), told: fc.boolean() }),
+    );
+    await fc.assert(fc.asyncProperty(
+      fc.constantFrom('aimd' as const, 'gradient' as const), fc.integer({ min: 1, max: 6 }), fc.integer({ min: 0, max: 5 }), fc.array(op, { maxLength: 120 }),
+      async (kind, max, maxQueue, ops) => {
+        const l = createConcurrencyLimit(kind === 'aimd' ? { kind, max, initial: max, maxQueue } : { kind, max, initial: max, maxQueue, windowMs: 1, minWindowSamples: 1 });
+        let now = 0;
+        let held = 0;
+        let seq = 0;
+        const waiting: { id: number; ac: AbortController }[] = [];
+        const granted: number[] = [];
+        const flush = () => new Promise<void>((r) => setImmediate(r));
+        for (const o of ops) {
+          now += 7;
+          if (o.t === 'acquire') {
+            const id = seq++;
+            const ac = new AbortController();
+            const queuedBefore = l.queued;
+            l.acquire(ac.signal).then(() => {
+              held++;
+              granted.push(id);
+            }, () => {});
+            if (l.queued > queuedBefore) waiting.push({ id, ac });
+          } else if (o.t === 'abort' && waiting.length > 0) {
+            waiting.shift()!.ac.abort();
+          } else if (o.t === 'release' && held > 0) {
+            held--;
+            l.release(o.told ? { startedAt: now - o.rtt, now, generation: l.generation, dropped: o.dropped } : null);
+          }
+          await flush();
+          for (let i = waiting.length - 1; i >= 0; i--) if (granted.includes(waiting[i]!.id)) waiting.splice(i, 1);
+          expect(l.queued).toBeLessThanOrEqual(maxQueue);
+          expect(l.queued).toBe(waiting.length);
+          expect(l.active).toBe(held);
+          expect(l.active).toBeLessThanOrEqual(max);
+          expect(Number.isInteger(l.limit) && l.limit >= 1 && l.limit <= max).toBe(true);
+          if (l.queued > 0) expect(l.active).toBeGreaterThanOrEqual(l.limit);
+        }
+        expect(granted).toEqual([...granted].sort((x, y) => x - y));
+      },
+    ), { numRuns: 150 });
   });
 
   it('names every bad option', () => {
