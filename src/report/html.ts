@@ -7,6 +7,8 @@ import { percent } from './verdict.js';
 const REASON_COLORS: Record<string, string> = {
   return: '#009E73', check_state: '#56B4E9', defer: '#0072B2', not_retryable: '#CC79A7', deadline_exceeded: '#D55E00',
   max_attempts: '#E69F00', budget_exhausted: '#F0E442', circuit_open: '#000000', cancelled: '#999999',
+  // The three limits' refusals, each its own word (and colour).
+  bulkhead_full: '#882255', concurrency_limited: '#44AA99', rate_limited: '#AA4499',
 };
 
 

@@ -166,7 +166,7 @@ export interface RunOptions<T> {
   /**
    * The dependency's bulkhead: a slot is held for each call, waited for (abortable,
    * within the deadline) when none is free. A full queue ends the operation with terminal
-   * `budget_exhausted` and ERR_BULKHEAD_FULL. Share one per dependency.
+   * `bulkhead_full` and ERR_BULKHEAD_FULL. Share one per dependency.
    */
   readonly bulkhead?: Bulkhead | null;
   /**
