@@ -1,6 +1,6 @@
 // Slow, not failing: hedged requests and the adaptive concurrency limit, for real
 // (node:http dependencies on loopback, open-loop arrivals from a seeded generator).
-//   node bench/slow.mjs [--quick] [--drop-only]     (or: npm run bench -- slow [--quick])
+//   node bench/slow.mjs [--quick] [--only=tail,drop,exchange]     (or: npm run bench -- slow [--quick])
 //   SLOW_DROP_S=N sets the capacity drop's length (default 20 s; --quick: 8 s).
 // 1. A slow tail: p50 5 ms, 2 % of requests 500 ms (independent per request). The
 //    client's latency percentiles and the extra requests it sends: relent without
@@ -11,6 +11,9 @@
 //    keeps 10; 400 operations/s (1 s deadline, no retries). Calls in flight, the time to
 //    reach the new capacity, the dependency's own latency (queue + work) and the
 //    failures: the gradient and AIMD limits, fixed bulkheads, no limit.
+// 3. The same for an exchange partner (relent/rtb): 20 workers of 20 ms cut to 4; the
+//    partner's requests held, the auctions it still fills, its timeouts and skips, under
+//    the fixed cap and the adaptive limits (partners[].concurrencyLimit).
 // Ratios within one run; absolute times depend on the machine (load average printed).
 // Plain ESM over the compiled library: run `npm run build` first (npm run bench does).
 import http from 'node:http';
@@ -255,12 +258,130 @@ async function capacityDrop(quick) {
   }
 }
 
-export async function main({ quick = false, dropOnly = false } = {}) {
-  if (!dropOnly) {
+// --- 3. an exchange partner whose capacity drops 5x ------------------------------------
+
+async function partnerDrop(quick) {
+  const RATE = 400; // auctions/s (in process: exchange.auction(), no HTTP on the source's side)
+  const SERVICE_MS = 20;
+  const CAPACITY = 20; // workers: 1 000 calls/s
+  const DEGRADED = 4; // 200 calls/s
+  const dropS = process.env.SLOW_DROP_S === undefined ? null : Number(process.env.SLOW_DROP_S);
+  const phase = quick ? { before: 3000, drop: 8000, after: 3000 } : { before: 5000, drop: dropS ?? 20_000, after: 5000 };
+  if (dropS !== null && !quick) phase.drop = dropS * 1000;
+  const total = phase.before + phase.drop + phase.after;
+  const OPS = Math.round((RATE * total) / 1000);
+  const partnerBase = { name: 'dsp', timeoutMs: 100, maxConcurrency: 40, lateGraceMs: 0, breaker: false, warmConnections: 0 };
+  const contenders = [
+    { name: 'fixed cap (maxConcurrency 40)', over: {} },
+    { name: 'gradient limit, ceiling 40', over: { concurrencyLimit: { kind: 'gradient' } } },
+    { name: 'AIMD limit (slowMs 40), ceiling 40', over: { concurrencyLimit: { kind: 'aimd', slowMs: 40 } } },
+  ];
+  const rows = [];
+  for (const c of contenders) {
+    const rnd = createSeededRandom(13);
+    let t0 = 0;
+    let busy = 0;
+    let holding = 0;
+    const queue = [];
+    const capacity = () => {
+      const t = performance.now() - t0;
+      return t >= phase.before && t < phase.before + phase.drop ? DEGRADED : CAPACITY;
+    };
+    const serve = () => {
+      while (busy < capacity() && queue.length > 0) {
+        const { res, id } = queue.shift();
+        if (res.destroyed) continue; // cut by the exchange: not served
+        busy++;
+        setTimeout(() => {
+          busy--;
+          if (!res.destroyed) {
+            const body = JSON.stringify({ id, seatbid: [{ seat: 's', bid: [{ id: 'b', impid: '1', price: 1, adm: '<ad/>' }] }] });
+            res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
+          }
+          serve();
+        }, SERVICE_MS * (0.8 + 0.4 * rnd()));
+      }
+    };
+    const server = http.createServer((req, res) => {
+      holding++;
+      res.on('close', () => holding--);
+      const chunks = [];
+      req.on('data', (d) => chunks.push(d));
+      req.on('end', () => {
+        const raw = Buffer.concat(chunks).toString();
+        const m = /"id":"([^"]+)"/.exec(raw);
+        queue.push({ res, id: m ? m[1] : '' });
+        serve();
+      });
+    });
+    const timer = setInterval(serve, 5);
+    const url = await listen(server);
+    const { createExchange } = await import('../dist/rtb/index.js');
+    const changes = [];
+    const ex = createExchange({
+      auctionTimeoutMs: 150, reserveMs: 10, warmup: false, notices: { win: 'source', billing: 'source', loss: 'off' },
+      partners: [{ ...partnerBase, url, ...c.over }],
+    }, { onLimitChange: (e) => changes.push(e) });
+    const samples = [];
+    t0 = performance.now();
+    const sampler = setInterval(() => samples.push([performance.now() - t0, holding]), 50);
+    let k = 0;
+    const out = await openLoop(RATE, OPS, 9, async () => {
+      const o = await ex.auction({ id: `a${++k}`, imp: [{ id: '1', bidfloor: 0.1 }], tmax: 200, site: { publisher: { id: 'p' } } });
+      return o.status === 200;
+    });
+    clearInterval(sampler);
+    clearInterval(timer);
+    const st = ex.stats();
+    await ex.close({ force: true, noticeDrainMs: 0 });
+    await close(server);
+    const dropStart = phase.before;
+    const dropEnd = phase.before + phase.drop;
+    // Converged: from then to the end of the drop, the median of every 1 s of samples is
+    // at most 2x the new capacity (at a capacity of 4, the gradient's tolerance and
+    // headroom alone make 6).
+    let converged = null;
+    for (let i = samples.length - 1; i >= 0; i--) {
+      const [t] = samples[i];
+      if (t < dropStart || t >= dropEnd) continue;
+      const last = samples.filter(([u]) => u > t - 1000 && u <= t && u >= dropStart).map(([, n]) => n);
+      if (pct(last, 0.5) > 2 * DEGRADED) break;
+      converged = Math.max(0, t - 1000 - dropStart);
+    }
+    const held = samples.filter(([t]) => t >= dropStart + 2000 && t < dropEnd).map(([, n]) => n);
+    const inDrop = out.filter((o) => o[0] >= dropStart && o[0] < dropEnd);
+    const filled = inDrop.filter((o) => o[2]).length;
+    const after = out.filter((o) => o[0] >= dropEnd + 2000);
+    const p = st.partners[0];
+    const lowest = p.concurrencyLimit === null ? '-' : String(p.concurrencyLimit.lowest);
+    rows.push([
+      c.name,
+      converged === null ? 'never' : `${(converged / 1000).toFixed(2)} s`,
+      ms(pct(held, 0.5)), ms(pct(held, 0.99)),
+      `${((filled / inDrop.length) * 100).toFixed(1)} %`, `${((after.filter((o) => o[2]).length / Math.max(1, after.length)) * 100).toFixed(1)} %`,
+      String(p.timeouts), String(p.skipped.concurrency_limited + p.skipped.at_capacity),
+      lowest, String(changes.length), ms(st.auctions.answerMs.p99Ms), String(st.auctions.afterDeadline),
+    ]);
+  }
+  console.log(`exchange partner: ${CAPACITY} workers (${SERVICE_MS} ms each) cut to ${DEGRADED} from ${phase.before / 1000} s for ${phase.drop / 1000} s; ${RATE} auctions/s (${OPS}) in process, the partner's timeoutMs 100, auctions 150 ms; load average ${loadavg().map((x) => x.toFixed(1)).join(' ')}`);
+  console.log('held = requests at the partner (queued or in work), sampled every 50 ms; "converged": from the drop until every 1 s median of held is at most 2x the new capacity; held p50/p99 from 2 s after the drop; filled = auctions answered with the partner\'s bid (at most 50 % in the drop: 200 calls/s for 400 auctions/s)');
+  console.log(textTable(['contender', 'converged', 'held p50', 'p99', 'filled in the drop', 'after', 'timeouts', 'skipped', 'lowest limit', 'changes', 'answer p99', 'after deadline'], rows));
+}
+
+export async function main({ quick = false, only = null } = {}) {
+  const sections = only ?? ['tail', 'drop', 'exchange'];
+  if (sections.includes('tail')) {
     await slowTail(quick);
     console.log('');
   }
-  await capacityDrop(quick);
+  if (sections.includes('drop')) {
+    await capacityDrop(quick);
+    console.log('');
+  }
+  if (sections.includes('exchange')) await partnerDrop(quick);
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) await main({ quick: process.argv.includes('--quick'), dropOnly: process.argv.includes('--drop-only') });
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const only = process.argv.filter((a) => a.startsWith('--only=')).flatMap((a) => a.slice('--only='.length).split(','));
+  await main({ quick: process.argv.includes('--quick'), only: only.length > 0 ? only : process.argv.includes('--drop-only') ? ['drop'] : null });
+}
