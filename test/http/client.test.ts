@@ -6,7 +6,8 @@ import { createClient, type RelentClient } from '../../src/http/client.js';
 import { RelentFetchError } from '../../src/http/errors.js';
 import { formatImfFixdate } from '../../src/core/http-date.js';
 import { createSeededRandom } from '../../src/core/random.js';
-import { closedPort, eventLog, sleep, startServer, type TestServer } from './helpers.js';
+import { createTestClock } from '../../src/testing/index.js';
+import { closedPort, eventLog, startServer, until, type TestServer } from './helpers.js';
 
 let servers: TestServer[] = [];
 let clients: RelentClient[] = [];
@@ -257,50 +258,78 @@ describe('server hints', () => {
       res.end();
     });
     const log = eventLog();
-    const c = client({ onEvent: log.onEvent, policy: { deadlineMs: 500, backoff: { kind: 'constant', delayMs: 2000 } } });
-    const t0 = performance.now();
-    const res = await c.fetch(s.url);
-    expect(performance.now() - t0).toBeLessThan(500);
+    const clock = createTestClock();
+    const c = client({ clock, onEvent: log.onEvent, policy: { deadlineMs: 500, backoff: { kind: 'constant', delayMs: 2000 } } });
+    const t0 = clock.now();
+    const res = await c.fetch(s.url); // the clock is never moved: no timer is waited for
+    expect(clock.now() - t0).toBeLessThan(500);
+    expect(clock.pending()).toBe(0); // nor left behind (the backoff was never armed)
     expect(res.status).toBe(503);
     expect(s.count()).toBe(1);
     expect(log.result()).toMatchObject({ reason: 'deadline_exceeded', attempts: 1 });
   });
 });
 
-describe('timeouts and the deadline', () => {
+describe('timeouts and the deadline (on the client\'s test clock)', () => {
   it('hanging server, attempt timeout 100 ms, deadline 350 ms → at most 3 requests, ends within ~350 ms', async () => {
     const s = await server(() => { /* hangs */ });
     const log = eventLog();
-    const c = client({ onEvent: log.onEvent, policy: { maxAttempts: 10, backoff: { kind: 'constant', delayMs: 20 } } });
-    const t0 = performance.now();
-    const e = await fail(c.fetch(s.url, { attemptTimeoutMs: 100, deadlineMs: 350 }));
-    const took = performance.now() - t0;
+    const clock = createTestClock();
+    const c = client({ clock, onEvent: log.onEvent, policy: { maxAttempts: 10, backoff: { kind: 'constant', delayMs: 20 } } });
+    const t0 = clock.now();
+    let settled = false;
+    const p = fail(c.fetch(s.url, { attemptTimeoutMs: 100, deadlineMs: 350 })).finally(() => { settled = true; });
+    // Each attempt: its request reaches the server (a real socket event), then its timeout
+    // passes on the clock, then the 20 ms backoff; until the deadline ends the operation.
+    for (let attempt = 1; !settled; attempt++) {
+      if (attempt > 10) throw new Error('the deadline did not end the operation');
+      await until(`request ${attempt} at the server`, () => settled || s.count() >= attempt);
+      if (settled) break;
+      await clock.advanceAsync(Math.min(100, t0 + 350 - clock.now()));
+      if (!settled) await clock.advanceAsync(20);
+    }
+    const e = await p;
+    const took = clock.now() - t0;
     expect(took).toBeLessThan(600); // not 10 × (100 ms + 20 ms): the deadline ends it
     expect(took).toBeGreaterThanOrEqual(300);
     expect(s.count()).toBeLessThanOrEqual(3);
     expect(e.code).toBe('ERR_DEADLINE_EXCEEDED');
     expect(e.errorClass).toBe('timeout');
     expect(log.attempts().every((a) => a.errorClass === 'timeout')).toBe(true);
+    expect(log.attempts().map((a) => a.elapsedMs)).toEqual([100, 100, 100]);
   });
 
   it('a per-call deadline longer than the policy one is honoured', async () => {
-    const s = await server((_q, res) => setTimeout(() => res.end('slow ok'), 150));
-    const c = client({ policy: { deadlineMs: 100 } });
-    const res = await c.fetch(s.url, { deadlineMs: 1000 });
+    let answer: (() => void) | null = null;
+    const s = await server((_q, res) => { answer = () => res.end('slow ok'); });
+    const clock = createTestClock();
+    const c = client({ clock, policy: { deadlineMs: 100 } });
+    const p = c.fetch(s.url, { deadlineMs: 1000 });
+    await until('the request at the server', () => answer !== null);
+    await clock.advanceAsync(150); // past the policy's deadline, within the call's own
+    answer!();
+    const res = await p;
     expect(await res.text()).toBe('slow ok');
   });
 });
 
 describe('writes: idempotency and unknown outcomes', () => {
   it('POST without key whose response is delayed past the attempt timeout → exactly one POST, unknown-outcome error', async () => {
-    const s = await server((_q, res) => setTimeout(() => res.end('done'), 300));
+    let answer: (() => void) | null = null;
+    const s = await server((_q, res) => { answer = () => res.end('done'); });
     const log = eventLog();
-    const c = client({ onEvent: log.onEvent, policy: { maxAttempts: 5 } });
-    const e = await fail(c.fetch(`${s.origin}/payments`, { method: 'POST', body: 'pay 10', attemptTimeoutMs: 100 }));
+    const clock = createTestClock();
+    const c = client({ clock, onEvent: log.onEvent, policy: { maxAttempts: 5 } });
+    const p = fail(c.fetch(`${s.origin}/payments`, { method: 'POST', body: 'pay 10', attemptTimeoutMs: 100 }));
+    await until('the POST at the server', () => answer !== null);
+    await clock.advanceAsync(100);
+    const e = await p;
     expect(e.code).toBe('ERR_UNKNOWN_OUTCOME');
     expect(e.reason).toBe('check_state');
     expect(e.sent).toBe('unknown');
-    await sleep(350);
+    await clock.advanceAsync(350);
+    expect(clock.pending()).toBe(0); // the operation has ended: nothing is left to send another POST
+    answer!(); // the late answer changes nothing
     expect(s.seen.filter((x) => x.method === 'POST')).toHaveLength(1);
     expect(log.attempts().map((a) => a.decision)).toEqual(['check_state']);
   });
@@ -441,18 +470,22 @@ describe('cancellation', () => {
       res.writeHead(503);
       res.end();
     });
-    const c = client({ policy: { backoff: { kind: 'constant', delayMs: 2000 }, deadlineMs: 5000 } });
+    const log = eventLog();
+    const clock = createTestClock();
+    const c = client({ clock, onEvent: log.onEvent, policy: { backoff: { kind: 'constant', delayMs: 2000 }, deadlineMs: 5000 } });
     const ac = new AbortController();
     const p = fail(c.fetch(s.url, { signal: ac.signal }));
-    await sleep(100);
+    await until('the first attempt decided (the backoff wait begins)', () => log.attempts().length === 1);
+    await clock.advanceAsync(100);
     expect(s.count()).toBe(1);
-    const t0 = performance.now();
+    const t0 = clock.now();
     ac.abort();
-    const e = await p;
-    expect(performance.now() - t0).toBeLessThan(100); // not the 2 s backoff
+    const e = await p; // the clock is not moved: the 2 s backoff is not waited for
+    expect(clock.now() - t0).toBeLessThan(100); // not the 2 s backoff
     expect(e.code).toBe('ERR_CANCELLED');
     expect(e.reason).toBe('cancelled');
-    await sleep(200);
+    expect(clock.pending()).toBe(0); // the backoff's timer is gone: nothing will send another request
+    await clock.advanceAsync(5_000);
     expect(s.count()).toBe(1);
   });
 
@@ -531,7 +564,9 @@ describe('events and protection per dependency', () => {
       res.end();
     });
     const changes: string[] = [];
+    const clock = createTestClock();
     const c = client({
+      clock,
       policy: { maxAttempts: 1 },
       breaker: { failureRatio: 0.5, minimumThroughput: 4, windowMs: 10_000, openMs: 200 },
       onBreakerStateChange: (ch) => changes.push(`${ch.from}→${ch.to}`),
@@ -541,7 +576,10 @@ describe('events and protection per dependency', () => {
     const e = await fail(c.fetch(s.url));
     expect(e.code).toBe('ERR_CIRCUIT_OPEN');
     expect(s.count()).toBe(4);
-    await sleep(220);
+    await clock.advanceAsync(199);
+    expect((await fail(c.fetch(s.url))).code).toBe('ERR_CIRCUIT_OPEN'); // still open 1 ms before the cool-down ends
+    expect(s.count()).toBe(4);
+    await clock.advanceAsync(21);
     healthy = true;
     expect((await c.fetch(s.url)).status).toBe(200);
     expect(changes).toEqual(['closed→open', 'open→half_open', 'half_open→closed']);

@@ -10,7 +10,9 @@ import { Agent, request } from 'undici';
 import { createClient, type ClientOptions, type RelentRequestInit } from '../../src/http/client.js';
 import { relentInterceptor, type InterceptorOptions } from '../../src/http/interceptor.js';
 import { RelentFetchError } from '../../src/http/errors.js';
-import { closedPort, eventLog, startRawServer, startServer, type Handler, type TestServer } from './helpers.js';
+import type { ServerResponse } from 'node:http';
+import { createTestClock } from '../../src/testing/index.js';
+import { closedPort, eventLog, startRawServer, startServer, until, type Handler, type TestServer } from './helpers.js';
 
 let servers: { close(): Promise<void> }[] = [];
 const clients: { close(): Promise<void> }[] = [];
@@ -298,28 +300,29 @@ describe('no query string or credential in any property of any error the client 
   }, 30_000);
 });
 
-describe('the deadline covers reading the body', () => {
-  const dripping = () => server((_q, res) => {
-    res.writeHead(200, { 'content-type': 'text/plain' });
-    res.write('a');
-    let n = 0;
-    const t = setInterval(() => {
-      if (++n === 40) {
-        clearInterval(t);
-        res.end('z');
-      } else res.write('.');
-    }, 25); // about a second in all
-    res.on('close', () => clearInterval(t));
-  });
+describe('the deadline covers reading the body (on an injected test clock)', () => {
+  /** A server that sends the head and 'a' at once, and the rest ('.' × 39, 'z') when the test calls finish(). */
+  const dripping = async () => {
+    const held: ServerResponse[] = [];
+    const s = await server((_q, res) => {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.write('a');
+      held.push(res);
+    });
+    return { url: s.url, finish: () => { for (const res of held.splice(0)) res.end('.'.repeat(39) + 'z'); } };
+  };
 
   it('client.fetch: a body still arriving at the deadline is aborted with an error naming the deadline', async () => {
     const s = await dripping();
-    const c = client();
-    const t0 = performance.now();
+    const clock = createTestClock();
+    const c = client({ clock });
+    const t0 = clock.now();
     const res = await c.fetch(`${s.url}?k=v`, { deadlineMs: 300 });
     expect(res.status).toBe(200);
-    const e = await fail(res.text());
-    const took = performance.now() - t0;
+    const text = fail(res.text());
+    await clock.advanceAsync(300);
+    const e = await text;
+    const took = clock.now() - t0;
     expect(e).toBeInstanceOf(RelentFetchError);
     expect(e.code).toBe('ERR_DEADLINE_EXCEEDED');
     expect(e.reason).toBe('deadline_exceeded');
@@ -332,30 +335,46 @@ describe('the deadline covers reading the body', () => {
 
   it('bodyDeadline: false (per call or per client) lets a long download finish', async () => {
     const s = await dripping();
-    const c = client();
+    const clock = createTestClock();
+    const c = client({ clock });
     const res = await c.fetch(s.url, { deadlineMs: 300, bodyDeadline: false });
-    expect(await res.text()).toBe('a' + '.'.repeat(39) + 'z');
-    const lenient = client({ bodyDeadline: false, policy: { deadlineMs: 300 } });
-    expect((await (await lenient.fetch(s.url)).text()).length).toBe(41);
+    const text = res.text();
+    await clock.advanceAsync(1_000); // the body is still arriving a second in, far past the deadline
+    s.finish();
+    expect(await text).toBe('a' + '.'.repeat(39) + 'z');
+    const lenient = client({ clock, bodyDeadline: false, policy: { deadlineMs: 300 } });
+    const text2 = (await lenient.fetch(s.url)).text();
+    await clock.advanceAsync(1_000);
+    s.finish();
+    expect((await text2).length).toBe(41);
     expect(() => createClient({ bodyDeadline: 'yes' as never })).toThrow(/`bodyDeadline`/);
   });
 
   it('a body that arrives within the deadline is untouched, and a finished body arms no late error', async () => {
     const s = await server((_q, res) => res.end('quick'));
-    const c = client({ policy: { deadlineMs: 200 } });
+    const clock = createTestClock();
+    const c = client({ clock, policy: { deadlineMs: 200 } });
     const res = await c.fetch(s.url);
-    await new Promise((r) => setTimeout(r, 300)); // read after the deadline: the body had already arrived
+    // The body's end reaches the client (a socket event): its deadline timer is gone at once.
+    await until('the body has arrived', () => clock.pending() === 0);
+    await clock.advanceAsync(300); // read after the deadline: the body had already arrived
     expect(await res.text()).toBe('quick');
   });
 
   it('the interceptor: the handler gets ERR_DEADLINE_EXCEEDED; bodyDeadline: false opts out', async () => {
     const s = await dripping();
-    const agent = intercepted({ policy: { deadlineMs: 300 } });
+    const clock = createTestClock();
+    const agent = intercepted({ clock, policy: { deadlineMs: 300 } });
     const r = await request(s.url, { dispatcher: agent });
-    const e = await fail(r.body.text());
+    const text = fail(r.body.text());
+    await clock.advanceAsync(300);
+    const e = await text;
     expect((e as RelentFetchError).code).toBe('ERR_DEADLINE_EXCEEDED');
     expect(e.message).toMatch(/deadline of 300 ms/);
     const r2 = await request(s.url, { dispatcher: agent, relent: { bodyDeadline: false } } as Parameters<typeof request>[1]);
-    expect((await r2.body.text()).length).toBe(41);
+    const text2 = r2.body.text();
+    await clock.advanceAsync(1_000);
+    s.finish();
+    expect((await text2).length).toBe(41);
   });
 });

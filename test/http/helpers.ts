@@ -152,3 +152,14 @@ export function eventLog(): { onEvent: (e: RelentEvent) => void; events: RelentE
 }
 
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Waits, a macrotask at a time and without a timer, until `cond` holds: for a real socket
+ * event (a request reaching the server) before a test clock is moved.
+ */
+export async function until(what: string, cond: () => boolean): Promise<void> {
+  for (let i = 0; !cond(); i++) {
+    if (i > 200_000) throw new Error(`never happened: ${what}`);
+    await new Promise((r) => setImmediate(r));
+  }
+}

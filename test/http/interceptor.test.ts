@@ -4,7 +4,8 @@ import { describe, it, expect, afterEach } from 'vitest';
 import { Agent, fetch as undiciFetch, interceptors, request, type Dispatcher } from 'undici';
 import { relentInterceptor, type RelentDispatchOptions } from '../../src/http/interceptor.js';
 import type { RelentFetchError } from '../../src/http/errors.js';
-import { eventLog, sleep, startServer, type TestServer } from './helpers.js';
+import { createTestClock } from '../../src/testing/index.js';
+import { eventLog, startServer, until, type TestServer } from './helpers.js';
 
 let servers: TestServer[] = [];
 let agents: Agent[] = [];
@@ -71,11 +72,18 @@ describe('relentInterceptor with undici.request', () => {
   });
 
   it('POST without key, response delayed past the attempt timeout → one POST, ERR_UNKNOWN_OUTCOME', async () => {
-    const s = await server((_q, res) => setTimeout(() => res.end('late'), 250));
-    const d = agent().compose(relentInterceptor({ policy: { maxAttempts: 4, attemptTimeoutMs: 80 } }));
-    const e = await rejection(request(`${s.origin}/pay`, { method: 'POST', body: 'pay', dispatcher: d }));
+    let answer: (() => void) | null = null;
+    const s = await server((_q, res) => { answer = () => res.end('late'); });
+    const clock = createTestClock();
+    const d = agent().compose(relentInterceptor({ clock, policy: { maxAttempts: 4, attemptTimeoutMs: 80 } }));
+    const p = rejection(request(`${s.origin}/pay`, { method: 'POST', body: 'pay', dispatcher: d }));
+    await until('the POST at the server', () => answer !== null);
+    await clock.advanceAsync(80);
+    const e = await p;
     expect(e.code).toBe('ERR_UNKNOWN_OUTCOME');
-    await sleep(300);
+    await clock.advanceAsync(300);
+    expect(clock.pending()).toBe(0); // the operation has ended: nothing is left to send another POST
+    answer!();
     expect(s.count()).toBe(1);
   });
 
@@ -101,15 +109,19 @@ describe('relentInterceptor with undici.request', () => {
       res.writeHead(503);
       res.end();
     });
-    const d = agent().compose(relentInterceptor({ policy: { deadlineMs: 5000, backoff: { kind: 'constant', delayMs: 2000 } } }));
+    const log = eventLog();
+    const clock = createTestClock();
+    const d = agent().compose(relentInterceptor({ clock, onEvent: log.onEvent, policy: { deadlineMs: 5000, backoff: { kind: 'constant', delayMs: 2000 } } }));
     const ac = new AbortController();
     const p = rejection(request(s.url, { dispatcher: d, signal: ac.signal }));
-    await sleep(80);
-    const t0 = performance.now();
+    await until('the first attempt decided (the backoff wait begins)', () => log.attempts().length === 1);
+    await clock.advanceAsync(80);
+    const t0 = clock.now();
     ac.abort();
-    await p;
-    expect(performance.now() - t0).toBeLessThan(100); // not the 2 s backoff
-    await sleep(150);
+    await p; // the clock is not moved: the 2 s backoff is not waited for
+    expect(clock.now() - t0).toBeLessThan(100); // not the 2 s backoff
+    expect(clock.pending()).toBe(0); // the backoff's timer is gone: nothing will send another request
+    await clock.advanceAsync(5_000);
     expect(s.count()).toBe(1);
   });
 
