@@ -19,7 +19,7 @@
 // BullMQ 6 and pg-boss 10 are the newest majors that run on Node 20 (pg-boss 11+ needs 22).
 import { createServer } from 'node:http';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -305,6 +305,23 @@ async function throughput({ quick, rx, dir, pgOk, redisOk, schemas }) {
 /** Starts k worker processes (bench/workers/delivery-worker.mjs), waits until each is ready. */
 const liveChildren = new Set();
 
+/** CPU time (ms) of the processes `pids`, or of every process named `name`, from /proc (Linux; null elsewhere). */
+function cpuMs({ pids = null, name = null }) {
+  if (!existsSync('/proc/self/stat')) return null;
+  let ticks = 0;
+  for (const p of pids ?? readdirSync('/proc').filter((x) => /^\d+$/.test(x))) {
+    try {
+      const st = readFileSync(`/proc/${p}/stat`, 'utf8');
+      if (name !== null && !st.includes(`(${name})`)) continue;
+      const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
+      ticks += Number(f[11]) + Number(f[12]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return ticks * 10; // USER_HZ is 100 on Linux
+}
+
 async function startWorkers(k, spec) {
   const children = [];
   for (let i = 0; i < k; i++) {
@@ -319,6 +336,7 @@ async function startWorkers(k, spec) {
     child.once('exit', () => liveChildren.delete(child));
   }
   return {
+    pids: children.map((c) => c.pid),
     go: () => { for (const c of children) c.stdin.write('go\n'); },
     stop: () => Promise.all(children.map((c) => (c.exitCode !== null || c.signalCode !== null ? null : new Promise((r) => { c.once('exit', r); c.kill('SIGTERM'); })))),
   };
@@ -341,19 +359,29 @@ async function scale({ quick, rx, pgOk, schemas }) {
     const queue = await openDeliveryQueue({ store, destinations });
     for (const c of chunks(n, 1_000, (i) => ({ key: `k${i}`, payload: { n: i } }))) await queue.enqueueMany('sink', c);
     const w = await startWorkers(k, { store, destinations, worker: { pollMs: 20 } });
+    const cpu0 = { workers: cpuMs({ pids: w.pids }), pg: cpuMs({ name: 'postgres' }), rx: process.cpuUsage() };
     const t0 = performance.now();
     w.go();
     let rate;
+    let cpu;
     try {
       await rx.until(n);
-      rate = n / ((performance.now() - t0) / 1000);
+      const ms = performance.now() - t0;
+      rate = n / (ms / 1000);
+      const per = (a, b) => (a === null || b === null ? '-' : ((a - b) / (n / 1000)).toFixed(0));
+      const rxMs = process.cpuUsage(cpu0.rx);
+      const workers = cpuMs({ pids: w.pids });
+      const pgMs = cpuMs({ name: 'postgres' });
+      const total = workers === null ? null : (workers - cpu0.workers) + (pgMs - cpu0.pg) + (rxMs.user + rxMs.system) / 1000;
+      cpu = [per(workers, cpu0.workers), per(pgMs, cpu0.pg), ((rxMs.user + rxMs.system) / 1000 / (n / 1000)).toFixed(0), total === null ? '-' : `${(total / ms * 100).toFixed(0)} %`];
     } finally {
       await w.stop();
       await queue.close();
     }
-    rows.push([`${k} process${k > 1 ? 'es' : ''}`, int(rate), `${(rate / (rows.length ? Number(rows[0][3]) : rate)).toFixed(2)}x`, rate]);
+    rows.push([`${k} process${k > 1 ? 'es' : ''}`, int(rate), `${(rate / (rows.length ? Number(rows[0][7]) : rate)).toFixed(2)}x`, ...cpu, rate]);
   }
-  table(['workers', 'items/s', 'vs 1 process'], rows.map((r) => r.slice(0, 3)));
+  table(['workers', 'items/s', 'vs 1 process', 'worker CPU ms/1000', 'PostgreSQL CPU ms/1000', 'receiver CPU ms/1000', 'CPU used (of 200 %)'], rows.map((r) => r.slice(0, 7)));
+  console.log('CPU: the workers\' processes, every postgres process on the machine (other users included), and this process (the receiver), from /proc.');
 
   // 4 processes, one destination limited to R requests per second (shared through the store).
   const R = quick ? 50 : 200;
