@@ -7,7 +7,7 @@ import {
 } from './store-common.js';
 import type {
   BatchDetail, BatchLimits, BatchSummary, ClaimedBatch, CompleteResult, DeliveryStore, DestinationStats, DropStat,
-  EnqueueResult, FinishedState, FormResult, Lease, LimitedClaim, ListFilter, NewItem, Outcome, RequeueFilter, SharedLimits,
+  EnqueueResult, FinishedState, FormAndClaimResult, FormResult, Lease, LimitedClaim, ListFilter, NewItem, Outcome, RequeueFilter, SharedLimits,
 } from './types.js';
 
 const NOTHING_PENDING: FormResult = Object.freeze({ formed: 0, nextAt: null });
@@ -239,6 +239,10 @@ class SqliteStore implements DeliveryStore {
       anyPending: p(`SELECT 1 FROM ${items} WHERE destination = ? AND batch_id IS NULL LIMIT 1`),
       pending: p(`SELECT id, key, bytes, enqueued_at AS enqueuedAt FROM ${items} WHERE destination = ? AND batch_id IS NULL ORDER BY id LIMIT ?`),
       insertBatch: p(`INSERT INTO ${batches} (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?) RETURNING id`),
+      pendingPayload: p(`SELECT id, key, bytes, enqueued_at AS enqueuedAt, payload FROM ${items} WHERE destination = ? AND batch_id IS NULL ORDER BY id LIMIT ?`),
+      // A batch born leased: the row a first claim leaves (token 1, one claim).
+      insertLeased: p(`INSERT INTO ${batches} (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at, lease_owner, lease_until, lease_token, claims)
+        VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, 1, 1) RETURNING id`),
       setBatch: p(`UPDATE ${items} SET batch_id = m.b FROM (SELECT value ->> 0 AS i, value ->> 1 AS b FROM json_each(?)) AS m
         WHERE ${items}.id = m.i AND +${items}.batch_id IS NULL`), // `+`: look rows up by id, never scan the index
       // One statement for the whole claim; the subquery picks the oldest due batches.
@@ -322,6 +326,37 @@ class SqliteStore implements DeliveryStore {
       }
       return { formed: cuts.length, nextAt };
     }).immediate();
+  }
+
+  formAndClaim(destination: string, limits: BatchLimits, now: number, maxBatches: number, leaseMs: number, owner: string): Promise<FormAndClaimResult> {
+    return this.guard('forming and claiming batches', () => {
+      if (this.s.anyPending!.get(destination) === undefined) return { claimed: [], nextAt: null };
+      return this.db.transaction((): FormAndClaimResult => {
+        const p = this.s.paused!.get(destination) as { paused_at: number | null } | undefined;
+        if (p && p.paused_at !== null) return { claimed: [], nextAt: null };
+        const limit = Math.max(1, maxBatches * limits.maxItems);
+        const rows = this.s.pendingPayload!.all(destination, limit) as (PendingRow & { payload: string })[];
+        if (rows.length === 0) return { claimed: [], nextAt: null };
+        const { cuts, nextAt } = cutBatches(destination, rows, limits, now, maxBatches, rows.length < limit);
+        const until = now + leaseMs;
+        const pairs: [number, number][] = [];
+        const claimed: ClaimedBatch[] = [];
+        for (const cut of cuts) {
+          const { id } = this.s.insertLeased!.get(destination, cut.key, cut.rows.length, cut.bytes, now, now, until, cut.rows[0]!.enqueuedAt, owner, until) as { id: number };
+          for (const r of cut.rows) pairs.push([r.id, id]);
+          claimed.push({
+            id, token: 1, destination, key: cut.key, round: 1, attempt: 0, opStartedAt: null, opDeadlineAt: null, prevDelayMs: null, opThrottled: 0,
+            createdAt: now, notBefore: now, bytes: cut.bytes, items: cut.rows.map((r) => ({ key: r.key, payload: (r as PendingRow & { payload: string }).payload })),
+          });
+        }
+        if (pairs.length > 0) {
+          this.s.setBatch!.run(JSON.stringify(pairs));
+          this.s.count!.run(destination, 'pending', 0, -pairs.length);
+          this.s.count!.run(destination, 'queued', cuts.length, pairs.length);
+        }
+        return { claimed, nextAt };
+      }).immediate();
+    });
   }
 
   claim(destination: string, limit: number, now: number, leaseMs: number, owner: string): Promise<ClaimedBatch[]> {

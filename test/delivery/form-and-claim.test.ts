@@ -1,5 +1,5 @@
-// PostgreSQL seals new batches and leases them in the same write (formAndClaim): with one
-// item per batch in a single statement whose batch key PostgreSQL computes, otherwise in
+// Both stores seal new batches and lease them in the same write (formAndClaim); PostgreSQL
+// with one item per batch in a single statement whose batch key it computes, otherwise in
 // one transaction. What it hands out must be what formBatches + claim would have: the
 // same keys, items, leases and counters; nothing for a paused destination; fenced writes.
 import { afterAll, describe, expect, it } from 'vitest';
@@ -7,11 +7,14 @@ import { batchKey } from '../../src/delivery/batching.js';
 import { openStore } from '../../src/delivery/store.js';
 import type { ClaimedBatch, DeliveryStore, Outcome } from '../../src/delivery/types.js';
 import { createTestClock } from '../../src/testing/index.js';
-import { PG_URL, pgEnabled, postgresFactory } from './support.js';
+import { PG_URL, pgEnabled, postgresFactory, sqliteFactory, type StoreFactory } from './support.js';
 
 const withPg = await pgEnabled();
-const factory = postgresFactory();
-afterAll(() => factory.cleanup());
+const factories: StoreFactory[] = [sqliteFactory()];
+if (withPg) factories.push(postgresFactory());
+afterAll(async () => {
+  for (const f of factories) await f.cleanup();
+});
 
 const LEASE = 10_000;
 const ONE = { maxItems: 1, maxBytes: 1_000_000, maxAgeMs: 60_000 };
@@ -28,8 +31,8 @@ function delivered(b: ClaimedBatch, at: number): Outcome {
   };
 }
 
-describe.skipIf(!withPg)('PostgreSQL formAndClaim: new batches sealed and leased in one write', () => {
-  it('one item per batch: the key PostgreSQL computes is batchKey() for every kind of key (non-ASCII, outside the BMP, separators); leased, in order, at most maxBatches', async () => {
+for (const factory of factories) describe(`${factory.name} formAndClaim: new batches sealed and leased in one write`, () => {
+  it('one item per batch: the key is batchKey() (PostgreSQL computes it) for every kind of key (non-ASCII, outside the BMP, separators); leased, in order, at most maxBatches', async () => {
     const s: DeliveryStore = await factory.open();
     const clock = createTestClock();
     const dest = 'dést😀:x';
@@ -89,7 +92,7 @@ describe.skipIf(!withPg)('PostgreSQL formAndClaim: new batches sealed and leased
     expect((await s.formAndClaim!('p', ONE, clock.wallNow(), 10, LEASE, 'w1')).claimed).toHaveLength(2);
   });
 
-  it('synchronousOutcomes in the store URL: true or false, anything else is refused naming the field', async () => {
+  it.skipIf(factory.name !== 'postgres')('synchronousOutcomes in the store URL: true or false, anything else is refused naming the field', async () => {
     const s = await openStore(`${PG_URL}?schema=relent_test_syncout&synchronousOutcomes=true`);
     await s.close();
     await expect(openStore(`${PG_URL}?schema=relent_test_syncout&synchronousOutcomes=yes`)).rejects.toMatchObject({ code: 'ERR_INVALID_CONFIG', field: 'store.synchronousOutcomes' });

@@ -115,7 +115,7 @@ describe.skipIf(!withPg)('PostgreSQL: the hot statements use their indexes on a 
 });
 
 describe('SQLite: the hot statements use their indexes', () => {
-  it('claim, seal, live leases and purge search their indexes; none scans a queue table', async () => {
+  it('claim, seal, seal and lease, live leases and purge search their indexes; none scans a queue table', async () => {
     const file = join(dir, 'idx.db');
     const s = await openSqliteStore({ file });
     const now = Date.now();
@@ -149,6 +149,7 @@ describe('SQLite: the hot statements use their indexes', () => {
     const cases: [string, string, string][] = [
       ['claim', plan(/^UPDATE relent_batches SET lease_token/, { owner: 'w', until: now, d: 'd1', now, limit: 16 }), 'relent_batches_due'],
       ['seal (pending items)', plan(/^SELECT id, key, bytes, enqueued_at AS enqueuedAt FROM relent_items/, ['d1', 16]), 'relent_items_pending'],
+      ['seal and lease (pending items)', plan(/^SELECT id, key, bytes, enqueued_at AS enqueuedAt, payload FROM relent_items/, ['d1', 16]), 'relent_items_pending'],
       ['live leases (shared concurrency)', plan(/^SELECT count\(\*\) AS n FROM relent_batches WHERE destination = \? AND state = 'queued' AND lease_owner/, ['d1', now]), 'relent_batches_leased'],
       ['purge delivered', plan(/^SELECT id, destination, items FROM relent_batches WHERE state = 'delivered'/, [now, 500]), 'relent_batches_delivered_at'],
       ['purge dropped', plan(/^SELECT id, destination, items FROM relent_batches WHERE state = 'dropped'/, [now, 500]), 'relent_batches_dropped_at'],
