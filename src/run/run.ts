@@ -10,7 +10,7 @@ import { createHedgeState, type HedgeState } from '../core/hedge.js';
 import { observeRateAnswer } from '../core/token-bucket.js';
 import { errorClassOfCode } from '../core/error-codes.js';
 import type { Fleet } from '../core/fleet.js';
-import { RelentError, REASON_CODES } from '../core/errors.js';
+import { describe, RelentError, REASON_CODES } from '../core/errors.js';
 import { ERROR_CLASSES, type Policy, type PolicySpec, type PresetName } from '../core/policy.js';
 import type {
   AttemptEvent, Clock, DecisionResult, DecisionWhy, ErrorClass, Observation, Random, ResultEvent, SendState, TerminalReason,
@@ -330,8 +330,30 @@ const HEDGE_STATES = new Map<string, HedgeState>();
 const HEDGE_STATES_BY_POLICY = new WeakMap<Policy, HedgeState>();
 
 /** The hedging state of an operation whose policy hedges: the caller's, or relent's one for its dependency (or policy). */
+/**
+ * The limits are objects made once per dependency and shared (createBulkhead,
+ * createConcurrencyLimit, createRateLimiter); their options given here instead would
+ * fail at the first call with a TypeError: refused at once, naming the field.
+ */
+function checkLimiters(o: Pick<RunOptions<unknown>, 'bulkhead' | 'concurrencyLimit' | 'rateLimiter'>): void {
+  const made: [string, unknown, string][] = [['bulkhead', o.bulkhead, 'createBulkhead'], ['concurrencyLimit', o.concurrencyLimit, 'createConcurrencyLimit'], ['rateLimiter', o.rateLimiter, 'createRateLimiter']];
+  for (const [field, v, maker] of made) {
+    if (v == null) continue;
+    const x = v as { tryAcquire?: unknown; acquire?: unknown; release?: unknown };
+    if (typeof x.tryAcquire !== 'function' || typeof x.acquire !== 'function' || (field !== 'rateLimiter' && typeof x.release !== 'function')) {
+      throw new RelentError('ERR_INVALID_INPUT', `Expected \`${field}\` to be made by ${maker}() (shared per dependency), got ${describe(v)}`, { field });
+    }
+  }
+}
+
 function hedgingOf(o: Pick<RunOptions<unknown>, 'hedging' | 'dependency'>, policy: Policy): HedgeState | null {
-  if (o.hedging !== undefined) return o.hedging;
+  if (o.hedging !== undefined) {
+    const h = o.hedging as { started?: unknown; delayMs?: unknown } | null;
+    if (h !== null && (typeof h !== 'object' || typeof h.started !== 'function' || typeof h.delayMs !== 'function')) {
+      throw new RelentError('ERR_INVALID_INPUT', `Expected \`hedging\` to be made by createHedgeState() (shared per dependency), got ${describe(o.hedging)}`, { field: 'hedging' });
+    }
+    return o.hedging;
+  }
   if (typeof o.dependency === 'string' && o.dependency.length > 0) {
     let h = HEDGE_STATES.get(o.dependency);
     if (h === undefined) {
@@ -508,6 +530,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     this.bulkhead = options.bulkhead ?? null;
     this.limit = options.concurrencyLimit ?? null;
     this.rate = options.rateLimiter ?? null;
+    if (this.bulkhead !== null || this.limit !== null || this.rate !== null) checkLimiters(options);
     if (this.bulkhead !== null && this.limit !== null) {
       throw new RelentError('ERR_INVALID_INPUT', 'Expected one of `bulkhead` and `concurrencyLimit` (an adaptive limit replaces the fixed bulkhead)', { field: 'concurrencyLimit' });
     }

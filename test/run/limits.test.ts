@@ -108,6 +108,28 @@ describe('createConcurrencyLimit', () => {
   });
 });
 
+describe('run() with a limit\'s options instead of the limit', () => {
+  it('refuses at once, naming the field (not a TypeError at the first call)', async () => {
+    const { run } = await import('../../src/run/run.js');
+    let calls = 0;
+    const fn = async () => {
+      calls++;
+      return 'ok';
+    };
+    for (const [field, bad] of [
+      ['concurrencyLimit', { kind: 'aimd' }], ['bulkhead', { maxConcurrent: 2 }], ['rateLimiter', { ratePerSecond: 5 }],
+    ] as const) {
+      const e = await Promise.resolve().then(() => run(fn, { policy: 'http-429', [field]: bad } as never)).catch((x: unknown) => x);
+      expect(RelentError.is(e) && e.code, field).toBe('ERR_INVALID_INPUT');
+      expect((e as RelentError).field).toBe(field);
+      expect((e as Error).message).toMatch(new RegExp(`\`${field}\` to be made by create`));
+    }
+    const h = await Promise.resolve().then(() => run(fn, { policy: { hedge: { delayMs: 5 } }, hedging: 5 } as never)).catch((x: unknown) => x);
+    expect((h as RelentError).field).toBe('hedging');
+    expect(calls).toBe(0);
+  });
+});
+
 describe('createRateLimiter', () => {
   it('serves waiters in order as tokens come, with one timer, and refuses at once a call that would wait too long', async () => {
     const clock = createTestClock();
