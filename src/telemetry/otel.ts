@@ -405,3 +405,5 @@ const NO_WORK: WorkScope = Object.freeze({
 
 export { createDeliveryMetrics, DELIVERY_METRICS, DELIVERY_METRICS_DEFAULTS } from './delivery-metrics.js';
 export type { DeliveryMetrics, DeliveryMetricsOptions, DeliveryStatsLike, DeliveryStatsSource, DeliveryEventLike } from './delivery-metrics.js';
+export { createLimitMetrics, LIMIT_METRICS } from './limit-metrics.js';
+export type { LimitMetrics, LimitMetricsOptions, LimitReading, LimitSource, LimitMapLike, ExchangeLimitsLike, LimitEventLike } from './limit-metrics.js';
