@@ -386,13 +386,15 @@ export function callLimits(policy: Policy, o: { deadlineMs?: number; attemptTime
  * own deadline still applies when shorter) and the incoming call to tell about a
  * "don't retry" answer; both undefined outside a relent server or with inheritance off.
  */
-export function inherit(p: ResolvedPropagation): { callerDeadlineMs: number | undefined; incoming: IncomingCall | undefined } {
+export function inherit(p: ResolvedPropagation): { readonly callerDeadlineMs: number | undefined; readonly incoming: IncomingCall | undefined } {
   const incoming = p.inheritDeadline ? incomingCall() : undefined;
-  if (incoming === undefined) return { callerDeadlineMs: undefined, incoming };
+  if (incoming === undefined) return NOT_INHERITED;
   const left = incoming.remainingMs();
   if (!(left < Infinity)) return { callerDeadlineMs: undefined, incoming };
   return { callerDeadlineMs: Math.max(0, left), incoming };
 }
+
+const NOT_INHERITED = Object.freeze({ callerDeadlineMs: undefined, incoming: undefined });
 
 /** Tells the incoming request (if any) that this operation's last answer said "don't retry". */
 export function passOnNoRetry(incoming: IncomingCall | undefined, r: RunResult<unknown>): void {

@@ -58,5 +58,7 @@ export function resolveIdempotencyKey(
     const key = newIdempotencyKey();
     return { key, header: formatIdempotencyKey(key) };
   }
-  return { key: null, header: null };
+  return NO_KEY;
 }
+
+const NO_KEY = Object.freeze({ key: null, header: null });
