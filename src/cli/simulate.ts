@@ -5,6 +5,7 @@ import { BROOKER_STRATEGIES, type BrookerConfig } from '../sim/brooker.js';
 import { parseScenario, parseScenarioText, parseSimPolicy, runScenario, SCENARIO_NAMES, type Scenario } from '../sim/config.js';
 import { formatResult } from '../sim/format.js';
 import { OVERLOAD_DEFAULTS, type OverloadConfig } from '../sim/overload.js';
+import { CAPACITY_DEFAULTS } from '../sim/capacity.js';
 import type { SimPolicy } from '../sim/policies.js';
 import { EXIT, fsReason, parseFlags, processIo, type Io } from './args.js';
 import { colorEnabled, NO_PAINT, paintFor, paintTables } from './io.js';
@@ -25,6 +26,9 @@ Scenarios:
              with and without retry budgets; and the fleet case: every layer P
              processes, a budget per process or one shared, with and without the
              servers' "don't retry"
+  capacity   a dependency whose capacity drops 5x for 20 s: calls in flight, its
+             latency and the failures under relent's adaptive limits (gradient,
+             AIMD), fixed bulkheads and no limit
   FILE.json  a scenario file: {"scenario": "overload", …settings} (docs/simulator.md)
 
 Options:
@@ -83,6 +87,8 @@ function withPolicies(s: Scenario, extra: SimPolicy[]): Scenario {
     case 'layers':
       if (extra.length > 1) throw new RelentError('ERR_INVALID_INPUT', '--policy: the layers scenario takes one policy (every layer runs it)', { field: '--policy' });
       return { scenario: 'layers', config: { ...s.config, policy: extra[0]! } };
+    case 'capacity':
+      throw new RelentError('ERR_INVALID_INPUT', '--policy: the capacity scenario compares limits, not retry policies (give `contenders` in a scenario file)', { field: '--policy' });
   }
 }
 
@@ -119,6 +125,7 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
 
   const overrides: Record<string, unknown> = {};
   if (values.runs !== undefined) {
+    if (scenario.scenario === 'capacity') throw new RelentError('ERR_INVALID_INPUT', '--runs: the capacity scenario runs each contender once (change `seed` for another draw)', { field: '--runs' });
     const runs = Number(values.runs);
     if (!Number.isInteger(runs) || runs < 1 || runs > 100_000) throw new RelentError('ERR_INVALID_INPUT', `--runs: expected an integer from 1 to 100000, got ${JSON.stringify(values.runs)}`, { field: '--runs' });
     overrides.runs = runs;
@@ -195,6 +202,10 @@ function header(s: Scenario): string {
       return `relent simulate overload — ${c.arrivalsPerSec ?? OVERLOAD_DEFAULTS.arrivalsPerSec} operations/s from ${c.clients ?? OVERLOAD_DEFAULTS.clients} clients, capacity ${d.capacityPerSec}/s` +
         (f ? ` cut to ${f.capacityPerSec}/s from ${f.startMs / 1000} s to ${f.endMs / 1000} s` : '') +
         `, ${d.rejectStatus} over capacity, ${(c.deadlineMs ?? OVERLOAD_DEFAULTS.deadlineMs) / 1000} s deadline; ${runs(c.runs ?? OVERLOAD_DEFAULTS.runs)}, seed ${String(c.seed ?? 1)}\n`;
+    }
+    case 'capacity': {
+      const c = { ...CAPACITY_DEFAULTS, ...s.config };
+      return `relent simulate capacity — ${c.arrivalsPerSec} operations/s, ${c.capacity} workers of ${c.serviceMs} ms cut to ${c.degraded} from ${c.dropAtMs / 1000} s for ${c.dropForMs / 1000} s, ${c.deadlineMs / 1000} s deadline, no retries; seed ${String(c.seed)}\n`;
     }
     case 'layers':
       return `relent simulate layers — ${s.config.layers ?? 3} layers each retrying, the database overloaded (503); fleet rows: ${s.config.fleetProcesses ?? 10} processes per layer; ${runs(s.config.runs ?? 1)}, seed ${String(s.config.seed ?? 1)}\n`;

@@ -1,6 +1,8 @@
 import { normalizeBackoff } from '../core/backoff.js';
 import { normalizeBudget } from '../core/budget.js';
 import { RelentError, describe } from '../core/errors.js';
+import { CAPACITY_DEFAULTS, runCapacity, type CapacityConfig, type CapacityContender, type CapacityResult } from './capacity.js';
+import { normalizeLimitSpec, type LimitSpec } from '../core/concurrency.js';
 import { BROOKER_BACKOFFS, BROOKER_DEFAULTS, BROOKER_STRATEGIES, brookerPolicySpec, runBrooker, type BrookerConfig, type BrookerResult } from './brooker.js';
 import { resolveSimPolicy, type ProgressFn } from './common.js';
 import { LAYERS_DEFAULTS, runLayers, type LayersConfig, type LayersResult, type LayersVariant } from './layers.js';
@@ -16,15 +18,17 @@ import type { PolicySpec } from '../core/policy.js';
 export type Scenario =
   | { readonly scenario: 'brooker'; readonly config: Partial<BrookerConfig> }
   | { readonly scenario: 'overload'; readonly config: Partial<OverloadConfig> }
-  | { readonly scenario: 'layers'; readonly config: Partial<LayersConfig> };
+  | { readonly scenario: 'layers'; readonly config: Partial<LayersConfig> }
+  | { readonly scenario: 'capacity'; readonly config: Partial<CapacityConfig> };
 
 export type ScenarioName = Scenario['scenario'];
-export const SCENARIO_NAMES: readonly ScenarioName[] = Object.freeze(['brooker', 'overload', 'layers']);
+export const SCENARIO_NAMES: readonly ScenarioName[] = Object.freeze(['brooker', 'overload', 'layers', 'capacity']);
 
 export type ScenarioResult =
   | { readonly scenario: 'brooker'; readonly result: BrookerResult }
   | { readonly scenario: 'overload'; readonly result: OverloadResult }
-  | { readonly scenario: 'layers'; readonly result: LayersResult };
+  | { readonly scenario: 'layers'; readonly result: LayersResult }
+  | { readonly scenario: 'capacity'; readonly result: CapacityResult };
 
 function invalid(field: string, expected: string, got: unknown): RelentError {
   return new RelentError('ERR_INVALID_INPUT', `Expected \`${field}\` to be ${expected}, got ${describe(got)}`, { field });
@@ -252,6 +256,38 @@ function parseLayers(raw: Obj): Partial<LayersConfig> {
   return out as Partial<LayersConfig>;
 }
 
+function parseCapacity(raw: Obj): Partial<CapacityConfig> {
+  object(raw, '', ['scenario', 'seed', 'arrivalsPerSec', 'serviceMs', 'capacity', 'degraded', 'dropAtMs', 'dropForMs', 'durationMs', 'deadlineMs', 'minAttemptMs', 'contenders']);
+  const out: Record<string, unknown> = {};
+  opt(out, raw, 'seed', seed, '');
+  opt(out, raw, 'arrivalsPerSec', (v, f) => number(v, f, 0.001, 1e5), '');
+  opt(out, raw, 'serviceMs', (v, f) => number(v, f, 0.001, 1e5), '');
+  opt(out, raw, 'capacity', (v, f) => number(v, f, 1, 1e5, true), '');
+  opt(out, raw, 'degraded', (v, f) => number(v, f, 0, 1e5, true), '');
+  opt(out, raw, 'dropAtMs', (v, f) => number(v, f, 0, 3_600_000), '');
+  opt(out, raw, 'dropForMs', (v, f) => number(v, f, 0, 3_600_000), '');
+  opt(out, raw, 'durationMs', (v, f) => number(v, f, 1000, 3_600_000), '');
+  opt(out, raw, 'deadlineMs', (v, f) => number(v, f, 1, 3_600_000), '');
+  opt(out, raw, 'minAttemptMs', (v, f) => number(v, f, 0, 3_600_000), '');
+  opt(out, raw, 'contenders', (v, f) => {
+    const list = array(v, f, 50).map((x, i): CapacityContender => {
+      const g = `${f}[${i}]`;
+      const o = object(x, g, ['name', 'limit', 'fixed']);
+      const name = string(o.name, `${g}.name`);
+      if (o.limit !== undefined && o.fixed !== undefined) throw invalid(`${g}.fixed`, 'absent with `limit` (a contender has an adaptive limit, a fixed cap, or neither)', o.fixed);
+      if (o.limit !== undefined) return { name, limit: byCore(() => normalizeLimitSpec(o.limit, `${g}.limit`)) as LimitSpec };
+      if (o.fixed !== undefined) return { name, fixed: number(o.fixed, `${g}.fixed`, 1, 1e6, true) };
+      return { name };
+    });
+    uniqueNames(list, f);
+    return list;
+  }, '');
+  const rate = (out.arrivalsPerSec as number | undefined) ?? CAPACITY_DEFAULTS.arrivalsPerSec;
+  const duration = (out.durationMs as number | undefined) ?? CAPACITY_DEFAULTS.durationMs;
+  if (rate * (duration / 1000) > 2e6) throw new RelentError('ERR_INVALID_INPUT', '`arrivalsPerSec` × `durationMs`: at most 2,000,000 operations per contender', { field: 'arrivalsPerSec' });
+  return out as Partial<CapacityConfig>;
+}
+
 /** Validates a parsed scenario file (or object). */
 export function parseScenario(input: unknown): Scenario {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) throw invalid('scenario file', 'a JSON object with a `scenario` field', input);
@@ -263,6 +299,8 @@ export function parseScenario(input: unknown): Scenario {
       return { scenario: 'overload', config: parseOverload(raw) };
     case 'layers':
       return { scenario: 'layers', config: parseLayers(raw) };
+    case 'capacity':
+      return { scenario: 'capacity', config: parseCapacity(raw) };
     default:
       throw invalid('scenario', `one of ${SCENARIO_NAMES.join(', ')}`, raw.scenario);
   }
@@ -293,5 +331,7 @@ export function runScenario(s: Scenario, onProgress?: ProgressFn): ScenarioResul
       return { scenario: 'overload', result: runOverload(s.config, onProgress) };
     case 'layers':
       return { scenario: 'layers', result: runLayers(s.config, onProgress) };
+    case 'capacity':
+      return { scenario: 'capacity', result: runCapacity(s.config, onProgress) };
   }
 }

@@ -1,4 +1,5 @@
 import type { BrookerResult } from './brooker.js';
+import type { CapacityResult } from './capacity.js';
 import type { ScenarioResult } from './config.js';
 import type { LayersResult } from './layers.js';
 import type { OverloadResult } from './overload.js';
@@ -98,6 +99,24 @@ export function formatLayers(r: LayersResult): string {
   return 'Calls made by each layer per user action (layer 1 is the top)\n' + textTable(t.header, t.rows);
 }
 
+/** Capacity's table: a row per contender. */
+export function capacityTable(r: CapacityResult): Table {
+  const header = ['contender', 'converged', 'in flight p50', 'p99', 'dep. latency healthy p50', 'in the drop p50', 'ratio', 'failed', 'in the drop'];
+  return {
+    header,
+    rows: r.rows.map((x) => [
+      x.name, x.convergedMs === null ? 'never' : `${(x.convergedMs / 1000).toFixed(2)} s`, fixed(x.inFlightP50, 0), fixed(x.inFlightP99, 0),
+      ms(x.healthyLatencyP50), ms(x.dropLatencyP50), times(x.latencyRatio), String(x.failed), String(x.failedInDrop),
+    ]),
+  };
+}
+
+/** Capacity: the limits through a capacity drop. */
+export function formatCapacity(r: CapacityResult): string {
+  const t = capacityTable(r);
+  return '"converged": from the drop until calls in flight stay within 1.5x the new capacity; in flight and the dependency\'s latency (queue and work) from 2 s after the drop; failures over the whole run and of operations that arrived in the drop\n' + textTable(t.header, t.rows);
+}
+
 export function formatResult(r: ScenarioResult): string {
   switch (r.scenario) {
     case 'brooker':
@@ -106,5 +125,7 @@ export function formatResult(r: ScenarioResult): string {
       return formatOverload(r.result);
     case 'layers':
       return formatLayers(r.result);
+    case 'capacity':
+      return formatCapacity(r.result);
   }
 }

@@ -14,6 +14,20 @@ async function cli(...argv: string[]): Promise<{ code: number; out: string; err:
 const dir = mkdtempSync(join(tmpdir(), 'relent-sim-'));
 
 describe('relent simulate', () => {
+  it('capacity: a table of the limits through a capacity drop; --json rows; --policy and --runs refused, named', async () => {
+    const r = await cli('capacity', '-q');
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/^relent simulate capacity — 400 operations\/s, 50 workers of 50 ms cut to 10 from 10 s for 20 s/);
+    expect(r.out).toMatch(/relent gradient +\d\.\d\d s/);
+    const j = await cli('capacity', '--json', '-q', '--seed', '3');
+    const doc = JSON.parse(j.out) as { rows: { name: string; failed: number }[] };
+    expect(doc.rows.map((x) => x.name)).toEqual(['relent gradient', 'relent aimd (slowMs 100)', 'fixed 10 (degraded capacity)', 'fixed 20 (healthy need)', 'fixed 50 (healthy capacity)', 'no limit']);
+    const p = await cli('capacity', '--policy', 'http-429');
+    expect(p.code).toBe(2);
+    expect(p.err).toMatch(/--policy: the capacity scenario compares limits/);
+    expect((await cli('capacity', '--runs', '2')).err).toMatch(/--runs: the capacity scenario runs each contender once/);
+  });
+
   it('brooker --json prints {"rows":[{clients, strategy, work, completionTime}, …]}', async () => {
     const r = await cli('brooker', '--json', '--runs', '2', '--clients', '10,20');
     expect(r.code).toBe(0);
