@@ -5,11 +5,13 @@
 //    one loopback node:http receiver: relent on SQLite and on PostgreSQL against BullMQ
 //    (Redis) in three interleaved repetitions (ratios per repetition, then the median),
 //    then pg-boss (PostgreSQL) and relent with 100 items per request once.
-// 2. scale — relent worker processes (1, 2, 4) on one PostgreSQL queue: items/s; and 4
+// 2. scale — relent worker processes (1, 2, 4) on one PostgreSQL queue: items/s, CPU per
+//    1000 items (workers, PostgreSQL, receiver) and store calls per 1000 items; and 4
 //    processes against a destination limited to R requests/s: the most requests the
 //    receiver saw in any 1 s window.
 // 3. fairness — ten destinations, one of them slow (2 s answers) or failing (503): the
-//    healthy nine's items/s with the bad one, as a share of their items/s alone; both stores.
+//    healthy nine's items/s with the bad one, as a share of their items/s alone, in
+//    interleaved rounds (the median share); both stores.
 // 4. large — PostgreSQL with 10^4 and 10^6 batches queued (bulk-loaded with SQL): enqueue
 //    and claim latency (p50/p99) and `queue stats` time, and the 10^6/10^4 ratios.
 //
@@ -331,6 +333,8 @@ async function startWorkers(k, spec) {
       child.once('exit', (code) => reject(new Error(`a bench worker exited (${code}) before it was ready`)));
     });
     child.removeAllListeners('exit');
+    child.out = '';
+    child.stdout.on('data', (d) => (child.out += d));
     children.push(child);
     liveChildren.add(child);
     child.once('exit', () => liveChildren.delete(child));
@@ -339,6 +343,14 @@ async function startWorkers(k, spec) {
     pids: children.map((c) => c.pid),
     go: () => { for (const c of children) c.stdin.write('go\n'); },
     stop: () => Promise.all(children.map((c) => (c.exitCode !== null || c.signalCode !== null ? null : new Promise((r) => { c.once('exit', r); c.kill('SIGTERM'); })))),
+    /** After stop(): each worker's store calls by method and batches claimed (what it printed on its way out). */
+    reports: () => children.map((c) => {
+      try {
+        return JSON.parse(c.out.trim().split('\n').pop());
+      } catch {
+        return null;
+      }
+    }),
   };
 }
 
@@ -378,10 +390,18 @@ async function scale({ quick, rx, pgOk, schemas }) {
       await w.stop();
       await queue.close();
     }
-    rows.push([`${k} process${k > 1 ? 'es' : ''}`, int(rate), `${(rate / (rows.length ? Number(rows[0][7]) : rate)).toFixed(2)}x`, ...cpu, rate]);
+    // Store calls per 1000 items, all workers together: claims (due batches; sealed and leased), outcome writes, and the rest.
+    const reps = w.reports().filter(Boolean);
+    const sum = (m) => reps.reduce((a, r) => a + (r.calls[m] ?? 0), 0);
+    const all = reps.reduce((a, r) => a + Object.values(r.calls).reduce((x, y) => x + y, 0), 0);
+    const per1000 = (x) => (reps.length === k ? (x / (n / 1000)).toFixed(0) : '-');
+    const calls = [per1000(sum('claim')), per1000(sum('formAndClaim')), per1000(sum('complete')), per1000(all)];
+    rows.push([`${k} process${k > 1 ? 'es' : ''}`, int(rate), `${(rate / (rows.length ? Number(rows[0].at(-1)) : rate)).toFixed(2)}x`, ...cpu, ...calls, rate]);
   }
-  table(['workers', 'items/s', 'vs 1 process', 'worker CPU ms/1000', 'PostgreSQL CPU ms/1000', 'receiver CPU ms/1000', 'CPU used (of 200 %)'], rows.map((r) => r.slice(0, 7)));
+  table(['workers', 'items/s', 'vs 1 process', 'worker CPU ms/1000', 'PostgreSQL CPU ms/1000', 'receiver CPU ms/1000', 'CPU used (of 200 %)',
+    'claims/1000', 'seal+lease/1000', 'outcome writes/1000', 'store calls/1000'], rows.map((r) => r.slice(0, 11)));
   console.log('CPU: the workers\' processes, every postgres process on the machine (other users included), and this process (the receiver), from /proc.');
+  console.log('Store calls: every worker\'s, per 1000 items delivered (claims of due batches; new batches sealed and leased; group-committed outcome writes; all).');
 
   // 4 processes, one destination limited to R requests per second (shared through the store).
   const R = quick ? 50 : 200;
@@ -416,8 +436,9 @@ async function scale({ quick, rx, pgOk, schemas }) {
 // ---------------------------------------------------------------- 3. fairness
 
 async function fairness({ quick, rx, dir, pgOk, schemas }) {
-  const per = quick ? 300 : 2_000;
-  console.log(`\n--- fairness: ten destinations (4 in flight each), ${int(per)} items each for the healthy nine; the tenth slow (2 s answers) or failing (503) (load average ${load()})`);
+  const per = quick ? 300 : 800;
+  const rounds = quick ? 1 : 5;
+  console.log(`\n--- fairness: ten destinations (4 in flight each), ${int(per)} items each for the healthy nine; the tenth slow (2 s answers) or failing (503); ${rounds} interleaved rounds, shares per round against the same round's nine alone (load average ${load()})`);
   const stores = [['SQLite', (t) => `sqlite:${join(dir, `f-${t}.db`)}`]];
   if (pgOk) {
     stores.push(['PostgreSQL', (t) => {
@@ -427,33 +448,40 @@ async function fairness({ quick, rx, dir, pgOk, schemas }) {
     }]);
   }
   const dest = (path) => ({ url: `${rx.base}/${path}`, policy: 'adobe-best-effort', batch: { maxItems: 1, maxAgeMs: 0 }, concurrency: { initial: 4, adaptive: false } });
+  /** The nine healthy destinations' items/s, with `bad` (null, 'slow' or 'fail') beside them. */
+  const run = async (storeUrl, bad, count) => {
+    rx.reset();
+    const destinations = {};
+    for (let i = 0; i < 9; i++) destinations[`ok${i}`] = dest(`ok${i}`);
+    if (bad) destinations[bad] = dest(`${bad}0`);
+    const queue = await openDeliveryQueue({ store: storeUrl, destinations });
+    for (let i = 0; i < 9; i++) await queue.enqueueMany(`ok${i}`, Array.from({ length: count }, (_, j) => ({ key: `k${j}`, payload: { j } })));
+    if (bad) await queue.enqueueMany(bad, Array.from({ length: count }, (_, j) => ({ key: `k${j}`, payload: { j } })));
+    const worker = queue.createWorker({ pollMs: 20 });
+    const t0 = performance.now();
+    worker.start();
+    try {
+      await rx.until(9 * count);
+      return (9 * count) / ((performance.now() - t0) / 1000);
+    } finally {
+      await worker.stop();
+      await queue.close();
+    }
+  };
   const rows = [];
   for (const [name, storeOf] of stores) {
-    const results = {};
-    // The first case warms up (JIT, connections) and is not counted.
-    for (const bad of ['warm', null, 'slow', 'fail']) {
-      rx.reset();
-      const destinations = {};
-      for (let i = 0; i < 9; i++) destinations[`ok${i}`] = dest(`ok${i}`);
-      if (bad && bad !== 'warm') destinations[bad] = dest(`${bad}0`);
-      const queue = await openDeliveryQueue({ store: storeOf(bad ?? 'alone'), destinations });
-      const count = bad === 'warm' ? Math.ceil(per / 4) : per;
-      for (let i = 0; i < 9; i++) await queue.enqueueMany(`ok${i}`, Array.from({ length: count }, (_, j) => ({ key: `k${j}`, payload: { j } })));
-      if (bad && bad !== 'warm') await queue.enqueueMany(bad, Array.from({ length: per }, (_, j) => ({ key: `k${j}`, payload: { j } })));
-      const worker = queue.createWorker({ pollMs: 20 });
-      const t0 = performance.now();
-      worker.start();
-      try {
-        await rx.until(9 * count);
-        results[bad ?? 'alone'] = (9 * count) / ((performance.now() - t0) / 1000);
-      } finally {
-        await worker.stop();
-        await queue.close();
-      }
+    await run(storeOf('warm'), null, Math.ceil(per / 4)); // warm-up (JIT, connections): not counted
+    const r = { alone: [], slow: [], fail: [] };
+    for (let round = 1; round <= rounds; round++) {
+      for (const bad of [null, 'slow', 'fail']) r[bad ?? 'alone'].push(await run(storeOf(`${bad ?? 'alone'}${round}`), bad, per));
     }
-    rows.push([name, int(results.alone), int(results.slow), `${(100 * results.slow / results.alone).toFixed(0)} %`, int(results.fail), `${(100 * results.fail / results.alone).toFixed(0)} %`]);
+    const share = (k) => r[k].map((x, i) => x / r.alone[i]);
+    const pctOf = (xs) => xs.map((x) => `${(100 * x).toFixed(0)}`).join(' / ');
+    rows.push([name, int(median(r.alone)), int(median(r.slow)), `${(100 * median(share('slow'))).toFixed(0)} %`, pctOf(share('slow')),
+      int(median(r.fail)), `${(100 * median(share('fail'))).toFixed(0)} %`, pctOf(share('fail'))]);
   }
-  table(['store', 'nine alone/s', 'with a slow one/s', 'share', 'with a failing one/s', 'share'], rows);
+  table(['store', 'nine alone/s', 'with a slow one/s', 'share', 'per round', 'with a failing one/s', 'share', 'per round'], rows);
+  console.log('items/s: medians of the rounds; share: the median of the rounds\' shares (goal: at least 90 %).');
 }
 
 // ---------------------------------------------------------------- 4. large queues
