@@ -380,6 +380,7 @@ class PostgresStore implements DeliveryStore {
         CREATE INDEX IF NOT EXISTS ${idx(`${base}batches_delivered_at`)} ON ${batches} (finished_at) WHERE state = 'delivered';
         CREATE INDEX IF NOT EXISTS ${idx(`${base}batches_dropped_at`)} ON ${batches} (finished_at) WHERE state = 'dropped';
         CREATE INDEX IF NOT EXISTS ${idx(`${base}batches_oldest`)} ON ${batches} (destination, enqueued_at) WHERE state = 'queued';
+        CREATE INDEX IF NOT EXISTS ${idx(`${base}batches_deferred`)} ON ${batches} (destination, due_at) INCLUDE (items) WHERE state = 'queued' AND lease_owner IS NULL;
       `);
       const v = (await c.query(`SELECT v FROM ${meta} WHERE k = 'schema'`)).rows as { v: string }[];
       if (v.length === 0) await c.query(`INSERT INTO ${meta} (k, v) VALUES ('schema', $1)`, [String(SCHEMA_VERSION)]);
@@ -667,7 +668,9 @@ class PostgresStore implements DeliveryStore {
   /**
    * Per destination: totals from the counters (pending items; queued, delivered and
    * dropped batches and items), the live leases from their index, the deferred batches
-   * from the due index (due later, no live lease: a scan of just those), the oldest
+   * from their own index (due later, not leased: an index-only count of just those — a
+   * leased batch is due when its lease ends, so one due later with no owner waits for
+   * its not_before), the oldest
    * waiting item from two indexes, and the paused flag. Ready = queued − in flight −
    * deferred. No statement reads the whole queue.
    */
@@ -683,7 +686,7 @@ class PostgresStore implements DeliveryStore {
         (SELECT min(enqueued_at) FROM ${batches} o WHERE o.state = 'queued' AND o.destination = d) AS oldest_b,
         (SELECT enqueued_at FROM ${items} p WHERE p.destination = d AND p.batch_id IS NULL ORDER BY p.id LIMIT 1) AS oldest_p
       FROM unnest($2::text[]) AS d,
-        LATERAL (SELECT count(*) AS b, coalesce(sum(items), 0) AS i FROM ${batches} WHERE state = 'queued' AND destination = d AND due_at > $1 AND lease_until <= $1) AS x`, [now, names]);
+        LATERAL (SELECT count(*) AS b, coalesce(sum(items), 0) AS i FROM ${batches} WHERE state = 'queued' AND destination = d AND lease_owner IS NULL AND due_at > $1) AS x`, [now, names]);
     const paused = await this.q<{ destination: string }>('reading statistics', `SELECT destination FROM ${dests} WHERE paused_at IS NOT NULL`);
     return assembleStats(totals, inflight, per, paused.map((p) => p.destination));
   }

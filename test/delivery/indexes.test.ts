@@ -31,6 +31,7 @@ async function workload(s: DeliveryStore, now: number): Promise<void> {
   await s.formAndClaim?.('d3', LIMITS, now, 16, 15_000, 'w');
   await s.formAndClaim?.('d4', { ...LIMITS, maxItems: 3 }, now, 4, 15_000, 'w');
   await s.claimLimited('d2', 4, { rate: { requests: 100, perMs: 1_000 }, concurrency: 8 }, now, 15_000, 'w');
+  await s.stats(now);
   await s.purge('delivered', now - 86_400_000, 500);
   await s.purge('dropped', now - 86_400_000, 500);
 }
@@ -42,7 +43,7 @@ function nodes(plan: Record<string, unknown>): Record<string, unknown>[] {
 }
 
 describe.skipIf(!withPg)('PostgreSQL: the hot statements use their indexes on a large queue', () => {
-  it('claim, seal, seal and lease, shared-limit claim and purge: index scans of relent_batches_due, _items_pending, _batches_leased, _delivered_at, _dropped_at; no sequential scan of a queue table', async () => {
+  it('claim, seal, seal and lease, shared-limit claim, purge and the stats of deferred batches: index scans of relent_batches_due, _items_pending, _batches_leased, _delivered_at, _dropped_at, _deferred; no sequential scan of a queue table', async () => {
     const schema = uniqueSchema('idx');
     schemas.push(schema);
     const s = await openPostgresStore({ connectionString: PG_URL, schema });
@@ -98,6 +99,7 @@ describe.skipIf(!withPg)('PostgreSQL: the hot statements use their indexes on a 
         ['live leases (shared concurrency)', /count\(\*\) FROM \S*relent_batches"? WHERE destination = \$1 AND state = 'queued' AND lease_owner IS NOT NULL/, 'relent_batches_leased'],
         ['purge delivered', /WHERE state = 'delivered' AND finished_at < \$1/, 'relent_batches_delivered_at'],
         ['purge dropped', /WHERE state = 'dropped' AND finished_at < \$1/, 'relent_batches_dropped_at'],
+        ['stats: deferred batches', /destination = d AND lease_owner IS NULL AND due_at > \$1/, 'relent_batches_deferred'],
       ];
       for (const [what, re, index] of cases) {
         for (const generic of [false, true]) {
