@@ -6,6 +6,7 @@ import { parseScenario, parseScenarioText, parseSimPolicy, runScenario, SCENARIO
 import { formatResult } from '../sim/format.js';
 import { OVERLOAD_DEFAULTS, type OverloadConfig } from '../sim/overload.js';
 import { CAPACITY_DEFAULTS } from '../sim/capacity.js';
+import { TAIL_DEFAULTS } from '../sim/tail.js';
 import type { SimPolicy } from '../sim/policies.js';
 import { EXIT, fsReason, parseFlags, processIo, type Io } from './args.js';
 import { colorEnabled, NO_PAINT, paintFor, paintTables } from './io.js';
@@ -29,6 +30,9 @@ Scenarios:
   capacity   a dependency whose capacity drops 5x for 20 s: calls in flight, its
              latency and the failures under relent's adaptive limits (gradient,
              AIMD), fixed bulkheads and no limit
+  tail       a dependency with a slow tail (2 % of requests 500 ms), then failing:
+             latency and extra requests with and without hedging, hedges in the
+             failing window
   FILE.json  a scenario file: {"scenario": "overload", …settings} (docs/simulator.md)
 
 Options:
@@ -87,6 +91,8 @@ function withPolicies(s: Scenario, extra: SimPolicy[]): Scenario {
     case 'layers':
       if (extra.length > 1) throw new RelentError('ERR_INVALID_INPUT', '--policy: the layers scenario takes one policy (every layer runs it)', { field: '--policy' });
       return { scenario: 'layers', config: { ...s.config, policy: extra[0]! } };
+    case 'tail':
+      return { scenario: 'tail', config: { ...s.config, contenders: [...(s.config.contenders ?? TAIL_DEFAULTS.contenders), ...extra.map((p) => ({ name: p.name, policy: p.policy }))] } };
     case 'capacity':
       throw new RelentError('ERR_INVALID_INPUT', '--policy: the capacity scenario compares limits, not retry policies (give `contenders` in a scenario file)', { field: '--policy' });
   }
@@ -125,7 +131,7 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
 
   const overrides: Record<string, unknown> = {};
   if (values.runs !== undefined) {
-    if (scenario.scenario === 'capacity') throw new RelentError('ERR_INVALID_INPUT', '--runs: the capacity scenario runs each contender once (change `seed` for another draw)', { field: '--runs' });
+    if (scenario.scenario === 'capacity' || scenario.scenario === 'tail') throw new RelentError('ERR_INVALID_INPUT', `--runs: the ${scenario.scenario} scenario runs each contender once (change \`seed\` for another draw)`, { field: '--runs' });
     const runs = Number(values.runs);
     if (!Number.isInteger(runs) || runs < 1 || runs > 100_000) throw new RelentError('ERR_INVALID_INPUT', `--runs: expected an integer from 1 to 100000, got ${JSON.stringify(values.runs)}`, { field: '--runs' });
     overrides.runs = runs;
@@ -178,7 +184,7 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
 
 /** Two contenders with one name would make the tables ambiguous. */
 function checkNames(s: Scenario): void {
-  const list = s.scenario === 'brooker' ? s.config.strategies : s.scenario === 'overload' ? s.config.policies : undefined;
+  const list = s.scenario === 'brooker' ? s.config.strategies : s.scenario === 'overload' ? s.config.policies : s.scenario === 'tail' ? s.config.contenders : undefined;
   if (!list) return;
   const seen = new Set<string>();
   for (const p of list) {
@@ -206,6 +212,10 @@ function header(s: Scenario): string {
     case 'capacity': {
       const c = { ...CAPACITY_DEFAULTS, ...s.config };
       return `relent simulate capacity — ${c.arrivalsPerSec} operations/s, ${c.capacity} workers of ${c.serviceMs} ms cut to ${c.degraded} from ${c.dropAtMs / 1000} s for ${c.dropForMs / 1000} s, ${c.deadlineMs / 1000} s deadline, no retries; seed ${String(c.seed)}\n`;
+    }
+    case 'tail': {
+      const c = { ...TAIL_DEFAULTS, ...s.config };
+      return `relent simulate tail — ${c.arrivalsPerSec} GETs/s, requests ${c.fastMs} ms (± ${Math.round(c.fastJitter * 100)} %), ${Math.round(c.slowShare * 1000) / 10} % of them ${c.slowMs} ms, independent; ${c.durationMs / 1000} s; seed ${String(c.seed)}\n`;
     }
     case 'layers':
       return `relent simulate layers — ${s.config.layers ?? 3} layers each retrying, the database overloaded (503); fleet rows: ${s.config.fleetProcesses ?? 10} processes per layer; ${runs(s.config.runs ?? 1)}, seed ${String(s.config.seed ?? 1)}\n`;

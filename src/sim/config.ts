@@ -1,6 +1,7 @@
 import { normalizeBackoff } from '../core/backoff.js';
 import { normalizeBudget } from '../core/budget.js';
 import { RelentError, describe } from '../core/errors.js';
+import { runTail, TAIL_DEFAULTS, type TailConfig, type TailContender, type TailResult } from './tail.js';
 import { CAPACITY_DEFAULTS, runCapacity, type CapacityConfig, type CapacityContender, type CapacityResult } from './capacity.js';
 import { normalizeLimitSpec, type LimitSpec } from '../core/concurrency.js';
 import { BROOKER_BACKOFFS, BROOKER_DEFAULTS, BROOKER_STRATEGIES, brookerPolicySpec, runBrooker, type BrookerConfig, type BrookerResult } from './brooker.js';
@@ -19,16 +20,18 @@ export type Scenario =
   | { readonly scenario: 'brooker'; readonly config: Partial<BrookerConfig> }
   | { readonly scenario: 'overload'; readonly config: Partial<OverloadConfig> }
   | { readonly scenario: 'layers'; readonly config: Partial<LayersConfig> }
-  | { readonly scenario: 'capacity'; readonly config: Partial<CapacityConfig> };
+  | { readonly scenario: 'capacity'; readonly config: Partial<CapacityConfig> }
+  | { readonly scenario: 'tail'; readonly config: Partial<TailConfig> };
 
 export type ScenarioName = Scenario['scenario'];
-export const SCENARIO_NAMES: readonly ScenarioName[] = Object.freeze(['brooker', 'overload', 'layers', 'capacity']);
+export const SCENARIO_NAMES: readonly ScenarioName[] = Object.freeze(['brooker', 'overload', 'layers', 'capacity', 'tail']);
 
 export type ScenarioResult =
   | { readonly scenario: 'brooker'; readonly result: BrookerResult }
   | { readonly scenario: 'overload'; readonly result: OverloadResult }
   | { readonly scenario: 'layers'; readonly result: LayersResult }
-  | { readonly scenario: 'capacity'; readonly result: CapacityResult };
+  | { readonly scenario: 'capacity'; readonly result: CapacityResult }
+  | { readonly scenario: 'tail'; readonly result: TailResult };
 
 function invalid(field: string, expected: string, got: unknown): RelentError {
   return new RelentError('ERR_INVALID_INPUT', `Expected \`${field}\` to be ${expected}, got ${describe(got)}`, { field });
@@ -288,6 +291,38 @@ function parseCapacity(raw: Obj): Partial<CapacityConfig> {
   return out as Partial<CapacityConfig>;
 }
 
+function parseTail(raw: Obj): Partial<TailConfig> {
+  object(raw, '', ['scenario', 'seed', 'arrivalsPerSec', 'durationMs', 'fastMs', 'fastJitter', 'slowMs', 'slowShare', 'failAtMs', 'failForMs', 'failShare', 'contenders']);
+  const out: Record<string, unknown> = {};
+  opt(out, raw, 'seed', seed, '');
+  opt(out, raw, 'arrivalsPerSec', (v, f) => number(v, f, 0.001, 1e5), '');
+  opt(out, raw, 'durationMs', (v, f) => number(v, f, 1000, 3_600_000), '');
+  opt(out, raw, 'fastMs', (v, f) => number(v, f, 0, 1e5), '');
+  opt(out, raw, 'fastJitter', (v, f) => number(v, f, 0, 1), '');
+  opt(out, raw, 'slowMs', (v, f) => number(v, f, 0, 1e6), '');
+  opt(out, raw, 'slowShare', (v, f) => number(v, f, 0, 1), '');
+  opt(out, raw, 'failAtMs', (v, f) => number(v, f, 0, 3_600_000), '');
+  opt(out, raw, 'failForMs', (v, f) => number(v, f, 0, 3_600_000), '');
+  opt(out, raw, 'failShare', (v, f) => number(v, f, 0, 1), '');
+  opt(out, raw, 'contenders', (v, f) => {
+    const list = array(v, f, 50).map((x, i): TailContender => {
+      const g = `${f}[${i}]`;
+      const o = object(x, g, ['name', 'policy']);
+      const name = string(o.name, `${g}.name`);
+      const policy = o.policy;
+      if (typeof policy !== 'string' && (typeof policy !== 'object' || policy === null || Array.isArray(policy))) throw invalid(`${g}.policy`, 'a preset name or a policy object', policy);
+      resolveSimPolicy({ name, policy: policy as string | PolicySpec, budget: false }, `${g}.policy`);
+      return { name, policy: policy as string | PolicySpec };
+    });
+    uniqueNames(list, f);
+    return list;
+  }, '');
+  const rate = (out.arrivalsPerSec as number | undefined) ?? TAIL_DEFAULTS.arrivalsPerSec;
+  const duration = (out.durationMs as number | undefined) ?? TAIL_DEFAULTS.durationMs;
+  if (rate * (duration / 1000) > 1e6) throw new RelentError('ERR_INVALID_INPUT', '`arrivalsPerSec` × `durationMs`: at most 1,000,000 operations per contender', { field: 'arrivalsPerSec' });
+  return out as Partial<TailConfig>;
+}
+
 /** Validates a parsed scenario file (or object). */
 export function parseScenario(input: unknown): Scenario {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) throw invalid('scenario file', 'a JSON object with a `scenario` field', input);
@@ -301,6 +336,8 @@ export function parseScenario(input: unknown): Scenario {
       return { scenario: 'layers', config: parseLayers(raw) };
     case 'capacity':
       return { scenario: 'capacity', config: parseCapacity(raw) };
+    case 'tail':
+      return { scenario: 'tail', config: parseTail(raw) };
     default:
       throw invalid('scenario', `one of ${SCENARIO_NAMES.join(', ')}`, raw.scenario);
   }
@@ -333,5 +370,7 @@ export function runScenario(s: Scenario, onProgress?: ProgressFn): ScenarioResul
       return { scenario: 'layers', result: runLayers(s.config, onProgress) };
     case 'capacity':
       return { scenario: 'capacity', result: runCapacity(s.config, onProgress) };
+    case 'tail':
+      return { scenario: 'tail', result: runTail(s.config, onProgress) };
   }
 }

@@ -1,5 +1,6 @@
 import type { BrookerResult } from './brooker.js';
 import type { CapacityResult } from './capacity.js';
+import type { TailResult } from './tail.js';
 import type { ScenarioResult } from './config.js';
 import type { LayersResult } from './layers.js';
 import type { OverloadResult } from './overload.js';
@@ -117,6 +118,26 @@ export function formatCapacity(r: CapacityResult): string {
   return '"converged": from the drop until calls in flight stay within 1.5x the new capacity; in flight and the dependency\'s latency (queue and work) from 2 s after the drop; failures over the whole run and of operations that arrived in the drop\n' + textTable(t.header, t.rows);
 }
 
+/** Tail's table: a row per contender. */
+export function tailTable(r: TailResult): Table {
+  const base = r.rows[0]?.p99 ?? Number.NaN;
+  const header = ['contender', 'p50', 'p99', 'p99.9', 'extra requests', 'failed', 'hedges (won)', 'p99 cut', 'failing: hedges', 'requests / op'];
+  return {
+    header,
+    rows: r.rows.map((x) => [
+      x.name, ms(x.p50), ms(x.p99), ms(x.p999), pct(x.extra), String(x.failed), `${x.hedges} (${x.hedgesWon})`, times(base / x.p99, 1),
+      String(x.failingHedges), fixed(x.failingAmplification, 2),
+    ]),
+  };
+}
+
+/** Tail: hedging against a slow tail, and in a failing window. */
+export function formatTail(r: TailResult): string {
+  const t = tailTable(r);
+  const c = r.config;
+  return `Operation latency (ms) of the operations started before the failing window; "p99 cut": the first contender's p99 ÷ this one's; "failing": ${c.failForMs / 1000} s from ${c.failAtMs / 1000} s with ${Math.round(c.failShare * 100)} % of requests answered 503 — hedges sent and requests per operation there\n` + textTable(t.header, t.rows);
+}
+
 export function formatResult(r: ScenarioResult): string {
   switch (r.scenario) {
     case 'brooker':
@@ -127,5 +148,7 @@ export function formatResult(r: ScenarioResult): string {
       return formatLayers(r.result);
     case 'capacity':
       return formatCapacity(r.result);
+    case 'tail':
+      return formatTail(r.result);
   }
 }

@@ -28,6 +28,16 @@ describe('relent simulate', () => {
     expect((await cli('capacity', '--runs', '2')).err).toMatch(/--runs: the capacity scenario runs each contender once/);
   });
 
+  it('tail: hedging against a slow tail; --policy adds a contender', async () => {
+    const r = await cli('tail', '-q', '--policy', '{"name":"fixed 10 ms","policy":{"preset":"http-429","hedge":{"delayMs":10}}}');
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/^relent simulate tail — 200 GETs\/s/);
+    expect(r.out).toMatch(/\nhedge at p95 \(maxExtraLoad 5 %\) .*\n/);
+    expect(r.out).toMatch(/\nfixed 10 ms .*\n/);
+    const dup = await cli('tail', '--policy', '{"name":"no hedging","policy":"http-429"}');
+    expect(dup.code).toBe(2);
+  });
+
   it('brooker --json prints {"rows":[{clients, strategy, work, completionTime}, …]}', async () => {
     const r = await cli('brooker', '--json', '--runs', '2', '--clients', '10,20');
     expect(r.code).toBe(0);
