@@ -7,6 +7,7 @@ import { formatResult } from '../sim/format.js';
 import { OVERLOAD_DEFAULTS, type OverloadConfig } from '../sim/overload.js';
 import { CAPACITY_DEFAULTS } from '../sim/capacity.js';
 import { TAIL_DEFAULTS } from '../sim/tail.js';
+import { QUOTA_DEFAULTS } from '../sim/quota.js';
 import type { SimPolicy } from '../sim/policies.js';
 import { EXIT, fsReason, parseFlags, processIo, type Io } from './args.js';
 import { colorEnabled, NO_PAINT, paintFor, paintTables } from './io.js';
@@ -33,6 +34,9 @@ Scenarios:
   tail       a dependency with a slow tail (2 % of requests 500 ms), then failing:
              latency and extra requests with and without hedging, hedges in the
              failing window
+  quota      a dependency with a published quota (100/s, 429 with Retry-After past
+             it) asked 150/s: 429s, successes and latency without and with a
+             client rate limit
   FILE.json  a scenario file: {"scenario": "overload", …settings} (docs/simulator.md)
 
 Options:
@@ -91,6 +95,8 @@ function withPolicies(s: Scenario, extra: SimPolicy[]): Scenario {
     case 'layers':
       if (extra.length > 1) throw new RelentError('ERR_INVALID_INPUT', '--policy: the layers scenario takes one policy (every layer runs it)', { field: '--policy' });
       return { scenario: 'layers', config: { ...s.config, policy: extra[0]! } };
+    case 'quota':
+      return { scenario: 'quota', config: { ...s.config, contenders: [...(s.config.contenders ?? QUOTA_DEFAULTS.contenders), ...extra.map((p) => ({ name: p.name, policy: p.policy }))] } };
     case 'tail':
       return { scenario: 'tail', config: { ...s.config, contenders: [...(s.config.contenders ?? TAIL_DEFAULTS.contenders), ...extra.map((p) => ({ name: p.name, policy: p.policy }))] } };
     case 'capacity':
@@ -131,7 +137,7 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
 
   const overrides: Record<string, unknown> = {};
   if (values.runs !== undefined) {
-    if (scenario.scenario === 'capacity' || scenario.scenario === 'tail') throw new RelentError('ERR_INVALID_INPUT', `--runs: the ${scenario.scenario} scenario runs each contender once (change \`seed\` for another draw)`, { field: '--runs' });
+    if (scenario.scenario === 'capacity' || scenario.scenario === 'tail' || scenario.scenario === 'quota') throw new RelentError('ERR_INVALID_INPUT', `--runs: the ${scenario.scenario} scenario runs each contender once (change \`seed\` for another draw)`, { field: '--runs' });
     const runs = Number(values.runs);
     if (!Number.isInteger(runs) || runs < 1 || runs > 100_000) throw new RelentError('ERR_INVALID_INPUT', `--runs: expected an integer from 1 to 100000, got ${JSON.stringify(values.runs)}`, { field: '--runs' });
     overrides.runs = runs;
@@ -184,7 +190,7 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
 
 /** Two contenders with one name would make the tables ambiguous. */
 function checkNames(s: Scenario): void {
-  const list = s.scenario === 'brooker' ? s.config.strategies : s.scenario === 'overload' ? s.config.policies : s.scenario === 'tail' ? s.config.contenders : undefined;
+  const list = s.scenario === 'brooker' ? s.config.strategies : s.scenario === 'overload' ? s.config.policies : s.scenario === 'tail' || s.scenario === 'quota' ? s.config.contenders : undefined;
   if (!list) return;
   const seen = new Set<string>();
   for (const p of list) {
@@ -212,6 +218,10 @@ function header(s: Scenario): string {
     case 'capacity': {
       const c = { ...CAPACITY_DEFAULTS, ...s.config };
       return `relent simulate capacity — ${c.arrivalsPerSec} operations/s, ${c.capacity} workers of ${c.serviceMs} ms cut to ${c.degraded} from ${c.dropAtMs / 1000} s for ${c.dropForMs / 1000} s, ${c.deadlineMs / 1000} s deadline, no retries; seed ${String(c.seed)}\n`;
+    }
+    case 'quota': {
+      const c = { ...QUOTA_DEFAULTS, ...s.config };
+      return `relent simulate quota — ${c.arrivalsPerSec} operations/s against a quota of ${c.quotaPerSec}/s (burst ${c.quotaBurst}; 429 with Retry-After: ${c.retryAfterSec} past it), ${c.durationMs / 1000} s; seed ${String(c.seed)}\n`;
     }
     case 'tail': {
       const c = { ...TAIL_DEFAULTS, ...s.config };

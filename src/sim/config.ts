@@ -1,6 +1,8 @@
 import { normalizeBackoff } from '../core/backoff.js';
 import { normalizeBudget } from '../core/budget.js';
 import { RelentError, describe } from '../core/errors.js';
+import { QUOTA_DEFAULTS, runQuota, type QuotaConfig, type QuotaContender, type QuotaResult } from './quota.js';
+import { normalizeRateLimit, type RateLimitSpec } from '../core/token-bucket.js';
 import { runTail, TAIL_DEFAULTS, type TailConfig, type TailContender, type TailResult } from './tail.js';
 import { CAPACITY_DEFAULTS, runCapacity, type CapacityConfig, type CapacityContender, type CapacityResult } from './capacity.js';
 import { normalizeLimitSpec, type LimitSpec } from '../core/concurrency.js';
@@ -21,17 +23,19 @@ export type Scenario =
   | { readonly scenario: 'overload'; readonly config: Partial<OverloadConfig> }
   | { readonly scenario: 'layers'; readonly config: Partial<LayersConfig> }
   | { readonly scenario: 'capacity'; readonly config: Partial<CapacityConfig> }
-  | { readonly scenario: 'tail'; readonly config: Partial<TailConfig> };
+  | { readonly scenario: 'tail'; readonly config: Partial<TailConfig> }
+  | { readonly scenario: 'quota'; readonly config: Partial<QuotaConfig> };
 
 export type ScenarioName = Scenario['scenario'];
-export const SCENARIO_NAMES: readonly ScenarioName[] = Object.freeze(['brooker', 'overload', 'layers', 'capacity', 'tail']);
+export const SCENARIO_NAMES: readonly ScenarioName[] = Object.freeze(['brooker', 'overload', 'layers', 'capacity', 'tail', 'quota']);
 
 export type ScenarioResult =
   | { readonly scenario: 'brooker'; readonly result: BrookerResult }
   | { readonly scenario: 'overload'; readonly result: OverloadResult }
   | { readonly scenario: 'layers'; readonly result: LayersResult }
   | { readonly scenario: 'capacity'; readonly result: CapacityResult }
-  | { readonly scenario: 'tail'; readonly result: TailResult };
+  | { readonly scenario: 'tail'; readonly result: TailResult }
+  | { readonly scenario: 'quota'; readonly result: QuotaResult };
 
 function invalid(field: string, expected: string, got: unknown): RelentError {
   return new RelentError('ERR_INVALID_INPUT', `Expected \`${field}\` to be ${expected}, got ${describe(got)}`, { field });
@@ -323,6 +327,36 @@ function parseTail(raw: Obj): Partial<TailConfig> {
   return out as Partial<TailConfig>;
 }
 
+function parseQuota(raw: Obj): Partial<QuotaConfig> {
+  object(raw, '', ['scenario', 'seed', 'arrivalsPerSec', 'durationMs', 'quotaPerSec', 'quotaBurst', 'retryAfterSec', 'serviceMs', 'contenders']);
+  const out: Record<string, unknown> = {};
+  opt(out, raw, 'seed', seed, '');
+  opt(out, raw, 'arrivalsPerSec', (v, f) => number(v, f, 0.001, 1e5), '');
+  opt(out, raw, 'durationMs', (v, f) => number(v, f, 1000, 3_600_000), '');
+  opt(out, raw, 'quotaPerSec', (v, f) => number(v, f, 0.001, 1e5), '');
+  opt(out, raw, 'quotaBurst', (v, f) => number(v, f, 1, 1e6), '');
+  opt(out, raw, 'retryAfterSec', (v, f) => number(v, f, 0, 3600), '');
+  opt(out, raw, 'serviceMs', (v, f) => number(v, f, 0, 1e5), '');
+  opt(out, raw, 'contenders', (v, f) => {
+    const list = array(v, f, 50).map((x, i): QuotaContender => {
+      const g = `${f}[${i}]`;
+      const o = object(x, g, ['name', 'policy', 'rateLimit']);
+      const name = string(o.name, `${g}.name`);
+      const policy = o.policy ?? { preset: 'http-429', deadlineMs: 10_000 };
+      if (typeof policy !== 'string' && (typeof policy !== 'object' || policy === null || Array.isArray(policy))) throw invalid(`${g}.policy`, 'a preset name or a policy object', policy);
+      resolveSimPolicy({ name, policy: policy as string | PolicySpec, budget: false }, `${g}.policy`);
+      const rateLimit = o.rateLimit === undefined || o.rateLimit === null ? null : byCore(() => normalizeRateLimit(o.rateLimit, `${g}.rateLimit`)) as RateLimitSpec;
+      return { name, policy: policy as string | PolicySpec, rateLimit };
+    });
+    uniqueNames(list, f);
+    return list;
+  }, '');
+  const rate = (out.arrivalsPerSec as number | undefined) ?? QUOTA_DEFAULTS.arrivalsPerSec;
+  const duration = (out.durationMs as number | undefined) ?? QUOTA_DEFAULTS.durationMs;
+  if (rate * (duration / 1000) > 1e6) throw new RelentError('ERR_INVALID_INPUT', '`arrivalsPerSec` × `durationMs`: at most 1,000,000 operations per contender', { field: 'arrivalsPerSec' });
+  return out as Partial<QuotaConfig>;
+}
+
 /** Validates a parsed scenario file (or object). */
 export function parseScenario(input: unknown): Scenario {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) throw invalid('scenario file', 'a JSON object with a `scenario` field', input);
@@ -338,6 +372,8 @@ export function parseScenario(input: unknown): Scenario {
       return { scenario: 'capacity', config: parseCapacity(raw) };
     case 'tail':
       return { scenario: 'tail', config: parseTail(raw) };
+    case 'quota':
+      return { scenario: 'quota', config: parseQuota(raw) };
     default:
       throw invalid('scenario', `one of ${SCENARIO_NAMES.join(', ')}`, raw.scenario);
   }
@@ -372,5 +408,7 @@ export function runScenario(s: Scenario, onProgress?: ProgressFn): ScenarioResul
       return { scenario: 'capacity', result: runCapacity(s.config, onProgress) };
     case 'tail':
       return { scenario: 'tail', result: runTail(s.config, onProgress) };
+    case 'quota':
+      return { scenario: 'quota', result: runQuota(s.config, onProgress) };
   }
 }

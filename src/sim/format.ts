@@ -1,6 +1,7 @@
 import type { BrookerResult } from './brooker.js';
 import type { CapacityResult } from './capacity.js';
 import type { TailResult } from './tail.js';
+import type { QuotaResult } from './quota.js';
 import type { ScenarioResult } from './config.js';
 import type { LayersResult } from './layers.js';
 import type { OverloadResult } from './overload.js';
@@ -138,6 +139,21 @@ export function formatTail(r: TailResult): string {
   return `Operation latency (ms) of the operations started before the failing window; "p99 cut": the first contender's p99 ÷ this one's; "failing": ${c.failForMs / 1000} s from ${c.failAtMs / 1000} s with ${Math.round(c.failShare * 100)} % of requests answered 503 — hedges sent and requests per operation there\n` + textTable(t.header, t.rows);
 }
 
+/** Quota's table: a row per contender. */
+export function quotaTable(r: QuotaResult): Table {
+  const header = ['contender', 'sent/s', '429s', 'succeeded', 'refused (rate_limited)', 'failed', 'requests / op', 'p50', 'p99'];
+  return {
+    header,
+    rows: r.rows.map((x) => [x.name, fixed(x.sentPerSec, 1), String(x.throttled), String(x.succeeded), String(x.refused), String(x.failed), fixed(x.amplification, 2), ms(x.p50), ms(x.p99)]),
+  };
+}
+
+/** Quota: a published quota, with and without a client rate limit. */
+export function formatQuota(r: QuotaResult): string {
+  const t = quotaTable(r);
+  return `Requests the dependency received per second and answered 429; operations that succeeded, were refused by the client's own rate limit (no request sent) or failed otherwise; latency (ms) of those that succeeded\n` + textTable(t.header, t.rows);
+}
+
 export function formatResult(r: ScenarioResult): string {
   switch (r.scenario) {
     case 'brooker':
@@ -150,5 +166,7 @@ export function formatResult(r: ScenarioResult): string {
       return formatCapacity(r.result);
     case 'tail':
       return formatTail(r.result);
+    case 'quota':
+      return formatQuota(r.result);
   }
 }

@@ -11,10 +11,12 @@ export type { OverloadConfig, OverloadRow, OverloadResult, DependencyModel, Faul
 export { runLayers, LAYERS_DEFAULTS, LAYER_POLICY } from './layers.js';
 export { runCapacity, CAPACITY_DEFAULTS } from './capacity.js';
 export { runTail, TAIL_DEFAULTS } from './tail.js';
+export { runQuota, QUOTA_DEFAULTS } from './quota.js';
+export type { QuotaConfig, QuotaContender, QuotaRow, QuotaResult } from './quota.js';
 export type { TailConfig, TailContender, TailRow, TailResult } from './tail.js';
 export type { CapacityConfig, CapacityContender, CapacityRow, CapacityResult } from './capacity.js';
 export type { LayersConfig, LayersRow, LayersResult, LayersVariant } from './layers.js';
 export { parseScenario, parseScenarioText, parseSimPolicy, runScenario, SCENARIO_NAMES } from './config.js';
 export type { Scenario, ScenarioName, ScenarioResult } from './config.js';
-export { formatBrooker, formatOverload, formatLayers, formatCapacity, formatTail, formatResult, textTable } from './format.js';
+export { formatBrooker, formatOverload, formatLayers, formatCapacity, formatTail, formatQuota, formatResult, textTable } from './format.js';
 export { renderSimulationHtml } from './html.js';

@@ -14,7 +14,7 @@ function errorOf(f: () => unknown): RelentError {
 
 describe('scenario files: validated, errors name the field', () => {
   it.each([
-    [{ scenario: 'nope' }, 'scenario', /Expected `scenario` to be one of brooker, overload, layers, capacity, tail, got "nope"/],
+    [{ scenario: 'nope' }, 'scenario', /Expected `scenario` to be one of brooker, overload, layers, capacity, tail, quota, got "nope"/],
     [{}, 'scenario', /Expected `scenario`/],
     [{ scenario: 'overload', runs: 0 }, 'runs', /Expected `runs` to be an integer in \[1, 10000\], got 0/],
     [{ scenario: 'overload', arrivalsPerSecond: 10 }, 'arrivalsPerSecond', /Unknown field `arrivalsPerSecond`/],
