@@ -20,7 +20,7 @@ import { bodyDeadlineError, failureError, notReplayableError, RelentFetchError, 
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from '../shared/idempotency.js';
 import {
   asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, inherit, invalid, listenerOf, observeRateLimited, observeResponse, passOnNoRetry,
-  PROTECTION_DEFAULTS, timeoutOf, type ProtectionOptions,
+  PROTECTION_DEFAULTS, timeoutOf, withHeaders, type ProtectionOptions,
 } from './operation.js';
 
 /**
@@ -350,7 +350,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       maxRedirections: req.redirect === 'follow' ? maxRedirections : 0,
     };
     const attempt = prop.sends
-      ? (ctx: AttemptContext): Promise<AttemptHandler> => dispatchAttempt(dispatch, { ...dispatchOpts, headers: attemptHeaders(req.headers, prop, ctx) }, call, validStatus, ctx)
+      ? (ctx: AttemptContext): Promise<AttemptHandler> => dispatchAttempt(dispatch, withHeaders(dispatchOpts, attemptHeaders(req.headers, prop, ctx)), call, validStatus, ctx)
       : (ctx: AttemptContext): Promise<AttemptHandler> => dispatchAttempt(dispatch, dispatchOpts, call, validStatus, ctx);
     const { callerDeadlineMs, incoming } = inherit(prop);
     const runOptions: RunOptions<AttemptHandler | Response> = {
@@ -411,7 +411,8 @@ function settle(
 ): Response {
   // Built only for an error: a success never needs it.
   const where = (): string => whereOf(req.method, endpoint, r);
-  const limit = limitIn === null ? null : { ...limitIn, where, r };
+  // A literal, not `{ ...limitIn, where, r }`: keys added after a spread take V8's slow path (~1.5 µs).
+  const limit: BoundBodyLimit | null = limitIn === null ? null : { clock: limitIn.clock, remainingMs: limitIn.remainingMs, deadlineMs: limitIn.deadlineMs, where, r };
   if (r.outcome.ok) {
     const v = r.outcome.value;
     if (!(v instanceof AttemptHandler)) {

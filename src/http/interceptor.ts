@@ -13,7 +13,7 @@ import { bodyDeadlineError, failureError, notReplayableError, tooLongError, wait
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from '../shared/idempotency.js';
 import {
   asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, inherit, invalid, listenerOf, observeRateLimited, observeResponse, passOnNoRetry,
-  PROTECTION_DEFAULTS, timeoutOf, type ProtectionOptions,
+  PROTECTION_DEFAULTS, timeoutOf, withHeaders, withHeadersKey, type ProtectionOptions,
 } from './operation.js';
 
 type IncomingHttpHeaders = Record<string, string | string[] | undefined>;
@@ -278,7 +278,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
 
       const inHeader = opts.headers === undefined || opts.headers === null ? null : headerKey(opts.headers);
       const { key, header } = resolveIdempotencyKey(per.idempotencyKey ?? null, inHeader, autoKey, method, per.idempotent);
-      if (header !== null) opts = { ...opts, headers: withHeader(opts.headers, IDEMPOTENCY_KEY_HEADER, header) };
+      if (header !== null) opts = withHeaders(withHeadersKey(opts), withHeader(opts.headers, IDEMPOTENCY_KEY_HEADER, header));
 
       const body = opts.body;
       const stream = body !== undefined && body !== null && !replayable(body);
@@ -313,7 +313,8 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       let attempt: (ctx: AttemptContext) => Promise<AttemptHandler>;
       if (prop.sends) {
         const base = flatHeaders(opts.headers, prop.names);
-        attempt = (ctx) => dispatchAttempt(dispatch, { ...sendOpts, headers: attemptHeaders(base, prop, ctx) }, call, null, ctx);
+        const template = withHeadersKey(sendOpts);
+        attempt = (ctx) => dispatchAttempt(dispatch, withHeaders(template, attemptHeaders(base, prop, ctx)), call, null, ctx);
       } else {
         attempt = (ctx) => dispatchAttempt(dispatch, sendOpts, call, null, ctx);
       }

@@ -402,6 +402,23 @@ export function passOnNoRetry(incoming: IncomingCall | undefined, r: RunResult<u
   if (r.why === 'retry_after_no_retry' || saysNoRetry(r.last?.headers)) incoming.dependencySaidNoRetry();
 }
 
+/**
+ * Dispatch options with a `headers` key (`opts` itself when it has one): what
+ * `withHeaders()` copies. On Node 20, a property added to an object just made by a spread
+ * (`{ ...opts, headers }` when `opts` has no `headers`) takes V8's slow path, about 1 µs
+ * each time; a copy of an object that already has the key, then a store into it, does not.
+ */
+export function withHeadersKey(opts: Dispatcher.DispatchOptions): Dispatcher.DispatchOptions {
+  return 'headers' in opts ? opts : Object.assign({ headers: undefined }, opts);
+}
+
+/** A copy of `template` (one with a `headers` key: see withHeadersKey) with these headers: `{ ...template, headers }`, without the slow path. */
+export function withHeaders<O extends Dispatcher.DispatchOptions>(template: O, headers: Dispatcher.DispatchOptions['headers']): O {
+  const o = { ...template };
+  o.headers = headers;
+  return o;
+}
+
 /** Flat undici headers (`[name, value, …]`) of one attempt: the call's own plus the propagation headers. */
 export function attemptHeaders(base: readonly string[], p: ResolvedPropagation, ctx: AttemptContext): string[] {
   return appendPropagation(base.slice(), p, ctx.attempt, ctx.timeoutMs);
