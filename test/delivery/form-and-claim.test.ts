@@ -92,6 +92,14 @@ for (const factory of factories) describe(`${factory.name} formAndClaim: new bat
     expect((await s.formAndClaim!('p', ONE, clock.wallNow(), 10, LEASE, 'w1')).claimed).toHaveLength(2);
   });
 
+  it.skipIf(factory.name !== 'sqlite')('SQLite checkpoints its write-ahead log every 10,000 pages (not 1,000) and cuts the file back to 64 MB after one', async () => {
+    const s = await factory.open();
+    // Connection settings: read through the store's own connection.
+    const own = (s as unknown as { db: { pragma: (q: string, o: { simple: true }) => unknown } }).db;
+    expect([own.pragma('wal_autocheckpoint', { simple: true }), own.pragma('journal_size_limit', { simple: true }), own.pragma('journal_mode', { simple: true })])
+      .toEqual([10_000, 64 * 1024 * 1024, 'wal']);
+  });
+
   it.skipIf(factory.name !== 'postgres')('synchronousOutcomes in the store URL: true or false, anything else is refused naming the field', async () => {
     const s = await openStore(`${PG_URL}?schema=relent_test_syncout&synchronousOutcomes=true`);
     await s.close();
