@@ -44,7 +44,7 @@ export async function main({ quick = false } = {}) {
   const repetitions = [];
   for (let rep = 0; rep < 3; rep++) {
     const load = loadavg();
-    const rows = await compare(candidates, quick ? { iterations: 20_000, rounds: 3, warmup: 1 } : { rounds: 3, warmup: rep === 0 ? 2 : 1 });
+    const rows = await compare(candidates, quick ? { iterations: 20_000, rounds: 3, warmup: 1 } : { rounds: 3, warmup: rep === 0 ? 4 : 1 });
     repetitions.push({ load, rows });
   }
   const by = (rows, name) => rows.find((r) => r.name === name).nsPerOp;
