@@ -150,7 +150,8 @@ export interface Clock {
   wallNow(): number;
   /**
    * Calls `fn` after `ms` (clamped to [0, 2^31-1]); returns a function that cancels it.
-   * `now`, when given, is the caller's reading of now() (saves a clock read).
+   * `now`, when given, is the caller's reading of now() (saves a clock read): `ms` counts
+   * from it (it may be a little earlier than now when the caller read the clock first).
    */
   setTimer(fn: () => void, ms: number, now?: number): () => void;
 }

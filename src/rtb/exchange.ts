@@ -1183,6 +1183,7 @@ class Auction implements CallOwner {
       run = execute(call.attempt, {
         policy: p.policy,
         deadlineMs: left,
+        startedAt: now, // the reading `left` comes from: the partner gets every ms of it
         breaker: call.breaker,
         budget: p.budget,
         operationId: `${this.id}/${p.name}`,

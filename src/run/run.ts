@@ -128,6 +128,15 @@ export interface RunOptions<T> {
    * an incoming request's): the operation ends by then, whatever its own deadline.
    */
   readonly callerDeadlineMs?: number;
+  /**
+   * When the caller already read `clock.now()` for this call (a deadline it computed from
+   * that reading): the operation starts there. Without it, the executor shares one
+   * reading of the system clock, in whole ms, among the calls started in the same turn of
+   * the event loop, which may be a few ms old on a busy loop: fine for a 5 s deadline, not
+   * for a 100 ms auction, whose partners must get every ms they were given. Ignored when
+   * it is not a number or is later than now.
+   */
+  readonly startedAt?: number;
   /** This call's own attempt timeout (ms), instead of the policy's (longer or shorter). */
   readonly attemptTimeoutMs?: number;
   /** The shared retry budget (create one per client or dependency with createRetryBudget). */
@@ -578,7 +587,8 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   }
 
   start(): void {
-    const now = this.now();
+    const at = this.options.startedAt;
+    const now = at !== undefined && at <= this.clock.now() ? at : this.now();
     this.startedAt = now;
     if (this.breaker === null && this.bulkhead === null && this.limit === null && this.rate === null && this.hedging === null && !(this.callerSignal?.aborted ?? false)) {
       // The shortcut: the first call's limits are the core's (the same functions the
@@ -1096,7 +1106,8 @@ class FastRun<T> implements AttemptHandle, TimerRecord {
   }
 
   start(deadlineMs: number): void {
-    const now = turnNow();
+    const at = this.options.startedAt;
+    const now = at === undefined ? turnNow() : at <= performance.now() ? at : turnNow();
     const timeoutMs = attemptLimitMs(operationAttemptTimeoutMs(this.policy, this.options), deadlineMs, 0);
     this.timeoutMs = timeoutMs;
     this.remainingMs = deadlineMs;

@@ -97,9 +97,11 @@ export function createTestClock(options: TestClockOptions = {}): TestClock {
   const clock: TestClock = {
     now: () => now,
     wallNow: () => wallStart + (now - start),
-    setTimer(fn, ms) {
+    setTimer(fn, ms, at) {
       const delay = !(ms > 0) ? 0 : ms > MAX_TIMER_MS ? MAX_TIMER_MS : ms;
-      const t: Timer = { due: now + delay, seq: seq++, fn, cancelled: false };
+      // Counted from the caller's reading of now() when given, as the system clock does.
+      const from = at !== undefined && at <= now ? at : now;
+      const t: Timer = { due: from + delay, seq: seq++, fn, cancelled: false };
       push(t);
       live++;
       return () => {

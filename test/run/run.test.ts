@@ -124,6 +124,17 @@ describe('deadline and timeouts (R1, R2)', () => {
     expect(calls.map((c) => c.timeoutMs)).toEqual([30, 30, 30]);
     expect(calls.map((c) => c.remainingMs)).toEqual([90, 60, 30]);
   });
+  it('startedAt: the deadline counts from the caller\'s own clock reading (a later reading would give it ms it no longer has); a future or non-number one is ignored', async () => {
+    for (const [back, endsAt] of [[30, 70], [0, 100], [-50, 100], [Number.NaN, 100]] as const) {
+      const clock = createTestClock();
+      await clock.advanceAsync(1_000);
+      const calls: AttemptContext[] = [];
+      const hang = (ctx: AttemptContext) => { calls.push(ctx); return new Promise<never>(() => {}); };
+      const r = await drive(clock, execute(hang, { clock, deadlineMs: 100, startedAt: clock.now() - back, policy: { maxAttempts: 1 } }));
+      expect(r.reason).toBe('deadline_exceeded');
+      expect(clock.now() - 1_000, `startedAt now - ${back}`).toBe(endsAt);
+    }
+  });
   it('no call when the deadline is already spent: a 503 arriving at the deadline ends the operation', async () => {
     const clock = createTestClock();
     const calls: AttemptContext[] = [];
