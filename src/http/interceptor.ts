@@ -171,14 +171,21 @@ function flatten(headers: unknown): string[] {
 class Cancellation {
   aborted = false;
   reason: unknown = undefined;
-  private listeners: (() => void)[] | null = null;
+  /** The first listener (the executor's; most calls have no other): no array per call. */
+  private first: (() => void) | null = null;
+  private more: (() => void)[] | null = null;
 
   addEventListener(_type: 'abort', fn: () => void): void {
-    (this.listeners ??= []).push(fn);
+    if (this.first === null && this.more === null) this.first = fn;
+    else (this.more ??= new Array<() => void>()).push(fn);
   }
 
   removeEventListener(_type: 'abort', fn: () => void): void {
-    const l = this.listeners;
+    if (this.first === fn) {
+      this.first = null;
+      return;
+    }
+    const l = this.more;
     if (l === null) return;
     const i = l.indexOf(fn);
     if (i >= 0) l.splice(i, 1);
@@ -188,8 +195,11 @@ class Cancellation {
     if (this.aborted) return;
     this.aborted = true;
     this.reason = reason;
-    const l = this.listeners;
-    this.listeners = null;
+    const first = this.first;
+    const l = this.more;
+    this.first = null;
+    this.more = null;
+    if (first !== null) first();
     if (l !== null) for (const fn of l) fn();
   }
 

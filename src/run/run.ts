@@ -277,14 +277,36 @@ const ABORTED: Classified = { errorClass: 'aborted' };
  */
 function observation(c: Classified, elapsedMs: number): Observation {
   const r = c as { status?: number; errorClass?: ErrorClass; sent?: SendState; headers?: Readonly<Record<string, string>>; nbr?: number | null };
-  return {
-    status: r.status ?? null,
-    errorClass: r.errorClass ?? null,
-    sent: r.sent ?? undefined,
-    headers: r.headers ?? undefined,
-    nbr: r.nbr ?? null,
-    elapsedMs,
-  };
+  return new ObservationRecord(r.status ?? null, r.errorClass ?? null, r.sent ?? undefined, r.headers ?? undefined, r.nbr ?? null, elapsedMs);
+}
+
+/** An Observation made by `new` (a plain object all the same): see RunResultRecord. */
+const ObservationRecord = function ObservationRecord(
+  this: Record<string, unknown>, status: number | null, errorClass: ErrorClass | null, sent: SendState | undefined, headers: Readonly<Record<string, string>> | undefined,
+  nbr: number | null, elapsedMs: number,
+): void {
+  this.status = status;
+  this.errorClass = errorClass;
+  this.sent = sent;
+  this.headers = headers;
+  this.nbr = nbr;
+  this.elapsedMs = elapsedMs;
+} as unknown as new (
+  status: number | null, errorClass: ErrorClass | null, sent: SendState | undefined, headers: Readonly<Record<string, string>> | undefined, nbr: number | null, elapsedMs: number,
+) => Observation;
+ObservationRecord.prototype = Object.prototype;
+
+/** A successful outcome made by `new` (a plain object all the same): see RunResultRecord. */
+const OkOutcome = function OkOutcome(this: Record<string, unknown>, value: unknown): void {
+  this.ok = true;
+  this.value = value;
+} as unknown as new <T>(value: T) => { readonly ok: true; readonly value: T };
+OkOutcome.prototype = Object.prototype;
+
+/** How the last attempt ended with a value (made by `new`: see RunResultRecord). */
+class ValueOutcome<T> {
+  readonly kind = 'value' as const;
+  constructor(readonly value: T) {}
 }
 
 const round = (ms: number): number => Math.round(ms * 1000) / 1000;
@@ -944,7 +966,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   /** How the last attempt ended, for the outcome (built only off the success path). */
   private lastOutcome(): AttemptOutcome<T> | null {
     switch (this.settled) {
-      case Settled.Value: return { kind: 'value', value: this.payload as T };
+      case Settled.Value: return new ValueOutcome(this.payload as T);
       case Settled.Error: return { kind: 'error', error: this.payload };
       case Settled.Timeout: return TIMEOUT_OUTCOME;
       case Settled.Aborted: return ABORTED_OUTCOME;
@@ -1380,7 +1402,7 @@ function outcomeFor<T>(
   reason: TerminalReason, d: DecisionResult | null, lastOutcome: AttemptOutcome<T> | null, last: Observation | null,
   operationId: string, attempts: number, signal: AbortSignal | undefined,
 ): RunResult<T>['outcome'] {
-  if (lastOutcome?.kind === 'value' && reason !== 'check_state' && reason !== 'defer' && reason !== 'cancelled') return { ok: true, value: lastOutcome.value };
+  if (lastOutcome?.kind === 'value' && reason !== 'check_state' && reason !== 'defer' && reason !== 'cancelled') return new OkOutcome(lastOutcome.value);
   if (lastOutcome?.kind === 'error' && reason !== 'cancelled' && reason !== 'check_state' && reason !== 'defer') {
     return { ok: false, error: lastOutcome.error };
   }
