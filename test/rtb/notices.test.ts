@@ -229,7 +229,8 @@ describe('durable notices: keys, events and shutdown', () => {
     const ex = createExchange(exchangeConfig([partnerConfig('dsp', p.url)], { warmup: false, notices: { win: 'source', billing: 'on-win', store: `sqlite:${join(dir, 'inproc.db')}`, worker: { pollMs: 50 } } }));
     open.push({ close: () => ex.close() });
     expect((await ex.auction(bidRequest({ id: 'inproc-1' }))).status).toBe(200);
-    for (let i = 0; i < 300 && r.unique.size < 1; i++) await sleep(10);
+    // The receiver counts a notice when it gets it; the exchange, once the answer is back: wait for both.
+    for (let i = 0; i < 300 && (r.unique.size < 1 || ex.stats().notices.billing.delivered < 1); i++) await sleep(10);
     expect([...r.unique.keys()]).toEqual(['/bill:inproc-1:1']);
     expect(ex.stats().notices.billing).toMatchObject({ sent: 1, stored: 1, delivered: 1 });
   });
