@@ -1,7 +1,7 @@
 import { createLimitAlgorithm, normalizeLimitSpec, type LimitAlgorithm, type LimitSpec } from '../core/concurrency.js';
 import { createSeededRandom } from '../core/random.js';
 import type { ProgressFn } from './common.js';
-import { streamSeed } from './engine.js';
+import { round2, sortedQuantile, streamSeed, Timeline } from './engine.js';
 
 /**
  * A dependency that loses capacity, in virtual time: operations arrive open-loop
@@ -80,65 +80,6 @@ export interface CapacityRow {
 export interface CapacityResult {
   readonly config: CapacityConfig;
   readonly rows: readonly CapacityRow[];
-}
-
-/** The q-quantile of sorted values (NaN when none). */
-function pct(sorted: readonly number[], q: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
-}
-
-const round = (v: number): number => (Number.isFinite(v) ? Math.round(v * 100) / 100 : v);
-
-/** A binary heap of timed callbacks (time, then insertion order). */
-class Timeline {
-  private readonly t: number[] = [];
-  private readonly s: number[] = [];
-  private readonly f: (() => void)[] = [];
-  private seq = 0;
-  get size(): number {
-    return this.t.length;
-  }
-  push(time: number, fn: () => void): void {
-    const t = this.t, s = this.s, f = this.f;
-    let i = t.length;
-    t.push(time);
-    s.push(this.seq++);
-    f.push(fn);
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      if (t[p]! < t[i]! || (t[p] === t[i] && s[p]! < s[i]!)) break;
-      this.swap(i, p);
-      i = p;
-    }
-  }
-  /** Removes the earliest; returns its time and callback. */
-  pop(): [number, () => void] {
-    const t = this.t, s = this.s, f = this.f;
-    const top: [number, () => void] = [t[0]!, f[0]!];
-    const last = t.length - 1;
-    this.swap(0, last);
-    t.pop();
-    s.pop();
-    f.pop();
-    let i = 0;
-    for (;;) {
-      const l = 2 * i + 1, r = l + 1;
-      let m = i;
-      if (l < t.length && (t[l]! < t[m]! || (t[l] === t[m] && s[l]! < s[m]!))) m = l;
-      if (r < t.length && (t[r]! < t[m]! || (t[r] === t[m] && s[r]! < s[m]!))) m = r;
-      if (m === i) break;
-      this.swap(i, m);
-      i = m;
-    }
-    return top;
-  }
-  private swap(a: number, b: number): void {
-    const t = this.t, s = this.s, f = this.f;
-    [t[a], t[b]] = [t[b]!, t[a]!];
-    [s[a], s[b]] = [s[b]!, s[a]!];
-    [f[a], f[b]] = [f[b]!, f[a]!];
-  }
 }
 
 function runOne(c: CapacityConfig, contender: CapacityContender): CapacityRow {
@@ -256,7 +197,7 @@ function runOne(c: CapacityConfig, contender: CapacityContender): CapacityRow {
   q.push(0, arrive);
   let nextSample = 0;
   while (q.size > 0) {
-    const [t, fn] = q.pop();
+    const { t, f: fn } = q.pop();
     while (nextSample <= t) {
       samples.push([nextSample, inFlight]);
       if (nextSample % 250 === 0) {
@@ -278,16 +219,16 @@ function runOne(c: CapacityConfig, contender: CapacityContender): CapacityRow {
   const during = samples.filter(([t]) => t >= c.dropAtMs + 2000 && t < dropEnd).map(([, n]) => n).sort((a, b) => a - b);
   healthy.sort((a, b) => a - b);
   degraded.sort((a, b) => a - b);
-  const h = pct(healthy, 0.5);
-  const d = pct(degraded, 0.5);
+  const h = sortedQuantile(healthy, 0.5);
+  const d = sortedQuantile(degraded, 0.5);
   return {
     name: contender.name,
     convergedMs: converged,
-    inFlightP50: pct(during, 0.5),
-    inFlightP99: pct(during, 0.99),
-    healthyLatencyP50: round(h),
-    dropLatencyP50: round(d),
-    latencyRatio: h > 0 ? round(d / h) : 0,
+    inFlightP50: sortedQuantile(during, 0.5),
+    inFlightP99: sortedQuantile(during, 0.99),
+    healthyLatencyP50: round2(h),
+    dropLatencyP50: round2(d),
+    latencyRatio: h > 0 ? round2(d / h) : 0,
     ok,
     failed,
     failedInDrop,

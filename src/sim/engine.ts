@@ -224,3 +224,61 @@ export class Sampler {
 export function streamSeed(seed: number | string, ...parts: (string | number)[]): string {
   return `${String(seed)}:${parts.join(':')}`;
 }
+
+/** The q-quantile of sorted values (NaN when none): the smallest value with at least q of them at or below it. */
+export function sortedQuantile(sorted: readonly number[], q: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
+}
+
+/** Rounded to two decimals for the tables (NaN and Infinity kept). */
+export const round2 = (v: number): number => (Number.isFinite(v) ? Math.round(v * 100) / 100 : v);
+
+/** Timed callbacks in time order (then insertion order): a binary heap. */
+export class Timeline {
+  private readonly h: { t: number; s: number; f: () => void }[] = [];
+  private seq = 0;
+  get size(): number {
+    return this.h.length;
+  }
+  push(t: number, f: () => void): void {
+    const h = this.h;
+    const e = { t, s: this.seq++, f };
+    let i = h.length;
+    h.push(e);
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      const a = h[p]!;
+      if (a.t < t || (a.t === t && a.s < e.s)) break;
+      h[i] = a;
+      i = p;
+    }
+    h[i] = e;
+  }
+  pop(): { t: number; f: () => void } {
+    const h = this.h;
+    const top = h[0]!;
+    const last = h.pop()!;
+    if (h.length > 0) {
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1, r = l + 1;
+        let m = -1;
+        let best = last;
+        if (l < h.length && (h[l]!.t < best.t || (h[l]!.t === best.t && h[l]!.s < best.s))) {
+          m = l;
+          best = h[l]!;
+        }
+        if (r < h.length && (h[r]!.t < best.t || (h[r]!.t === best.t && h[r]!.s < best.s))) {
+          m = r;
+          best = h[r]!;
+        }
+        if (m < 0) break;
+        h[i] = h[m]!;
+        i = m;
+      }
+      h[i] = last;
+    }
+    return top;
+  }
+}

@@ -5,7 +5,7 @@ import { createTokenBucket, normalizeRateLimit, observeRateAnswer, type RateLimi
 import type { Observation } from '../core/types.js';
 import { resolvePolicyInput } from '../presets/index.js';
 import type { ProgressFn } from './common.js';
-import { streamSeed } from './engine.js';
+import { round2, sortedQuantile, streamSeed, Timeline } from './engine.js';
 
 /**
  * A dependency that publishes a quota, in virtual time: operations arrive open-loop
@@ -76,62 +76,6 @@ export interface QuotaRow {
 export interface QuotaResult {
   readonly config: QuotaConfig;
   readonly rows: readonly QuotaRow[];
-}
-
-function pct(sorted: readonly number[], q: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
-}
-
-const round = (v: number): number => (Number.isFinite(v) ? Math.round(v * 100) / 100 : v);
-
-/** Timed callbacks in time order (then insertion order): a binary heap. */
-class Timeline {
-  private readonly h: { t: number; s: number; f: () => void }[] = [];
-  private seq = 0;
-  get size(): number {
-    return this.h.length;
-  }
-  push(t: number, f: () => void): void {
-    const h = this.h;
-    const e = { t, s: this.seq++, f };
-    let i = h.length;
-    h.push(e);
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      const a = h[p]!;
-      if (a.t < t || (a.t === t && a.s < e.s)) break;
-      h[i] = a;
-      i = p;
-    }
-    h[i] = e;
-  }
-  pop(): { t: number; f: () => void } {
-    const h = this.h;
-    const top = h[0]!;
-    const last = h.pop()!;
-    if (h.length > 0) {
-      let i = 0;
-      for (;;) {
-        const l = 2 * i + 1, r = l + 1;
-        let m = -1;
-        let best = last;
-        if (l < h.length && (h[l]!.t < best.t || (h[l]!.t === best.t && h[l]!.s < best.s))) {
-          m = l;
-          best = h[l]!;
-        }
-        if (r < h.length && (h[r]!.t < best.t || (h[r]!.t === best.t && h[r]!.s < best.s))) {
-          m = r;
-          best = h[r]!;
-        }
-        if (m < 0) break;
-        h[i] = h[m]!;
-        i = m;
-      }
-      h[i] = last;
-    }
-    return top;
-  }
 }
 
 function runOne(c: QuotaConfig, k: QuotaContender): QuotaRow {
@@ -254,14 +198,14 @@ function runOne(c: QuotaConfig, k: QuotaContender): QuotaRow {
   return {
     name: k.name,
     operations: ops,
-    sentPerSec: round(sent / (Math.max(end, c.durationMs) / 1000)),
+    sentPerSec: round2(sent / (Math.max(end, c.durationMs) / 1000)),
     throttled,
     succeeded: ok,
     refused,
     failed,
-    amplification: ops === 0 ? 0 : round(sent / ops),
-    p50: round(pct(latencies, 0.5)),
-    p99: round(pct(latencies, 0.99)),
+    amplification: ops === 0 ? 0 : round2(sent / ops),
+    p50: round2(sortedQuantile(latencies, 0.5)),
+    p99: round2(sortedQuantile(latencies, 0.99)),
   };
 }
 

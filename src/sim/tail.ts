@@ -5,7 +5,7 @@ import { resolvePolicyInput } from '../presets/index.js';
 import { createSeededRandom } from '../core/random.js';
 import type { Observation } from '../core/types.js';
 import type { ProgressFn } from './common.js';
-import { streamSeed } from './engine.js';
+import { round2, sortedQuantile, streamSeed, Timeline } from './engine.js';
 
 /**
  * A dependency with a slow tail, in virtual time, and what hedging does about it: GETs
@@ -77,62 +77,6 @@ export interface TailRow {
 export interface TailResult {
   readonly config: TailConfig;
   readonly rows: readonly TailRow[];
-}
-
-function pct(sorted: readonly number[], q: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
-}
-
-const round = (v: number): number => (Number.isFinite(v) ? Math.round(v * 100) / 100 : v);
-
-/** Timed callbacks in time order (then insertion order): a binary heap. */
-class Timeline {
-  private readonly h: { t: number; s: number; f: () => void }[] = [];
-  private seq = 0;
-  get size(): number {
-    return this.h.length;
-  }
-  push(t: number, f: () => void): void {
-    const h = this.h;
-    const e = { t, s: this.seq++, f };
-    let i = h.length;
-    h.push(e);
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      const a = h[p]!;
-      if (a.t < t || (a.t === t && a.s < e.s)) break;
-      h[i] = a;
-      i = p;
-    }
-    h[i] = e;
-  }
-  pop(): { t: number; f: () => void } {
-    const h = this.h;
-    const top = h[0]!;
-    const last = h.pop()!;
-    if (h.length > 0) {
-      let i = 0;
-      for (;;) {
-        const l = 2 * i + 1, r = l + 1;
-        let m = -1;
-        let best = last;
-        if (l < h.length && (h[l]!.t < best.t || (h[l]!.t === best.t && h[l]!.s < best.s))) {
-          m = l;
-          best = h[l]!;
-        }
-        if (r < h.length && (h[r]!.t < best.t || (h[r]!.t === best.t && h[r]!.s < best.s))) {
-          m = r;
-          best = h[r]!;
-        }
-        if (m < 0) break;
-        h[i] = h[m]!;
-        i = m;
-      }
-      h[i] = last;
-    }
-    return top;
-  }
 }
 
 function runOne(c: TailConfig, k: TailContender): TailRow {
@@ -232,16 +176,16 @@ function runOne(c: TailConfig, k: TailContender): TailRow {
   latencies.sort((a, b) => a - b);
   return {
     name: k.name,
-    p50: round(pct(latencies, 0.5)),
-    p99: round(pct(latencies, 0.99)),
-    p999: round(pct(latencies, 0.999)),
-    extra: ops === 0 ? 0 : round(sent / ops - 1),
+    p50: round2(sortedQuantile(latencies, 0.5)),
+    p99: round2(sortedQuantile(latencies, 0.99)),
+    p999: round2(sortedQuantile(latencies, 0.999)),
+    extra: ops === 0 ? 0 : round2(sent / ops - 1),
     failed,
     hedges,
     hedgesWon: won,
     failingOperations: fOps,
     failingHedges: fHedges,
-    failingAmplification: fOps === 0 ? 0 : round(fSent / fOps),
+    failingAmplification: fOps === 0 ? 0 : round2(fSent / fOps),
   };
 }
 
