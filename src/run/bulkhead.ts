@@ -1,4 +1,5 @@
 import { invalidPolicy, RelentError } from '../core/errors.js';
+import { WaiterQueue, type Waiter } from './waiters.js';
 
 /**
  * A bulkhead: a cap on the calls in flight to one dependency, with a bounded
@@ -38,14 +39,6 @@ export interface Bulkhead {
 
 const RESOLVED: Promise<void> = Promise.resolve();
 
-interface Waiter {
-  prev: Waiter | null;
-  next: Waiter | null;
-  resolve: () => void;
-  reject: (reason: unknown) => void;
-  signal: AbortSignal | null;
-  onAbort: (() => void) | null;
-}
 
 const MAX = 1e9;
 
@@ -66,11 +59,12 @@ export function createBulkhead(options: BulkheadOptions = {}): Bulkhead {
 class Semaphore implements Bulkhead {
   readonly options: ResolvedBulkheadOptions;
   active = 0;
-  queued = 0;
   private readonly max: number;
   private readonly maxQueue: number;
-  private head: Waiter | null = null;
-  private tail: Waiter | null = null;
+  private readonly waiters = new WaiterQueue<Waiter>();
+  get queued(): number {
+    return this.waiters.size;
+  }
 
   constructor(options: ResolvedBulkheadOptions) {
     this.options = options;
@@ -97,26 +91,16 @@ class Semaphore implements Bulkhead {
         `The bulkhead is full (${this.active} of ${this.max} calls in flight, ${this.queued} of ${this.maxQueue} queued)`));
     }
     return new Promise<void>((resolve, reject) => {
-      const w: Waiter = { prev: this.tail, next: null, resolve, reject, signal: signal ?? null, onAbort: null };
-      if (this.tail) this.tail.next = w;
-      else this.head = w;
-      this.tail = w;
-      this.queued++;
-      if (signal) {
-        w.onAbort = () => {
-          this.unlink(w);
-          reject(signal.reason);
-        };
-        signal.addEventListener('abort', w.onAbort, { once: true });
-      }
+      const w: Waiter = { prev: null, next: null, resolve, reject, signal: signal ?? null, onAbort: null };
+      this.waiters.push(w);
     });
   }
 
   release(): void {
-    const w = this.head;
+    const w = this.waiters.head;
     if (w !== null) {
       // Hand the slot straight to the longest waiter: `active` does not change.
-      this.unlink(w);
+      this.waiters.remove(w);
       w.resolve();
       return;
     }
@@ -124,13 +108,4 @@ class Semaphore implements Bulkhead {
     this.active--;
   }
 
-  private unlink(w: Waiter): void {
-    if (w.prev) w.prev.next = w.next;
-    else this.head = w.next;
-    if (w.next) w.next.prev = w.prev;
-    else this.tail = w.prev;
-    w.prev = w.next = null;
-    this.queued--;
-    if (w.signal !== null && w.onAbort !== null) w.signal.removeEventListener('abort', w.onAbort);
-  }
 }

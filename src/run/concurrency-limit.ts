@@ -1,5 +1,6 @@
 import { createLimitAlgorithm, type LimitAlgorithm, type LimitChange, type LimitSpec, type ResolvedLimitSpec } from '../core/concurrency.js';
 import { invalidPolicy, RelentError } from '../core/errors.js';
+import { WaiterQueue, type Waiter } from './waiters.js';
 
 /**
  * An adaptive concurrency limit for one dependency: the calls in flight stay within a
@@ -66,14 +67,6 @@ export interface ConcurrencyLimit {
   release(outcome?: LimitOutcome | null): void;
 }
 
-interface Waiter {
-  prev: Waiter | null;
-  next: Waiter | null;
-  resolve: () => void;
-  reject: (reason: unknown) => void;
-  signal: AbortSignal | null;
-  onAbort: (() => void) | null;
-}
 
 const RESOLVED: Promise<void> = Promise.resolve();
 
@@ -106,9 +99,10 @@ export function isConcurrencyLimit(v: unknown): v is ConcurrencyLimit {
 
 class Limit implements ConcurrencyLimit {
   active = 0;
-  queued = 0;
-  private head: Waiter | null = null;
-  private tail: Waiter | null = null;
+  private readonly waiters = new WaiterQueue<Waiter>();
+  get queued(): number {
+    return this.waiters.size;
+  }
   private readonly name: string | null;
   private readonly onEvent: ((event: LimitEvent) => void) | null;
   private readonly wallNow: () => number;
@@ -141,7 +135,7 @@ class Limit implements ConcurrencyLimit {
 
   acquire(signal?: AbortSignal | null): Promise<void> {
     if (signal?.aborted) return Promise.reject(signal.reason);
-    if (this.head === null && this.active < this.algorithm.limit) {
+    if (this.waiters.head === null && this.active < this.algorithm.limit) {
       this.active++;
       return RESOLVED;
     }
@@ -150,18 +144,8 @@ class Limit implements ConcurrencyLimit {
         `The concurrency limit${this.name ? ` of ${this.name}` : ''} is reached (${this.active} of ${this.algorithm.limit} calls in flight, ${this.queued} of ${this.maxQueue} queued)`));
     }
     return new Promise<void>((resolve, reject) => {
-      const w: Waiter = { prev: this.tail, next: null, resolve, reject, signal: signal ?? null, onAbort: null };
-      if (this.tail) this.tail.next = w;
-      else this.head = w;
-      this.tail = w;
-      this.queued++;
-      if (signal) {
-        w.onAbort = () => {
-          this.unlink(w);
-          reject(signal.reason);
-        };
-        signal.addEventListener('abort', w.onAbort, { once: true });
-      }
+      const w: Waiter = { prev: null, next: null, resolve, reject, signal: signal ?? null, onAbort: null };
+      this.waiters.push(w);
     });
   }
 
@@ -179,21 +163,12 @@ class Limit implements ConcurrencyLimit {
     }
     this.active--;
     // Hand free slots to the longest waiters (the limit may have grown).
-    while (this.head !== null && this.active < this.algorithm.limit) {
-      const w = this.head;
-      this.unlink(w);
+    while (this.waiters.head !== null && this.active < this.algorithm.limit) {
+      const w = this.waiters.head;
+      this.waiters.remove(w);
       this.active++;
       w.resolve();
     }
   }
 
-  private unlink(w: Waiter): void {
-    if (w.prev) w.prev.next = w.next;
-    else this.head = w.next;
-    if (w.next) w.next.prev = w.prev;
-    else this.tail = w.prev;
-    w.prev = w.next = null;
-    this.queued--;
-    if (w.signal !== null && w.onAbort !== null) w.signal.removeEventListener('abort', w.onAbort);
-  }
 }

@@ -2,6 +2,7 @@ import { invalidPolicy, RelentError } from '../core/errors.js';
 import { createTokenBucket, type RateLimitSpec, type ResolvedRateLimitSpec, type TokenBucket, type TokenBucketState } from '../core/token-bucket.js';
 import type { Clock } from '../core/types.js';
 import { systemClock } from '../shared/clock.js';
+import { WaiterQueue, type Waiter } from './waiters.js';
 
 /**
  * A rate limit on the calls to one dependency, as the executor uses it: a call takes a
@@ -31,15 +32,9 @@ export interface RateLimiter {
   state(now: number): TokenBucketState & { readonly queued: number };
 }
 
-interface Waiter {
-  prev: Waiter | null;
-  next: Waiter | null;
+interface RateWaiter extends Waiter {
   /** The latest monotonic time this caller may still get its token. */
   until: number;
-  resolve: () => void;
-  reject: (reason: unknown) => void;
-  signal: AbortSignal | null;
-  onAbort: (() => void) | null;
 }
 
 /** Makes a rate limiter from a spec (a bucket of this process) or around a bucket (e.g. a fleet's share). */
@@ -54,9 +49,10 @@ function isBucket(v: object): v is TokenBucket {
 }
 
 class Limiter implements RateLimiter {
-  queued = 0;
-  private head: Waiter | null = null;
-  private tail: Waiter | null = null;
+  private readonly waiters = new WaiterQueue<RateWaiter>();
+  get queued(): number {
+    return this.waiters.size;
+  }
   private cancelTimer: (() => void) | null = null;
   private timerAt = Infinity;
 
@@ -68,7 +64,7 @@ class Limiter implements RateLimiter {
 
   tryAcquire(now: number): boolean {
     this.bucket.arrived(now);
-    return this.head === null && this.bucket.tryTake(now);
+    return this.waiters.head === null && this.bucket.tryTake(now);
   }
 
   acquire(now: number, remainingMs: number, signal?: AbortSignal | null): Promise<void> {
@@ -77,19 +73,8 @@ class Limiter implements RateLimiter {
     const at = this.bucket.readyAt(now, this.queued);
     if (at - now > bound) return Promise.reject(this.refusal(at - now, bound));
     return new Promise<void>((resolve, reject) => {
-      const w: Waiter = { prev: this.tail, next: null, until: now + bound, resolve, reject, signal: signal ?? null, onAbort: null };
-      if (this.tail) this.tail.next = w;
-      else this.head = w;
-      this.tail = w;
-      this.queued++;
-      if (signal) {
-        w.onAbort = () => {
-          this.unlink(w);
-          reject(signal.reason);
-          this.arm(this.clock.now());
-        };
-        signal.addEventListener('abort', w.onAbort, { once: true });
-      }
+      const w: RateWaiter = { prev: null, next: null, until: now + bound, resolve, reject, signal: signal ?? null, onAbort: null };
+      this.waiters.push(w, () => this.arm(this.clock.now()));
       this.arm(now);
     });
   }
@@ -102,17 +87,17 @@ class Limiter implements RateLimiter {
 
   /** Serves the first in line as far as tokens allow, then sets one timer for the next. */
   private arm(now: number): void {
-    while (this.head !== null) {
-      const w = this.head;
+    while (this.waiters.head !== null) {
+      const w = this.waiters.head;
       if (this.bucket.tryTake(now)) {
-        this.unlink(w);
+        this.waiters.remove(w);
         w.resolve();
         continue;
       }
       const at = this.bucket.readyAt(now, 0);
       if (at > w.until) {
         // A server's wait (or a lowered share) pushed its token past what it may wait.
-        this.unlink(w);
+        this.waiters.remove(w);
         w.reject(this.refusal(at - now, w.until - now));
         continue;
       }
@@ -136,15 +121,6 @@ class Limiter implements RateLimiter {
     this.arm(this.clock.now());
   }
 
-  private unlink(w: Waiter): void {
-    if (w.prev) w.prev.next = w.next;
-    else this.head = w.next;
-    if (w.next) w.next.prev = w.prev;
-    else this.tail = w.prev;
-    w.prev = w.next = null;
-    this.queued--;
-    if (w.signal !== null && w.onAbort !== null) w.signal.removeEventListener('abort', w.onAbort);
-  }
 
   state(now: number): TokenBucketState & { readonly queued: number } {
     return { ...this.bucket.state(now), queued: this.queued };
