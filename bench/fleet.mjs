@@ -14,26 +14,11 @@ import { fork } from 'node:child_process';
 import http from 'node:http';
 import { loadavg } from 'node:os';
 import { pathToFileURL } from 'node:url';
-import { compare, printTable } from './harness.mjs';
+import { compare, connectRedis, printTable } from './harness.mjs';
 
 const REDIS_URL = process.env.RELENT_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
 const load = () => loadavg().map((x) => x.toFixed(2)).join(' ');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function redisReachable() {
-  const { Redis } = await import('ioredis');
-  const r = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false, connectTimeout: 2000 });
-  r.on('error', () => {});
-  try {
-    await r.connect();
-    await r.ping();
-    return true;
-  } catch {
-    return false;
-  } finally {
-    r.disconnect();
-  }
-}
 
 async function dropPrefix(prefix) {
   const { Redis } = await import('ioredis');
@@ -223,7 +208,9 @@ async function fullSize(quick, prefix) {
 }
 
 export async function main({ quick = false } = {}) {
-  if (!(await redisReachable())) {
+  const probe = await connectRedis(REDIS_URL);
+  probe?.disconnect();
+  if (probe === null) {
     console.log(`\nRedis at ${REDIS_URL} unreachable: the fleet benchmarks are skipped`);
     return null;
   }

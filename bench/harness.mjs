@@ -51,3 +51,18 @@ export function printTable(title, rows, { baseline, note } = {}) {
     console.log(`${r.name.padEnd(w)}  ${r.nsPerOp.toFixed(1).padStart(10)}  ${Math.round(r.opsPerSec).toLocaleString('en-US').padStart(12)}${base ? `  ${ratio.padStart(16)}` : ''}`);
   }
 }
+
+/** A connected ioredis client of `url`, or null when Redis does not answer within 2 s (the caller skips its bench). */
+export async function connectRedis(url) {
+  const { Redis } = await import('ioredis');
+  const r = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false, connectTimeout: 2000 });
+  r.on('error', () => {});
+  try {
+    await r.connect();
+    await r.ping();
+    return r;
+  } catch {
+    r.disconnect();
+    return null;
+  }
+}

@@ -10,26 +10,13 @@ import http from 'node:http';
 import { loadavg } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { connectRedis } from './harness.mjs';
 
 const REDIS_URL = process.env.RELENT_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
 const MEMBER = fileURLToPath(new URL('./workers/rate-member.mjs', import.meta.url));
 
-async function redisReachable() {
-  const { Redis } = await import('ioredis');
-  const r = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false, connectTimeout: 2000 });
-  r.on('error', () => {});
-  try {
-    await r.connect();
-    await r.ping();
-    return r;
-  } catch {
-    r.disconnect();
-    return null;
-  }
-}
-
 export async function main({ quick = false } = {}) {
-  const redis = await redisReachable();
+  const redis = await connectRedis(REDIS_URL);
   if (redis === null) {
     console.log(`rate: Redis at ${REDIS_URL} is unreachable: skipped`);
     return;

@@ -438,14 +438,7 @@ class PostgresStore implements DeliveryStore {
       if (rows.length === 0) return { formed: 0, nextAt: null };
       const { cuts, nextAt } = cutBatches(destination, rows, limits, now, maxBatches, rows.length < limit);
       if (cuts.length === 0) return { formed: 0, nextAt };
-      const itemIds: number[] = [];
-      const itemBatch: number[] = [];
-      cuts.forEach((cut, i) => {
-        for (const r of cut.rows) {
-          itemIds.push(r.id);
-          itemBatch.push(i + 1);
-        }
-      });
+      const { itemIds, itemBatch } = itemsOfCuts(cuts);
       // The batches and their items' batch_id in one statement (ordinality ties them).
       await this.run(c, `
         WITH b AS (
@@ -478,14 +471,7 @@ class PostgresStore implements DeliveryStore {
       const { cuts, nextAt } = cutBatches(destination, rows, limits, now, maxBatches, rows.length < limit);
       if (cuts.length === 0) return { claimed: [], nextAt };
       const until = now + leaseMs;
-      const itemIds: number[] = [];
-      const itemBatch: number[] = [];
-      cuts.forEach((cut, i) => {
-        for (const r of cut.rows) {
-          itemIds.push(r.id);
-          itemBatch.push(i + 1);
-        }
-      });
+      const { itemIds, itemBatch } = itemsOfCuts(cuts);
       // The batches, born leased to `owner` (token 1, as a first claim leaves it), and their items' batch_id.
       const made = await this.run<{ id: number; o: number }>(c, `
         WITH b AS (
@@ -857,4 +843,17 @@ class PostgresStore implements DeliveryStore {
     await this.pool.end().catch(() => {});
     if (this.outcomePool !== this.pool) await this.outcomePool.end().catch(() => {});
   }
+}
+
+/** The items of cut batches as two parallel arrays for one statement: each item's id and its batch's ordinal (1-based). */
+function itemsOfCuts(cuts: readonly { readonly rows: readonly { readonly id: number }[] }[]): { itemIds: number[]; itemBatch: number[] } {
+  const itemIds: number[] = [];
+  const itemBatch: number[] = [];
+  cuts.forEach((cut, i) => {
+    for (const r of cut.rows) {
+      itemIds.push(r.id);
+      itemBatch.push(i + 1);
+    }
+  });
+  return { itemIds, itemBatch };
 }
