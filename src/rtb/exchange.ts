@@ -21,6 +21,7 @@ import { answerObservation, Partner, PartnerCall, type CallOwner, type PartnerCo
 import { selectWinners, type BidFate, type BidRejection, type Candidate, type Selection } from './select.js';
 import { bump, Histogram, round, type LatencySummary } from './stats.js';
 import type { ExchangeHistograms } from './stats-merge.js';
+import { TimerLanes } from './timer-lanes.js';
 import { startStandIn } from './warm.js';
 
 /** How one partner fared in one auction. */
@@ -361,6 +362,8 @@ export function exchangeHistograms(exchange: Exchange): ExchangeHistograms {
 class ExchangeImpl implements Exchange {
   readonly config: ResolvedExchangeConfig;
   readonly clock: Clock;
+  /** The auctions' deadlines and the partner calls' timers: at a shared deadline, answers first. */
+  readonly lanes: TimerLanes;
   readonly random: Random;
   readonly partners: Partner[];
   readonly onEvent: ((e: RelentEvent) => void) | undefined;
@@ -398,6 +401,7 @@ class ExchangeImpl implements Exchange {
   constructor(config: ResolvedExchangeConfig, o: ExchangeOptions) {
     this.config = config;
     this.clock = o.clock ?? systemClock;
+    this.lanes = new TimerLanes(this.clock);
     this.random = o.random ?? systemRandom;
     const userEvent = o.onEvent ?? null;
     this.onEvent = userEvent === null ? undefined : (e) => {
@@ -1121,7 +1125,7 @@ class Auction implements CallOwner {
     private readonly tmaxGiven: boolean,
   ) {
     this.id = `${auctionPrefix}-${(++auctionCounter).toString(36)}`;
-    this.clock = ex.clock;
+    this.clock = ex.lanes.calls;
     this.requestId = request.id;
     this.deadlineAt = startedAt + windowMs;
     this.results = new Array<PartnerResult | null>(ex.partners.length).fill(null);
@@ -1150,7 +1154,7 @@ class Auction implements CallOwner {
       if (this.work !== null) this.work.run(callAll, this);
       else callAll(this);
       if (this.pending === 0) this.finish();
-      else if (!this.closed) this.cancelTimer = this.clock.setTimer(this.onDeadline, this.deadlineAt - this.clock.now());
+      else if (!this.closed) this.cancelTimer = this.ex.lanes.answers.setTimer(this.onDeadline, this.deadlineAt - this.clock.now());
     });
   }
 
