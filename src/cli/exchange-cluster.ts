@@ -176,6 +176,8 @@ export interface WorkerSetup {
   readonly port: number | undefined;
   readonly host: string | undefined;
   readonly processes: number;
+  /** This worker's slot, 0-based (its part of each partner's maxConcurrency). */
+  readonly processIndex: number;
   readonly onEvent?: ((e: RelentEvent) => void) | null;
   readonly onAuction?: ExchangeOptions['onAuction'];
   readonly onLimitChange?: ExchangeOptions['onLimitChange'];
@@ -241,6 +243,7 @@ export async function runExchangeWorker(setup: WorkerSetup): Promise<number> {
     exchange = createExchange(setup.config as never, {
       fleet: fleet?.fleet ?? null,
       processes: setup.processes,
+      processIndex: setup.processIndex,
       noticeOutlet: new IpcOutlet((setup.config as ResolvedExchangeConfig).notices?.store ?? 'memory'),
       onEvent: setup.onEvent ?? null,
       onAuction: setup.onAuction ?? null,
@@ -364,7 +367,8 @@ export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses
   };
 
   const fork = (slot?: Slot): Slot => {
-    const worker = cluster.fork({ ...o.env, RELENT_EXCHANGE_WORKERS: String(o.workers) });
+    const index = slot === undefined ? slots.length : slots.indexOf(slot);
+    const worker = cluster.fork({ ...o.env, RELENT_EXCHANGE_WORKERS: String(o.workers), RELENT_EXCHANGE_SLOT: String(index) });
     const s: Slot = slot ?? { worker, part: null, past: [], mem: null, ready: false };
     if (slot) {
       if (slot.part !== null) slot.past.push(slot.part);

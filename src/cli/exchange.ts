@@ -248,7 +248,7 @@ export async function exchangeCommand(argv: string[], io: Io): Promise<number> {
   if (isExchangeWorker()) {
     try {
       return await runExchangeWorker({
-        config: raw, fleet: config.fleet, port, host: values.host, processes: Number(process.env.RELENT_EXCHANGE_WORKERS), onEvent: events?.onEvent ?? null, onAuction, onLimitChange,
+        config: raw, fleet: config.fleet, port, host: values.host, processes: Number(process.env.RELENT_EXCHANGE_WORKERS), processIndex: Number(process.env.RELENT_EXCHANGE_SLOT ?? 0), onEvent: events?.onEvent ?? null, onAuction, onLimitChange,
       });
     } finally {
       closeSinks();

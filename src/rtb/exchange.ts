@@ -142,10 +142,16 @@ export interface ExchangeOptions {
   readonly onDeliveryEvent?: ((event: DeliveryEvent) => void) | null;
   /**
    * How many exchange processes serve the same partners (the CLI's `--workers`): each
-   * partner's `maxConcurrency` is the whole exchange's, and this process takes
-   * ⌈maxConcurrency / processes⌉ of it (its calls in flight and its pool). Default 1.
+   * partner's `maxConcurrency` is the whole exchange's, split between the processes so
+   * that their shares add up to it (see `processIndex`; each gets at least 1). Default 1.
    */
   readonly processes?: number;
+  /**
+   * This process's place among `processes` (0-based; the CLI's worker slot): process i
+   * takes ⌊maxConcurrency / processes⌋, plus one when i < maxConcurrency mod processes.
+   * Default 0.
+   */
+  readonly processIndex?: number;
   /**
    * Shares each partner's circuit breaker and retry budget with the other processes of
    * the fleet (dependency `rtb:<partner>`; relent/fleet's `createRedisFleet()` makes one).
@@ -331,6 +337,15 @@ const DISCARD: NoticeOutlet = {
 };
 
 let auctionCounter = 0;
+
+/**
+ * Process `index`'s part of `total` split over `processes`: the parts add up to `total`
+ * (the first `total mod processes` get one more), and none is below 1.
+ */
+export function processPart(total: number, processes: number, index: number): number {
+  const base = Math.floor(total / processes);
+  return Math.max(1, base + (index < total - base * processes ? 1 : 0));
+}
 const auctionPrefix = Math.floor(Math.random() * 0xffffff).toString(36);
 
 /**
@@ -426,9 +441,13 @@ class ExchangeImpl implements Exchange {
     if (!Number.isInteger(processes) || processes < 1 || processes > 1024) {
       throw new RelentError('ERR_INVALID_INPUT', `Expected \`processes\` to be an integer in [1, 1024], got ${JSON.stringify(processes)}`, { field: 'processes' });
     }
+    const index = o.processIndex ?? 0;
+    if (!Number.isInteger(index) || index < 0 || index >= processes) {
+      throw new RelentError('ERR_INVALID_INPUT', `Expected \`processIndex\` to be an integer in [0, ${processes - 1}] (\`processes\` is ${processes}), got ${JSON.stringify(index)}`, { field: 'processIndex' });
+    }
     this.partners = config.partners.map((p, i) => new Partner(i, p, config.auctionTimeoutMs, {
       dispatcher: o.dispatcherFor?.(p) ?? null,
-      cap: Math.ceil(p.maxConcurrency / processes),
+      cap: processPart(p.maxConcurrency, processes, index),
       processes,
       fleet: o.fleet ?? null,
       wallNow: () => this.clock.wallNow(),

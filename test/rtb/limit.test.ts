@@ -9,7 +9,7 @@ import type { LimitSpec } from '../../src/core/concurrency.js';
 import { resolveExchangeConfig } from '../../src/rtb/config.js';
 import type { PartnerLimitChange } from '../../src/rtb/exchange.js';
 import { mergeExchangeStats } from '../../src/rtb/stats-merge.js';
-import { createExchange, exchangeHistograms } from '../../src/rtb/exchange.js';
+import { createExchange, exchangeHistograms, processPart } from '../../src/rtb/exchange.js';
 import { partnerTable } from '../../src/cli/exchange.js';
 import {
   answer, bidAfter, bidBody, bidRequest, exchangeConfig, hang, partnerConfig, post, sleep, startExchange, startPartner,
@@ -148,6 +148,22 @@ describe('partners[].concurrencyLimit: in the auctions', () => {
     expect(full.status).toBe(204);
     await until(() => ex.exchange.stats().partners[0]!.inFlight === 0);
     expect(changes.map((c) => [c.cause, c.limit])).toEqual([['decrease', 4]]);
+  });
+
+  it('the processes\' parts of maxConcurrency add up to it: 5 over 2 processes is 3 + 2, not 3 + 3', async () => {
+    expect([0, 1].map((i) => processPart(5, 2, i))).toEqual([3, 2]);
+    expect([0, 1, 2].map((i) => processPart(40, 3, i))).toEqual([14, 13, 13]);
+    expect([0, 1, 2].map((i) => processPart(2, 3, i))).toEqual([1, 1, 1]); // never 0: a process with no part could never call
+    const p = await partner(hang);
+    const cfg = exchangeConfig([partnerConfig('dsp', p.url, { maxConcurrency: 5, timeoutMs: 100 })], { warmup: false });
+    const a = track(await startExchange(cfg, { processes: 2, processIndex: 0 }));
+    const b = track(await startExchange(cfg, { processes: 2, processIndex: 1 }));
+    const answers = [a, b].flatMap((x) => Array.from({ length: 4 }, () => post(x.url, bidRequest({ tmax: 300 }))));
+    await until(() => a.exchange.stats().partners[0]!.skipped.at_capacity + b.exchange.stats().partners[0]!.skipped.at_capacity === 3);
+    expect(p.seen).toHaveLength(5);
+    expect([a, b].map((x) => x.exchange.stats().partners[0]!.skipped.at_capacity)).toEqual([1, 2]);
+    await Promise.all(answers);
+    expect(() => createExchange(cfg, { processes: 2, processIndex: 2 })).toThrow(/processIndex.*\[0, 1\].*got 2/);
   });
 
   it('each of N processes takes ⌈x / N⌉ of the limit; the merged statistics add them up', async () => {
