@@ -1,5 +1,5 @@
 import { computeBackoff } from './backoff.js';
-import { SERVING_WINDOW_MS, type RetryBudget } from './budget.js';
+import { SERVING_WINDOW_MS, type BudgetObservation, type RetryBudget } from './budget.js';
 import { RelentError } from './errors.js';
 import { readServerHint } from './hints.js';
 import { ERROR_CLASSES, IDEMPOTENT_METHODS, type Policy } from './policy.js';
@@ -201,6 +201,16 @@ export function isPlainAnswer(policy: Policy, status: number): boolean {
   return status < 400 && !policy.retryOnStatus.has(status);
 }
 
+const FIRST_PLAIN_ANSWER: BudgetObservation = Object.freeze({ attempt: 1, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost: 0 });
+
+/**
+ * What a plain answer (isPlainAnswer) tells the shared budget, in decide() and in a
+ * driver that takes a plain answer to its first attempt as the answer without decide().
+ */
+export function observePlainAnswer(budget: RetryBudget, attempt: number, lastCost: number, now: number): void {
+  budget.observe(attempt === 1 && lastCost === 0 ? FIRST_PLAIN_ANSWER : { attempt, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost }, now);
+}
+
 /**
  * The one answer to "retry, stop, or check state, and after how long?"
  *
@@ -220,7 +230,7 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
 
   // Fast path: an answer the policy does not retry.
   if (status !== null && isPlainAnswer(policy, status)) {
-    if (budget) budget.observe({ attempt: state.attempt, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost: state.lastBudgetCost }, ctx.now);
+    if (budget) observePlainAnswer(budget, state.attempt, state.lastBudgetCost, ctx.now);
     return obs.nbr !== undefined && obs.nbr !== null ? RETURN_NO_BID : RETURN_SUCCESS;
   }
   if (errorClass === 'aborted') return terminal('cancelled', 'cancelled', null);
