@@ -623,6 +623,31 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     this.carry(this.callerSignal?.aborted ? op.cancelled() : op.start(now), now);
   }
 
+  /**
+   * Takes over an operation whose first attempt a driver made itself (see executeFrom),
+   * as if start()'s shortcut had made it: at `startedAt`, given `timeoutMs` of the
+   * operation's `remainingMs`. It has just ended as `how` says.
+   */
+  takeOver(startedAt: number, timeoutMs: number, remainingMs: number, how: FirstAttemptEnd, payload: unknown): void {
+    this.startedAt = startedAt;
+    this.callStart = startedAt;
+    this.timeoutMs = timeoutMs;
+    this.remainingMs = remainingMs;
+    this.ctx = this;
+    this.phase = Phase.Calling;
+    switch (how) {
+      case 'value':
+        return this.settle(this, Settled.Value, payload);
+      case 'error':
+        return this.settle(this, Settled.Error, payload);
+      case 'timeout':
+        this.abortForTimeout();
+        return this.settle(this, Settled.Timeout, undefined);
+      default:
+        return this.settle(this, Settled.Aborted, undefined);
+    }
+  }
+
   /** The core's operation (the caller's options are its options: no object per call). */
   private operation(): Operation {
     return (this.op ??= new OperationMachine(this.policy, this.options, this.budget, this.options.random ?? systemRandom, this.hedging));
@@ -1323,6 +1348,26 @@ export function executeThen<T>(fn: (ctx: AttemptContext) => Promise<T>, options:
   const r = new Runner(fn, options);
   r.settleRun = done;
   r.start();
+}
+
+/** How a driver's own first attempt ended (see executeFrom): its value, its error, its time limit, or the caller's cancel. */
+export type FirstAttemptEnd = 'value' | 'error' | 'timeout' | 'aborted';
+
+/**
+ * executeThen() for an operation whose first attempt the driver made itself, on its
+ * success path, with the limits start() would have given it (the core's
+ * operationDeadlineMs and attemptLimitMs, from the clock's reading `startedAt`): once
+ * that attempt needs more than a plain answer, the executor decides it as if it had
+ * made it — `how` it ended and its value or error — and carries the operation on with
+ * `fn`. The driver must not have read the attempt's signal. (Not part of the public API.)
+ */
+export function executeFrom<T>(
+  fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T>, startedAt: number, timeoutMs: number, remainingMs: number,
+  how: FirstAttemptEnd, payload: unknown, done: (r: RunResult<T>) => void,
+): void {
+  const r = new Runner(fn, options);
+  r.settleRun = done;
+  r.takeOver(startedAt, timeoutMs, remainingMs, how, payload);
 }
 
 const NO_OPTIONS: RunOptions<any> = Object.freeze({}); // eslint-disable-line @typescript-eslint/no-explicit-any
