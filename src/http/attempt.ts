@@ -11,6 +11,12 @@ export interface BodySink {
   error(error: Error): void;
 }
 
+/** Told once how an attempt's head settled: the driver's own first attempt (see FirstAttempt in operation.ts), without closures. */
+export interface HeadListener {
+  attemptAnswered(h: AttemptHandler): void;
+  attemptFailed(error: unknown): void;
+}
+
 /** How much of a failed attempt's body is read (and kept) so that its socket can be reused. */
 export const DRAIN_LIMIT_BYTES = 64 * 1024;
 
@@ -54,6 +60,7 @@ export class AttemptHandler implements Dispatcher.DispatchHandler, PromiseLike<A
   private headError: WireError | null = null;
   private onHead: ((h: AttemptHandler) => unknown) | null = null;
   private onHeadError: ((e: unknown) => unknown) | null = null;
+  private listener: HeadListener | null = null;
 
   constructor(
     /** Statuses the driver cannot represent (e.g. outside 200–599 for a WHATWG Response) fail as `protocol`. */
@@ -72,6 +79,12 @@ export class AttemptHandler implements Dispatcher.DispatchHandler, PromiseLike<A
     return undefined as unknown as PromiseLike<A | B>;
   }
 
+  /** As `then`, for a listener object (one subscriber, told synchronously). */
+  listen(l: HeadListener): void {
+    this.listener = l;
+    this.notify();
+  }
+
   private resolveHead(_h: AttemptHandler): void {
     if (this.headState !== 0) return;
     this.headState = 1;
@@ -88,6 +101,13 @@ export class AttemptHandler implements Dispatcher.DispatchHandler, PromiseLike<A
   /** Tells the subscriber, once, how the head settled. */
   private notify(): void {
     if (this.headState === 0) return;
+    const l = this.listener;
+    if (l !== null) {
+      this.listener = null;
+      if (this.headState === 1) l.attemptAnswered(this);
+      else l.attemptFailed(this.headError);
+      return;
+    }
     const ok = this.onHead;
     const fail = this.onHeadError;
     this.onHead = null;

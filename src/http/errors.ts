@@ -54,7 +54,7 @@ export function tooLongError(r: RunResult<unknown>, waitMs: number, policy: Poli
 }
 
 /** A body still arriving when the operation's deadline passed (the deadline covers the body by default). */
-export function bodyDeadlineError(r: RunResult<unknown>, deadlineMs: number, where: string, status: number): RelentFetchError {
+export function bodyDeadlineError(r: { readonly operationId: string; readonly attempts: number }, deadlineMs: number, where: string, status: number): RelentFetchError {
   return new RelentFetchError('ERR_DEADLINE_EXCEEDED',
     `deadline_exceeded: the response body was still arriving when the deadline of ${Math.round(deadlineMs)} ms passed, so it was aborted (${where}; pass bodyDeadline: false for long downloads)`,
     { reason: 'deadline_exceeded', attempts: r.attempts, operationId: r.operationId, status });

@@ -1,19 +1,23 @@
 import type { Dispatcher } from 'undici';
 import { type Policy, type PolicySpec, type PresetName } from '../core/policy.js';
-import { PROPAGATION_DEFAULTS, resolvePropagation, type PropagationSpec } from '../core/propagation.js';
+import { appendPropagation, PROPAGATION_DEFAULTS, resolvePropagation, type PropagationSpec } from '../core/propagation.js';
 import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import { systemClock } from '../shared/clock.js';
 import { forDriver } from '../run/instrument.js';
-import { executeThen, type AttemptContext, type Instrumentation, type RelentEvent, type RunOptions, type RunResult } from '../run/run.js';
+import {
+  executeFrom, executeThen, newOperationId, type AttemptContext, type FirstAttemptEnd, type Instrumentation, type RelentEvent, type RunOptions, type RunResult,
+} from '../run/run.js';
+import type { IncomingCall } from '../run/incoming.js';
+import type { HedgeState } from '../core/hedge.js';
 import type { AttemptHandler } from './attempt.js';
 import { beforeQuery, normalizeUrlEndpoint } from '../core/endpoint.js';
 import { checkRouteTemplate } from './endpoint.js';
 import { bodyDeadlineError, failureError, notReplayableError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from '../shared/idempotency.js';
 import {
-  asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, inherit, invalid, listenerOf, observeRateLimited, observeResponse, passOnNoRetry,
-  PROTECTION_DEFAULTS, timeoutOf, withHeaders, withHeadersKey, type ProtectionOptions,
+  asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, FirstAttempt, inherit, invalid, limitsOf, listenerOf, observeRateLimited, observeResponse,
+  optsWithHeaders, passOnNoRetry, PROTECTION_DEFAULTS, timeoutOf, unguarded, withHeaders, withHeadersKey, type Dependency, type ProtectionOptions,
 } from './operation.js';
 
 type IncomingHttpHeaders = Record<string, string | string[] | undefined>;
@@ -262,7 +266,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
     return true;
   }) as RelentInterceptor;
 
-  class InterceptedOperation implements Dispatcher.DispatchController {
+  class InterceptedOperation extends FirstAttempt implements Dispatcher.DispatchController {
     aborted = false;
     paused = false;
     reason: Error | null = null;
@@ -270,9 +274,25 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
     private call: Call | null = null;
     private ctl: Cancellation | null = null;
     private done = false;
+    /** The body deadline's timer when the executor ran the operation (on the success path it is this object). */
     private cancelBodyTimer: (() => void) | null = null;
+    // The request as parsed, for the executor when it runs (or takes over) the operation.
+    private next: Dispatch | null = null;
+    private opts: Dispatcher.DispatchOptions | null = null;
+    private per: RelentDispatchOptions = NO_OPTIONS;
+    private origin = '';
+    private method = '';
+    private key: string | null = null;
+    private lim: ReturnType<typeof callLimits> | null = null;
+    private dep: Dependency | null = null;
+    private callerDeadlineMs: number | undefined = undefined;
+    private incoming: IncomingCall | undefined = undefined;
+    private bodyDeadline = true;
+    private endpoint: string | undefined = undefined;
 
-    constructor(private readonly handler: Dispatcher.DispatchHandler) {}
+    constructor(private readonly handler: Dispatcher.DispatchHandler) {
+      super();
+    }
 
     start(dispatch: Dispatch, optsIn: Dispatcher.DispatchOptions): void {
       let opts = optsIn;
@@ -282,61 +302,95 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         opts = rest;
       }
       const per: RelentDispatchOptions = own ?? NO_OPTIONS;
+      this.per = per;
       const origin = typeof opts.origin === 'string' ? opts.origin : opts.origin instanceof URL ? opts.origin.origin : '';
       if (origin === '') throw invalid('origin', 'relentInterceptor needs `origin` in the dispatch options');
+      this.origin = origin;
       const method = opts.method.length <= 7 && UPPER.has(opts.method) ? opts.method : String(opts.method).toUpperCase();
+      this.method = method;
 
       const inHeader = opts.headers === undefined || opts.headers === null ? null : headerKey(opts.headers);
       const { key, header } = resolveIdempotencyKey(per.idempotencyKey ?? null, inHeader, autoKey, method, per.idempotent);
+      this.key = key;
       if (header !== null) opts = withHeaders(withHeadersKey(opts), withHeader(opts.headers, IDEMPOTENCY_KEY_HEADER, header));
 
       const body = opts.body;
       const stream = body !== undefined && body !== null && !replayable(body);
       const lim = per === NO_OPTIONS && !stream ? null : callLimits(callPolicy(basePolicy, per.policy, policyCache), { deadlineMs: per.deadlineMs, attemptTimeoutMs: per.attemptTimeoutMs, stream });
+      this.lim = lim;
       const policy = lim === null ? basePolicy : lim.policy;
-      const path = opts.path;
+      this.policy = policy;
+      this.opts = opts;
+      this.next = dispatch;
       // The endpoint is built only when someone listens (events, tracing); errors build it when they happen.
-      const endpointOf = (): string => {
-        const p = beforeQuery(path);
-        let template = per.routeTemplate;
-        if (template === undefined && routeOf !== null) template = routeOf(p) ?? undefined;
-        return normalizedOrigin(origin) + (template === undefined ? p : checkRouteTemplate(template));
-      };
       const listened = onInterceptorEvent !== null || per.onEvent !== undefined;
-      const endpoint = listened || instrumentation !== null ? endpointOf() : undefined;
-      const dep = deps.get(keyOf !== null ? keyOf(origin, path) : origin, policy);
+      if (listened || instrumentation !== null) this.endpoint = this.endpointOf();
+      const dep = deps.get(keyOf !== null ? keyOf(origin, opts.path) : origin, policy);
+      this.dep = dep;
       const hedging = deps.hedgingOf(dep, policy);
-      const call = new Call(hedging !== null);
-      this.call = call;
-      const ctl = new Cancellation();
-      this.ctl = ctl;
+      const bodyDeadline = per.bodyDeadline ?? bodyDeadlineDefault;
+      if (typeof bodyDeadline !== 'boolean') throw invalid('bodyDeadline', 'Expected `bodyDeadline` to be a boolean');
+      this.bodyDeadline = bodyDeadline;
+      const { callerDeadlineMs, incoming } = inherit(prop);
+      this.callerDeadlineMs = callerDeadlineMs;
+      this.incoming = incoming;
 
       this.handler.onRequestStart?.(this, EMPTY_CONTEXT);
       if (this.aborted) {
         // The wrapped handler aborted at once.
-        this.release();
         this.fail(this.reason ?? new Error('aborted'));
         return;
       }
-
-      const sendOpts = opts;
-      let attempt: (ctx: AttemptContext) => Promise<AttemptHandler>;
-      if (prop.sends) {
-        const base = flatHeaders(opts.headers, prop.names);
-        const template = withHeadersKey(sendOpts);
-        attempt = (ctx) => dispatchAttempt(dispatch, withHeaders(template, attemptHeaders(base, prop, ctx)), call, null, ctx);
-      } else {
-        attempt = (ctx) => dispatchAttempt(dispatch, sendOpts, call, null, ctx);
+      // The success path: nobody watches, nothing guards the dependency, no hedging, a replayable body.
+      if (!listened && instrumentation === null && hedging === null && unguarded(dep) && !stream
+        && this.plan(policy, dep.budget, limitsOf(lim?.deadlineMs, lim?.attemptTimeoutMs, callerDeadlineMs), clock)) {
+        this.send(dispatch, prop.sends ? optsWithHeaders(opts, appendPropagation(flatHeaders(opts.headers, prop.names), prop, 1, this.timeoutMs)) : opts, null);
+        return;
       }
-      const { callerDeadlineMs, incoming } = inherit(prop);
-      const runOptions: RunOptions<AttemptHandler> = {
-        policy,
+      executeThen<AttemptHandler>(this.attemptFn(), this.runOptions(hedging), (r) => this.ended(r));
+    }
+
+    /** `origin` + the path (or its route template), for events and error messages. */
+    private endpointOf(): string {
+      const p = beforeQuery(this.opts!.path);
+      let template = this.per.routeTemplate;
+      if (template === undefined && routeOf !== null) template = routeOf(p) ?? undefined;
+      return normalizedOrigin(this.origin) + (template === undefined ? p : checkRouteTemplate(template));
+    }
+
+    /** Each attempt through the next dispatcher, with the propagation headers. */
+    private attemptFn(): (ctx: AttemptContext) => Promise<AttemptHandler> {
+      const call = new Call(false);
+      this.call = call;
+      const dispatch = this.next!;
+      const sendOpts = this.opts!;
+      if (prop.sends) {
+        const base = flatHeaders(sendOpts.headers, prop.names);
+        const template = withHeadersKey(sendOpts);
+        return (ctx) => dispatchAttempt(dispatch, withHeaders(template, attemptHeaders(base, prop, ctx)), call, null, ctx);
+      }
+      return (ctx) => dispatchAttempt(dispatch, sendOpts, call, null, ctx);
+    }
+
+    private runOptions(hedging: HedgeState | null): RunOptions<AttemptHandler> {
+      const ctl = new Cancellation();
+      if (this.aborted) {
+        ctl.aborted = true;
+        ctl.reason = this.reason;
+      }
+      this.ctl = ctl;
+      if (hedging !== null) (this.call as { attempts: Map<number, AttemptHandler> | null }).attempts = new Map();
+      const per = this.per;
+      const dep = this.dep!;
+      const lim = this.lim;
+      return {
+        policy: this.policy!,
         operationId: per.operationId,
-        method,
-        endpoint,
-        onEvent: listened ? listenerOf(onInterceptorEvent, per.onEvent) : undefined,
+        method: this.method,
+        endpoint: this.endpoint,
+        onEvent: onInterceptorEvent !== null || per.onEvent !== undefined ? listenerOf(onInterceptorEvent, per.onEvent) : undefined,
         classifyValue: dep.rateLimiter === null ? observeResponse : observeRateLimited,
-        classifyTimeout: timeoutOf(call),
+        classifyTimeout: timeoutOf(this.call!),
         signal: ctl.signal,
         budget: dep.budget,
         breaker: dep.breaker,
@@ -344,32 +398,64 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         concurrencyLimit: dep.concurrencyLimit,
         rateLimiter: dep.rateLimiter,
         hedging,
-        idempotencyKey: key ?? undefined,
+        idempotencyKey: this.key ?? undefined,
         idempotent: per.idempotent,
         deadlineMs: lim?.deadlineMs,
-        callerDeadlineMs,
+        callerDeadlineMs: this.callerDeadlineMs,
         attemptTimeoutMs: lim?.attemptTimeoutMs,
         clock,
         random,
         instrumentation,
       };
-      const streamLimited = lim !== null && lim.streamLimited;
-      const bodyDeadline = per.bodyDeadline ?? bodyDeadlineDefault;
-      if (typeof bodyDeadline !== 'boolean') throw invalid('bodyDeadline', 'Expected `bodyDeadline` to be a boolean');
-      // The operation's end is handed over at once (no promise between the last answer and the wrapped handler).
-      executeThen<AttemptHandler>(attempt, runOptions, (r) => {
-        this.release();
-        try {
-          passOnNoRetry(incoming, r);
-          this.settle(r, call, policy, () => whereOf(method, endpoint ?? endpointOf(), r), streamLimited, bodyDeadline ? r.deadlineMs : null);
-        } catch (e) {
-          this.fail(asError(e));
-        }
-      });
     }
 
-    private release(): void {
+    /** The first attempt needs more than a plain answer: the executor decides it and carries on. */
+    protected override handOver(how: FirstAttemptEnd, payload: unknown): void {
+      const fn = this.attemptFn();
+      this.call!.current = this.first;
+      executeFrom<AttemptHandler>(fn, this.runOptions(null), this.startedAt, this.timeoutMs, this.deadlineMs, how, payload, (r) => this.ended(r));
+    }
+
+    /** The first attempt's plain answer: handed on, body and all, under the deadline. */
+    protected override answered(h: AttemptHandler, now: number): void {
+      if (this.aborted) {
+        h.discard();
+        this.fail(this.reason ?? new Error('aborted'));
+        return;
+      }
+      this.commit(h);
+      if (this.bodyDeadline && !this.done && !this.aborted) {
+        const left = this.remainingAt(now);
+        if (left <= 0) this.timerFired();
+        else this.arm(left, now);
+      }
+    }
+
+    /** The body deadline passed (success path). */
+    protected override timerFired(): void {
+      if (this.done) return;
+      const e = bodyDeadlineError(this.firstResult(), this.deadlineMs, whereOf(this.method, this.endpoint ?? this.endpointOf(), this.firstResult()), this.committed!.status);
+      this.committed!.abort(e);
+      this.fail(e);
+    }
+
+    /** What an error names of an operation that ended on its first attempt's answer. */
+    private firstResult(): { operationId: string; attempts: number } {
+      return { operationId: (this.opId ??= this.per.operationId ?? newOperationId()), attempts: 1 };
+    }
+
+    private opId: string | undefined = undefined;
+
+    /** The operation's end, handed over at once (no promise between the last answer and the wrapped handler). */
+    private ended(r: RunResult<AttemptHandler>): void {
       this.ctl = null;
+      try {
+        passOnNoRetry(this.incoming, r);
+        const lim = this.lim;
+        this.settle(r, this.call!, this.policy!, () => whereOf(this.method, this.endpoint ?? this.endpointOf(), r), lim !== null && lim.streamLimited, this.bodyDeadline ? r.deadlineMs : null);
+      } catch (e) {
+        this.fail(asError(e));
+      }
     }
 
     private settle(r: RunResult<AttemptHandler>, call: Call, policy: Policy, where: () => string, streamLimited: boolean, deadlineMs: number | null): void {
@@ -415,6 +501,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
     }
 
     private clearBodyTimer(): void {
+      if (!this.inFlight) this.disarm();
       if (this.cancelBodyTimer !== null) {
         this.cancelBodyTimer();
         this.cancelBodyTimer = null;
@@ -480,6 +567,11 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       this.reason = reason;
       if (this.committed !== null) {
         this.committed.abort(reason);
+        return;
+      }
+      if (this.inFlight) {
+        // The success path's first attempt: cut it; the executor ends the operation.
+        this.cancelFirst(reason);
         return;
       }
       // Before the response: cancel the attempt in flight, and end the operation (also
