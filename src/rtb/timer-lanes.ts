@@ -10,17 +10,23 @@ import { MAX_TIMER_MS, type Clock } from '../core/types.js';
  * waiting behind the cleanup of the auctions answered before it.
  *
  * A timer fires when the clock has reached its due time, never before (a host timer that
- * fires early is re-armed); one host timer is armed at a time, for the earliest due.
+ * fires early is re-armed), and within the millisecond after it, as a host timer does;
+ * one host timer is armed at a time, for the earliest.
  */
 export class TimerLanes {
   /** Clock of the auctions' deadlines: due ones fire first. */
   readonly answers: Clock;
   /** Clock of the partner calls: due ones fire once the due answers are written. */
   readonly calls: Clock;
-  private readonly heap: Entry[] = [];
-  private seq = 0;
-  /** Due time the host timer is armed for (Infinity: none). */
-  private armedDue = Infinity;
+  /**
+   * Timers by the millisecond they fire in (their due time rounded up: a host timer has
+   * millisecond resolution anyway), so setting one is O(1); `keys` is a min-heap of the
+   * milliseconds that have a bucket.
+   */
+  private readonly buckets = new Map<number, Entry[]>();
+  private readonly keys: number[] = [];
+  /** The millisecond the host timer is armed for (Infinity: none). */
+  private armedKey = Infinity;
   private cancelArmed: (() => void) | null = null;
 
   constructor(private readonly base: Clock) {
@@ -30,83 +36,86 @@ export class TimerLanes {
     this.calls = { now, wallNow, setTimer: (fn, ms, at) => this.add(fn, ms, at, 1) };
   }
 
-  /** Timers set and not yet fired or cancelled (cancelled ones leave the queue when they come due). */
+  /** Timers set and not yet fired or cancelled. */
   get size(): number {
     let n = 0;
-    for (const e of this.heap) if (e.fn !== null) n++;
+    for (const b of this.buckets.values()) for (const e of b) if (e.fn !== null) n++;
     return n;
   }
 
   private add(fn: () => void, ms: number, at: number | undefined, lane: 0 | 1): () => void {
     const now = at ?? this.base.now();
-    const e: Entry = { due: now + (!(ms > 0) ? 0 : ms > MAX_TIMER_MS ? MAX_TIMER_MS : ms), lane, seq: this.seq++, fn };
-    push(this.heap, e);
-    if (e.due < this.armedDue) this.arm(e.due);
+    const key = Math.ceil(now + (!(ms > 0) ? 0 : ms > MAX_TIMER_MS ? MAX_TIMER_MS : ms));
+    const e: Entry = { lane, fn };
+    let b = this.buckets.get(key);
+    if (b === undefined) {
+      b = [];
+      this.buckets.set(key, b);
+      pushKey(this.keys, key);
+      if (key < this.armedKey) this.arm(key);
+    }
+    b.push(e);
     return () => {
       e.fn = null;
     };
   }
 
-  private arm(due: number): void {
+  private arm(key: number): void {
     this.cancelArmed?.();
-    this.armedDue = due;
-    this.cancelArmed = this.base.setTimer(this.onFire, due - this.base.now());
+    this.armedKey = key;
+    this.cancelArmed = this.base.setTimer(this.onFire, key - this.base.now());
   }
 
   private readonly onFire = (): void => {
     this.cancelArmed = null;
-    this.armedDue = Infinity;
+    this.armedKey = Infinity;
     const now = this.base.now();
-    const heap = this.heap;
-    let later: (() => void)[] | null = null;
-    const answers: (() => void)[] = [];
-    while (heap.length > 0 && heap[0]!.due <= now) {
-      const e = pop(heap)!;
-      const fn = e.fn;
-      if (fn === null) continue;
-      e.fn = null;
-      if (e.lane === 0) answers.push(fn);
-      else (later ??= []).push(fn);
+    const keys = this.keys;
+    let answers: (() => void)[] | null = null;
+    let calls: (() => void)[] | null = null;
+    while (keys.length > 0 && keys[0]! <= now) {
+      const key = popKey(keys)!;
+      const b = this.buckets.get(key)!;
+      this.buckets.delete(key);
+      for (const e of b) {
+        const fn = e.fn;
+        if (fn === null) continue;
+        e.fn = null;
+        if (e.lane === 0) (answers ??= []).push(fn);
+        else (calls ??= []).push(fn);
+      }
     }
-    // Cancelled timers at the top are dropped now rather than arming the host timer for them.
-    while (heap.length > 0 && heap[0]!.fn === null) pop(heap);
-    if (heap.length > 0) this.arm(heap[0]!.due);
-    for (const fn of answers) fn();
-    if (later !== null) {
-      const calls = later;
+    if (keys.length > 0) this.arm(keys[0]!);
+    if (answers !== null) for (const fn of answers) fn();
+    if (calls !== null) {
+      const due = calls;
       // After the answers' own continuations (they were queued as the auctions finished).
       queueMicrotask(() => {
-        for (const fn of calls) fn();
+        for (const fn of due) fn();
       });
     }
   };
 }
 
 interface Entry {
-  readonly due: number;
   readonly lane: 0 | 1;
-  readonly seq: number;
   /** null once fired or cancelled. */
   fn: (() => void) | null;
 }
 
-function before(a: Entry, b: Entry): boolean {
-  return a.due !== b.due ? a.due < b.due : a.lane !== b.lane ? a.lane < b.lane : a.seq < b.seq;
-}
-
-function push(h: Entry[], e: Entry): void {
+function pushKey(h: number[], k: number): void {
   let i = h.length;
-  h.push(e);
+  h.push(k);
   while (i > 0) {
     const p = (i - 1) >> 1;
-    if (!before(e, h[p]!)) break;
+    if (h[p]! <= k) break;
     h[i] = h[p]!;
     i = p;
   }
-  h[i] = e;
+  h[i] = k;
 }
 
-function pop(h: Entry[]): Entry | undefined {
+function popKey(h: number[]): number | undefined {
   const top = h[0];
   const last = h.pop();
   if (h.length === 0 || last === undefined) return top;
@@ -116,8 +125,8 @@ function pop(h: Entry[]): Entry | undefined {
     const l = 2 * i + 1;
     if (l >= n) break;
     const r = l + 1;
-    const c = r < n && before(h[r]!, h[l]!) ? r : l;
-    if (!before(h[c]!, last)) break;
+    const c = r < n && h[r]! < h[l]! ? r : l;
+    if (h[c]! >= last) break;
     h[i] = h[c]!;
     i = c;
   }
