@@ -85,15 +85,16 @@ describe('partners[].concurrencyLimit: the configuration', () => {
 
 describe('partners[].concurrencyLimit: in the auctions', () => {
   it('a partner at its adaptive limit (below maxConcurrency) is skipped at once, counted as concurrency_limited', async () => {
-    const p = await partner(bidAfter(120, 1));
+    // The busy partner's 1,200 ms is far above what a loaded machine adds to the free one's 5 ms.
+    const p = await partner(bidAfter(1_200, 1));
     const free = await partner(bidAfter(5, 2));
     const ex = track(await startExchange(exchangeConfig([
-      partnerConfig('busy', p.url, { maxConcurrency: 10, concurrencyLimit: { kind: 'aimd', initial: 1 }, timeoutMs: 200 }),
+      partnerConfig('busy', p.url, { maxConcurrency: 10, concurrencyLimit: { kind: 'aimd', initial: 1 }, timeoutMs: 1_500 }),
       partnerConfig('free', free.url),
-    ], { auctionTimeoutMs: 250 })));
-    const [a, b] = await Promise.all([post(ex.url, bidRequest()), (async () => {
-      await sleep(30);
-      return post(ex.url, bidRequest());
+    ], { auctionTimeoutMs: 1_600 })));
+    const [a, b] = await Promise.all([post(ex.url, bidRequest({ tmax: 2_000 })), (async () => {
+      await sleep(100);
+      return post(ex.url, bidRequest({ tmax: 2_000 }));
     })()]);
     expect(a.status).toBe(200);
     expect(b.status).toBe(200);
@@ -102,7 +103,7 @@ describe('partners[].concurrencyLimit: in the auctions', () => {
     expect(second).toBeDefined();
     expect(second.skipped.at_capacity).toBeUndefined();
     expect(second.results[0]!.outcome).toBe('skipped_concurrency_limited');
-    expect(second.usedMs).toBeLessThan(100); // did not wait for the busy partner's 120 ms
+    expect(second.usedMs).toBeLessThan(600); // did not wait for the busy partner's 1,200 ms
     await until(() => ex.exchange.stats().partners[0]!.inFlight === 0);
     const st = ex.exchange.stats().partners[0]!;
     expect(st.skipped).toMatchObject({ concurrency_limited: 1, at_capacity: 0 });
