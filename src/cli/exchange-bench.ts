@@ -229,6 +229,8 @@ export interface MemorySample {
   readonly heapMB: number;
   /** Each: the primary, then the workers. */
   readonly each: readonly { readonly role: string; readonly rssMB: number; readonly heapMB: number }[];
+  /** Answers written more than 5 ms after their deadline since the run began (as the workers last reported, once a second). */
+  readonly late: number;
 }
 
 export interface StepResult {
@@ -281,8 +283,8 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 
 const mb = (b: number): number => Math.round(b / 1048576);
 
-function memorySample(m: ProcessMemory, atS: number): MemorySample {
-  return { atS, rssMB: mb(m.rssBytes), heapMB: mb(m.heapUsedBytes), each: m.each.map((x) => ({ role: x.role, rssMB: mb(x.rssBytes), heapMB: mb(x.heapUsedBytes) })) };
+function memorySample(m: ProcessMemory, atS: number, late: number): MemorySample {
+  return { atS, rssMB: mb(m.rssBytes), heapMB: mb(m.heapUsedBytes), each: m.each.map((x) => ({ role: x.role, rssMB: mb(x.rssBytes), heapMB: mb(x.heapUsedBytes) })), late };
 }
 
 /** Runs the load test; the caller prints it. */
@@ -341,7 +343,8 @@ async function measure(o: BenchOptions, workers: number, configPath: string, res
         const t0 = performance.now() + warmupMs;
         const every = Math.max(1_000, Math.round(durationMs / 12));
         const sample = (): void => {
-          memory.push(memorySample(ex.memory(), Math.max(0, Math.round((performance.now() - t0) / 100) / 10)));
+          const late = ex.stats().auctions.afterDeadline - before.auctions.afterDeadline;
+          memory.push(memorySample(ex.memory(), Math.max(0, Math.round((performance.now() - t0) / 100) / 10), late));
         };
         setTimeout(() => {
           sample();
@@ -352,8 +355,8 @@ async function measure(o: BenchOptions, workers: number, configPath: string, res
       const { result: load } = await next<{ result: LoadResult }>(loadgen, 'result');
       if (sampler !== null) clearInterval(sampler);
       await sleep(1_200);
-      if (memory !== null) memory.push(memorySample(ex.memory(), Math.round(durationMs / 100) / 10));
       const after = ex.stats();
+      if (memory !== null) memory.push(memorySample(ex.memory(), Math.round(durationMs / 100) / 10, after.auctions.afterDeadline - before.auctions.afterDeadline));
       const auctions = after.auctions.total - before.auctions.total;
       const afterDeadline = after.auctions.afterDeadline - before.auctions.afterDeadline;
       const pass = load.achieved >= 0.95 * rate && load.p99Ms <= p99TargetMs && afterDeadline === 0 && load.errors === 0 && load.shed === 0;
@@ -551,6 +554,7 @@ export function formatBench(r: BenchResult): string {
     lines.push(`  in the exchange: p50 ${a.answerMs.p50Ms} ms · p99 ${a.answerMs.p99Ms} ms (all auctions of this exchange)`);
     lines.push(`  answers after deadline + 5 ms: ${run.afterDeadline} of ${run.auctions} in the run (${a.afterDeadline} of ${a.total} since start)`);
     lines.push(`  memory of the exchange's ${w.workers + 1} processes (RSS / heap used, MB): ${w.memory.map((m) => `${m.atS}s ${m.rssMB}/${m.heapMB}`).join(' · ')}`);
+    if (w.memory.length > 0) lines.push(`  answers after deadline + 5 ms so far, at the same times: ${w.memory.map((m) => `${m.atS}s ${m.late}`).join(' · ')}`);
     const first = w.memory[0];
     const last = w.memory[w.memory.length - 1];
     if (first !== undefined && last !== undefined) {

@@ -17,7 +17,7 @@ describe('relent exchange-bench', () => {
     expect(code, err).toBe(0);
     const r = JSON.parse(out) as {
       tmaxMs: number; bidders: { partner: string; behaviour: string }[];
-      results: { workers: number; run: { load: { rate: number; sent: number; answered: number; p50Ms: number; p99Ms: number }; auctions: number; afterDeadline: number }; memory: { atS: number; rssMB: number }[]; exchange: { auctions: { total: number } } }[];
+      results: { workers: number; run: { load: { rate: number; sent: number; answered: number; p50Ms: number; p99Ms: number }; auctions: number; afterDeadline: number }; memory: { atS: number; rssMB: number; late: number }[]; exchange: { auctions: { total: number } } }[];
     };
     expect(r.tmaxMs).toBe(150);
     expect(r.bidders.map((b) => b.behaviour)).toEqual(['fast', 'slow', 'hangs', 'failing', 'nbr']);
@@ -32,6 +32,9 @@ describe('relent exchange-bench', () => {
     expect(typeof w.run.afterDeadline).toBe('number');
     expect(w.memory.length).toBeGreaterThanOrEqual(2);
     expect(w.memory.every((m) => m.rssMB > 10)).toBe(true);
+    // Late answers over time: never fewer than before, and the last sample is the run's count.
+    expect(w.memory.every((m, i) => i === 0 || m.late >= w.memory[i - 1]!.late)).toBe(true);
+    expect(w.memory[w.memory.length - 1]!.late).toBe(w.run.afterDeadline);
     expect(err).toContain('measured run at 40/s');
   }, 60_000);
 
