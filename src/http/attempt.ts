@@ -230,16 +230,3 @@ export class AttemptHandler implements Dispatcher.DispatchHandler, PromiseLike<A
     else if (this.controller?.paused) this.controller.resume();
   }
 }
-
-/** Parsed undici headers → header pairs for a WHATWG Headers/Response (multi-values kept apart). */
-export function headerPairs(headers: Headers): [string, string][] {
-  const out: [string, string][] = [];
-  for (const name in headers) {
-    const v = headers[name];
-    if (v === undefined) continue;
-    if (typeof v === 'string') out.push([name, v]);
-    else for (const x of v) out.push([name, x]);
-  }
-  return out;
-}
-

@@ -239,9 +239,13 @@ export class Call {
    * One listener on the caller's signal for the whole call (attempts and body): it aborts
    * whatever is in flight. (The executor ends the operation with its own listener.)
    */
-  listen(signal: AbortSignal): void {
+  listen(signal: AbortSignal, then: ((reason: Error) => void) | null = null): void {
     this.signal = signal;
-    this.onAbort = () => this.abortAll(asError(signal.reason));
+    this.onAbort = () => {
+      const reason = asError(signal.reason);
+      this.abortAll(reason);
+      if (then !== null) then(reason);
+    };
     signal.addEventListener('abort', this.onAbort);
   }
 
