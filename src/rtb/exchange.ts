@@ -22,7 +22,7 @@ import { selectWinners, type BidFate, type BidRejection, type Candidate, type Se
 import { bump, Histogram, round, type LatencySummary } from './stats.js';
 import type { ExchangeHistograms } from './stats-merge.js';
 import { TimerLanes } from './timer-lanes.js';
-import { startStandIn } from './warm.js';
+import { collectGarbage, startStandIn } from './warm.js';
 
 /** How one partner fared in one auction. */
 export type PartnerOutcome = 'bid' | 'no_bid' | 'error' | 'timeout' | `skipped_${SkipReason}`;
@@ -178,6 +178,12 @@ export interface WarmupReport {
   readonly noticeStore: string;
   /** The warm-up ran out of `warmup.timeoutMs` (the exchange serves anyway). */
   readonly timedOut: boolean;
+  /**
+   * The garbage the warm-up left was collected before serving (a full collection, ms;
+   * null when there was no warm-up or the runtime refused), so the first auctions do not
+   * meet a collection of it.
+   */
+  readonly gcMs: number | null;
 }
 
 export interface PartnerStats {
@@ -516,8 +522,10 @@ class ExchangeImpl implements Exchange {
     const partners = done === null
       ? this.partners.map((p) => ({ name: p.name, connections: p.connector?.available ?? 0, wanted: w === null ? 0 : p.warmTarget, error: 'warmup_timeout' }))
       : done[0];
+    // The dry-run auctions filled the young generation; collected now, not in the first burst.
+    const gcMs = w === null || w.auctions === 0 ? null : collectGarbage();
     this.isReady = !this.stopping;
-    return { ms: round(this.clock.now() - t0), dryRunAuctions: done === null ? 0 : done[1], partners, noticeStore: this.notices.store, timedOut };
+    return { ms: round(this.clock.now() - t0), dryRunAuctions: done === null ? 0 : done[1], partners, noticeStore: this.notices.store, timedOut, gcMs };
   }
 
   /**

@@ -5,6 +5,7 @@ import { spawn } from 'node:child_process';
 import http from 'node:http';
 import net from 'node:net';
 import { availableParallelism, loadavg } from 'node:os';
+import v8 from 'node:v8';
 import { afterEach, describe, expect, it } from 'vitest';
 import { resolveExchangeConfig } from '../../src/rtb/config.js';
 import { createExchange } from '../../src/rtb/exchange.js';
@@ -90,6 +91,10 @@ describe('ready before it serves', () => {
       { name: 'b', connections: 5, wanted: 5, error: null },
     ]);
     expect(report.noticeStore).toBe('memory');
+    // The warm-up's garbage was collected before serving: the young generation starts (almost) empty.
+    expect(report.gcMs).toBeGreaterThanOrEqual(0);
+    const young = v8.getHeapSpaceStatistics().find((x) => x.space_name === 'new_space')!;
+    expect(young.space_used_size).toBeLessThan(512 * 1024);
     // Connections opened, not a single request sent to a partner; nothing counted as an auction.
     expect(a.connections()).toBe(8);
     expect(b.connections()).toBe(5);
