@@ -339,12 +339,13 @@ async function measure(o: BenchOptions, workers: number, configPath: string, res
       await sleep(1_200); // the workers' last report of the step before
       const before = ex.stats();
       let sampler: ReturnType<typeof setInterval> | null = null;
+      const t0 = performance.now() + warmupMs;
+      const atS = (): number => Math.max(0, Math.round((performance.now() - t0) / 100) / 10);
       if (memory !== null) {
-        const t0 = performance.now() + warmupMs;
         const every = Math.max(1_000, Math.round(durationMs / 12));
         const sample = (): void => {
           const late = ex.stats().auctions.afterDeadline - before.auctions.afterDeadline;
-          memory.push(memorySample(ex.memory(), Math.max(0, Math.round((performance.now() - t0) / 100) / 10), late));
+          memory.push(memorySample(ex.memory(), atS(), late));
         };
         setTimeout(() => {
           sample();
@@ -356,7 +357,8 @@ async function measure(o: BenchOptions, workers: number, configPath: string, res
       if (sampler !== null) clearInterval(sampler);
       await sleep(1_200);
       const after = ex.stats();
-      if (memory !== null) memory.push(memorySample(ex.memory(), Math.round(durationMs / 100) / 10, after.auctions.afterDeadline - before.auctions.afterDeadline));
+      // At the time it is taken (a run that fell behind its schedule ends after durationMs).
+      if (memory !== null) memory.push(memorySample(ex.memory(), atS(), after.auctions.afterDeadline - before.auctions.afterDeadline));
       const auctions = after.auctions.total - before.auctions.total;
       const afterDeadline = after.auctions.afterDeadline - before.auctions.afterDeadline;
       const pass = load.achieved >= 0.95 * rate && load.p99Ms <= p99TargetMs && afterDeadline === 0 && load.errors === 0 && load.shed === 0;
