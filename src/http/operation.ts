@@ -474,7 +474,7 @@ const enum Fast { Off, InFlight, Over }
  */
 export abstract class FirstAttempt implements TimerRecord, HeadListener {
   timerDue = 0;
-  timerHandle: ReturnType<typeof setTimeout> | null = null;
+  timerHandle: object | null = null;
   timerSet = false;
   timerQueued = 0;
   timerNext: TimerRecord | null = null;

@@ -7,8 +7,8 @@ import { MAX_TIMER_MS, type Clock, type Random } from '../core/types.js';
 export interface TimerRecord {
   /** Monotonic ms when it is due. */
   timerDue: number;
-  /** The Node timer, once armed (null before the end of the turn, or after it fired or was cancelled). */
-  timerHandle: ReturnType<typeof setTimeout> | null;
+  /** Its place among the armed timers (null before the end of the turn, or after it fired or was cancelled). */
+  timerHandle: object | null;
   /** Set: due; cleared when it fires or is cancelled. */
   timerSet: boolean;
   /** The queue generation it was last queued in (see `generation`): queued when equal to the current one. */
@@ -60,19 +60,115 @@ function endOfTurn(): void {
   while (t !== null) {
     const next: TimerRecord | null = t.timerNext;
     t.timerNext = null;
-    if (t.timerSet && t.timerHandle === null) {
-      const ms = t.timerDue - now;
-      t.timerHandle = setTimeout(fire, ms <= 0 ? 0 : ms > MAX_TIMER_MS ? MAX_TIMER_MS : Math.ceil(ms), t);
-    }
+    if (t.timerSet && t.timerHandle === null) t.timerHandle = armShared(t, now);
     t = next;
   }
 }
 
-function fire(t: TimerRecord): void {
-  t.timerHandle = null;
-  if (!t.timerSet) return;
-  t.timerSet = false;
-  t.onTimerFired();
+/**
+ * The armed timers share one Node timer: a heap by due time (ties in arming order),
+ * and a Node timer for the earliest. Arming and cancelling cost a small object and a
+ * few comparisons instead of a Node timer each (~1 µs with its bookkeeping and its
+ * garbage); the Node timer is moved only when an earlier timer is armed, and cleared
+ * when none is left (so that it does not keep the process alive).
+ */
+class Armed {
+  constructor(readonly record: TimerRecord, readonly due: number, readonly seq: number, public index: number) {}
+}
+
+const armed: Armed[] = [];
+let armedSeq = 0;
+/** The Node timer, and the due time it was set for (Infinity: none). */
+let sharedTimer: ReturnType<typeof setTimeout> | null = null;
+let sharedDue = Infinity;
+
+function earlier(a: Armed, b: Armed): boolean {
+  return a.due < b.due || (a.due === b.due && a.seq < b.seq);
+}
+
+function siftUp(i: number): void {
+  const x = armed[i]!;
+  while (i > 0) {
+    const p = (i - 1) >> 1;
+    const y = armed[p]!;
+    if (!earlier(x, y)) break;
+    armed[i] = y;
+    y.index = i;
+    i = p;
+  }
+  armed[i] = x;
+  x.index = i;
+}
+
+function siftDown(i: number): void {
+  const n = armed.length;
+  const x = armed[i]!;
+  for (;;) {
+    const l = 2 * i + 1;
+    if (l >= n) break;
+    const r = l + 1;
+    const c = r < n && earlier(armed[r]!, armed[l]!) ? r : l;
+    const y = armed[c]!;
+    if (!earlier(y, x)) break;
+    armed[i] = y;
+    y.index = i;
+    i = c;
+  }
+  armed[i] = x;
+  x.index = i;
+}
+
+function armShared(t: TimerRecord, now: number): Armed {
+  const a = new Armed(t, t.timerDue, armedSeq++, armed.length);
+  armed.push(a);
+  siftUp(a.index);
+  if (a.due < sharedDue) setShared(a.due, now);
+  return a;
+}
+
+function disarmShared(a: Armed): void {
+  const last = armed.pop()!;
+  if (last !== a) {
+    const i = a.index;
+    armed[i] = last;
+    last.index = i;
+    siftDown(i);
+    siftUp(last.index);
+  }
+  if (armed.length === 0 && sharedTimer !== null) {
+    clearTimeout(sharedTimer);
+    sharedTimer = null;
+    sharedDue = Infinity;
+  }
+}
+
+function setShared(due: number, now: number): void {
+  if (sharedTimer !== null) clearTimeout(sharedTimer);
+  const ms = due - now;
+  sharedDue = due;
+  sharedTimer = setTimeout(fireShared, ms <= 0 ? 0 : ms > MAX_TIMER_MS ? MAX_TIMER_MS : Math.ceil(ms));
+}
+
+/** The Node timer fired: every timer due by then (the one it was set for included) fires, in order. */
+function fireShared(): void {
+  sharedTimer = null;
+  const target = sharedDue;
+  sharedDue = Infinity;
+  const now = performance.now();
+  try {
+    while (armed.length > 0) {
+      const a = armed[0]!;
+      if (a.due > target && a.due > now) break;
+      disarmShared(a);
+      const t = a.record;
+      t.timerHandle = null;
+      if (!t.timerSet) continue;
+      t.timerSet = false;
+      t.onTimerFired();
+    }
+  } finally {
+    if (armed.length > 0 && sharedTimer === null) setShared(armed[0]!.due, performance.now());
+  }
 }
 
 /** The monotonic clock as read once for this turn (see `tick`). */
@@ -110,7 +206,7 @@ export function clearTimerRecord(t: TimerRecord): void {
   if (!t.timerSet) return;
   t.timerSet = false;
   if (t.timerHandle !== null) {
-    clearTimeout(t.timerHandle);
+    disarmShared(t.timerHandle as Armed);
     t.timerHandle = null;
   } else if (--live <= 0) {
     // Nothing left to arm: empty the queue now (in a loop of quick calls, nothing piles up).
@@ -122,7 +218,7 @@ export function clearTimerRecord(t: TimerRecord): void {
 
 class CallbackTimer implements TimerRecord {
   timerDue = 0;
-  timerHandle: ReturnType<typeof setTimeout> | null = null;
+  timerHandle: object | null = null;
   timerSet = false;
   timerQueued = 0;
   timerNext: TimerRecord | null = null;
