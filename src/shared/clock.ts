@@ -28,11 +28,29 @@ export interface TimerRecord {
  * turn when set from inside a setImmediate callback); due times are kept from the
  * moment the timer was set.
  */
-/** The queue of timers to arm at the end of the turn, newest first (linked through `timerNext`). */
-let pending: TimerRecord | null = null;
-/** Timers in `pending` still set. When it drops to 0 the queue is emptied at once, so settled operations are not kept alive. */
+class TimerQueue {
+  /** The timers to arm at the end of the turn, newest first (linked through `timerNext`). */
+  head: TimerRecord | null;
+  /** The queue generation: a record is in the list when its `timerQueued` equals it. */
+  gen: number;
+  constructor(head: TimerRecord | null, gen: number) {
+    this.head = head;
+    this.gen = gen;
+  }
+}
+
+/**
+ * The queue's list head lives in an object replaced by a fresh copy each time the turn's
+ * clock reading is renewed (every TICK_SHARE operations at most), rather than in a
+ * module variable: a fresh object is in V8's young generation, where storing the newest
+ * record (itself young) needs no write barrier; a module variable is old, and each such
+ * store would go through the barrier and the remembered set (about a tenth of the
+ * success path of run()).
+ */
+let queue = new TimerQueue(null, 1);
+/** Timers in the queue still set. When it drops to 0 the queue is emptied at once, so settled operations are not kept alive. */
 let live = 0;
-/** Bumped whenever `pending` is emptied: a record queued in an older generation is not in it any more. */
+/** The last queue generation handed out: emptying the queue gives it a new one (records queued before are not in it any more). */
 let generation = 1;
 let scheduled = false;
 
@@ -48,14 +66,20 @@ let tick = -1;
 let tickShared = 0;
 const TICK_SHARE = 32;
 
+function schedule(): void {
+  scheduled = true;
+  setImmediate(endOfTurn);
+}
+
 function endOfTurn(): void {
   scheduled = false;
   tick = -1;
-  let t = pending;
+  const q = queue;
+  let t = q.head;
   if (t === null) return;
-  pending = null;
+  q.head = null;
+  q.gen = ++generation;
   live = 0;
-  generation++;
   const now = performance.now();
   while (t !== null) {
     const next: TimerRecord | null = t.timerNext;
@@ -171,17 +195,18 @@ function fireShared(): void {
   }
 }
 
+/** A new reading for the turn (see `tick`), and a fresh queue object (see `queue`). */
+function renewTick(): number {
+  tick = Math.floor(performance.now());
+  tickShared = 0;
+  queue = new TimerQueue(queue.head, queue.gen);
+  if (!scheduled) schedule();
+  return tick;
+}
+
 /** The monotonic clock as read once for this turn (see `tick`). */
 export function turnNow(): number {
-  if (tick < 0 || ++tickShared > TICK_SHARE) {
-    tick = Math.floor(performance.now());
-    tickShared = 0;
-    if (!scheduled) {
-      scheduled = true;
-      setImmediate(endOfTurn);
-    }
-  }
-  return tick;
+  return tick < 0 || ++tickShared > TICK_SHARE ? renewTick() : tick;
 }
 
 /** Sets `t` to fire `ms` after `now` (clamped to [0, 2^31-1]); a timer already set is moved. */
@@ -189,16 +214,14 @@ export function setTimerRecord(t: TimerRecord, ms: number, now: number): void {
   if (t.timerSet) clearTimerRecord(t);
   t.timerDue = now + (!(ms > 0) ? 0 : ms > MAX_TIMER_MS ? MAX_TIMER_MS : ms);
   t.timerSet = true;
-  if (t.timerQueued !== generation) {
-    t.timerQueued = generation;
-    t.timerNext = pending;
-    pending = t;
+  const q = queue;
+  if (t.timerQueued !== q.gen) {
+    t.timerQueued = q.gen;
+    t.timerNext = q.head;
+    q.head = t;
   }
   live++;
-  if (!scheduled) {
-    scheduled = true;
-    setImmediate(endOfTurn);
-  }
+  if (!scheduled) schedule();
 }
 
 /** Cancels `t` (no effect when it is not set). */
@@ -210,9 +233,10 @@ export function clearTimerRecord(t: TimerRecord): void {
     t.timerHandle = null;
   } else if (--live <= 0) {
     // Nothing left to arm: empty the queue now (in a loop of quick calls, nothing piles up).
-    pending = null;
     live = 0;
-    generation++;
+    const q = queue;
+    q.head = null;
+    q.gen = ++generation;
   }
 }
 
