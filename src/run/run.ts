@@ -1104,8 +1104,8 @@ RunResultRecord.prototype = Object.prototype;
  */
 class FastRun<T> implements AttemptHandle, TimerRecord {
   // Fields are set in the constructor (not as class fields): V8 then inlines the whole
-  // initialisation into run() instead of calling a separate field initialiser.
-  declare readonly attempt: number;
+  // initialisation into run() instead of calling a separate field initialiser. As few
+  // as the attempt needs: every byte of it is allocated (and later scavenged) per call.
   declare timeoutMs: number;
   declare remainingMs: number;
   declare done: boolean;
@@ -1134,7 +1134,6 @@ class FastRun<T> implements AttemptHandle, TimerRecord {
     this.reject = reject;
     this.opId = options.operationId ?? null;
     this.runner = null;
-    (this as { attempt: number }).attempt = 1;
     this.timeoutMs = 0;
     this.remainingMs = 0;
     this.done = false;
@@ -1148,7 +1147,11 @@ class FastRun<T> implements AttemptHandle, TimerRecord {
     this.timerNext = null;
   }
 
-  // What a Runner reads of its attempts' contexts, fixed for this one (no tracing, no limit, no hedging).
+  // What a Runner reads of its attempts' contexts, fixed for this one (the first attempt; no tracing, no limit, no hedging).
+  get attempt(): number {
+    return 1;
+  }
+
   get aScope(): AttemptScope | null {
     return null;
   }
@@ -1201,7 +1204,24 @@ class FastRun<T> implements AttemptHandle, TimerRecord {
       p = Promise.reject(error);
     }
     setTimerRecord(this, timeoutMs, now);
-    p.then((value) => this.settle(this, Settled.Value, value), (error: unknown) => this.settle(this, Settled.Error, error));
+    // Bound methods rather than arrow functions: a bound function is smaller than a closure
+    // and its context, and needs no lazy-compile step on its first (and only) call.
+    p.then(this.onValue.bind(this), this.onError.bind(this));
+  }
+
+  onError(error: unknown): void {
+    this.settle(this, Settled.Error, error);
+  }
+
+  /** The call answered: a plain answer (decide()'s first rule) is the result; anything else goes to a Runner. */
+  onValue(value: T): void {
+    if (this.runner === null && !this.done && this.options.classifyValue === undefined
+      && (typeof value !== 'object' || value === null ? plain200(this.policy) : isPlainAnswer(this.policy, (classifyValueDefault(value) as { status: number }).status))) {
+      this.done = true;
+      clearTimerRecord(this);
+      return this.resolve(value);
+    }
+    this.settle(this, Settled.Value, value);
   }
 
   settle(ctx: AttemptHandle, kind: Settled, payload: unknown): void {
@@ -1237,6 +1257,12 @@ class FastRun<T> implements AttemptHandle, TimerRecord {
     clearTimerRecord(this);
     return r;
   }
+}
+
+/** Whether a value that is not an object (status 200 by default) is a plain answer under `policy`; kept for the last policy run() resolved. */
+function plain200(policy: Policy): boolean {
+  if (policy !== lastPolicy) return isPlainAnswer(policy, 200);
+  return lastPlain200;
 }
 
 type FleetFields = Pick<RunOptions<unknown>, 'fleet' | 'dependency' | 'breaker'>;
@@ -1290,6 +1316,8 @@ function takeRunner(): Runner<unknown> {
  */
 let lastPolicyInput: RunOptions<unknown>['policy'] = undefined;
 let lastPolicy: Policy | null = null;
+/** isPlainAnswer(lastPolicy, 200). */
+let lastPlain200 = true;
 
 const START_RUN = (resolve: (v: unknown) => void, reject: (e: unknown) => void): void => {
   const options = startOptions!;
@@ -1305,6 +1333,7 @@ const START_RUN = (resolve: (v: unknown) => void, reject: (e: unknown) => void):
       policy = resolvePolicy(input);
       lastPolicy = policy;
       lastPolicyInput = input;
+      lastPlain200 = isPlainAnswer(policy, 200);
     }
     const deadlineMs = policy.hedge === null ? operationDeadlineMs(policy, options) : 0;
     if (deadlineMs > 0) {
