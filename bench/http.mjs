@@ -7,7 +7,9 @@
 // The server is a node:http server in a CHILD PROCESS (forked from this file), so it does
 // not share the client's event loop; on a 2-core machine each side gets a core. Every
 // candidate has its own connection pool. Candidates are measured round-robin, round after
-// round, and the median of the rounds is reported, so machine noise hits them alike.
+// round, and the median of the rounds is reported, so machine noise hits them alike; within
+// a round each cell is cut into slices that the candidates take in turn. The client's CPU
+// per request (this process only) is printed for the goal pairs too.
 // Every retrying candidate runs with its default retry settings; all requests succeed
 // (this measures the cost of the happy path, which is what a retry layer adds to every call).
 import { fork } from 'node:child_process';
@@ -76,11 +78,13 @@ async function candidates(url) {
   return { list, close };
 }
 
+/** Runs `fn` with `concurrency` loops for `ms`; returns the requests done, the wall ms and this process's CPU µs. */
 async function measure(fn, concurrency, ms) {
   let done = 0;
   let failed = 0;
   const end = performance.now() + ms;
   const t0 = performance.now();
+  const c0 = process.cpuUsage();
   await Promise.all(Array.from({ length: concurrency }, async () => {
     while (performance.now() < end) {
       try {
@@ -92,7 +96,8 @@ async function measure(fn, concurrency, ms) {
     }
   }));
   if (failed > 0) throw new Error(`${failed} requests failed`);
-  return done / ((performance.now() - t0) / 1000);
+  const c = process.cpuUsage(c0);
+  return { done, ms: performance.now() - t0, cpu: c.user + c.system };
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -107,15 +112,31 @@ export async function main({ quick = false } = {}) {
   const { port } = await new Promise((resolve) => child.once('message', resolve));
   const url = `http://127.0.0.1:${port}/item`;
   const { list, close } = await candidates(url);
-  const samples = new Map(list.map((c) => [c.name, { seq: [], c32: [] }]));
+  const samples = new Map(list.map((c) => [c.name, { seq: [], c32: [], seqCpu: [], c32Cpu: [] }]));
   const loads = [];
+  // Each cell's time is cut into SLICES slices, and the candidates take turns slice by
+  // slice: a burst of load on the shared machine then falls on every candidate alike
+  // rather than on the one that happened to be running.
+  const SLICES = 5;
   try {
     for (let r = 0; r < rounds; r++) {
       loads.push(loadavg());
       for (const mode of [['seq', 1], ['c32', 32]]) {
+        for (const c of list) await measure(c.fn, mode[1], warm);
+        const sum = new Map(list.map((c) => [c.name, { done: 0, ms: 0, cpu: 0 }]));
+        for (let i = 0; i < SLICES; i++) {
+          for (const c of list) {
+            const m = await measure(c.fn, mode[1], ms / SLICES);
+            const t = sum.get(c.name);
+            t.done += m.done;
+            t.ms += m.ms;
+            t.cpu += m.cpu;
+          }
+        }
         for (const c of list) {
-          await measure(c.fn, mode[1], warm);
-          samples.get(c.name)[mode[0]].push(await measure(c.fn, mode[1], ms));
+          const t = sum.get(c.name);
+          samples.get(c.name)[mode[0]].push(t.done / (t.ms / 1000));
+          samples.get(c.name)[`${mode[0]}Cpu`].push(t.cpu / t.done);
         }
       }
     }
@@ -149,10 +170,18 @@ export async function main({ quick = false } = {}) {
   const N = 'undici.request + compose(no-op)';
   const F = 'relent client.fetch';
   const B = 'undici.request (bare)';
+  // This process's CPU per request (the server runs in another): steadier than requests/s on a shared machine.
+  const cpuPair = (a, b, k, r) => (s(b)[`${k}Cpu`][r] / s(a)[`${k}Cpu`][r]).toFixed(2);
+  const us = (name, k, r) => s(name)[`${k}Cpu`][r].toFixed(1);
   console.log('\nPer round (goals: interceptor ÷ compose(no-op) ≥ 0.95 at 32 concurrent; client.fetch ÷ bare undici.request ≥ 0.6):');
   console.log(`${'round'.padEnd(5)}  ${'load avg 1/5/15'.padEnd(16)}  ${'interceptor÷compose seq'.padStart(23)}  ${'32 conc'.padStart(7)}  ${'client.fetch÷request seq'.padStart(24)}  ${'32 conc'.padStart(7)}`);
   for (let r = 0; r < rounds; r++) {
     console.log(`${String(r + 1).padEnd(5)}  ${loads[r].map((x) => x.toFixed(2)).join(' ').padEnd(16)}  ${pair(I, N, 'seq', r).padStart(23)}  ${pair(I, N, 'c32', r).padStart(7)}  ${pair(F, B, 'seq', r).padStart(24)}  ${pair(F, B, 'c32', r).padStart(7)}`);
+  }
+  console.log('\nThe same pairs as client CPU per request (µs, 32 concurrent), and its inverse ratio (what requests/s would be if CPU-bound):');
+  console.log(`${'round'.padEnd(5)}  ${'request'.padStart(8)}  ${'no-op'.padStart(8)}  ${'relent'.padStart(8)}  ${'fetch'.padStart(8)}  ${'interceptor÷compose'.padStart(19)}  ${'client.fetch÷request'.padStart(20)}`);
+  for (let r = 0; r < rounds; r++) {
+    console.log(`${String(r + 1).padEnd(5)}  ${us(B, 'c32', r).padStart(8)}  ${us(N, 'c32', r).padStart(8)}  ${us(I, 'c32', r).padStart(8)}  ${us(F, 'c32', r).padStart(8)}  ${cpuPair(I, N, 'c32', r).padStart(19)}  ${cpuPair(F, B, 'c32', r).padStart(20)}`);
   }
   return rows;
 }
