@@ -542,7 +542,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   private payload: unknown = undefined;
   private abortListener: (() => void) | null = null;
   timerDue = 0;
-  timerHandle: ReturnType<typeof setTimeout> | null = null;
+  timerHandle: object | null = null;
   timerSet = false;
   timerQueued = 0;
   timerNext: TimerRecord | null = null;
@@ -1113,7 +1113,7 @@ class FastRun<T> implements AttemptHandle, TimerRecord {
   declare controller: AbortController | null;
   declare callStart: number;
   declare timerDue: number;
-  declare timerHandle: ReturnType<typeof setTimeout> | null;
+  declare timerHandle: object | null;
   declare timerSet: boolean;
   declare timerQueued: number;
   declare timerNext: TimerRecord | null;
