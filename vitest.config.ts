@@ -8,6 +8,13 @@ import { defineConfig } from 'vitest/config';
  */
 const TIMING = ['test/rtb/coldstart.test.ts'];
 
+/**
+ * Tests that judge an answer within tens of ms of a deadline on the real clock, with
+ * real partners on loopback (the exchange's auctions and its shutdown): run after the
+ * parallel group, one file at a time, for the same reason, but without a second try.
+ */
+const SERIAL = ['test/rtb/auction.test.ts', 'test/rtb/server.test.ts'];
+
 export default defineConfig({
   test: {
     testTimeout: 20_000,
@@ -15,11 +22,12 @@ export default defineConfig({
     pool: 'forks',
     reporters: ['default', './test/support/summary-reporter.ts'],
     projects: [
-      { extends: true, test: { name: 'main', include: ['test/**/*.test.ts'], exclude: TIMING, sequence: { groupOrder: 0 } } },
+      { extends: true, test: { name: 'main', include: ['test/**/*.test.ts'], exclude: [...TIMING, ...SERIAL], sequence: { groupOrder: 0 } } },
+      { extends: true, test: { name: 'serial', include: SERIAL, fileParallelism: false, sequence: { groupOrder: 1 } } },
       // One more try of ten fresh starts when the first misses (on this shared 2-core machine a
       // start now and then writes an answer 5.3-6.4 ms after its deadline where the limit is 5):
       // two misses in a row fail. The figures of every try are printed.
-      { extends: true, test: { name: 'timing', include: TIMING, fileParallelism: false, retry: 1, sequence: { groupOrder: 1 } } },
+      { extends: true, test: { name: 'timing', include: TIMING, fileParallelism: false, retry: 1, sequence: { groupOrder: 2 } } },
     ],
   },
 });
