@@ -1,4 +1,5 @@
 import type BetterSqlite3 from 'better-sqlite3';
+import { Worker as Thread } from 'node:worker_threads';
 import { cutBatches, type PendingRow } from './batching.js';
 import { DeliveryError } from './errors.js';
 import {
@@ -7,7 +8,7 @@ import {
 } from './store-common.js';
 import type {
   BatchDetail, BatchLimits, BatchSummary, ClaimedBatch, CompleteResult, DeliveryStore, DestinationStats, DropStat,
-  EnqueueResult, FinishedState, FormAndClaimResult, FormResult, Lease, LimitedClaim, ListFilter, NewItem, Outcome, RequeueFilter, SharedLimits,
+  ClaimThenFormResult, EnqueueResult, FinishedState, FormAndClaimResult, FormResult, Lease, LimitedClaim, ListFilter, NewItem, Outcome, RequeueFilter, SharedLimits,
 } from './types.js';
 
 const NOTHING_PENDING: FormResult = Object.freeze({ formed: 0, nextAt: null });
@@ -32,6 +33,13 @@ export interface SqliteStoreOptions {
    * fail with ERR_STORE_FULL and are rolled back — backpressure before the disk fills.
    */
   readonly maxSizeBytes?: number;
+  /**
+   * Run the store on a thread of its own (default `true` for a file): SQLite's work —
+   * statements, the write-ahead log, checkpoints — is done on another thread, and the
+   * caller's event loop only posts calls and reads answers. `false` runs it on the
+   * caller's thread. A `:memory:` database always runs on the caller's thread.
+   */
+  readonly thread?: boolean;
 }
 
 export const SQLITE_DEFAULTS = Object.freeze({ busyTimeoutMs: 5_000, synchronous: 'NORMAL' as const, tablePrefix: 'relent_' });
@@ -62,6 +70,8 @@ export function sqliteError(e: unknown, where: string, what: string): DeliveryEr
  * rest of relent never load it.
  */
 export async function openSqliteStore(options: SqliteStoreOptions): Promise<DeliveryStore> {
+  const memory = options.file === ':memory:' || options.file === '';
+  if (options.thread !== false && !memory && THREAD_ENTRY !== null) return openThreadedStore(options, THREAD_ENTRY);
   let Ctor: typeof BetterSqlite3;
   try {
     Ctor = (await import('better-sqlite3')).default;
@@ -86,6 +96,121 @@ export async function openSqliteStore(options: SqliteStoreOptions): Promise<Deli
     throw e;
   }
   return store;
+}
+
+/**
+ * The store thread's module, beside this one. Only compiled JavaScript can start a worker
+ * thread; loaded from TypeScript sources (a test runner's transform) there is none, and the
+ * store runs on the caller's thread.
+ */
+const THREAD_ENTRY: URL | null = import.meta.url.endsWith('.js') ? new URL('./sqlite-thread.js', import.meta.url) : null;
+
+/** Opens the store on a worker thread of its own (src/delivery/sqlite-thread.ts) and answers for it here. */
+async function openThreadedStore(options: SqliteStoreOptions, entry: URL): Promise<DeliveryStore> {
+  const where = `sqlite:${options.file}`;
+  let thread: Thread;
+  try {
+    thread = new Thread(entry, { workerData: { ...options, thread: false } });
+  } catch (e) {
+    throw new DeliveryError('ERR_STORE_UNAVAILABLE', `${where}: cannot start the store's thread (${e instanceof Error ? e.message : String(e)})`, { cause: e });
+  }
+  const store = new ThreadedSqliteStore(thread, where);
+  try {
+    await store.opened;
+  } catch (e) {
+    await thread.terminate().catch(() => {});
+    throw e;
+  }
+  return store;
+}
+
+type ThreadAnswer = readonly [number, 0, unknown] | readonly [number, 1, { code: string; message: string; field: string | null }];
+
+/**
+ * The caller's side of a store that runs on its own thread: each call is posted as a
+ * message and its promise settles with the thread's answer. Calls run on the thread in
+ * the order they are made, each in its own transaction, exactly as on the caller's
+ * thread; a call resolves only after its transaction committed there. The thread keeps
+ * the process alive only while a call is waiting for its answer.
+ */
+class ThreadedSqliteStore implements DeliveryStore {
+  readonly kind = 'sqlite' as const;
+  readonly description: string;
+  /** Resolves once the thread has opened the database (rejects as opening it would). */
+  readonly opened: Promise<void>;
+  private readonly waiting = new Map<number, { resolve: (v: unknown) => void; reject: (e: unknown) => void }>();
+  private next = 1;
+  private closed = false;
+  /** Why the thread is gone (it exited or failed): every later call fails with it. */
+  private gone: DeliveryError | null = null;
+
+  constructor(private readonly thread: Thread, where: string) {
+    this.description = where;
+    this.opened = new Promise<void>((resolve, reject) => {
+      this.waiting.set(0, { resolve: () => resolve(), reject });
+    });
+    thread.on('message', (m: ThreadAnswer) => {
+      const w = this.waiting.get(m[0]);
+      if (w === undefined) return;
+      this.waiting.delete(m[0]);
+      if (this.waiting.size === 0) thread.unref();
+      if (m[1] === 0) w.resolve(m[2]);
+      else w.reject(new DeliveryError(m[2].code as DeliveryError['code'], m[2].message, { field: m[2].field }));
+    });
+    const fail = (e: DeliveryError): void => {
+      this.gone ??= e;
+      const all = [...this.waiting.values()];
+      this.waiting.clear();
+      for (const w of all) w.reject(this.gone);
+    };
+    thread.on('error', (e) => fail(new DeliveryError('ERR_STORE', `${where}: the store's thread failed (${e instanceof Error ? e.message : String(e)})`, { cause: e })));
+    thread.on('exit', (code) => fail(this.closed
+      ? new DeliveryError('ERR_STORE_CLOSED', `${where}: the store is closed`)
+      : new DeliveryError('ERR_STORE', `${where}: the store's thread ended (exit code ${code})`)));
+  }
+
+  private call<T>(method: string, args: readonly unknown[]): Promise<T> {
+    if (this.closed || this.gone !== null) return Promise.reject(this.gone ?? new DeliveryError('ERR_STORE_CLOSED', `${this.description}: the store is closed`));
+    return this.post<T>(method, args);
+  }
+
+  private post<T>(method: string, args: readonly unknown[]): Promise<T> {
+    const id = this.next++;
+    return new Promise<T>((resolve, reject) => {
+      if (this.waiting.size === 0) this.thread.ref();
+      this.waiting.set(id, { resolve: resolve as (v: unknown) => void, reject });
+      this.thread.postMessage([id, method, args]);
+    });
+  }
+
+  init(): Promise<void> { return this.call('init', []); }
+  enqueue(...a: Parameters<DeliveryStore['enqueue']>): Promise<EnqueueResult[]> { return this.call('enqueue', a); }
+  formBatches(...a: Parameters<DeliveryStore['formBatches']>): Promise<FormResult> { return this.call('formBatches', a); }
+  formAndClaim(...a: Parameters<NonNullable<DeliveryStore['formAndClaim']>>): Promise<FormAndClaimResult> { return this.call('formAndClaim', a); }
+  claimThenForm(...a: Parameters<NonNullable<DeliveryStore['claimThenForm']>>): Promise<ClaimThenFormResult> { return this.call('claimThenForm', a); }
+  claim(...a: Parameters<DeliveryStore['claim']>): Promise<ClaimedBatch[]> { return this.call('claim', a); }
+  claimLimited(...a: Parameters<DeliveryStore['claimLimited']>): Promise<LimitedClaim> { return this.call('claimLimited', a); }
+  endPermit(...a: Parameters<DeliveryStore['endPermit']>): Promise<void> { return this.call('endPermit', a); }
+  renew(...a: Parameters<DeliveryStore['renew']>): Promise<number[]> { return a[0].length === 0 ? Promise.resolve([]) : this.call('renew', a); }
+  complete(...a: Parameters<DeliveryStore['complete']>): Promise<CompleteResult> { return a[0].length === 0 ? Promise.resolve({ applied: [], lost: [] }) : this.call('complete', a); }
+  release(...a: Parameters<DeliveryStore['release']>): Promise<number> { return a[0].length === 0 ? Promise.resolve(0) : this.call('release', a); }
+  stats(...a: Parameters<DeliveryStore['stats']>): Promise<DestinationStats[]> { return this.call('stats', a); }
+  recount(): Promise<void> { return this.call('recount', []); }
+  list(...a: Parameters<DeliveryStore['list']>): Promise<BatchSummary[]> { return this.call('list', a); }
+  get(...a: Parameters<DeliveryStore['get']>): Promise<BatchDetail | null> { return this.call('get', a); }
+  requeue(...a: Parameters<DeliveryStore['requeue']>): Promise<number> { return this.call('requeue', a); }
+  dropStats(): Promise<DropStat[]> { return this.call('dropStats', []); }
+  purgeDelivered(...a: Parameters<DeliveryStore['purgeDelivered']>): Promise<number> { return this.call('purgeDelivered', a); }
+  purge(...a: Parameters<DeliveryStore['purge']>): Promise<number> { return this.call('purge', a); }
+  setPaused(...a: Parameters<DeliveryStore['setPaused']>): Promise<boolean> { return this.call('setPaused', a); }
+
+  /** Closes the database on its thread (after every call posted before), then ends the thread. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.gone === null) await this.post('close', []).catch(() => {});
+    await this.thread.terminate().catch(() => {});
+  }
 }
 
 class SqliteStore implements DeliveryStore {
@@ -246,6 +371,7 @@ class SqliteStore implements DeliveryStore {
     this.s = {
       insertItem: p(`INSERT INTO ${items} (destination, key, payload, bytes, enqueued_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (destination, key) DO NOTHING RETURNING id`),
       findItem: p(`SELECT id FROM ${items} WHERE destination = ? AND key = ?`),
+      anyDue: p(`SELECT 1 FROM ${batches} WHERE state = 'queued' AND destination = ? AND due_at <= ? LIMIT 1`),
       anyPending: p(`SELECT 1 FROM ${items} WHERE destination = ? AND batch_id IS NULL LIMIT 1`),
       pending: p(`SELECT id, key, bytes, enqueued_at AS enqueuedAt FROM ${items} WHERE destination = ? AND batch_id IS NULL ORDER BY id LIMIT ?`),
       insertBatch: p(`INSERT INTO ${batches} (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?) RETURNING id`),
@@ -341,36 +467,59 @@ class SqliteStore implements DeliveryStore {
   formAndClaim(destination: string, limits: BatchLimits, now: number, maxBatches: number, leaseMs: number, owner: string): Promise<FormAndClaimResult> {
     return this.guard('forming and claiming batches', () => {
       if (this.s.anyPending!.get(destination) === undefined) return { claimed: [], nextAt: null };
-      return this.db.transaction((): FormAndClaimResult => {
-        const p = this.s.paused!.get(destination) as { paused_at: number | null } | undefined;
-        if (p && p.paused_at !== null) return { claimed: [], nextAt: null };
-        const limit = Math.max(1, maxBatches * limits.maxItems);
-        const rows = this.s.pendingPayload!.all(destination, limit) as (PendingRow & { payload: string })[];
-        if (rows.length === 0) return { claimed: [], nextAt: null };
-        const { cuts, nextAt } = cutBatches(destination, rows, limits, now, maxBatches, rows.length < limit);
-        const until = now + leaseMs;
-        const pairs: [number, number][] = [];
-        const claimed: ClaimedBatch[] = [];
-        for (const cut of cuts) {
-          const { id } = this.s.insertLeased!.get(destination, cut.key, cut.rows.length, cut.bytes, now, now, until, cut.rows[0]!.enqueuedAt, owner, until) as { id: number };
-          for (const r of cut.rows) pairs.push([r.id, id]);
-          claimed.push({
-            id, token: 1, destination, key: cut.key, round: 1, attempt: 0, opStartedAt: null, opDeadlineAt: null, prevDelayMs: null, opThrottled: 0,
-            createdAt: now, notBefore: now, bytes: cut.bytes, items: cut.rows.map((r) => ({ key: r.key, payload: (r as PendingRow & { payload: string }).payload })),
-          });
-        }
-        if (pairs.length > 0) {
-          this.s.setBatch!.run(JSON.stringify(pairs));
-          this.s.count!.run(destination, 'pending', 0, -pairs.length);
-          this.s.count!.run(destination, 'queued', cuts.length, pairs.length);
-        }
-        return { claimed, nextAt };
+      return this.db.transaction(() => this.formAndClaimLocked(destination, limits, now, maxBatches, leaseMs, owner)).immediate();
+    });
+  }
+
+  claimThenForm(destination: string, limits: BatchLimits, now: number, want: number, leaseMs: number, owner: string): Promise<ClaimThenFormResult> {
+    return this.guard('claiming and forming batches', () => {
+      // Reads first, without the write lock: a write transaction only when there is something to lease.
+      const anyDue = this.s.anyDue!.get(destination, now) !== undefined;
+      const anyPending = this.s.anyPending!.get(destination) !== undefined;
+      if (!anyDue && !anyPending) return { claimed: [], due: 0, formed: true, nextAt: null };
+      return this.db.transaction((): ClaimThenFormResult => {
+        const due = anyDue ? this.claimLocked(destination, want, now, leaseMs, owner) : [];
+        if (due.length >= want) return { claimed: due, due: due.length, formed: false, nextAt: null };
+        const r = anyPending ? this.formAndClaimLocked(destination, limits, now, want - due.length, leaseMs, owner) : { claimed: [], nextAt: null };
+        return { claimed: due.length === 0 ? r.claimed : due.concat(r.claimed), due: due.length, formed: true, nextAt: r.nextAt };
       }).immediate();
     });
   }
 
+  /** Seals up to `maxBatches` batches of pending items, born leased to `owner` (inside a write transaction). */
+  private formAndClaimLocked(destination: string, limits: BatchLimits, now: number, maxBatches: number, leaseMs: number, owner: string): FormAndClaimResult {
+    const p = this.s.paused!.get(destination) as { paused_at: number | null } | undefined;
+    if (p && p.paused_at !== null) return { claimed: [], nextAt: null };
+    const limit = Math.max(1, maxBatches * limits.maxItems);
+    const rows = this.s.pendingPayload!.all(destination, limit) as (PendingRow & { payload: string })[];
+    if (rows.length === 0) return { claimed: [], nextAt: null };
+    const { cuts, nextAt } = cutBatches(destination, rows, limits, now, maxBatches, rows.length < limit);
+    const until = now + leaseMs;
+    const pairs: [number, number][] = [];
+    const claimed: ClaimedBatch[] = [];
+    for (const cut of cuts) {
+      const { id } = this.s.insertLeased!.get(destination, cut.key, cut.rows.length, cut.bytes, now, now, until, cut.rows[0]!.enqueuedAt, owner, until) as { id: number };
+      for (const r of cut.rows) pairs.push([r.id, id]);
+      claimed.push({
+        id, token: 1, destination, key: cut.key, round: 1, attempt: 0, opStartedAt: null, opDeadlineAt: null, prevDelayMs: null, opThrottled: 0,
+        createdAt: now, notBefore: now, bytes: cut.bytes, items: cut.rows.map((r) => ({ key: r.key, payload: (r as PendingRow & { payload: string }).payload })),
+      });
+    }
+    if (pairs.length > 0) {
+      this.s.setBatch!.run(JSON.stringify(pairs));
+      this.s.count!.run(destination, 'pending', 0, -pairs.length);
+      this.s.count!.run(destination, 'queued', cuts.length, pairs.length);
+    }
+    return { claimed, nextAt };
+  }
+
   claim(destination: string, limit: number, now: number, leaseMs: number, owner: string): Promise<ClaimedBatch[]> {
-    return this.guard('claiming batches', () => this.db.transaction(() => this.claimLocked(destination, limit, now, leaseMs, owner)).immediate());
+    return this.guard('claiming batches', () => {
+      // A read first, without the write lock: most looks for due batches (retries, expired
+      // leases) find none, and then no write transaction is begun.
+      if (this.s.anyDue!.get(destination, now) === undefined) return [];
+      return this.db.transaction(() => this.claimLocked(destination, limit, now, leaseMs, owner)).immediate();
+    });
   }
 
   private claimLocked(destination: string, limit: number, now: number, leaseMs: number, owner: string): ClaimedBatch[] {

@@ -4,7 +4,8 @@ import type { DeliveryStore } from './types.js';
 /**
  * Opens a store from a URL:
  * - `sqlite:./relent.db`, `sqlite:/var/lib/app/relent.db`, `sqlite::memory:` — the
- *   embedded store (query parameters: `busyTimeoutMs`, `synchronous=FULL`, `tablePrefix`, `maxSizeBytes`);
+ *   embedded store (query parameters: `busyTimeoutMs`, `synchronous=FULL`, `tablePrefix`, `maxSizeBytes`,
+ *   `thread=false` to run it on the caller's thread instead of a thread of its own);
  * - `postgres://user@host:5432/db?schema=relent` (or `postgresql://`) — the shared
  *   store for several workers (query parameters: `schema`, `tablePrefix`, `poolSize`;
  *   the rest goes to `pg`).
@@ -28,6 +29,10 @@ export async function openStore(url: string): Promise<DeliveryStore> {
       throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`maxSizeBytes\` in the store URL to be an integer > 0, got ${JSON.stringify(maxSize)}`, { field: 'store.maxSizeBytes' });
     }
     const sync = params.get('synchronous');
+    const thread = params.get('thread');
+    if (thread !== null && thread !== 'true' && thread !== 'false') {
+      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`thread\` in the store URL to be true or false, got ${JSON.stringify(thread)}`, { field: 'store.thread' });
+    }
     const busyTimeoutMs = busy === null ? undefined : Number(busy);
     if (busyTimeoutMs !== undefined && !(Number.isInteger(busyTimeoutMs) && busyTimeoutMs >= 0)) {
       throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`busyTimeoutMs\` in the store URL to be an integer >= 0, got ${JSON.stringify(busy)}`, { field: 'store.busyTimeoutMs' });
@@ -41,6 +46,7 @@ export async function openStore(url: string): Promise<DeliveryStore> {
       ...(busyTimeoutMs !== undefined ? { busyTimeoutMs } : {}),
       ...(maxSizeBytes !== undefined ? { maxSizeBytes } : {}),
       ...(sync !== null ? { synchronous: sync } : {}),
+      ...(thread !== null ? { thread: thread === 'true' } : {}),
       ...(params.get('tablePrefix') !== null ? { tablePrefix: params.get('tablePrefix')! } : {}),
     });
   }

@@ -52,6 +52,14 @@ export interface FormAndClaimResult {
   readonly nextAt: number | null;
 }
 
+/** What `claimThenForm` did: the due batches it leased first, then the batches it sealed and leased. */
+export interface ClaimThenFormResult extends FormAndClaimResult {
+  /** How many of `claimed` (the first ones) were due batches. */
+  readonly due: number;
+  /** Whether it looked for items to seal (false: the due batches filled `want`; `nextAt` is then null and means nothing). */
+  readonly formed: boolean;
+}
+
 /** A claimed lease: the fencing token must match on every later write. */
 export interface Lease {
   readonly id: number;
@@ -258,6 +266,12 @@ export interface DeliveryStore {
    * `claim` that found fewer due batches than it has room for.
    */
   formAndClaim?(destination: string, limits: BatchLimits, now: number, maxBatches: number, leaseMs: number, owner: string): Promise<FormAndClaimResult>;
+  /**
+   * Optional, with `formAndClaim`: `claim(destination, want, …)`, then, when that found fewer
+   * than `want` due batches, `formAndClaim` for the rest — in one call and one transaction,
+   * where a call has a cost of its own (the SQLite store's thread: one message each way).
+   */
+  claimThenForm?(destination: string, limits: BatchLimits, now: number, want: number, leaseMs: number, owner: string): Promise<ClaimThenFormResult>;
   /**
    * Leases up to `limit` due batches of a destination (`queued`, not_before <= now, no live
    * lease), oldest due first. Every claim increments the batch's fencing token.

@@ -201,6 +201,13 @@ interface Held {
   timedOut: boolean;
 }
 
+/**
+ * On SQLite, how long a finished attempt's outcome waits for others to be written with it
+ * (group commit): a worker killed meanwhile loses at most the outcomes of that long, plus
+ * the write under way, and those batches are delivered again with the same key.
+ */
+const OUTCOME_GROUP_MS = 20;
+
 const CONNECT_PHASE: ReadonlySet<ErrorClass> = new Set(['connect_refused', 'dns', 'connect_timeout', 'tls']);
 
 /**
@@ -241,6 +248,8 @@ class Worker implements DeliveryWorker {
   private flushing: Promise<void> | null = null;
   private cancelFlushRetry: (() => void) | null = null;
   private cancelFlushWait: (() => void) | null = null;
+  /** The pending write waits OUTCOME_GROUP_MS for more outcomes (see groupWaitMs). */
+  private groupWaiting = false;
   private readonly c: WorkerCounters = {
     attempts: 0, deliveredBatches: 0, deliveredItems: 0, deferredBatches: 0, droppedBatches: 0, droppedItems: 0, inflight: 0, leaseLost: 0, storeErrors: 0,
   };
@@ -488,12 +497,21 @@ class Worker implements DeliveryWorker {
         } else {
           claimed = [];
           const t = this.clock.now();
-          if (formAndClaim === undefined || !dest.formDue || dest.dueLook || t - dest.dueLookedAt >= this.settings.pollMs) {
+          const lookDue = formAndClaim === undefined || !dest.formDue || dest.dueLook || t - dest.dueLookedAt >= this.settings.pollMs;
+          // Both steps in one store call where the store has it (SQLite: one message to its thread, one transaction).
+          const claimThenForm = lookDue && formAndClaim !== undefined && dest.formDue ? this.store.claimThenForm?.bind(this.store) : undefined;
+          if (claimThenForm !== undefined) {
+            const r = await claimThenForm(d.name, d.batch, now, want, this.settings.leaseMs, this.id);
+            dest.dueLook = r.due === want;
+            dest.dueLookedAt = t;
+            if (r.formed) formed(r.nextAt);
+            claimed = r.claimed;
+          } else if (lookDue) {
             claimed = await this.store.claim(d.name, want, now, this.settings.leaseMs, this.id);
             dest.dueLook = claimed.length === want;
             dest.dueLookedAt = t;
           }
-          if (formAndClaim !== undefined && dest.formDue && claimed.length < want) {
+          if (claimThenForm === undefined && formAndClaim !== undefined && dest.formDue && claimed.length < want) {
             const r = await formAndClaim(d.name, d.batch, now, want - claimed.length, this.settings.leaseMs, this.id);
             formed(r.nextAt);
             if (r.claimed.length > 0) claimed = claimed.length === 0 ? r.claimed : claimed.concat(r.claimed);
@@ -538,8 +556,10 @@ class Worker implements DeliveryWorker {
   private kickFlush(): void {
     if (this.flushing || this.cancelFlushRetry || this.outcomes.length === 0) return;
     let cancelled = false;
+    const wait = this.groupWaitMs();
+    this.groupWaiting = wait > 0;
     const run = new Promise<void>((resolve) => {
-      const cancel = this.clock.setTimer(resolve, 0);
+      const cancel = this.clock.setTimer(resolve, wait);
       this.cancelFlushWait = () => {
         cancelled = true;
         cancel();
@@ -547,6 +567,7 @@ class Worker implements DeliveryWorker {
       };
     }).then(() => {
       this.cancelFlushWait = null;
+      this.groupWaiting = false;
       return cancelled ? undefined : this.flush();
     }).then(() => {
       this.flushing = null;
@@ -562,6 +583,19 @@ class Worker implements DeliveryWorker {
       }, Math.min(5_000, this.settings.pollMs * 2 ** Math.min(this.storeFailures, 10)));
     });
     this.flushing = run;
+  }
+
+  /**
+   * How long the first outcome of a group waits for others before the write starts. On
+   * SQLite every write is a transaction and a message to and from the store's thread, whatever
+   * its size, so outcomes gather for OUTCOME_GROUP_MS; on PostgreSQL the previous write's
+   * round trip gathers them. An outcome of a destination whose limits are kept in the store
+   * is written at the end of the turn: its lease counts against the shared limit until then.
+   */
+  private groupWaitMs(): number {
+    if (this.store.kind !== 'sqlite') return 0;
+    for (const o of this.outcomes) if (this.held.get(o.id)?.dest.shared) return 0;
+    return OUTCOME_GROUP_MS;
   }
 
   private async flush(): Promise<void> {
@@ -842,7 +876,11 @@ class Worker implements DeliveryWorker {
   private settle(h: Held, o: Outcome): void {
     h.settled = true;
     this.outcomes.push(o);
-    this.kickFlush();
+    // A shared limit counts this lease until the outcome is written: end a group's wait now (the write starts at the end of the turn).
+    if (h.dest.shared !== null && this.groupWaiting && this.cancelFlushWait !== null) {
+      this.groupWaiting = false;
+      this.cancelFlushWait();
+    } else this.kickFlush();
   }
 
   private countDrop(ref: BatchRef, reason: Decision, why: DecisionWhy | null, status: number | null, errorClass: ErrorClass | null, attempts: number): void {
