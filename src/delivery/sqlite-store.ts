@@ -110,7 +110,8 @@ async function openThreadedStore(options: SqliteStoreOptions, entry: URL): Promi
   const where = `sqlite:${options.file}`;
   let thread: Thread;
   try {
-    thread = new Thread(entry, { workerData: { ...options, thread: false } });
+    // None of the process's own node flags (--input-type, --import of a loader, …): the thread runs only the compiled store.
+    thread = new Thread(entry, { workerData: { ...options, thread: false }, execArgv: [] });
   } catch (e) {
     throw new DeliveryError('ERR_STORE_UNAVAILABLE', `${where}: cannot start the store's thread (${e instanceof Error ? e.message : String(e)})`, { cause: e });
   }

@@ -7,10 +7,10 @@ import { batchKey } from '../../src/delivery/batching.js';
 import { openStore } from '../../src/delivery/store.js';
 import type { ClaimedBatch, DeliveryStore, Outcome } from '../../src/delivery/types.js';
 import { createTestClock } from '../../src/testing/index.js';
-import { PG_URL, pgEnabled, postgresFactory, sqliteFactory, type StoreFactory } from './support.js';
+import { PG_URL, pgEnabled, postgresFactory, sqliteFactory, sqliteThreadFactory, type StoreFactory } from './support.js';
 
 const withPg = await pgEnabled();
-const factories: StoreFactory[] = [sqliteFactory()];
+const factories: StoreFactory[] = [sqliteFactory(), sqliteThreadFactory()];
 if (withPg) factories.push(postgresFactory());
 afterAll(async () => {
   for (const f of factories) await f.cleanup();
@@ -106,5 +106,37 @@ for (const factory of factories) describe(`${factory.name} formAndClaim: new bat
     await expect(openStore(`${PG_URL}?schema=relent_test_syncout&synchronousOutcomes=yes`)).rejects.toMatchObject({ code: 'ERR_INVALID_CONFIG', field: 'store.synchronousOutcomes' });
     const { dropSchema } = await import('./support.js');
     await dropSchema('relent_test_syncout');
+  });
+
+  it.runIf(factory.name !== 'postgres')('claimThenForm: due batches first (as claim), then new ones sealed and leased for the rest, in one call', async () => {
+    const s: DeliveryStore = await factory.open();
+    const clock = createTestClock();
+    expect(await s.claimThenForm!('d', ONE, clock.wallNow(), 4, LEASE, 'w1')).toEqual({ claimed: [], due: 0, formed: true, nextAt: null });
+    await s.enqueue(items('d', ['a', 'b', 'c', 'd', 'e']), clock.wallNow());
+    // 'a' sealed and left due (not leased): a claim would take it first.
+    expect((await s.formBatches('d', ONE, clock.wallNow(), 1)).formed).toBe(1);
+    const r = await s.claimThenForm!('d', ONE, clock.wallNow(), 3, LEASE, 'w1');
+    expect(r.due).toBe(1);
+    expect(r.formed).toBe(true);
+    expect(r.nextAt).toBe(clock.wallNow()); // 3 - 1 due = 2 sealed: more could be sealed at once
+    expect(r.claimed.map((b) => b.items.map((i) => i.key))).toEqual([['a'], ['b'], ['c']]);
+    expect(r.claimed.map((b) => b.token)).toEqual([1, 1, 1]);
+    expect(await s.get(r.claimed[0]!.id)).toMatchObject({ leaseOwner: 'w1', claims: 1, state: 'queued' });
+    expect((await s.stats(clock.wallNow()))[0]).toMatchObject({ pendingItems: 2, inflightBatches: 3, readyBatches: 0 });
+    // Due batches that fill `want`: nothing is sealed (formed: false), the pending items stay pending.
+    clock.advance(LEASE); // the three leases expire: due again
+    const r2 = await s.claimThenForm!('d', ONE, clock.wallNow(), 2, LEASE, 'w2');
+    expect(r2).toMatchObject({ due: 2, formed: false, nextAt: null });
+    expect(r2.claimed.map((b) => [b.items[0]!.key, b.token])).toEqual([['a', 2], ['b', 2]]);
+    expect((await s.stats(clock.wallNow()))[0]).toMatchObject({ pendingItems: 2 });
+    // A paused destination: nothing due is leased, nothing is sealed.
+    clock.advance(LEASE);
+    await s.setPaused('d', true, clock.wallNow());
+    expect(await s.claimThenForm!('d', ONE, clock.wallNow(), 10, LEASE, 'w3')).toMatchObject({ claimed: [], due: 0 });
+    await s.setPaused('d', false, clock.wallNow());
+    const r3 = await s.claimThenForm!('d', ONE, clock.wallNow(), 10, LEASE, 'w3');
+    expect(r3.due).toBe(3);
+    expect(r3.claimed.map((b) => b.items[0]!.key)).toEqual(['a', 'b', 'c', 'd', 'e']); // the due ones (in id order, as a claim hands them), then the new ones
+    expect(r3.nextAt).toBeNull();
   });
 });

@@ -11,10 +11,10 @@ import { openPostgresStore } from '../../src/delivery/postgres-store.js';
 import { openSqliteStore } from '../../src/delivery/sqlite-store.js';
 import type { ClaimedBatch, DeliveryStore, Outcome } from '../../src/delivery/types.js';
 import { createSeededRandom, createTestClock } from '../../src/testing/index.js';
-import { dropSchema, pgEnabled, PG_URL, postgresFactory, sqliteFactory, uniqueSchema, type StoreFactory } from './support.js';
+import { dropSchema, pgEnabled, PG_URL, postgresFactory, sqliteFactory, sqliteThreadFactory, uniqueSchema, type StoreFactory } from './support.js';
 
 const withPg = await pgEnabled();
-const factories: StoreFactory[] = [sqliteFactory()];
+const factories: StoreFactory[] = [sqliteFactory(), sqliteThreadFactory()];
 if (withPg) factories.push(postgresFactory());
 
 afterAll(async () => {

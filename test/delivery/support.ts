@@ -1,9 +1,10 @@
 // Shared helpers of the delivery tests: the two stores behind one factory, PostgreSQL
 // availability (required in CI, skipped with a message elsewhere), loopback receivers.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { openSqliteStore } from '../../src/delivery/sqlite-store.js';
@@ -60,7 +61,7 @@ export async function dropSchema(schema: string): Promise<void> {
 }
 
 export interface StoreFactory {
-  readonly name: 'sqlite' | 'postgres';
+  readonly name: 'sqlite' | 'sqlite-thread' | 'postgres';
   /** A new, empty store. */
   open(): Promise<DeliveryStore>;
   /** Removes everything the factory created. */
@@ -75,6 +76,34 @@ export function sqliteFactory(): StoreFactory {
     name: 'sqlite',
     async open() {
       const s = await openSqliteStore({ file: join(dir, `store-${n++}.db`) });
+      opened.push(s);
+      return s;
+    },
+    async cleanup() {
+      for (const s of opened) await s.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** The compiled store module: only compiled JavaScript can start the SQLite store's thread. */
+export const DIST_SQLITE = fileURLToPath(new URL('../../dist/delivery/sqlite-store.js', import.meta.url));
+
+/** The compiled openSqliteStore (`npm run build` first; CI builds before testing). */
+export async function distSqlite(): Promise<typeof import('../../src/delivery/sqlite-store.js')> {
+  if (!existsSync(DIST_SQLITE)) throw new Error('dist/ is missing: run `npm run build` first (CI builds before testing)');
+  return await import(DIST_SQLITE) as typeof import('../../src/delivery/sqlite-store.js');
+}
+
+/** The SQLite store as the compiled package runs a file database: on a worker thread of its own. */
+export function sqliteThreadFactory(): StoreFactory {
+  const dir = mkdtempSync(join(tmpdir(), 'relent-delivery-thread-'));
+  let n = 0;
+  const opened: DeliveryStore[] = [];
+  return {
+    name: 'sqlite-thread',
+    async open() {
+      const s = await (await distSqlite()).openSqliteStore({ file: join(dir, `store-${n++}.db`) });
       opened.push(s);
       return s;
     },

@@ -4,6 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import type { DestinationOptions } from '../../src/delivery/config.js';
 import { openDeliveryQueue, type DeliveryQueue } from '../../src/delivery/queue.js';
+import { openStore } from '../../src/delivery/store.js';
 import type { DeliveryRequest, TransportResult } from '../../src/delivery/transport.js';
 import type { DeliveryEvent, DeliveryWorker, WorkerOptions } from '../../src/delivery/worker.js';
 import { resolvePolicy } from '../../src/presets/index.js';
@@ -372,5 +373,41 @@ describe('leases', () => {
     expect([st.inflightBatches, st.readyBatches + st.pendingItems, st.droppedBatches]).toEqual([0, 5, 0]);
     expect((await t.queue.list({ state: 'queued' })).every((b) => b.attempt === 0)).toBe(true); // abandoned attempts are not recorded
     await t.queue.close();
+  });
+});
+
+describe('outcomes are written in groups', () => {
+  /** Ten batches answered 2 ms apart (virtual): the sizes of the store's outcome writes. */
+  async function writes(scope: 'worker' | 'shared'): Promise<number[]> {
+    const clock = createTestClock();
+    const store = await openStore('sqlite::memory:');
+    const sizes: number[] = [];
+    const complete = store.complete.bind(store);
+    store.complete = (outcomes) => {
+      sizes.push(outcomes.length);
+      return complete(outcomes);
+    };
+    const queue = await openDeliveryQueue({
+      store, clock,
+      destinations: { d: { url: 'https://receiver.example/in', batch: { maxItems: 1, maxAgeMs: 0 }, concurrency: { initial: 10, adaptive: false, scope } } },
+    });
+    let n = 0;
+    const transport = async (): Promise<TransportResult> => {
+      const wait = 2 * n++;
+      await new Promise<void>((r) => clock.setTimer(r, wait));
+      return { status: 200 };
+    };
+    const w = queue.createWorker({ clock, random: createSeededRandom(1), transport, pollMs: 5_000, leaseMs: 30_000 });
+    await queue.enqueueMany('d', Array.from({ length: 10 }, (_, i) => ({ payload: i, key: `k${i}` })));
+    w.start();
+    await clock.advanceAsync(1_000);
+    expect((await queue.stats())[0]).toMatchObject({ deliveredBatches: 10, inflightBatches: 0 });
+    await finish(queue, w);
+    return sizes;
+  }
+
+  it('on SQLite, answers within 20 ms of the first are written in one store call; a destination whose concurrency is kept in the store has each written at the end of its turn', async () => {
+    expect(await writes('worker')).toEqual([10]);
+    expect(await writes('shared')).toEqual(Array.from({ length: 10 }, () => 1));
   });
 });
