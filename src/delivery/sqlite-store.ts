@@ -243,7 +243,7 @@ class SqliteStore implements DeliveryStore {
       if (this.options.file !== ':memory:' && this.options.file !== '') {
         this.db.pragma('journal_mode = WAL');
         // Checkpoints (which copy the log into the file and, at NORMAL, sync both) every
-        // 10,000 pages instead of 1,000: each one stalls the worker's thread, and a queue
+        // 10,000 pages instead of 1,000: each one stalls the store's thread, and a queue
         // writes a few kilobytes of log per item. The log file is cut back to 64 MB after one.
         this.db.pragma(`wal_autocheckpoint = ${SQLITE_WAL_CHECKPOINT_PAGES}`);
         this.db.pragma(`journal_size_limit = ${64 * 1024 * 1024}`);

@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openStore } from '../../src/delivery/store.js';
+import type * as StoreModule from '../../src/delivery/store.js';
 import type { DeliveryStore } from '../../src/delivery/types.js';
 import { DIST_SQLITE, distSqlite } from './support.js';
 
@@ -94,7 +95,7 @@ describe('SQLite store on its own thread', () => {
 
   it('the store URL: thread=false keeps the store on the caller\'s thread; anything but true or false is refused', async () => {
     await expect(openStore(`sqlite:${file()}?thread=maybe`)).rejects.toMatchObject({ code: 'ERR_INVALID_CONFIG', field: 'store.thread' });
-    const { openStore: openCompiled } = await import(DIST_SQLITE.replace(/sqlite-store\.js$/, 'store.js')) as typeof import('../../src/delivery/store.js');
+    const { openStore: openCompiled } = await import(DIST_SQLITE.replace(/sqlite-store\.js$/, 'store.js')) as typeof StoreModule;
     const inline = await openCompiled(`sqlite:${file()}?thread=false`);
     const threaded = await openCompiled(`sqlite:${file()}`);
     try {

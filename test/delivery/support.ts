@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { openSqliteStore } from '../../src/delivery/sqlite-store.js';
+import type * as SqliteStoreModule from '../../src/delivery/sqlite-store.js';
 import { openPostgresStore } from '../../src/delivery/postgres-store.js';
 import type { DeliveryStore } from '../../src/delivery/types.js';
 
@@ -90,9 +91,9 @@ export function sqliteFactory(): StoreFactory {
 export const DIST_SQLITE = fileURLToPath(new URL('../../dist/delivery/sqlite-store.js', import.meta.url));
 
 /** The compiled openSqliteStore (`npm run build` first; CI builds before testing). */
-export async function distSqlite(): Promise<typeof import('../../src/delivery/sqlite-store.js')> {
+export async function distSqlite(): Promise<typeof SqliteStoreModule> {
   if (!existsSync(DIST_SQLITE)) throw new Error('dist/ is missing: run `npm run build` first (CI builds before testing)');
-  return await import(DIST_SQLITE) as typeof import('../../src/delivery/sqlite-store.js');
+  return await import(DIST_SQLITE) as typeof SqliteStoreModule;
 }
 
 /** The SQLite store as the compiled package runs a file database: on a worker thread of its own. */
