@@ -243,6 +243,8 @@ class Worker implements DeliveryWorker {
   private readonly held = new Map<number, Held>();
   private readonly onEvent: ((e: DeliveryEvent) => void) | null;
   private readonly instrumentation: Instrumentation | null;
+  /** Batches held claimed ahead per slot of concurrency, at least (see ahead()). */
+  private readonly aheadPerSlot: number;
   /** Outcomes waiting to be written; one write (one transaction) takes all that have gathered: group commit. */
   private outcomes: Outcome[] = [];
   private flushing: Promise<void> | null = null;
@@ -275,6 +277,7 @@ class Worker implements DeliveryWorker {
     this.transport = o.transport ?? createHttpTransport();
     this.onEvent = o.onEvent ?? null;
     this.instrumentation = o.instrumentation ?? null;
+    this.aheadPerSlot = this.store.kind === 'sqlite' ? 10 : 4;
     this.settings = resolveWorkerSettings({
       ...(o.leaseMs !== undefined ? { leaseMs: o.leaseMs } : {}),
       ...(o.pollMs !== undefined ? { pollMs: o.pollMs } : {}),
@@ -401,14 +404,17 @@ class Worker implements DeliveryWorker {
    * rate (a claim starts when half is left, so two round trips' worth, which covers a
    * claim that takes twice as long as usual on a busy machine), at least four times its
    * concurrency (so a claim brings at least twice the concurrency: fewer transactions
-   * per item where claims are quick, as on SQLite), at most claimChunk. Nothing is claimed ahead
+   * per item where claims are quick) — ten times on SQLite, whose claims are messages to
+   * the store's thread: a thread that waits for a CPU on a busy machine now and then takes
+   * far longer than its usual claim time, and fewer, larger claims cost the worker's
+   * thread less — at most claimChunk. Nothing is claimed ahead
    * for a destination that has not completed anything lately, when claims take no time
    * (a test clock), or when the destination's limits are shared through the store
    * (there the claim is the permit).
    */
   private ahead(dest: Dest): number {
     if (dest.shared || dest.rate || dest.rateEwma === 0 || dest.claimMsEwma === 0) return 0;
-    return Math.min(this.settings.claimChunk, Math.max(Math.round(4 * dest.rateEwma * dest.claimMsEwma), 4 * dest.aimd.limit));
+    return Math.min(this.settings.claimChunk, Math.max(Math.round(4 * dest.rateEwma * dest.claimMsEwma), this.aheadPerSlot * dest.aimd.limit));
   }
 
   /** Something may have fallen due or arrived for `dest` (a timer, a wake-up): look for it. */
