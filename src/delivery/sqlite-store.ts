@@ -1,5 +1,7 @@
 import type BetterSqlite3 from 'better-sqlite3';
 import { Worker as Thread } from 'node:worker_threads';
+import { fork, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { cutBatches, type PendingRow } from './batching.js';
 import { DeliveryError } from './errors.js';
 import {
@@ -34,12 +36,13 @@ export interface SqliteStoreOptions {
    */
   readonly maxSizeBytes?: number;
   /**
-   * Run the store on a thread of its own (default `true` for a file): SQLite's work —
-   * statements, the write-ahead log, checkpoints — is done on another thread, and the
-   * caller's event loop only posts calls and reads answers. `false` runs it on the
-   * caller's thread. A `:memory:` database always runs on the caller's thread.
+   * Where the store's work runs. `process` (default for a database file): a process of its
+   * own, as a database server would, started and ended with the store — the operating
+   * system schedules it as a separate program, and the caller's event loop only posts
+   * calls and reads answers. `thread`: a worker thread of the caller's process. `caller`:
+   * the caller's thread. A `:memory:` database always runs on the caller's thread.
    */
-  readonly thread?: boolean;
+  readonly runIn?: 'process' | 'thread' | 'caller';
 }
 
 export const SQLITE_DEFAULTS = Object.freeze({ busyTimeoutMs: 5_000, synchronous: 'NORMAL' as const, tablePrefix: 'relent_' });
@@ -71,7 +74,11 @@ export function sqliteError(e: unknown, where: string, what: string): DeliveryEr
  */
 export async function openSqliteStore(options: SqliteStoreOptions): Promise<DeliveryStore> {
   const memory = options.file === ':memory:' || options.file === '';
-  if (options.thread !== false && !memory && THREAD_ENTRY !== null) return openThreadedStore(options, THREAD_ENTRY);
+  const runIn = options.runIn ?? 'process';
+  if (runIn !== 'process' && runIn !== 'thread' && runIn !== 'caller') {
+    throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`runIn\` to be process, thread or caller, got ${JSON.stringify(runIn)}`, { field: 'runIn' });
+  }
+  if (runIn !== 'caller' && !memory && RUNNER !== null) return openRemoteStore(options, runIn, RUNNER);
   let Ctor: typeof BetterSqlite3;
   try {
     Ctor = (await import('better-sqlite3')).default;
@@ -99,42 +106,85 @@ export async function openSqliteStore(options: SqliteStoreOptions): Promise<Deli
 }
 
 /**
- * The store thread's module, beside this one. Only compiled JavaScript can start a worker
- * thread; loaded from TypeScript sources (a test runner's transform) there is none, and the
- * store runs on the caller's thread.
+ * The module that runs the store in a process or thread of its own, beside this one. Only
+ * compiled JavaScript can be started there; loaded from TypeScript sources (a test runner's
+ * transform) there is none, and the store runs on the caller's thread.
  */
-const THREAD_ENTRY: URL | null = import.meta.url.endsWith('.js') ? new URL('./sqlite-thread.js', import.meta.url) : null;
+const RUNNER: URL | null = import.meta.url.endsWith('.js') ? new URL('./sqlite-runner.js', import.meta.url) : null;
 
-/** Opens the store on a worker thread of its own (src/delivery/sqlite-thread.ts) and answers for it here. */
-async function openThreadedStore(options: SqliteStoreOptions, entry: URL): Promise<DeliveryStore> {
+/** Opens the store in a process (or worker thread) of its own (src/delivery/sqlite-runner.ts) and answers for it here. */
+async function openRemoteStore(options: SqliteStoreOptions, runIn: 'process' | 'thread', entry: URL): Promise<DeliveryStore> {
   const where = `sqlite:${options.file}`;
-  let thread: Thread;
+  const child = { ...options, runIn: 'caller' as const };
+  let peer: Peer;
   try {
-    // None of the process's own node flags (--input-type, --import of a loader, …): the thread runs only the compiled store.
-    thread = new Thread(entry, { workerData: { ...options, thread: false }, execArgv: [] });
+    // None of the process's own node flags (--input-type, --import of a loader, …): the runner runs only the compiled store.
+    peer = runIn === 'thread'
+      ? new Thread(entry, { workerData: child, execArgv: [] })
+      : processPeer(fork(fileURLToPath(entry), [JSON.stringify(child)], {
+        // A session of its own, where there are sessions: scheduled as a program of its own (Linux autogroups).
+        detached: process.platform !== 'win32', execArgv: [], serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      }));
   } catch (e) {
-    throw new DeliveryError('ERR_STORE_UNAVAILABLE', `${where}: cannot start the store's thread (${e instanceof Error ? e.message : String(e)})`, { cause: e });
+    throw new DeliveryError('ERR_STORE_UNAVAILABLE', `${where}: cannot start the store's ${runIn} (${e instanceof Error ? e.message : String(e)})`, { cause: e });
   }
-  const store = new ThreadedSqliteStore(thread, where);
+  const store = new RemoteSqliteStore(peer, where, runIn);
   try {
     await store.opened;
   } catch (e) {
-    await thread.terminate().catch(() => {});
+    await peer.terminate().catch(() => {});
     throw e;
   }
   return store;
 }
 
-type ThreadAnswer = readonly [number, 0, unknown] | readonly [number, 1, { code: string; message: string; field: string | null }];
+/** What the caller's side needs of a worker thread or a child process. */
+interface Peer {
+  on(event: 'message', f: (m: RunnerAnswer) => void): unknown;
+  on(event: 'error', f: (e: unknown) => void): unknown;
+  on(event: 'exit', f: (code: number | null) => void): unknown;
+  postMessage(m: unknown): void;
+  ref(): void;
+  unref(): void;
+  terminate(): Promise<unknown>;
+}
+
+/** A child process (IPC channel, structured-clone serialization) as a Peer. */
+function processPeer(child: ChildProcess): Peer {
+  const channel = child as unknown as { channel?: { ref(): void; unref(): void } };
+  return {
+    on: (event: string, f: (...a: unknown[]) => void) => child.on(event, f),
+    postMessage: (m) => {
+      child.send(m as never);
+    },
+    ref: () => {
+      child.ref();
+      channel.channel?.ref();
+    },
+    unref: () => {
+      child.unref();
+      channel.channel?.unref();
+    },
+    terminate: () => new Promise<void>((resolve) => {
+      if (child.exitCode !== null || child.signalCode !== null) return resolve();
+      child.once('exit', () => resolve());
+      // Closing the channel ends the runner after it closed the database; a kill if it does not.
+      if (child.connected) child.disconnect();
+      else child.kill();
+    }),
+  } as Peer;
+}
+
+type RunnerAnswer = readonly [number, 0, unknown] | readonly [number, 1, { code: string; message: string; field: string | null }];
 
 /**
- * The caller's side of a store that runs on its own thread: each call is posted as a
- * message and its promise settles with the thread's answer. Calls run on the thread in
- * the order they are made, each in its own transaction, exactly as on the caller's
- * thread; a call resolves only after its transaction committed there. The thread keeps
- * the process alive only while a call is waiting for its answer.
+ * The caller's side of a store that runs in a process or thread of its own: each call is
+ * posted as a message and its promise settles with the answer. Calls run there in the
+ * order they are made, each in its own transaction, exactly as on the caller's thread; a
+ * call resolves only after its transaction committed. The runner keeps the caller's
+ * process alive only while a call is waiting for its answer.
  */
-class ThreadedSqliteStore implements DeliveryStore {
+class RemoteSqliteStore implements DeliveryStore {
   readonly kind = 'sqlite' as const;
   readonly description: string;
   /** Resolves once the thread has opened the database (rejects as opening it would). */
@@ -145,12 +195,12 @@ class ThreadedSqliteStore implements DeliveryStore {
   /** Why the thread is gone (it exited or failed): every later call fails with it. */
   private gone: DeliveryError | null = null;
 
-  constructor(private readonly thread: Thread, where: string) {
+  constructor(private readonly thread: Peer, where: string, private readonly runIn: 'process' | 'thread') {
     this.description = where;
     this.opened = new Promise<void>((resolve, reject) => {
       this.waiting.set(0, { resolve: () => resolve(), reject });
     });
-    thread.on('message', (m: ThreadAnswer) => {
+    thread.on('message', (m: RunnerAnswer) => {
       const w = this.waiting.get(m[0]);
       if (w === undefined) return;
       this.waiting.delete(m[0]);
@@ -164,10 +214,10 @@ class ThreadedSqliteStore implements DeliveryStore {
       this.waiting.clear();
       for (const w of all) w.reject(this.gone);
     };
-    thread.on('error', (e) => fail(new DeliveryError('ERR_STORE', `${where}: the store's thread failed (${e instanceof Error ? e.message : String(e)})`, { cause: e })));
+    thread.on('error', (e) => fail(new DeliveryError('ERR_STORE', `${where}: the store's ${runIn} failed (${e instanceof Error ? e.message : String(e)})`, { cause: e })));
     thread.on('exit', (code) => fail(this.closed
       ? new DeliveryError('ERR_STORE_CLOSED', `${where}: the store is closed`)
-      : new DeliveryError('ERR_STORE', `${where}: the store's thread ended (exit code ${code})`)));
+      : new DeliveryError('ERR_STORE', `${where}: the store's ${runIn} ended (exit code ${code})`)));
   }
 
   private call<T>(method: string, args: readonly unknown[]): Promise<T> {
@@ -205,7 +255,7 @@ class ThreadedSqliteStore implements DeliveryStore {
   purge(...a: Parameters<DeliveryStore['purge']>): Promise<number> { return this.call('purge', a); }
   setPaused(...a: Parameters<DeliveryStore['setPaused']>): Promise<boolean> { return this.call('setPaused', a); }
 
-  /** Closes the database on its thread (after every call posted before), then ends the thread. */
+  /** Closes the database where it runs (after every call posted before), then ends the runner. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -243,7 +293,7 @@ class SqliteStore implements DeliveryStore {
       if (this.options.file !== ':memory:' && this.options.file !== '') {
         this.db.pragma('journal_mode = WAL');
         // Checkpoints (which copy the log into the file and, at NORMAL, sync both) every
-        // 10,000 pages instead of 1,000: each one stalls the store's thread, and a queue
+        // 10,000 pages instead of 1,000: each one stalls the store, and a queue
         // writes a few kilobytes of log per item. The log file is cut back to 64 MB after one.
         this.db.pragma(`wal_autocheckpoint = ${SQLITE_WAL_CHECKPOINT_PAGES}`);
         this.db.pragma(`journal_size_limit = ${64 * 1024 * 1024}`);

@@ -5,7 +5,7 @@ import type { DeliveryStore } from './types.js';
  * Opens a store from a URL:
  * - `sqlite:./relent.db`, `sqlite:/var/lib/app/relent.db`, `sqlite::memory:` — the
  *   embedded store (query parameters: `busyTimeoutMs`, `synchronous=FULL`, `tablePrefix`, `maxSizeBytes`,
- *   `thread=false` to run it on the caller's thread instead of a thread of its own);
+ *   `runIn=process|thread|caller`: where its work runs, a process of its own by default);
  * - `postgres://user@host:5432/db?schema=relent` (or `postgresql://`) — the shared
  *   store for several workers (query parameters: `schema`, `tablePrefix`, `poolSize`;
  *   the rest goes to `pg`).
@@ -29,9 +29,9 @@ export async function openStore(url: string): Promise<DeliveryStore> {
       throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`maxSizeBytes\` in the store URL to be an integer > 0, got ${JSON.stringify(maxSize)}`, { field: 'store.maxSizeBytes' });
     }
     const sync = params.get('synchronous');
-    const thread = params.get('thread');
-    if (thread !== null && thread !== 'true' && thread !== 'false') {
-      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`thread\` in the store URL to be true or false, got ${JSON.stringify(thread)}`, { field: 'store.thread' });
+    const runIn = params.get('runIn');
+    if (runIn !== null && runIn !== 'process' && runIn !== 'thread' && runIn !== 'caller') {
+      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`runIn\` in the store URL to be process, thread or caller, got ${JSON.stringify(runIn)}`, { field: 'store.runIn' });
     }
     const busyTimeoutMs = busy === null ? undefined : Number(busy);
     if (busyTimeoutMs !== undefined && !(Number.isInteger(busyTimeoutMs) && busyTimeoutMs >= 0)) {
@@ -46,7 +46,7 @@ export async function openStore(url: string): Promise<DeliveryStore> {
       ...(busyTimeoutMs !== undefined ? { busyTimeoutMs } : {}),
       ...(maxSizeBytes !== undefined ? { maxSizeBytes } : {}),
       ...(sync !== null ? { synchronous: sync } : {}),
-      ...(thread !== null ? { thread: thread === 'true' } : {}),
+      ...(runIn !== null ? { runIn } : {}),
       ...(params.get('tablePrefix') !== null ? { tablePrefix: params.get('tablePrefix')! } : {}),
     });
   }

@@ -269,7 +269,7 @@ export interface DeliveryStore {
   /**
    * Optional, with `formAndClaim`: `claim(destination, want, …)`, then, when that found fewer
    * than `want` due batches, `formAndClaim` for the rest — in one call and one transaction,
-   * where a call has a cost of its own (the SQLite store's thread: one message each way).
+   * where a call has a cost of its own (the SQLite store's own process: one message each way).
    */
   claimThenForm?(destination: string, limits: BatchLimits, now: number, want: number, leaseMs: number, owner: string): Promise<ClaimThenFormResult>;
   /**

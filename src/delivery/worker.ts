@@ -405,7 +405,7 @@ class Worker implements DeliveryWorker {
    * claim that takes twice as long as usual on a busy machine), at least four times its
    * concurrency (so a claim brings at least twice the concurrency: fewer transactions
    * per item where claims are quick) — ten times on SQLite, whose claims are messages to
-   * the store's thread: a thread that waits for a CPU on a busy machine now and then takes
+   * the store's process: a process that waits for a CPU on a busy machine now and then takes
    * far longer than its usual claim time, and fewer, larger claims cost the worker's
    * thread less — at most claimChunk. Nothing is claimed ahead
    * for a destination that has not completed anything lately, when claims take no time
@@ -593,7 +593,7 @@ class Worker implements DeliveryWorker {
 
   /**
    * How long the first outcome of a group waits for others before the write starts. On
-   * SQLite every write is a transaction and a message to and from the store's thread, whatever
+   * SQLite every write is a transaction and a message to and from the store's process, whatever
    * its size, so outcomes gather for OUTCOME_GROUP_MS; on PostgreSQL the previous write's
    * round trip gathers them. An outcome of a destination whose limits are kept in the store
    * is written at the end of the turn: its lease counts against the shared limit until then.

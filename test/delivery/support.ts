@@ -62,7 +62,7 @@ export async function dropSchema(schema: string): Promise<void> {
 }
 
 export interface StoreFactory {
-  readonly name: 'sqlite' | 'sqlite-thread' | 'postgres';
+  readonly name: 'sqlite' | 'sqlite-process' | 'postgres';
   /** A new, empty store. */
   open(): Promise<DeliveryStore>;
   /** Removes everything the factory created. */
@@ -87,7 +87,7 @@ export function sqliteFactory(): StoreFactory {
   };
 }
 
-/** The compiled store module: only compiled JavaScript can start the SQLite store's thread. */
+/** The compiled store module: only compiled JavaScript can start the SQLite store's own process or thread. */
 export const DIST_SQLITE = fileURLToPath(new URL('../../dist/delivery/sqlite-store.js', import.meta.url));
 
 /** The compiled openSqliteStore (`npm run build` first; CI builds before testing). */
@@ -96,13 +96,13 @@ export async function distSqlite(): Promise<typeof SqliteStoreModule> {
   return await import(DIST_SQLITE) as typeof SqliteStoreModule;
 }
 
-/** The SQLite store as the compiled package runs a file database: on a worker thread of its own. */
+/** The SQLite store as the compiled package runs a file database: in a process of its own. */
 export function sqliteThreadFactory(): StoreFactory {
-  const dir = mkdtempSync(join(tmpdir(), 'relent-delivery-thread-'));
+  const dir = mkdtempSync(join(tmpdir(), 'relent-delivery-runner-'));
   let n = 0;
   const opened: DeliveryStore[] = [];
   return {
-    name: 'sqlite-thread',
+    name: 'sqlite-process',
     async open() {
       const s = await (await distSqlite()).openSqliteStore({ file: join(dir, `store-${n++}.db`) });
       opened.push(s);

@@ -1,9 +1,12 @@
 /**
- * The SQLite store's own thread: the worker thread that `openSqliteStore` starts for a
- * database file. It opens the store here (on this thread) and runs each call the calling
- * thread posts, one at a time, in the order they were posted; every answer goes back as
- * a message. Nothing else runs on this thread, so a store call's work (SQLite's
- * statements, the write-ahead log, checkpoints) never holds up the caller's event loop.
+ * Where the SQLite store runs when it does not run on the caller's thread: a process of its
+ * own (the default for a database file; started by `openSqliteStore`, connected by an IPC
+ * channel) or a worker thread. It opens the store here and runs each call the caller
+ * posts, one at a time, in the order they were posted; every answer goes back as a
+ * message. Nothing else runs here, so a store call's work (SQLite's statements, the
+ * write-ahead log, checkpoints) never holds up the caller's event loop. A process ends
+ * when its caller's channel closes (the caller closed the store, exited or was killed),
+ * after closing the database.
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { DeliveryError } from './errors.js';
@@ -25,11 +28,22 @@ function toThreadError(e: unknown): ThreadError {
 }
 
 async function serve(): Promise<void> {
-  const port = parentPort;
+  const ipc = parentPort === null && typeof process.send === 'function';
+  const port = parentPort ?? (ipc ? {
+    postMessage: (m: unknown) => process.send!(m),
+    on: (ev: 'message', f: (m: ThreadCall) => void) => process.on(ev, f as never),
+    close: () => process.disconnect(),
+  } : null);
   if (port === null) return;
-  let store: DeliveryStore;
+  if (ipc) {
+    process.on('disconnect', () => {
+      void (store?.close() ?? Promise.resolve()).finally(() => process.exit(0));
+    });
+  }
+  let store: DeliveryStore | undefined;
   try {
-    store = await openSqliteStore({ ...(workerData as SqliteStoreOptions), thread: false });
+    const options = (ipc ? JSON.parse(process.argv[2]!) : workerData) as SqliteStoreOptions;
+    store = await openSqliteStore({ ...options, runIn: 'caller' });
   } catch (e) {
     port.postMessage([0, 1, toThreadError(e)] satisfies ThreadAnswer);
     return;
@@ -43,7 +57,7 @@ async function serve(): Promise<void> {
     }
     // The store's methods do their work before they return (better-sqlite3 is synchronous),
     // so calls run one after the other, in the order they came.
-    f.apply(store, args as unknown[]).then(
+    f.apply(store!, args as unknown[]).then(
       (value) => {
         port.postMessage([id, 0, value] satisfies ThreadAnswer);
         if (method === 'close') port.close();
