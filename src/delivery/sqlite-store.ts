@@ -167,6 +167,7 @@ function processPeer(child: ChildProcess): Peer {
     },
     terminate: () => new Promise<void>((resolve) => {
       if (child.exitCode !== null || child.signalCode !== null) return resolve();
+      child.ref(); // the caller waits for the exit: keep its event loop alive until then
       child.once('exit', () => resolve());
       // Closing the channel ends the runner after it closed the database; a kill if it does not.
       if (child.connected) child.disconnect();
