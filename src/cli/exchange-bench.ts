@@ -221,6 +221,9 @@ function next<T>(child: ChildProcess, t: string): Promise<T> {
 
 // ─── the measurement ─────────────────────────────────────────────────────────
 
+/** How long --find-max runs the starting rate before the search (not judged). */
+const SETTLE_MS = 5_000;
+
 export interface MemorySample {
   /** Seconds into the measured run. */
   readonly atS: number;
@@ -244,6 +247,8 @@ export interface StepResult {
 export interface WorkersResult {
   readonly workers: number;
   readonly readyMs: number;
+  /** The first seconds at the starting rate before the search (--find-max), not judged; null without. */
+  readonly settle: StepResult | null;
   /** The search (--find-max): each rate tried. */
   readonly steps: readonly StepResult[];
   /** The highest rate that kept the target (null without --find-max). */
@@ -366,7 +371,13 @@ async function measure(o: BenchOptions, workers: number, configPath: string, res
     };
     const steps: StepResult[] = [];
     let maxRate: number | null = null;
+    let settle: StepResult | null = null;
     if (o.findMax) {
+      // The search measures a running exchange: its first seconds (breakers not yet open on
+      // the hanging and failing partners, every call to them a new connection) are run
+      // once at the starting rate and not judged; --cold-starts measures a fresh process.
+      settle = await step(o.rate, SETTLE_MS, 1_000, null);
+      o.log(`exchange-bench: ${workers}w settling at ${o.rate}/s for ${SETTLE_MS / 1000} s (not judged): after deadline ${settle.afterDeadline}`);
       // Grow by half until the target breaks, then halve the gap three times.
       let lo = 0;
       let hi = 0;
@@ -390,7 +401,7 @@ async function measure(o: BenchOptions, workers: number, configPath: string, res
     o.log(`exchange-bench: ${workers}w measured run at ${runRate}/s for ${o.durationMs / 1000} s…`);
     const memory: MemorySample[] = [];
     const run = await step(runRate, o.durationMs, 2_000, memory);
-    return { workers, readyMs: ex.readyMs, steps, maxRate, run, exchange: ex.stats(), memory, loadAverage: loadavg().map((x) => Math.round(x * 100) / 100) };
+    return { workers, readyMs: ex.readyMs, settle, steps, maxRate, run, exchange: ex.stats(), memory, loadAverage: loadavg().map((x) => Math.round(x * 100) / 100) };
   } finally {
     loadgen.send({ t: 'stop' });
     await ex.close();
@@ -540,6 +551,7 @@ export function formatBench(r: BenchResult): string {
     lines.push('');
     lines.push(`── ${w.workers} worker${w.workers === 1 ? '' : 's'} (ready after ${w.readyMs} ms; load average at the end ${w.loadAverage.join(' ')}) ──`);
     if (w.steps.length > 0) {
+      if (w.settle !== null) lines.push(`first ${SETTLE_MS / 1000} s at ${w.settle.load.rate}/s, not judged (breakers settling): p99 ${w.settle.load.p99Ms.toFixed(1)} ms, after deadline ${w.settle.afterDeadline}`);
       lines.push(`search (p99 ≤ ${r.p99TargetMs} ms at the source, 0 answers after deadline + 5 ms):`);
       lines.push('  rate/s  answered/s  p50 ms  p99 ms  after deadline  ok');
       for (const s of w.steps) {
