@@ -4,18 +4,10 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { PartnerBreakerChange } from '../../src/rtb/exchange.js';
 import { createTestClock } from '../../src/testing/index.js';
-import { answer, bidBody, bidRequest, exchangeConfig, partnerConfig, post, startExchange, startPartner } from './helpers.js';
+import { answer, bidBody, bidRequest, exchangeConfig, partnerConfig, post, startExchange, startPartner, untilSocket as until } from './helpers.js';
 
 /** No dry-run auctions before listening: on a clock that stands still, the stand-in's unanswered calls would never time out. */
 const NO_WARMUP = { warmup: false } as const;
-
-/** Waits (a macrotask at a time, no timer) until a real socket event has happened. */
-async function until(what: string, cond: () => boolean): Promise<void> {
-  for (let i = 0; !cond(); i++) {
-    if (i > 200_000) throw new Error(`never happened: ${what}`);
-    await new Promise((r) => setImmediate(r));
-  }
-}
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {

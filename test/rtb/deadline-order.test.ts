@@ -4,15 +4,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { TimerLanes } from '../../src/rtb/timer-lanes.js';
 import { createTestClock } from '../../src/testing/index.js';
-import { bidRequest, exchangeConfig, hang, partnerConfig, post, startExchange, startPartner } from './helpers.js';
-
-/** Waits (a macrotask at a time, no timer) until a real socket event has happened. */
-async function until(what: string, cond: () => boolean): Promise<void> {
-  for (let i = 0; !cond(); i++) {
-    if (i > 200_000) throw new Error(`never happened: ${what}`);
-    await new Promise((r) => setImmediate(r));
-  }
-}
+import { bidRequest, exchangeConfig, hang, partnerConfig, post, startExchange, startPartner, untilSocket as until } from './helpers.js';
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {

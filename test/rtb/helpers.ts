@@ -176,6 +176,14 @@ export function bidRequest(over: Record<string, unknown> = {}): Record<string, u
   return { id: `req-${++seq}`, imp: [{ id: '1', bidfloor: 0.5 }], tmax: 300, site: { publisher: { id: 'pub-1' } }, ...over };
 }
 
+/** Waits (a macrotask at a time, no timer: usable on a test clock) until a real socket event has happened. */
+export async function untilSocket(what: string, cond: () => boolean): Promise<void> {
+  for (let i = 0; !cond(); i++) {
+    if (i > 200_000) throw new Error(`never happened: ${what}`);
+    await new Promise((r) => setImmediate(r));
+  }
+}
+
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** Partner-config defaults for an exchange whose auction is long enough for loaded CI machines. */
