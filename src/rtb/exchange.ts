@@ -764,7 +764,8 @@ class ExchangeImpl implements Exchange {
     }
     this.winners += s.bids.won;
     if (this.onAuction !== null) this.onAuction(s);
-    if (fire !== null) setImmediate(fire);
+    // Notices have no deadline: they wait until no auction is due soon (at most 50 ms).
+    if (fire !== null) this.lanes.whenQuiet(fire);
   }
 
   private onBillingEvent(req: http.IncomingMessage, res: http.ServerResponse, query: string): void {
@@ -1037,6 +1038,8 @@ class ExchangeImpl implements Exchange {
       clearTimeout(timer);
     }
     await Promise.all(this.partners.map((p) => p.close(o.force === true)));
+    // No auction is left: the notices still waiting for a quiet moment are handed over now.
+    this.lanes.runQuiet();
     if (this.ownNotices) await this.notices.close({ drainMs: o.noticeDrainMs ?? 2000, force: o.force === true });
   }
 }

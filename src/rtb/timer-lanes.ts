@@ -12,6 +12,13 @@ import { MAX_TIMER_MS, type Clock } from '../core/types.js';
  * A timer fires when the clock has reached its due time, never before (a host timer that
  * fires early is re-armed), and within the millisecond after it, as a host timer does;
  * one host timer is armed at a time, for the earliest.
+ *
+ * Work that has no deadline of its own (the notices of an answered auction) waits for a
+ * quiet moment (`whenQuiet`): it runs once no auction is due within `quietMs`, and at the
+ * latest `maxDeferMs` after it was queued. A burst of auctions answered one after the
+ * other then writes its answers first and its notices after, instead of the first
+ * answers' notices (a store write, a delivery, a new connection: 10–15 ms in a process
+ * that has not run them yet) delaying the answers due behind them.
  */
 export class TimerLanes {
   /** Clock of the auctions' deadlines: due ones fire first. */
@@ -28,8 +35,19 @@ export class TimerLanes {
   /** The millisecond the host timer is armed for (Infinity: none). */
   private armedKey = Infinity;
   private cancelArmed: (() => void) | null = null;
+  /** Live answer timers per millisecond, and a min-heap of those milliseconds (cleaned lazily). */
+  private readonly answerCount = new Map<number, number>();
+  private readonly answerKeys: number[] = [];
+  /** Work waiting for a quiet moment, oldest first. */
+  private quiet: (() => void)[] = [];
+  private quietCheck = false;
+  private cancelQuietCap: (() => void) | null = null;
+  private readonly quietMs: number;
+  private readonly maxDeferMs: number;
 
-  constructor(private readonly base: Clock) {
+  constructor(private readonly base: Clock, options: TimerLanesOptions = {}) {
+    this.quietMs = options.quietMs ?? DEFAULT_QUIET_MS;
+    this.maxDeferMs = options.maxDeferMs ?? DEFAULT_MAX_DEFER_MS;
     const now = (): number => base.now();
     const wallNow = (): number => base.wallNow();
     this.answers = { now, wallNow, setTimer: (fn, ms, at) => this.add(fn, ms, at, 0) };
@@ -46,7 +64,14 @@ export class TimerLanes {
   private add(fn: () => void, ms: number, at: number | undefined, lane: 0 | 1): () => void {
     const now = at ?? this.base.now();
     const key = Math.ceil(now + (!(ms > 0) ? 0 : ms > MAX_TIMER_MS ? MAX_TIMER_MS : ms));
-    const e: Entry = { lane, fn };
+    const e: Entry = { lane, key, fn };
+    if (lane === 0) {
+      const n = this.answerCount.get(key);
+      if (n === undefined) {
+        this.answerCount.set(key, 1);
+        pushKey(this.answerKeys, key);
+      } else this.answerCount.set(key, n + 1);
+    }
     let b = this.buckets.get(key);
     if (b === undefined) {
       b = [];
@@ -56,9 +81,70 @@ export class TimerLanes {
     }
     b.push(e);
     return () => {
+      if (e.fn === null) return;
       e.fn = null;
+      if (e.lane === 0) this.answerDone(e.key);
     };
   }
+
+  private answerDone(key: number): void {
+    const n = this.answerCount.get(key)!;
+    if (n <= 1) this.answerCount.delete(key);
+    else this.answerCount.set(key, n - 1);
+  }
+
+  /** The millisecond the next auction is due (Infinity: none is). */
+  nextAnswerAt(): number {
+    const keys = this.answerKeys;
+    while (keys.length > 0 && !this.answerCount.has(keys[0]!)) popKey(keys);
+    return keys.length > 0 ? keys[0]! : Infinity;
+  }
+
+  /**
+   * Runs `fn` once no auction is due within `quietMs` (checked after the current turn of
+   * the event loop and after every auction answered on its deadline), or `maxDeferMs`
+   * after the oldest work waiting was queued, whichever comes first. Work runs in the
+   * order it was queued.
+   */
+  whenQuiet(fn: () => void): void {
+    if (this.quiet.length === 0) this.cancelQuietCap = this.base.setTimer(this.runQuiet, this.maxDeferMs);
+    this.quiet.push(fn);
+    this.checkSoon();
+  }
+
+  /** Work waiting for a quiet moment. */
+  get waiting(): number {
+    return this.quiet.length;
+  }
+
+  /** Runs every work waiting for a quiet moment now (a shutdown hands the notices over). */
+  readonly runQuiet = (): void => {
+    this.cancelQuietCap?.();
+    this.cancelQuietCap = null;
+    const work = this.quiet;
+    this.quiet = [];
+    for (const fn of work) {
+      try {
+        fn();
+      } catch (e) {
+        // As from a timer of its own: the error is not swallowed, and the rest still runs.
+        queueMicrotask(() => {
+          throw e;
+        });
+      }
+    }
+  };
+
+  private checkSoon(): void {
+    if (this.quietCheck) return;
+    this.quietCheck = true;
+    setImmediate(this.checkQuiet);
+  }
+
+  private readonly checkQuiet = (): void => {
+    this.quietCheck = false;
+    if (this.quiet.length > 0 && this.nextAnswerAt() - this.base.now() > this.quietMs) this.runQuiet();
+  };
 
   private arm(key: number): void {
     this.cancelArmed?.();
@@ -84,9 +170,14 @@ export class TimerLanes {
         if (e.lane === 0) (answers ??= []).push(fn);
         else (calls ??= []).push(fn);
       }
+      this.answerCount.delete(key);
     }
     if (keys.length > 0) this.arm(keys[0]!);
-    if (answers !== null) for (const fn of answers) fn();
+    if (answers !== null) {
+      for (const fn of answers) fn();
+      // Once these answers are written, the next deadline may be far enough.
+      if (this.quiet.length > 0) this.checkSoon();
+    }
     if (calls !== null) {
       const due = calls;
       // After the answers' own continuations (they were queued as the auctions finished).
@@ -97,8 +188,21 @@ export class TimerLanes {
   };
 }
 
+/** Work without a deadline waits until no auction is due within this many ms… */
+export const DEFAULT_QUIET_MS = 10;
+/** …or at most this long. */
+export const DEFAULT_MAX_DEFER_MS = 50;
+
+export interface TimerLanesOptions {
+  /** Work queued with `whenQuiet` runs once no auction is due within this many ms (default 10). */
+  readonly quietMs?: number;
+  /** …and at the latest this many ms after it was queued (default 50). */
+  readonly maxDeferMs?: number;
+}
+
 interface Entry {
   readonly lane: 0 | 1;
+  readonly key: number;
   /** null once fired or cancelled. */
   fn: (() => void) | null;
 }
