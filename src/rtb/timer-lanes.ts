@@ -107,7 +107,8 @@ export class TimerLanes {
    * order it was queued.
    */
   whenQuiet(fn: () => void): void {
-    if (this.quiet.length === 0) this.cancelQuietCap = this.base.setTimer(this.runQuiet, this.maxDeferMs);
+    // The cap is a timer of the second lane: at a millisecond it shares with answers, they go first.
+    if (this.quiet.length === 0) this.cancelQuietCap = this.add(this.runQuiet, this.maxDeferMs, undefined, 1);
     this.quiet.push(fn);
     this.checkSoon();
   }
