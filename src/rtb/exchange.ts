@@ -298,6 +298,12 @@ export interface Exchange {
   setSourceEnabled(sourceId: string, enabled: boolean): void;
   setPartnerEnabled(name: string, enabled: boolean): void;
   stats(): ExchangeStats;
+  /**
+   * Runs `fn` at the first quiet moment of this process: once none of its auctions is due
+   * within 5 ms, and at the latest 50 ms later. For work without a deadline of its own
+   * (reporting statistics, flushing a log) that would otherwise delay an answer.
+   */
+  whenQuiet(fn: () => void): void;
   /** Auctions being run now. */
   readonly inFlight: number;
   /** Stops taking requests, answers every auction in flight, then closes connections. */
@@ -764,7 +770,7 @@ class ExchangeImpl implements Exchange {
     }
     this.winners += s.bids.won;
     if (this.onAuction !== null) this.onAuction(s);
-    // Notices have no deadline: they wait until no auction is due soon (at most 50 ms).
+    // Notices have no deadline: they wait until no auction is due within 5 ms (at most 50 ms).
     if (fire !== null) this.lanes.whenQuiet(fire);
   }
 
@@ -988,6 +994,10 @@ class ExchangeImpl implements Exchange {
 
   histograms(): ExchangeHistograms {
     return { answerMs: this.answerMs.toSparse(), partners: this.partners.map((p) => p.counters.latency.toSparse()) };
+  }
+
+  whenQuiet(fn: () => void): void {
+    this.lanes.whenQuiet(fn);
   }
 
   stats(): ExchangeStats {

@@ -14,8 +14,9 @@ import { MAX_TIMER_MS, type Clock } from '../core/types.js';
  * one host timer is armed at a time, for the earliest.
  *
  * Work that has no deadline of its own (the notices of an answered auction) waits for a
- * quiet moment (`whenQuiet`): it runs once no auction is due within `quietMs`, and at the
- * latest `maxDeferMs` after it was queued. A burst of auctions answered one after the
+ * quiet moment (`whenQuiet`): it runs once no auction is due within `quietMs` (5 ms: an
+ * answer counts as late 5 ms after its deadline, so work that takes less than that is
+ * harmless even then), and at the latest `maxDeferMs` after it was queued. A burst of auctions answered one after the
  * other then writes its answers first and its notices after, instead of the first
  * answers' notices (a store write, a delivery, a new connection: 10–15 ms in a process
  * that has not run them yet) delaying the answers due behind them.
@@ -190,12 +191,12 @@ export class TimerLanes {
 }
 
 /** Work without a deadline waits until no auction is due within this many ms… */
-export const DEFAULT_QUIET_MS = 10;
+export const DEFAULT_QUIET_MS = 5;
 /** …or at most this long. */
 export const DEFAULT_MAX_DEFER_MS = 50;
 
 export interface TimerLanesOptions {
-  /** Work queued with `whenQuiet` runs once no auction is due within this many ms (default 10). */
+  /** Work queued with `whenQuiet` runs once no auction is due within this many ms (default 5). */
   readonly quietMs?: number;
   /** …and at the latest this many ms after it was queued (default 50). */
   readonly maxDeferMs?: number;
