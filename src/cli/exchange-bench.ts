@@ -8,7 +8,7 @@
 // 80 % of it; `--workers 1,2` compares worker counts.
 import { fork, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { availableParallelism, loadavg, tmpdir } from 'node:os';
+import { availableParallelism, loadavg, setPriority, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RelentError } from '../core/errors.js';
@@ -84,16 +84,43 @@ export const BENCH_CONFIG: ExchangeConfig = Object.freeze({
 
 // ─── child processes ─────────────────────────────────────────────────────────
 
-type BiddersMsg = { readonly t: 'urls'; readonly urls: readonly string[] } | { readonly t: 'stats'; readonly stats: readonly Record<string, unknown>[] };
+type BiddersMsg =
+  | { readonly t: 'urls'; readonly urls: readonly string[] }
+  | { readonly t: 'stats'; readonly stats: readonly Record<string, unknown>[] }
+  | { readonly t: 'cpu'; readonly us: number };
+
+/**
+ * The niceness of the bidders and the load generator: they stand in for other machines,
+ * so when the cores are all busy the exchange's processes go first (on one machine they
+ * would otherwise take the CPU the exchange's deadlines need, which a real partner or
+ * client never does).
+ */
+export const STAND_IN_NICE = 10;
+
+function standInPriority(): void {
+  try {
+    setPriority(STAND_IN_NICE);
+  } catch {
+    // not allowed here: they run at the exchange's priority
+  }
+}
+
+/** CPU time this process has used (user + system), µs. */
+function cpuNow(): number {
+  const c = process.cpuUsage();
+  return c.user + c.system;
+}
 
 async function runBidders(): Promise<void> {
   const { createBidder } = await import('../rtb/bidder.js');
+  standInPriority();
   const configs = JSON.parse(process.env.RELENT_BENCH_BIDDERS ?? '[]') as BidderConfig[];
   const bidders = configs.map((c, i) => createBidder({ ...c, seed: i + 1, maxConcurrency: 1_000_000 }));
   const urls: string[] = [];
   for (const b of bidders) urls.push((await b.listen(0, '127.0.0.1')).url);
   process.send!({ t: 'urls', urls } satisfies BiddersMsg);
   process.on('message', (m: { t: string }) => {
+    if (m.t === 'cpu') process.send!({ t: 'cpu', us: cpuNow() } satisfies BiddersMsg);
     if (m.t !== 'stop') return;
     const stats = bidders.map((b) => ({ name: b.config.name, ...b.stats() }));
     void Promise.all(bidders.map((b) => b.close())).then(() => process.send!({ t: 'stats', stats } satisfies BiddersMsg, () => process.exit(0)));
@@ -126,9 +153,12 @@ export interface LoadResult {
   readonly maxMs: number;
   /** Answers that came later than the request's tmax. */
   readonly overTmax: number;
+  /** CPU the load generator used during the run (with its warm-up), ms. */
+  readonly cpuMs: number;
 }
 
 async function runLoadgen(): Promise<void> {
+  standInPriority();
   const { Pool } = await import('undici');
   const url = new URL(process.env.RELENT_BENCH_URL!);
   const tmax = Number(process.env.RELENT_BENCH_TMAX);
@@ -149,6 +179,7 @@ async function runLoadgen(): Promise<void> {
     let overTmax = 0;
     let waiting = 0;
     let k = 0;
+    const cpu0 = cpuNow();
     const start = performance.now();
     const countFrom = start + r.warmupMs;
     const end = countFrom + r.durationMs;
@@ -187,6 +218,7 @@ async function runLoadgen(): Promise<void> {
           resolve({
             rate: r.rate, seconds, sent, answered, achieved: Math.round(answered / seconds), statuses, errors, shed,
             p50Ms: Math.round(hist.quantile(0.5) * 10) / 10, p99Ms: Math.round(hist.quantile(0.99) * 10) / 10, maxMs: Math.round(hist.max * 10) / 10, overTmax,
+            cpuMs: Math.round((cpuNow() - cpu0) / 1000),
           });
         };
         finish();
@@ -236,8 +268,19 @@ export interface MemorySample {
   readonly late: number;
 }
 
+/** CPU time each part of the bench used during a step, ms (the exchange's from its processes' last reports). */
+export interface CpuUse {
+  readonly wallMs: number;
+  readonly workers: number;
+  readonly primary: number;
+  readonly bidders: number;
+  readonly loadgen: number;
+}
+
 export interface StepResult {
   readonly load: LoadResult;
+  /** CPU used during the step (null where it could not be read). */
+  readonly cpu: CpuUse | null;
   /** Auctions the exchange answered during the step, and those written more than 5 ms after their deadline. */
   readonly auctions: number;
   readonly afterDeadline: number;
@@ -314,7 +357,7 @@ export async function runExchangeBench(o: BenchOptions): Promise<BenchResult> {
     const tmaxMs = o.tmaxMs ?? resolved.defaultTmaxMs;
     const p99TargetMs = o.p99Ms ?? tmaxMs;
     const results: WorkersResult[] = [];
-    for (const workers of o.workers) results.push(await measure(o, workers, configPath, resolved, tmaxMs, p99TargetMs));
+    for (const workers of o.workers) results.push(await measure(o, workers, configPath, resolved, tmaxMs, p99TargetMs, bidders));
     return {
       tmaxMs, p99TargetMs, bidders: partners.map((p, i) => ({ partner: p.name, behaviour: bidderConfigs[i]!.name })), results,
       cores: availableParallelism(), node: process.version,
@@ -329,7 +372,7 @@ export async function runExchangeBench(o: BenchOptions): Promise<BenchResult> {
   }
 }
 
-async function measure(o: BenchOptions, workers: number, configPath: string, resolved: ResolvedExchangeConfig, tmaxMs: number, p99TargetMs: number): Promise<WorkersResult> {
+async function measure(o: BenchOptions, workers: number, configPath: string, resolved: ResolvedExchangeConfig, tmaxMs: number, p99TargetMs: number, bidders: ChildProcess): Promise<WorkersResult> {
   o.log(`exchange-bench: starting ${workers} worker${workers === 1 ? '' : 's'}…`);
   const ex = await startCluster({
     config: resolved,
@@ -343,6 +386,8 @@ async function measure(o: BenchOptions, workers: number, configPath: string, res
     const step = async (rate: number, durationMs: number, warmupMs: number, memory: MemorySample[] | null): Promise<StepResult> => {
       await sleep(1_200); // the workers' last report of the step before
       const before = ex.stats();
+      const cpuBefore = await cpuOf(ex.memory(), bidders);
+      const wall0 = performance.now();
       let sampler: ReturnType<typeof setInterval> | null = null;
       const t0 = performance.now() + warmupMs;
       const atS = (): number => Math.max(0, Math.round((performance.now() - t0) / 100) / 10);
@@ -362,12 +407,20 @@ async function measure(o: BenchOptions, workers: number, configPath: string, res
       if (sampler !== null) clearInterval(sampler);
       await sleep(1_200);
       const after = ex.stats();
+      const cpuAfter = await cpuOf(ex.memory(), bidders);
+      const cpu: CpuUse | null = cpuBefore === null || cpuAfter === null ? null : {
+        wallMs: Math.round(performance.now() - wall0),
+        workers: Math.round(cpuAfter.workers.reduce((n, x, i) => n + Math.max(0, x - (cpuBefore.workers[i] ?? 0)), 0) / 1000),
+        primary: Math.round((cpuAfter.primary - cpuBefore.primary) / 1000),
+        bidders: Math.round((cpuAfter.bidders - cpuBefore.bidders) / 1000),
+        loadgen: load.cpuMs,
+      };
       // At the time it is taken (a run that fell behind its schedule ends after durationMs).
       if (memory !== null) memory.push(memorySample(ex.memory(), atS(), after.auctions.afterDeadline - before.auctions.afterDeadline));
       const auctions = after.auctions.total - before.auctions.total;
       const afterDeadline = after.auctions.afterDeadline - before.auctions.afterDeadline;
       const pass = load.achieved >= 0.95 * rate && load.p99Ms <= p99TargetMs && afterDeadline === 0 && load.errors === 0 && load.shed === 0;
-      return { load, auctions, afterDeadline, pass };
+      return { load, cpu, auctions, afterDeadline, pass };
     };
     const steps: StepResult[] = [];
     let maxRate: number | null = null;
@@ -406,6 +459,16 @@ async function measure(o: BenchOptions, workers: number, configPath: string, res
     loadgen.send({ t: 'stop' });
     await ex.close();
   }
+}
+
+/** The CPU time used so far by the exchange's processes (µs, as last reported) and the bidders'. */
+async function cpuOf(m: ProcessMemory, bidders: ChildProcess): Promise<{ primary: number; workers: number[]; bidders: number } | null> {
+  const primary = m.each.find((x) => x.role === 'primary' || x.role === 'single');
+  if (primary === undefined || !bidders.connected) return null;
+  const reply = next<{ us: number }>(bidders, 'cpu');
+  bidders.send({ t: 'cpu' });
+  const { us } = await reply;
+  return { primary: primary.cpuMicros, workers: m.each.filter((x) => x.role === 'worker').map((x) => x.cpuMicros), bidders: us };
 }
 
 // ─── cold starts ─────────────────────────────────────────────────────────────
@@ -543,10 +606,19 @@ function positive(v: string | undefined, flag: string, max: number): number | un
 }
 
 /** The figures as tables. */
+/** Where the machine's CPU went during a run: cores used, and ms of CPU per auction, by part. */
+export function cpuLine(c: CpuUse, auctions: number, cores: number): string {
+  const parts: [string, number][] = [['exchange workers', c.workers], ['primary (notices, statistics)', c.primary], ['bidders', c.bidders], ['load generator', c.loadgen]];
+  const total = parts.reduce((n, [, ms]) => n + ms, 0);
+  const per = (ms: number): string => (auctions > 0 ? (ms / auctions).toFixed(2) : '-');
+  return `CPU (cores used; ms per auction): ${parts.map(([name, ms]) => `${name} ${(ms / c.wallMs).toFixed(2)} (${per(ms)})`).join(' · ')} · all ${(total / c.wallMs).toFixed(2)} of ${cores} (${per(total)})`;
+}
+
 export function formatBench(r: BenchResult): string {
   const lines: string[] = [];
   lines.push(`relent exchange-bench — tmax ${r.tmaxMs} ms · ${r.cores} cores · node ${r.node}`);
   lines.push(`partners → simulated bidders: ${r.bidders.map((b) => `${b.partner}=${b.behaviour}`).join(' ')}`);
+  lines.push(`the bidders and the load generator stand in for other machines: they run at nice ${STAND_IN_NICE}, below the exchange`);
   for (const w of r.results) {
     lines.push('');
     lines.push(`── ${w.workers} worker${w.workers === 1 ? '' : 's'} (ready after ${w.readyMs} ms; load average at the end ${w.loadAverage.join(' ')}) ──`);
@@ -574,6 +646,7 @@ export function formatBench(r: BenchResult): string {
     if (first !== undefined && last !== undefined) {
       lines.push(`  RSS per process, start → end (MB): ${first.each.map((x, i) => `${x.role} ${x.rssMB} → ${last.each[i]?.rssMB ?? '?'}`).join(', ')}`);
     }
+    if (run.cpu !== null) lines.push(`  ${cpuLine(run.cpu, run.auctions, r.cores)}`);
     lines.push(partnerTable(w.exchange).trimEnd().split('\n').map((x) => `  ${x}`).join('\n'));
   }
   if (r.results.length > 1) {

@@ -30,7 +30,7 @@ export interface ProcessMemory {
   readonly heapUsedBytes: number;
   readonly processes: number;
   /** Each process: the primary first (with --workers), then the workers. */
-  readonly each: readonly { readonly role: 'primary' | 'worker' | 'single'; readonly rssBytes: number; readonly heapUsedBytes: number }[];
+  readonly each: readonly { readonly role: 'primary' | 'worker' | 'single'; readonly rssBytes: number; readonly heapUsedBytes: number; readonly cpuMicros: number }[];
 }
 
 /** A running exchange: one process, or a primary and its workers. */
@@ -50,7 +50,7 @@ export interface ExchangeProcesses {
   close(): Promise<ExchangeStats>;
 }
 
-type Mem = { rss: number; heapUsed: number };
+type Mem = { rss: number; heapUsed: number; cpuUs: number };
 
 type ToPrimary =
   | { readonly t: 'ready'; readonly url: string; readonly report: WarmupReport; readonly part: StatsPart; readonly mem: Mem; readonly fleet: string | null }
@@ -220,7 +220,13 @@ export async function openFleet(options: Readonly<Record<string, unknown>> | nul
 
 function memoryNow(): Mem {
   const m = process.memoryUsage();
-  return { rss: m.rss, heapUsed: m.heapUsed };
+  return { rss: m.rss, heapUsed: m.heapUsed, cpuUs: cpuNow() };
+}
+
+/** CPU time this process has used (user + system), µs. */
+function cpuNow(): number {
+  const c = process.cpuUsage();
+  return c.user + c.system;
 }
 
 function partOf(exchange: Exchange): StatsPart {
@@ -414,8 +420,8 @@ export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses
     memory: () => {
       const own = process.memoryUsage();
       const each = [
-        { role: 'primary' as const, rssBytes: own.rss, heapUsedBytes: own.heapUsed },
-        ...slots.map((s) => ({ role: 'worker' as const, rssBytes: s.mem?.rss ?? 0, heapUsedBytes: s.mem?.heapUsed ?? 0 })),
+        { role: 'primary' as const, rssBytes: own.rss, heapUsedBytes: own.heapUsed, cpuMicros: cpuNow() },
+        ...slots.map((s) => ({ role: 'worker' as const, rssBytes: s.mem?.rss ?? 0, heapUsedBytes: s.mem?.heapUsed ?? 0, cpuMicros: s.mem?.cpuUs ?? 0 })),
       ];
       return { rssBytes: each.reduce((n, x) => n + x.rssBytes, 0), heapUsedBytes: each.reduce((n, x) => n + x.heapUsedBytes, 0), processes: each.length, each };
     },
@@ -475,7 +481,7 @@ export async function startInProcess(o: {
     stats: () => exchange.stats(),
     memory: () => {
       const m = process.memoryUsage();
-      return { rssBytes: m.rss, heapUsedBytes: m.heapUsed, processes: 1, each: [{ role: 'single' as const, rssBytes: m.rss, heapUsedBytes: m.heapUsed }] };
+      return { rssBytes: m.rss, heapUsedBytes: m.heapUsed, processes: 1, each: [{ role: 'single' as const, rssBytes: m.rss, heapUsedBytes: m.heapUsed, cpuMicros: cpuNow() }] };
     },
     close: async () => {
       await exchange.close();
