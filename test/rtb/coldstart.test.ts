@@ -29,12 +29,13 @@ describe('cold start', () => {
       return;
     }
     // The goal is none. On the 2-core machines this runs on, with the bidders, the primary and
-    // this process sharing the cores with the workers, ten starts have given 0 to 23 answers
-    // written 5.3-18 ms late (and about 20 in CI, right after the parallel tests); without the
-    // warm-up, about 116 of 160 are late, and by 60-325 ms.
-    // So this fails when the warm-up (or the answer-first order at a shared deadline, or the
-    // collection before serving) stops working, not on a noisy start.
-    expect(late, figures).toBeLessThanOrEqual(40);
+    // this process sharing the cores with the workers, ten starts give 0 of 160 on a quiet
+    // machine and 6 in CI right after the parallel tests (18 and 27 before notices waited for
+    // a quiet moment); without the warm-up, about 116 of 160 are late, and by 60-325 ms.
+    // So this fails when the warm-up (or the answer-first order at a shared deadline, the
+    // collection before serving, or notices waiting for the burst's answers) stops working,
+    // not on a noisy start.
+    expect(late, figures).toBeLessThanOrEqual(16);
     expect(Math.max(...r.starts.map((s) => s.worstOverDeadlineMs)), figures).toBeLessThan(30);
     expect(fast.reduce((a, b) => a + b, 0), figures).toBeGreaterThanOrEqual(150);
   });
