@@ -95,13 +95,20 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
     }
     const config = values.config ? await readConfig(values.config) : null;
     const url = storeUrl(values.store, config);
-    // Inspecting never creates a store: a SQLite file that is not there is said so.
+    // Inspecting never creates a store: a SQLite file that is not there is said so (and PostgreSQL tables, below).
     const file = sqliteFile(url);
     if (file !== null && !existsSync(file)) {
       io.err(`relent queue ${sub}: no queue at ${url} (the file does not exist: nothing was enqueued there; --store, the config's "store" or $RELENT_STORE names another)\n`);
       return EXIT.failure;
     }
-    queue = await openDeliveryQueue({ store: url });
+    try {
+      queue = await openDeliveryQueue({ store: url, mustExist: true });
+    } catch (e) {
+      // A PostgreSQL schema without the queue's tables: said so, and nothing created there.
+      if (!DeliveryError.is(e) || e.code !== 'ERR_NO_QUEUE') throw e;
+      io.err(`relent queue ${sub}: ${e.message}; --store, the config's "store" or $RELENT_STORE names another\n`);
+      return EXIT.failure;
+    }
     const now = Date.now();
     switch (sub) {
       case 'ls': {

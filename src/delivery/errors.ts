@@ -24,6 +24,8 @@ export type DeliveryErrorCode =
   | 'ERR_STORE'
   /** The store was closed. */
   | 'ERR_STORE_CLOSED'
+  /** `mustExist`: there is no queue at that store (no SQLite file, or no tables in that PostgreSQL schema). */
+  | 'ERR_NO_QUEUE'
   /** An item names a destination that this queue has no configuration for. */
   | 'ERR_UNKNOWN_DESTINATION'
   /** An item is not acceptable (payload not JSON, key too long, too large). */

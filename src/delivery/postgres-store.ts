@@ -31,6 +31,11 @@ export interface PostgresStoreOptions {
    * wait for the flush.
    */
   readonly synchronousOutcomes?: boolean;
+  /**
+   * Open only a queue that is there: ERR_NO_QUEUE, and nothing created, when the schema
+   * has no tables of this prefix (for inspecting a store). Default false: created.
+   */
+  readonly mustExist?: boolean;
 }
 
 export const POSTGRES_DEFAULTS = Object.freeze({ schema: 'public', tablePrefix: 'relent_', poolSize: 4, connectTimeoutMs: 5_000, synchronousOutcomes: false });
@@ -127,7 +132,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   const listenClient = (): Pg.Client => new pg.Client({ connectionString, connectionTimeoutMillis: options.connectTimeoutMs ?? POSTGRES_DEFAULTS.connectTimeoutMs });
   const store = new PostgresStore(pool, outcomePool ?? pool, where, schema, prefix, listenClient);
   try {
-    await store.init();
+    await store.init(options.mustExist === true);
   } catch (e) {
     await pool.end().catch(() => {});
     await outcomePool?.end().catch(() => {});
@@ -276,8 +281,14 @@ class PostgresStore implements DeliveryStore {
     }
   }
 
-  async init(): Promise<void> {
+  async init(mustExist = false): Promise<void> {
     const { items, batches, attempts, meta, dests, rate, counts } = this.t;
+    if (mustExist) {
+      const [row] = await this.q<{ t: string | null }>('looking for the queue', 'SELECT to_regclass($1)::text AS t', [items]);
+      if (row?.t === null || row?.t === undefined) {
+        throw new DeliveryError('ERR_NO_QUEUE', `${this.description}: no queue here (there is no table ${items}: nothing was enqueued with this schema and tablePrefix)`);
+      }
+    }
     const idx = (name: string): string => `"${name}"`;
     const base = this.t.items.split('.')[1]!.replace(/"/g, '').replace(/items$/, '');
     await this.tx('creating the tables', async (c) => {

@@ -20,6 +20,8 @@ export interface QueueOptions {
   readonly destinations?: ReadonlyMap<string, ResolvedDestination> | Readonly<Record<string, DestinationOptions>>;
   /** The wall clock used for enqueue times and inspection (default: the system clock). */
   readonly clock?: Clock;
+  /** With a store URL: open only a queue that is there (ERR_NO_QUEUE, nothing created), to inspect it. */
+  readonly mustExist?: boolean;
 }
 
 export interface EnqueueOptions {
@@ -86,7 +88,7 @@ export async function openDeliveryQueue(options: QueueOptions): Promise<Delivery
   const destinations = options.destinations === undefined
     ? null
     : options.destinations instanceof Map ? options.destinations as ReadonlyMap<string, ResolvedDestination> : resolveDestinations(options.destinations);
-  const store = typeof options.store === 'string' ? await openStore(options.store) : options.store;
+  const store = typeof options.store === 'string' ? await openStore(options.store, { mustExist: options.mustExist === true }) : options.store;
   const clock = options.clock ?? systemClock;
   const workers = new Set<DeliveryWorker>();
   const known = (destination: string): void => {

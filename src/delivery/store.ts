@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { DeliveryError } from './errors.js';
 import type { DeliveryStore } from './types.js';
 
@@ -12,7 +13,7 @@ import type { DeliveryStore } from './types.js';
  *
  * The driver of each store is imported only when that store is opened.
  */
-export async function openStore(url: string): Promise<DeliveryStore> {
+export async function openStore(url: string, options: { readonly mustExist?: boolean } = {}): Promise<DeliveryStore> {
   if (typeof url !== 'string' || url.length === 0) {
     throw new DeliveryError('ERR_INVALID_CONFIG', 'Expected `store` to be sqlite:FILE or postgres://…', { field: 'store' });
   }
@@ -39,6 +40,9 @@ export async function openStore(url: string): Promise<DeliveryStore> {
     }
     if (sync !== null && sync !== 'NORMAL' && sync !== 'FULL') {
       throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`synchronous\` in the store URL to be NORMAL or FULL, got ${JSON.stringify(sync)}`, { field: 'store.synchronous' });
+    }
+    if (options.mustExist === true && file !== ':memory:' && !existsSync(file)) {
+      throw new DeliveryError('ERR_NO_QUEUE', `sqlite:${file}: no queue here (the file does not exist: nothing was enqueued there)`);
     }
     const { openSqliteStore } = await import('./sqlite-store.js');
     return openSqliteStore({
@@ -76,6 +80,7 @@ export async function openStore(url: string): Promise<DeliveryStore> {
       ...(prefix !== null ? { tablePrefix: prefix } : {}),
       ...(poolSize !== undefined ? { poolSize } : {}),
       ...(syncOutcomes !== null ? { synchronousOutcomes: syncOutcomes === 'true' } : {}),
+      ...(options.mustExist === true ? { mustExist: true } : {}),
     });
   }
   throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`store\` to start with sqlite: or postgres://, got ${JSON.stringify(url.replace(/\/\/[^@/]*@/, '//…@'))}`, { field: 'store' });

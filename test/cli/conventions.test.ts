@@ -10,7 +10,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
 import { COMMAND_NAMES, main } from '../../src/cli/main.js';
+import { PG_URL, dropSchema, pgEnabled, uniqueSchema } from '../delivery/support.js';
 
 const BIN = fileURLToPath(new URL('../../bin/relent', import.meta.url));
 const EXAMPLES = fileURLToPath(new URL('../../examples/', import.meta.url));
@@ -247,6 +249,37 @@ describe('what a user meant', () => {
     }
     expect(existsSync(join(cwd, 'relent.db'))).toBe(false);
     expect(existsSync(join(cwd, 'other.db'))).toBe(false);
+  });
+
+  it('queue commands on a PostgreSQL schema without a queue say so and create nothing there', async () => {
+    if (!(await pgEnabled())) return;
+    const schema = uniqueSchema('cliq');
+    const store = `${PG_URL}?schema=${schema}`;
+    const schemaExists = async (): Promise<boolean> => {
+      const c = new pg.Client({ connectionString: PG_URL });
+      await c.connect();
+      try {
+        return (await c.query('SELECT 1 FROM information_schema.schemata WHERE schema_name = $1', [schema])).rowCount === 1;
+      } finally {
+        await c.end();
+      }
+    };
+    try {
+      for (const argv of [['ls'], ['show', '1'], ['stats'], ['drop-stats'], ['requeue', '--all'], ['pause', 'sink']]) {
+        const r = await relent(['queue', ...argv, '--store', store], { env: { RELENT_STORE: '' } });
+        expect(r.code, argv.join(' ')).toBe(1);
+        expect(r.err, argv.join(' ')).toMatch(new RegExp(`^relent queue \\S+: postgres://postgres@127\\.0\\.0\\.1:5432/test \\(schema ${schema}\\): no queue here \\(there is no table "${schema}"\\."relent_items"`));
+      }
+      expect(await schemaExists()).toBe(false);
+      // Once something was enqueued there, the same commands read it.
+      const e = await relent(['enqueue', 'sink', '--data', '{"n":1}', '--store', store], { env: { RELENT_STORE: '' } });
+      expect(e.code, e.err).toBe(0);
+      const st = await relent(['queue', 'stats', '--json', '--store', store], { env: { RELENT_STORE: '' } });
+      expect(st.code, st.err).toBe(0);
+      expect(st.out).toMatch(/"sink"/);
+    } finally {
+      await dropSchema(schema);
+    }
   });
 
   it('enqueue: a destination the config does not name is refused (nothing stored); without a config, a warning', async () => {
