@@ -124,7 +124,8 @@ export class IpcOutlet implements NoticeOutlet {
     setImmediate(() => this.flush());
   }
 
-  private flush(): void {
+  /** Hands what is waiting to the primary now (it is otherwise sent once per turn of the event loop). */
+  flush(): void {
     this.scheduled = false;
     if (this.notices.length === 0 && this.billables.length === 0) return;
     const msg: ToPrimary = { t: 'notices', n: this.notices, b: this.billables };
@@ -244,13 +245,14 @@ export async function runExchangeWorker(setup: WorkerSetup): Promise<number> {
   };
   let exchange: Exchange;
   let fleet: OpenedFleet | null = null;
+  const outlet = new IpcOutlet((setup.config as ResolvedExchangeConfig).notices?.store ?? 'memory');
   try {
     fleet = await openFleet(setup.fleet);
     exchange = createExchange(setup.config as never, {
       fleet: fleet?.fleet ?? null,
       processes: setup.processes,
       processIndex: setup.processIndex,
-      noticeOutlet: new IpcOutlet((setup.config as ResolvedExchangeConfig).notices?.store ?? 'memory'),
+      noticeOutlet: outlet,
       onEvent: setup.onEvent ?? null,
       onAuction: setup.onAuction ?? null,
       onLimitChange: setup.onLimitChange ?? null,
@@ -283,6 +285,9 @@ export async function runExchangeWorker(setup: WorkerSetup): Promise<number> {
   });
   clearInterval(timer);
   await exchange.close();
+  // The last auctions' notices (handed over by close()) leave before the final statistics
+  // and the disconnect, not on a later turn that would find the channel closed.
+  outlet.flush();
   await fleet?.close();
   send({ t: 'stats', part: partOf(exchange), mem: memoryNow(), final: true });
   // Let the last message leave, then let go of the channel (it would keep the process alive).

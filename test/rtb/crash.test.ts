@@ -47,6 +47,53 @@ function exited(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => child.once('exit', () => resolve()));
 }
 
+describe('SIGTERM while auctions are in flight', () => {
+  it.each([['one process', ['--workers', '1']], ['two workers', ['--workers', '2']]])('%s: every won auction\'s billing notice is in the store after the exchange stopped', async (_name, flags) => {
+    if (!existsSync(DIST)) throw new Error('dist/ is missing: run `npm run build` first (CI builds before testing)');
+    // The partner bids after 30 ms; the auctions are answered on its bid, their notices at the
+    // first quiet moment (no auction due within 5 ms): a stop right then must hand them over.
+    const partner = await startPartner((_req, res, _n, s: PartnerSeen) => {
+      const imps = (s.body?.imp as { id: string }[]) ?? [];
+      setTimeout(() => answer(res, 200, JSON.stringify({
+        id: s.body?.id,
+        seatbid: [{ seat: 's', bid: imps.map((imp, i) => ({ id: `b${i}`, impid: imp.id, price: 1, adm: '<ad/>', burl: `http://127.0.0.1:9/bill?id=\${AUCTION_ID}` })) }],
+      })), 30);
+    });
+    const store = `sqlite:${join(dir, `stop-${flags[1]}.db`)}`;
+    const config = join(dir, `stop-${flags[1]}.json`);
+    writeFileSync(config, JSON.stringify({
+      auctionTimeoutMs: 250, reserveMs: 20, warmup: { auctions: 4 },
+      partners: [{ name: 'dsp', url: partner.url, timeoutMs: 200, maxConcurrency: 64, breaker: false }],
+      notices: { win: 'source', billing: 'on-win', store, worker: { pollMs: 60_000 } },
+    }));
+    try {
+      const ex = start(config, flags);
+      const url = await ex.url;
+      const won: string[] = [];
+      for (let round = 0; round < 5; round++) {
+        const answers = Array.from({ length: 10 }, (_, i) => post(url, { id: `stop-${round}-${i}`, imp: [{ id: '1' }], tmax: 300 }));
+        if (round === 4) {
+          // The last ten: stop once the partner has them all (their answers come during the stop).
+          for (let i = 0; i < 500 && partner.seen.length < 50; i++) await sleep(2);
+          ex.child.kill('SIGTERM');
+        }
+        for (const a of await Promise.all(answers)) if (a.status === 200) won.push(String(a.json!.id));
+      }
+      await exited(ex.child);
+      expect(ex.child.exitCode, ex.log()).toBe(0);
+      expect(won.length, ex.log()).toBeGreaterThanOrEqual(45);
+      const q = await openDeliveryQueue({ store });
+      const items = (await q.list({ destination: 'rtb:dsp:billing', limit: 1000 })).reduce((n, b) => n + b.items, 0);
+      const stats = (await q.stats()).find((r) => r.destination === 'rtb:dsp:billing');
+      await q.close();
+      const stored = stats === undefined ? 0 : stats.pendingItems + stats.readyItems + stats.inflightItems + stats.deferredItems + stats.deliveredItems + stats.droppedItems;
+      expect(stored, `${ex.log()}\nbatches hold ${items}`).toBe(won.length);
+    } finally {
+      await partner.close();
+    }
+  }, 60_000);
+});
+
 describe('relent exchange --workers 2', () => {
   it('serves from two processes on one port, replaces a worker that dies, adds their statistics up, and stops cleanly on SIGTERM', async () => {
     if (!existsSync(DIST)) throw new Error('dist/ is missing: run `npm run build` first (CI builds before testing)');
