@@ -16,7 +16,7 @@ import type { BidderConfig, ExchangeConfig, ResolvedExchangeConfig } from '../rt
 import type { ExchangeStats } from '../rtb/exchange.js';
 import { Histogram } from '../rtb/stats.js';
 import { EXIT, parseDuration, parseFlags, type Io } from './args.js';
-import { startCluster, type ProcessMemory } from './exchange-cluster.js';
+import { cpuNow, startCluster, type ProcessMemory } from './exchange-cluster.js';
 import { loadExchangeConfig, partnerTable } from './exchange.js';
 
 const BIN = fileURLToPath(new URL('../../bin/relent', import.meta.url));
@@ -103,12 +103,6 @@ function standInPriority(): void {
   } catch {
     // not allowed here: they run at the exchange's priority
   }
-}
-
-/** CPU time this process has used (user + system), µs. */
-function cpuNow(): number {
-  const c = process.cpuUsage();
-  return c.user + c.system;
 }
 
 async function runBidders(): Promise<void> {

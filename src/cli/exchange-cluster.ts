@@ -225,7 +225,7 @@ function memoryNow(): Mem {
 }
 
 /** CPU time this process has used (user + system), µs. */
-function cpuNow(): number {
+export function cpuNow(): number {
   const c = process.cpuUsage();
   return c.user + c.system;
 }

@@ -1,4 +1,3 @@
-import { existsSync } from 'node:fs';
 import { openDeliveryQueue, type DeliveryQueue } from '../delivery/queue.js';
 import { DeliveryError } from '../delivery/errors.js';
 import type { BatchSummary, ListState } from '../delivery/types.js';
@@ -49,14 +48,6 @@ function positiveInt(v: string | undefined, flag: string): number | undefined {
   return n;
 }
 
-/** The file of a SQLite store URL (null for PostgreSQL or an in-memory store). */
-function sqliteFile(url: string): string | null {
-  if (!url.startsWith('sqlite:')) return null;
-  const rest = url.slice('sqlite:'.length);
-  const q = rest.indexOf('?');
-  const file = (q >= 0 ? rest.slice(0, q) : rest).replace(/^\/\/(?=\/)/, '');
-  return file === '' || file === ':memory:' ? null : file;
-}
 
 export async function queueCommand(argv: string[], io: Io): Promise<number> {
   const { values, positionals } = parseFlags({
@@ -95,16 +86,11 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
     }
     const config = values.config ? await readConfig(values.config) : null;
     const url = storeUrl(values.store, config);
-    // Inspecting never creates a store: a SQLite file that is not there is said so (and PostgreSQL tables, below).
-    const file = sqliteFile(url);
-    if (file !== null && !existsSync(file)) {
-      io.err(`relent queue ${sub}: no queue at ${url} (the file does not exist: nothing was enqueued there; --store, the config's "store" or $RELENT_STORE names another)\n`);
-      return EXIT.failure;
-    }
+    // Inspecting never creates a store: a SQLite file that is not there, or a PostgreSQL
+    // schema without the queue's tables, is said so.
     try {
       queue = await openDeliveryQueue({ store: url, mustExist: true });
     } catch (e) {
-      // A PostgreSQL schema without the queue's tables: said so, and nothing created there.
       if (!DeliveryError.is(e) || e.code !== 'ERR_NO_QUEUE') throw e;
       io.err(`relent queue ${sub}: ${e.message}; --store, the config's "store" or $RELENT_STORE names another\n`);
       return EXIT.failure;

@@ -42,7 +42,7 @@ export async function openStore(url: string, options: { readonly mustExist?: boo
       throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`synchronous\` in the store URL to be NORMAL or FULL, got ${JSON.stringify(sync)}`, { field: 'store.synchronous' });
     }
     if (options.mustExist === true && file !== ':memory:' && !existsSync(file)) {
-      throw new DeliveryError('ERR_NO_QUEUE', `sqlite:${file}: no queue here (the file does not exist: nothing was enqueued there)`);
+      throw new DeliveryError('ERR_NO_QUEUE', `no queue at sqlite:${file} (the file does not exist: nothing was enqueued there)`);
     }
     const { openSqliteStore } = await import('./sqlite-store.js');
     return openSqliteStore({
