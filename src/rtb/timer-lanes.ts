@@ -175,6 +175,10 @@ export class TimerLanes {
       this.answerCount.delete(key);
     }
     if (keys.length > 0) this.arm(keys[0]!);
+    // The milliseconds passed leave the answers' heap here, whether or not anyone asks for
+    // the next answer (its duplicates and cancelled keys would otherwise pile up).
+    const ak = this.answerKeys;
+    while (ak.length > 0 && ak[0]! <= now) popKey(ak);
     if (answers !== null) {
       for (const fn of answers) fn();
       // Once these answers are written, the next deadline may be far enough.

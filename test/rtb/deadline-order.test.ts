@@ -142,6 +142,19 @@ describe('TimerLanes', () => {
     expect(lanes.waiting).toBe(0);
   });
 
+  it('keeps no answer keys past their time, when nobody asks for the next answer', () => {
+    const clock = createTestClock();
+    const lanes = new TimerLanes(clock);
+    // Many auctions over time, half of them ended early (their deadline cancelled); no work waits.
+    for (let t = 0; t < 5_000; t++) {
+      const cancel = lanes.answers.setTimer(() => {}, 50);
+      if (t % 2 === 0) cancel();
+      clock.advance(1);
+    }
+    expect(lanes['answerKeys'].length).toBeLessThanOrEqual(51);
+    expect(lanes.nextAnswerAt()).toBe(5_001); // the last one left alive, set at 4,951
+  });
+
   it('runQuiet() runs everything waiting at once, in order, and an error does not stop the rest', async () => {
     const clock = createTestClock();
     const lanes = new TimerLanes(clock);
