@@ -70,13 +70,17 @@ export class Admission {
     }
     const w: Waiting = { t, cancelTimer: null };
     (t.retry ? this.retries : this.firsts).push(w);
-    const wait = Math.min(this.limits.queueTimeoutMs, t.deadlineAt - now);
+    // The timer knows which limit it was armed for: Node's timers may fire up to a
+    // millisecond before performance.now() reaches their due time, so reading the clock
+    // again here would call a spent deadline a queue timeout (503 instead of 504).
+    const toDeadline = t.deadlineAt - now;
+    const byDeadline = toDeadline <= this.limits.queueTimeoutMs;
     w.cancelTimer = this.clock.setTimer(() => {
       w.cancelTimer = null;
       if (!this.remove(w)) return;
-      if (t.deadlineAt <= this.clock.now()) t.expire();
+      if (byDeadline) t.expire();
       else t.shed('queue_timeout');
-    }, Math.max(0, wait), now);
+    }, Math.max(0, byDeadline ? toDeadline : this.limits.queueTimeoutMs), now);
     return () => {
       if (this.remove(w)) w.cancelTimer?.();
     };

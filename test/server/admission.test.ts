@@ -56,6 +56,22 @@ describe('Admission: concurrency limit, bounded queue, queue timeout, first atte
     expect(a.inFlight).toBe(0);
   });
 
+  it('a queued request whose deadline timer fires a little early (as Node\'s may) still expires, not shed', () => {
+    const clock = createTestClock();
+    // Node's timers may fire up to 1 ms before performance.now() reaches their due time.
+    const early = { now: () => clock.now(), wallNow: () => clock.wallNow(), setTimer: (fn: () => void, ms: number, at?: number) => clock.setTimer(fn, Math.max(0, ms - 0.6), at) };
+    const a = new Admission({ maxConcurrent: 1, maxQueue: 5, queueTimeoutMs: 60 }, early);
+    const t = tickets(clock);
+    a.arrive(t.make('a'), clock.now());
+    a.arrive(t.make('b', { deadlineMs: 20 }), clock.now());
+    a.arrive(t.make('c'), clock.now());
+    clock.advance(20);
+    expect(t.log.at(-1)).toBe('b expired');
+    clock.advance(40);
+    expect(t.log.at(-1)).toBe('c shed queue_timeout');
+    expect(a.queued).toBe(0);
+  });
+
   it('under overload retries go after first attempts, and a first attempt evicts a queued retry', () => {
     const clock = createTestClock();
     const a = new Admission({ maxConcurrent: 1, maxQueue: 2, queueTimeoutMs: 1000 }, clock);
