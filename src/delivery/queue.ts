@@ -96,8 +96,9 @@ export async function openDeliveryQueue(options: QueueOptions): Promise<Delivery
       throw new DeliveryError('ERR_UNKNOWN_DESTINATION', `Unknown destination ${JSON.stringify(destination)} (known: ${[...destinations.keys()].join(', ')})`, { field: 'destination' });
     }
   };
-  const wakeAll = (): void => {
-    for (const w of workers) w.wake();
+  /** Workers in this process look for work at once: at `destination` only, when given. */
+  const wakeAll = (destination?: string): void => {
+    for (const w of workers) w.wake(destination === undefined ? undefined : [destination]);
   };
   return {
     store,
@@ -105,14 +106,14 @@ export async function openDeliveryQueue(options: QueueOptions): Promise<Delivery
     async enqueue(destination, payload, o = {}) {
       known(destination);
       const [r] = await store.enqueue([prepareItem(destination, payload, o.key)], clock.wallNow());
-      wakeAll();
+      wakeAll(destination);
       return r!;
     },
     async enqueueMany(destination, items) {
       known(destination);
       const list = items.map((it, i) => prepareItem(destination, it.payload, it.key, `items[${i}]`));
       const out = await store.enqueue(list, clock.wallNow());
-      wakeAll();
+      wakeAll(destination);
       return out;
     },
     createWorker(o = {}) {
@@ -137,7 +138,7 @@ export async function openDeliveryQueue(options: QueueOptions): Promise<Delivery
     async resume(destination) {
       checkDestinationName(destination);
       const changed = await store.setPaused(destination, false, clock.wallNow());
-      if (changed) wakeAll();
+      if (changed) wakeAll(destination);
       return changed;
     },
     close: () => store.close(),

@@ -116,8 +116,11 @@ export interface DeliveryWorker {
   readonly id: string;
   /** Starts claiming and delivering. */
   start(): void;
-  /** Looks for work now (enqueue in the same process calls it). */
-  wake(): void;
+  /**
+   * Looks for work now (enqueue in the same process calls it): at the given destinations
+   * (those just enqueued to; unknown names are ignored), or at every one.
+   */
+  wake(destinations?: Iterable<string>): void;
   /**
    * Stops claiming, waits up to stopTimeoutMs for requests in flight, records their
    * outcomes, aborts the rest and gives their claims back (they are due again at once).
@@ -366,9 +369,16 @@ class Worker implements DeliveryWorker {
     }
   }
 
-  wake(): void {
+  wake(destinations?: Iterable<string>): void {
     if (!this.isRunning || this.stopping) return;
-    for (const dest of this.dests.values()) this.look(dest);
+    if (destinations === undefined) {
+      for (const dest of this.dests.values()) this.look(dest);
+      return;
+    }
+    for (const name of destinations) {
+      const dest = this.dests.get(name);
+      if (dest !== undefined) this.look(dest);
+    }
   }
 
   /** Looks at `dest` again after `ms` (an earlier request wins). */

@@ -411,3 +411,49 @@ describe('outcomes are written in groups', () => {
     expect(await writes('shared')).toEqual(Array.from({ length: 10 }, () => 1));
   });
 });
+
+describe('wake-ups', () => {
+  it('an enqueue makes the worker look at that destination only, not at every one', async () => {
+    const clock = createTestClock();
+    const store = await openStore('sqlite::memory:');
+    const looked: string[] = [];
+    const counted = new Proxy(store, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        if (prop === 'claim' || prop === 'claimThenForm' || prop === 'formAndClaim' || prop === 'claimLimited' || prop === 'formBatches') {
+          return (...args: unknown[]) => {
+            looked.push(args[0] as string);
+            return (v as (...a: unknown[]) => unknown).apply(target, args);
+          };
+        }
+        return (v as (...a: unknown[]) => unknown).bind(target);
+      },
+    });
+    const dest = { url: 'https://receiver.example/in', batch: { maxItems: 1, maxAgeMs: 0 } };
+    const queue = await openDeliveryQueue({ store: counted, clock, destinations: { a: dest, b: dest, c: dest } });
+    const delivered: string[] = [];
+    const w = queue.createWorker({
+      clock, random: createSeededRandom(7), pollMs: 60_000, leaseMs: 30_000,
+      transport: async (req) => {
+        delivered.push(req.destination.name);
+        return { status: 204 };
+      },
+    });
+    w.start();
+    await clock.advanceAsync(0);
+    looked.length = 0;
+    await queue.enqueue('a', { n: 1 }, { key: 'k1' });
+    await clock.advanceAsync(0);
+    expect(delivered).toEqual(['a']);
+    expect(looked.length).toBeGreaterThan(0);
+    expect(new Set(looked)).toEqual(new Set(['a']));
+    // Without names, wake() still looks at every destination.
+    looked.length = 0;
+    w.wake();
+    await clock.advanceAsync(0);
+    expect(new Set(looked)).toEqual(new Set(['a', 'b', 'c']));
+    await w.stop();
+    await queue.close();
+  });
+});
