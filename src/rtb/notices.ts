@@ -349,6 +349,16 @@ export class NoticeSender {
   }
 }
 
+/**
+ * How long a notice waits for others to be written with it (group commit), ms. A crash
+ * loses at most the notices of that long that were not yet written, as it loses those
+ * of the answer's quiet wait (timer-lanes.ts).
+ */
+export const NOTICE_GROUP_MS = 10;
+
+/** Notices waiting that are written on the next turn without waiting out NOTICE_GROUP_MS. */
+export const NOTICE_GROUP_MAX = 1_000;
+
 /** The worker settings of the exchange's notice queue, where they differ from relent/delivery's defaults. */
 export const NOTICE_WORKER_DEFAULTS = Object.freeze({ pollMs: 250, stopTimeoutMs: 2_000 });
 
@@ -374,6 +384,8 @@ export class DurableNotices {
   private writingFrom: number | null = null;
   private flushing: Promise<void> | null = null;
   private scheduled = false;
+  /** Cancels the group timer of the write scheduled (null: none, or on the next turn). */
+  private cancelGroup: (() => void) | null = null;
   private closing = false;
   private retryMs = 0;
   private cancelRetry: (() => void) | null = null;
@@ -491,7 +503,9 @@ export class DurableNotices {
    */
   stored(): Promise<boolean> {
     if (this.oldestPending() > this.seq) return Promise.resolve(true);
-    return new Promise<boolean>((resolve) => this.waiters.push({ upTo: this.seq, resolve }));
+    const p = new Promise<boolean>((resolve) => this.waiters.push({ upTo: this.seq, resolve }));
+    this.schedule(true);
+    return p;
   }
 
   /** The `n` of the oldest notice not yet written or given up (seq + 1 when there is none). */
@@ -499,13 +513,27 @@ export class DurableNotices {
     return this.writingFrom ?? this.buffer[0]?.n ?? this.seq + 1;
   }
 
-  private schedule(): void {
-    if (this.scheduled || this.flushing !== null || this.cancelRetry !== null || this.queue === null) return;
+  /**
+   * Writes what waits after NOTICE_GROUP_MS (group commit: one transaction, and one look
+   * of the delivery worker, for all the notices of that time), or on the next turn when
+   * NOTICE_GROUP_MAX wait or somebody waits for stored().
+   */
+  private schedule(now = false): void {
+    if (this.flushing !== null || this.cancelRetry !== null || this.queue === null) return;
+    now ||= this.buffer.length >= NOTICE_GROUP_MAX || this.waiters.length > 0;
+    if (this.scheduled) {
+      if (!now || this.cancelGroup === null) return;
+      this.cancelGroup();
+      this.cancelGroup = null;
+    }
     this.scheduled = true;
-    setImmediate(() => {
+    const run = (): void => {
+      this.cancelGroup = null;
       this.scheduled = false;
       void this.flush();
-    });
+    };
+    if (now) setImmediate(run);
+    else this.cancelGroup = this.o.clock.setTimer(run, NOTICE_GROUP_MS);
   }
 
   private flush(): Promise<void> {
@@ -524,7 +552,7 @@ export class DurableNotices {
         await queue.store.enqueue(items, this.o.clock.wallNow());
         for (const b of batch) this.counters[b.kind].stored++;
         this.retryMs = 0;
-        this.worker?.wake();
+        this.worker?.wake(new Set(items.map((it) => it.destination)));
       } catch {
         // The store is unreachable or full: keep the notices, oldest first, and try again
         // later; past maxPending the newest are dropped (counted).
@@ -576,6 +604,11 @@ export class DurableNotices {
     this.closing = true;
     this.cancelRetry?.();
     this.cancelRetry = null;
+    if (this.cancelGroup !== null) {
+      this.cancelGroup();
+      this.cancelGroup = null;
+      this.scheduled = false;
+    }
     if (this.opening !== null) await this.opening.catch(() => {});
     if (this.flushing !== null) await this.flushing;
     if (this.buffer.length > 0 && this.queue !== null) await this.flush();

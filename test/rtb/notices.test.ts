@@ -235,6 +235,33 @@ describe('durable notices: keys, events and shutdown', () => {
     expect(ex.stats().notices.billing).toMatchObject({ sent: 1, stored: 1, delivered: 1 });
   });
 
+  it('notices of 10 ms are written together (one write, one look of the delivery worker); stored() writes at once', async () => {
+    const { NoticeHub, NOTICE_GROUP_MS } = await import('../../src/rtb/notices.js');
+    const { resolveExchangeConfig } = await import('../../src/rtb/config.js');
+    const { createTestClock } = await import('../../src/testing/index.js');
+    const clock = createTestClock();
+    const cfg = resolveExchangeConfig(exchangeConfig([partnerConfig('dsp', 'http://127.0.0.1:9/bid')], { notices: { store: `sqlite:${join(dir, 'group.db')}`, worker: { pollMs: 60_000 } } }));
+    const hub = new NoticeHub(cfg.notices, { clock, random: () => 0.5, partners: [{ name: 'dsp', url: new URL('http://127.0.0.1:9/bid') }] });
+    open.push({ close: () => hub.close({ drainMs: 0, force: true }) });
+    await hub.open();
+    const turns = async (): Promise<void> => {
+      for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+    };
+    const notice = (i: number) => ({ kind: 'billing' as const, partner: 'dsp', key: `billing:g-${i}:1`, url: `http://127.0.0.1:9/bill?i=${i}` });
+    for (let i = 0; i < 3; i++) hub.send(notice(i));
+    await turns();
+    clock.advance(NOTICE_GROUP_MS - 1);
+    await turns();
+    expect(hub.stats().billing).toMatchObject({ sent: 3, stored: 0 });
+    clock.advance(1);
+    await turns();
+    expect(hub.stats().billing).toMatchObject({ sent: 3, stored: 3 });
+    // Somebody waits for the write (a billing event's answer): it does not wait out the group.
+    hub.send(notice(3));
+    expect(await hub.stored()).toBe(true);
+    expect(hub.stats().billing).toMatchObject({ sent: 4, stored: 4 });
+  });
+
   it('a store that cannot be opened keeps the exchange from serving, with the reason', async () => {
     const ex = (await import('../../src/rtb/exchange.js')).createExchange(exchangeConfig([partnerConfig('dsp', 'http://127.0.0.1:9/bid')], {
       notices: { store: `sqlite:${join(dir, 'no-such-dir', 'x', 'n.db')}` },
