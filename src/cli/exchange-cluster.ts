@@ -12,9 +12,8 @@ import { createSeededRandom } from '../core/random.js';
 import type { DeliveryEvent } from '../delivery/index.js';
 import type { ResolvedExchangeConfig } from '../rtb/config.js';
 import { createExchange, exchangeHistograms, type Exchange, type ExchangeOptions, type ExchangeStats, type WarmupReport } from '../rtb/exchange.js';
-import {
-  NoticeHub, type Billable, type BillingEventResult, type Notice, type NoticeCounters, type NoticeOutlet, type NoticeStats,
-} from '../rtb/notices.js';
+import { createNoticeOutlet } from '../rtb/notice-thread.js';
+import type { Billable, BillingEventResult, Notice, NoticeCounters, NoticeOutlet, NoticeStats } from '../rtb/notices.js';
 import { mergeExchangeStats, type StatsPart } from '../rtb/stats-merge.js';
 import { systemClock } from '../shared/clock.js';
 import type { RelentEvent } from '../run/run.js';
@@ -323,15 +322,21 @@ interface Slot {
 /** Starts the primary's notice hub and N workers; resolves once every worker is ready to serve. */
 export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses> {
   const t0 = performance.now();
-  const hub = new NoticeHub(o.config.notices, {
+  // The notices run in a thread of their own, below the workers (notice-thread.ts).
+  const hub = createNoticeOutlet(o.config.notices, {
     clock: systemClock,
     random: createSeededRandom(Date.now()),
-    onEvent: o.onEvent ?? undefined,
+    onEvent: o.onEvent ?? null,
     onDeliveryEvent: o.onDeliveryEvent ?? null,
     partners: o.config.partners.map((p) => ({ name: p.name, url: p.url })),
   });
   // A store that cannot be opened stops everything before a worker starts.
-  await hub.open();
+  try {
+    await hub.open();
+  } catch (e) {
+    await hub.close({ drainMs: 0, force: true }).catch(() => {});
+    throw e;
+  }
   cluster.setupPrimary({ exec: BIN, args: ['exchange', ...o.argv], silent: false });
   const slots: Slot[] = [];
   let stopping = false;
@@ -355,7 +360,7 @@ export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses
         for (const n of m.n) hub.send(n);
         break;
       case 'event':
-        reply({ t: 'event', id: m.id, r: hub.billingEvent(m.requestId, m.impId) });
+        void Promise.resolve(hub.billingEvent(m.requestId, m.impId)).then((r) => reply({ t: 'event', id: m.id, r }));
         break;
       case 'sync':
         if (m.id !== 0) void hub.stored().then((ok) => reply({ t: 'sync', id: m.id, ok }));

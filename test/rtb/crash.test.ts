@@ -3,7 +3,7 @@
 // depend on the length); start it again: every notice arrives, once per key at the
 // idempotent receiver, none lost.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -15,6 +15,17 @@ import { answer, post, sleep, startPartner, type PartnerSeen } from './helpers.j
 
 const BIN = fileURLToPath(new URL('../../bin/relent', import.meta.url));
 const DIST = fileURLToPath(new URL('../../dist/cli/exchange-cluster.js', import.meta.url));
+
+/** A thread's nice value, from /proc (Linux): field 19 of its stat, counted after the command's closing parenthesis. */
+function niceOf(pid: number, tid: number): number {
+  const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
+}
+
+/** The nice values of a process's threads. */
+function threadNices(pid: number): { tid: number; nice: number }[] {
+  return readdirSync(`/proc/${pid}/task`).map((t) => ({ tid: Number(t), nice: niceOf(pid, Number(t)) }));
+}
 const dir = mkdtempSync(join(tmpdir(), 'relent-rtb-crash-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -120,8 +131,27 @@ describe('relent exchange --workers 2', () => {
       const { execFileSync } = await import('node:child_process');
       const workers = execFileSync('ps', ['-o', 'pid=', '--ppid', String(ex.child.pid)]).toString().trim().split(/\s+/).map(Number);
       expect(workers).toHaveLength(2);
+      const primary = ex.child.pid!;
+      if (process.platform === 'linux') {
+        // The notices run in one thread of the primary at nice 10; its main thread and the workers stay at 0.
+        const nices = threadNices(primary);
+        expect(nices.find((t) => t.tid === primary)?.nice).toBe(0);
+        expect(nices.filter((t) => t.nice === 10)).toHaveLength(1);
+        for (const w of workers) expect(threadNices(w).every((t) => t.nice === 0)).toBe(true);
+      }
       process.kill(workers[0]!, 'SIGKILL');
       for (let i = 0; i < 500 && !/exited \(SIGKILL\); starting another/.test(ex.log()); i++) await sleep(10);
+      if (process.platform === 'linux') {
+        // The worker forked again is not below the others (it would inherit a niced primary's value).
+        // (It is forked 500 ms after the death is logged.)
+        let fresh: number[] = [];
+        for (let i = 0; i < 300 && fresh.length === 0; i++) {
+          await sleep(10);
+          fresh = execFileSync('ps', ['-o', 'pid=', '--ppid', String(primary)]).toString().trim().split(/\s+/).map(Number).filter((w) => w > 0 && !workers.includes(w));
+        }
+        expect(fresh).toHaveLength(1);
+        expect(niceOf(fresh[0]!, fresh[0]!)).toBe(0);
+      }
       for (let i = 0; i < 10; i++) {
         const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', connection: 'close' }, body: JSON.stringify({ id: `after-${i}`, imp: [{ id: '1' }], tmax: 300 }) });
         expect(r.status).toBe(200);
