@@ -455,9 +455,11 @@ export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses
   };
 }
 
-/** One process: the exchange serves here, and its notices go through its own hub. */
+/** One process: the exchange serves here, and its notices go through a hub in a thread of this process (as the primary's). */
 export async function startInProcess(o: {
   readonly config: unknown;
+  /** The same configuration, resolved (its notices and partners start the notice thread). */
+  readonly resolved: ResolvedExchangeConfig;
   readonly port: number | undefined;
   readonly host: string | undefined;
   readonly options: ExchangeOptions;
@@ -465,10 +467,19 @@ export async function startInProcess(o: {
 }): Promise<ExchangeProcesses & { readonly exchange: Exchange }> {
   const t0 = performance.now();
   const fleet = await openFleet(o.fleet);
+  const notices = createNoticeOutlet(o.resolved.notices, {
+    clock: systemClock,
+    random: createSeededRandom(Date.now()),
+    onEvent: o.options.onEvent ?? null,
+    onDeliveryEvent: o.options.onDeliveryEvent ?? null,
+    partners: o.resolved.partners.map((p) => ({ name: p.name, url: p.url })),
+  });
+  const closeNotices = (force: boolean): Promise<void> => notices.close({ drainMs: force ? 0 : 2_000, force });
   let exchange: Exchange;
   try {
-    exchange = createExchange(o.config as never, { ...o.options, fleet: fleet?.fleet ?? null });
+    exchange = createExchange(o.config as never, { ...o.options, fleet: fleet?.fleet ?? null, noticeOutlet: notices });
   } catch (e) {
+    await closeNotices(true);
     await fleet?.close();
     throw e;
   }
@@ -477,6 +488,7 @@ export async function startInProcess(o: {
     info = await exchange.listen(o.port, o.host);
   } catch (e) {
     await exchange.close({ force: true, noticeDrainMs: 0 });
+    await closeNotices(true);
     await fleet?.close();
     throw e;
   }
@@ -495,6 +507,7 @@ export async function startInProcess(o: {
     },
     close: async () => {
       await exchange.close();
+      await closeNotices(false);
       await fleet?.close();
       return exchange.stats();
     },
