@@ -653,7 +653,7 @@ export function formatBench(r: BenchResult): string {
     lines.push('');
     for (const w of r.results.slice(1)) {
       const ratio = (x: number | null, y: number | null): string => (x && y ? `${(y / x).toFixed(2)}x` : '-');
-      lines.push(`${w.workers} workers vs ${first.workers}: maximum ${ratio(first.maxRate, w.maxRate)} (${w.maxRate ?? '-'} vs ${first.maxRate ?? '-'}/s); measured run ${ratio(first.run.load.achieved, w.run.load.achieved)}`);
+      lines.push(`${w.workers} worker${w.workers === 1 ? '' : 's'} vs ${first.workers}: maximum ${ratio(first.maxRate, w.maxRate)} (${w.maxRate ?? '-'} vs ${first.maxRate ?? '-'}/s); measured run ${ratio(first.run.load.achieved, w.run.load.achieved)}`);
     }
   }
   return `${lines.join('\n')}\n`;

@@ -367,7 +367,7 @@ export const NOTICE_WORKER_DEFAULTS = Object.freeze({ pollMs: 250, stopTimeoutMs
  * `rtb:<partner>:<kind>` (payload `{"url": …}`, key `noticeQueueKey`), delivered by a
  * worker in this process with the kind's policy (GET of the item's URL; the policy
  * decides every retry, and the wait between them is stored, so a retry survives a
- * restart). Notices are written in batches, one transaction per turn of the event loop;
+ * restart). Notices are written in batches, one transaction per NOTICE_GROUP_MS;
  * a notice is safe from a crash once written (`stored` counts them). At most `maxPending`
  * wait to be written; more are dropped and counted.
  */
