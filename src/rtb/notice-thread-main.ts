@@ -1,6 +1,6 @@
 // The body of the notice thread (see notice-thread.ts): a NoticeHub answering the main
 // thread's messages, at a lower priority on Linux.
-import { setPriority } from 'node:os';
+import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import { createSeededRandom } from '../core/random.js';
 import { systemClock } from '../shared/clock.js';
@@ -24,8 +24,10 @@ if (d.nice !== null) {
   else {
     try {
       // os.setPriority(0, …) is setpriority(PRIO_PROCESS, 0): on Linux, this thread only.
-      setPriority(d.nice);
-      nice = d.nice;
+      // Below the process's own value (a process already niced keeps its notices below it).
+      const target = Math.min(19, getPriority() + d.nice);
+      setPriority(target);
+      nice = target;
     } catch (e) {
       why = e instanceof Error ? e.message : String(e);
     }

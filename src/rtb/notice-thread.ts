@@ -10,7 +10,7 @@ import type { RelentEvent } from '../run/run.js';
 import type { ResolvedNotices } from './config.js';
 import { NoticeHub, type Billable, type BillingEventResult, type Notice, type NoticeCounters, type NoticeOutlet, type NoticeStats } from './notices.js';
 
-/** The nice value of the notice thread (Linux): below the exchange's own threads and processes (0). */
+/** How far below the process's own nice value the notice thread runs (Linux; at most 19): 0 → 10. */
 export const NOTICE_THREAD_NICE = 10;
 
 /** How often the thread reports its counters to stats(), ms. */
@@ -50,7 +50,7 @@ export interface NoticeThreadOptions {
   readonly partners: readonly { readonly name: string; readonly url: URL }[];
   readonly onEvent?: ((e: RelentEvent) => void) | null;
   readonly onDeliveryEvent?: ((e: DeliveryEvent) => void) | null;
-  /** The thread's nice value (Linux); null: the process's. Default NOTICE_THREAD_NICE. */
+  /** How far the thread's nice value goes above the process's (Linux); null: the process's. Default NOTICE_THREAD_NICE. */
   readonly nice?: number | null;
 }
 
