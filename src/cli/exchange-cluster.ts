@@ -329,6 +329,7 @@ export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses
     onEvent: o.onEvent ?? null,
     onDeliveryEvent: o.onDeliveryEvent ?? null,
     partners: o.config.partners.map((p) => ({ name: p.name, url: p.url })),
+    log: o.log,
   });
   // A store that cannot be opened stops everything before a worker starts.
   try {
@@ -464,6 +465,8 @@ export async function startInProcess(o: {
   readonly host: string | undefined;
   readonly options: ExchangeOptions;
   readonly fleet: Readonly<Record<string, unknown>> | null;
+  /** Lines of what happens meanwhile (the notice thread died and another started). */
+  readonly log?: ((line: string) => void) | null;
 }): Promise<ExchangeProcesses & { readonly exchange: Exchange }> {
   const t0 = performance.now();
   const fleet = await openFleet(o.fleet);
@@ -473,6 +476,7 @@ export async function startInProcess(o: {
     onEvent: o.options.onEvent ?? null,
     onDeliveryEvent: o.options.onDeliveryEvent ?? null,
     partners: o.resolved.partners.map((p) => ({ name: p.name, url: p.url })),
+    log: o.log ?? null,
   });
   const closeNotices = (force: boolean): Promise<void> => notices.close({ drainMs: force ? 0 : 2_000, force });
   let exchange: Exchange;

@@ -259,7 +259,7 @@ export async function exchangeCommand(argv: string[], io: Io): Promise<number> {
   let running: ExchangeProcesses;
   try {
     running = workers === 1
-      ? await startInProcess({ config: raw, resolved: config, fleet: config.fleet, port, host: values.host, options: { onEvent: events?.onEvent ?? null, onAuction, onLimitChange } })
+      ? await startInProcess({ config: raw, resolved: config, log: (l) => io.err(`${l}\n`), fleet: config.fleet, port, host: values.host, options: { onEvent: events?.onEvent ?? null, onAuction, onLimitChange } })
       : await startCluster({ config, argv, workers, log: (l) => io.err(`${l}\n`), onEvent: events?.onEvent ?? null });
   } catch (e) {
     closeSinks();

@@ -52,17 +52,49 @@ export interface NoticeThreadOptions {
   readonly onDeliveryEvent?: ((e: DeliveryEvent) => void) | null;
   /** How far the thread's nice value goes above the process's (Linux); null: the process's. Default NOTICE_THREAD_NICE. */
   readonly nice?: number | null;
+  /** A line when the thread died and another is started. */
+  readonly log?: ((line: string) => void) | null;
 }
 
 function zero(): NoticeCounters {
   return { sent: 0, stored: 0, delivered: 0, failed: 0, dropped: 0, abandoned: 0, attempts: 0 };
 }
 
+/** The first wait before a notice thread that died is started again, ms (doubling up to 5 s while it cannot open the store). */
+export const NOTICE_THREAD_RESTART_MS = 500;
+
+function zeroStats(): NoticeStats {
+  return { win: zero(), billing: zero(), loss: zero(), inFlight: 0, events: { received: 0, fired: 0, duplicate: 0, unknown: 0 }, storeErrors: 0 };
+}
+
+function addCounters(a: NoticeCounters, b: NoticeCounters): NoticeCounters {
+  return {
+    sent: a.sent + b.sent, stored: a.stored + b.stored, delivered: a.delivered + b.delivered, failed: a.failed + b.failed,
+    dropped: a.dropped + b.dropped, abandoned: a.abandoned + b.abandoned, attempts: a.attempts + b.attempts,
+  };
+}
+
+function addStats(a: NoticeStats, b: NoticeStats): NoticeStats {
+  return {
+    win: addCounters(a.win, b.win), billing: addCounters(a.billing, b.billing), loss: addCounters(a.loss, b.loss),
+    inFlight: a.inFlight + b.inFlight,
+    events: { received: a.events.received + b.events.received, fired: a.events.fired + b.events.fired, duplicate: a.events.duplicate + b.events.duplicate, unknown: a.events.unknown + b.events.unknown },
+    storeErrors: a.storeErrors + b.storeErrors,
+  };
+}
+
 /**
  * A NoticeHub run in a worker thread. Notices and won impressions are handed over once per
  * microtask checkpoint (one message for all those of a turn); billing events and stored()
  * are asked and answered in order with them. stats() is the thread's last report (every
- * NOTICE_THREAD_STATS_MS, and a final one at close).
+ * NOTICE_THREAD_STATS_MS, and a final one at close), added to those of threads before it.
+ *
+ * A thread that dies (an uncaught error in it) is started again after
+ * NOTICE_THREAD_RESTART_MS; meanwhile notices wait here (at most `maxPending`, more are
+ * dropped and counted), billing events are answered `unknown` and stored() false (the
+ * event is answered 503: send it again). Durable notices written before are delivered by
+ * the new thread; the won impressions the dead thread kept for billing events are lost,
+ * and so are the counters of its last report period.
  */
 export class NoticeThread implements NoticeOutlet {
   readonly store: string;
@@ -70,25 +102,35 @@ export class NoticeThread implements NoticeOutlet {
   nice: number | null = null;
   /** Why the thread kept the process's priority (null when niced or not asked). */
   niceWhy: string | null = null;
-  private readonly worker: Worker;
+  /** How many times a thread died and another was started. */
+  restarts = 0;
+  private readonly data: NoticeThreadData;
+  private readonly maxPending: number;
+  private worker: Worker | null = null;
+  /** A thread runs and has opened the store. */
+  private up = false;
+  private everUp = false;
   private notices: Notice[] = [];
   private billables: Billable[] = [];
   private scheduled = false;
   private seq = 0;
-  private readonly waiting = new Map<number, (r: never) => void>();
-  private last: NoticeStats;
-  /** Notices not handed over because the thread was gone (counted here). */
+  private readonly waiting = new Map<number, { resolve: (r: never) => void; fallback: unknown }>();
+  private last: NoticeStats = zeroStats();
+  /** The last reports of the threads that died, added up. */
+  private past: NoticeStats = zeroStats();
+  /** Notices this side dropped (too many waiting while no thread ran) or abandoned at close. */
   private readonly lost = { win: zero(), billing: zero(), loss: zero() };
-  private alive = true;
   private readonly opening: Promise<void>;
   private closing: Promise<void> | null = null;
-  private readonly exited: Promise<void>;
+  private exited: Promise<void> = Promise.resolve();
+  private restartMs = NOTICE_THREAD_RESTART_MS;
+  private restartTimer: ReturnType<typeof setTimeout> | null = null;
 
   constructor(cfg: ResolvedNotices, private readonly o: NoticeThreadOptions) {
     this.store = cfg.store;
-    this.last = { win: zero(), billing: zero(), loss: zero(), inFlight: 0, events: { received: 0, fired: 0, duplicate: 0, unknown: 0 }, storeErrors: 0 };
+    this.maxPending = cfg.maxPending;
     if (ENTRY === null) throw new Error('relent: the notice thread runs from the compiled package only');
-    const data: NoticeThreadData = {
+    this.data = {
       cfg,
       partners: o.partners.map((p) => ({ name: p.name, url: p.url.href })),
       nice: o.nice === undefined ? NOTICE_THREAD_NICE : o.nice,
@@ -96,22 +138,33 @@ export class NoticeThread implements NoticeOutlet {
       deliveryEvents: typeof o.onDeliveryEvent === 'function',
       statsEveryMs: NOTICE_THREAD_STATS_MS,
     };
+    this.opening = this.start();
+    this.opening.catch(() => {});
+  }
+
+  /** Starts a thread; resolves once it has opened the store (rejects as the store's open would). */
+  private start(): Promise<void> {
     // None of the process's own node flags (a loader, --cpu-prof…): the thread runs only the compiled hub.
     // Kept referenced: the process lives until close() has ended the thread (its notices written).
-    this.worker = new Worker(ENTRY, { workerData: data, execArgv: [] });
+    const worker = new Worker(ENTRY!, { workerData: this.data, execArgv: [] });
+    this.worker = worker;
     let opened: () => void = () => {};
     let failed: (e: Error) => void = () => {};
-    this.opening = new Promise<void>((resolve, reject) => {
+    const opening = new Promise<void>((resolve, reject) => {
       opened = resolve;
       failed = reject;
     });
-    this.opening.catch(() => {});
-    this.worker.on('message', (m: FromNoticeThread) => {
+    worker.on('message', (m: FromNoticeThread) => {
+      if (this.worker !== worker) return;
       switch (m.t) {
         case 'opened':
           this.nice = m.nice;
           this.niceWhy = m.why;
+          this.up = true;
+          this.everUp = true;
+          this.restartMs = NOTICE_THREAD_RESTART_MS;
           opened();
+          this.flush(); // what waited while no thread ran
           break;
         case 'failed':
           failed(Object.assign(new Error(m.message), m.code === null ? {} : { code: m.code }));
@@ -132,15 +185,37 @@ export class NoticeThread implements NoticeOutlet {
           break;
       }
     });
-    this.worker.on('error', (e) => {
-      failed(e);
-      this.gone();
+    let why = 'it exited';
+    worker.on('error', (e) => {
+      why = e instanceof Error ? e.message : String(e);
+      failed(e instanceof Error ? e : new Error(why));
     });
-    this.exited = new Promise<void>((resolve) => this.worker.once('exit', () => {
-      failed(new Error('relent: the notice thread exited while opening the store'));
-      this.gone();
+    this.exited = new Promise<void>((resolve) => worker.once('exit', (code) => {
+      failed(new Error(`relent: the notice thread exited (code ${code}) before it opened the store`));
+      this.down(worker, why);
       resolve();
     }));
+    return opening;
+  }
+
+  /** A thread ended: whoever waits gets the fallback answer; unless closing, another is started. */
+  private down(worker: Worker, why: string): void {
+    if (this.worker !== worker) return;
+    this.worker = null;
+    this.up = false;
+    this.past = addStats(this.past, this.last);
+    this.last = zeroStats();
+    for (const [id, w] of this.waiting) this.answer(id, w.fallback);
+    // The first start's failure is open()'s rejection; a thread that ended as asked is not replaced.
+    if (this.closing !== null || !this.everUp) return;
+    this.restarts++;
+    this.o.log?.(`relent exchange: the notice thread stopped (${why}); another starts in ${this.restartMs} ms`);
+    this.restartTimer = setTimeout(() => {
+      this.restartTimer = null;
+      if (this.closing !== null) return;
+      this.start().catch(() => {});
+    }, this.restartMs);
+    this.restartMs = Math.min(5_000, this.restartMs * 2);
   }
 
   /** Resolves once the thread has opened the store (rejects as the store's open would). */
@@ -149,7 +224,7 @@ export class NoticeThread implements NoticeOutlet {
   }
 
   send(n: Notice): boolean {
-    if (!this.alive || this.closing !== null) {
+    if (this.closing !== null || (!this.up && this.notices.length >= this.maxPending)) {
       this.lost[n.kind].dropped++;
       return false;
     }
@@ -159,7 +234,7 @@ export class NoticeThread implements NoticeOutlet {
   }
 
   keepBillable(b: Billable): void {
-    if (!this.alive || this.closing !== null) return;
+    if (this.closing !== null || (!this.up && this.billables.length >= this.maxPending)) return;
     this.billables.push(b);
     this.schedule();
   }
@@ -170,29 +245,30 @@ export class NoticeThread implements NoticeOutlet {
     queueMicrotask(() => this.flush());
   }
 
+  /** Hands what waits to the thread (kept here while no thread runs). */
   private flush(): void {
     this.scheduled = false;
-    if (this.notices.length === 0 && this.billables.length === 0) return;
+    if (!this.up || (this.notices.length === 0 && this.billables.length === 0)) return;
     const msg: ToNoticeThread = { t: 'n', n: this.notices, b: this.billables };
     this.notices = [];
     this.billables = [];
-    if (this.alive) this.worker.postMessage(msg);
+    this.worker!.postMessage(msg);
   }
 
   private ask<T>(msg: (id: number) => ToNoticeThread, fallback: T): Promise<T> {
     this.flush(); // what was handed over before goes first
-    if (!this.alive) return Promise.resolve(fallback);
+    if (!this.up) return Promise.resolve(fallback);
     const id = ++this.seq;
     return new Promise<T>((resolve) => {
-      this.waiting.set(id, resolve as (r: never) => void);
-      this.worker.postMessage(msg(id));
+      this.waiting.set(id, { resolve: resolve as (r: never) => void, fallback });
+      this.worker!.postMessage(msg(id));
     });
   }
 
   private answer(id: number, r: unknown): void {
-    const f = this.waiting.get(id);
+    const w = this.waiting.get(id);
     this.waiting.delete(id);
-    f?.(r as never);
+    w?.resolve(r as never);
   }
 
   billingEvent(requestId: string, impId: string): Promise<BillingEventResult> {
@@ -204,33 +280,30 @@ export class NoticeThread implements NoticeOutlet {
   }
 
   stats(): NoticeStats {
-    const s = this.last;
-    const add = (k: 'win' | 'billing' | 'loss'): NoticeCounters => ({ ...s[k], dropped: s[k].dropped + this.lost[k].dropped });
-    return { ...s, win: add('win'), billing: add('billing'), loss: add('loss') };
+    const s = addStats(this.past, this.last);
+    const add = (k: 'win' | 'billing' | 'loss'): NoticeCounters => ({ ...s[k], dropped: s[k].dropped + this.lost[k].dropped, abandoned: s[k].abandoned + this.lost[k].abandoned });
+    return { ...s, win: add('win'), billing: add('billing'), loss: add('loss'), inFlight: s.inFlight + this.notices.length };
   }
 
   /** Hands what is waiting over, closes the hub in the thread (as NoticeHub.close) and ends the thread. */
   close(o: { readonly drainMs: number; readonly force: boolean }): Promise<void> {
     this.closing ??= (async () => {
+      if (this.restartTimer !== null) clearTimeout(this.restartTimer);
+      this.restartTimer = null;
       this.flush();
-      if (this.alive) {
-        this.worker.postMessage({ t: 'close', drainMs: o.drainMs, force: o.force } satisfies ToNoticeThread);
+      const worker = this.worker;
+      if (worker !== null) {
+        worker.postMessage({ t: 'close', drainMs: o.drainMs, force: o.force } satisfies ToNoticeThread);
         // The hub stops its delivery worker within its stop timeout; past a generous cap the thread is ended.
-        const cap = setTimeout(() => void this.worker.terminate(), o.drainMs + 30_000);
+        const cap = setTimeout(() => void worker.terminate(), o.drainMs + 30_000);
         await this.exited;
         clearTimeout(cap);
       }
+      // No thread took these (it was down, or it never opened the store).
+      for (const n of this.notices.splice(0)) this.lost[n.kind].abandoned++;
+      this.billables = [];
     })();
     return this.closing;
-  }
-
-  /** The thread is gone: whoever waits gets the fallback answer. */
-  private gone(): void {
-    if (!this.alive) return;
-    this.alive = false;
-    for (const [id] of this.waiting) this.answer(id, undefined);
-    this.notices = [];
-    this.billables = [];
   }
 }
 
