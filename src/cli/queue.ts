@@ -89,7 +89,7 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
     // Inspecting never creates a store: a SQLite file that is not there, or a PostgreSQL
     // schema without the queue's tables, is said so.
     try {
-      queue = await openDeliveryQueue({ store: url, mustExist: true });
+      queue = await openDeliveryQueue({ store: url, mustExist: true, sqliteRunIn: 'caller' });
     } catch (e) {
       if (!DeliveryError.is(e) || e.code !== 'ERR_NO_QUEUE') throw e;
       io.err(`relent queue ${sub}: ${e.message}; --store, the config's "store" or $RELENT_STORE names another\n`);

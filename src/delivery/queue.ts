@@ -22,6 +22,12 @@ export interface QueueOptions {
   readonly clock?: Clock;
   /** With a store URL: open only a queue that is there (ERR_NO_QUEUE, nothing created), to inspect it. */
   readonly mustExist?: boolean;
+  /**
+   * With a `sqlite:` URL that does not say `runIn`: where the store's work runs (see
+   * SqliteStoreOptions.runIn; default `process`). `caller` suits a short command or a
+   * process that does little else: no second process to start (about 90 ms).
+   */
+  readonly sqliteRunIn?: 'process' | 'thread' | 'caller';
 }
 
 export interface EnqueueOptions {
@@ -88,7 +94,7 @@ export async function openDeliveryQueue(options: QueueOptions): Promise<Delivery
   const destinations = options.destinations === undefined
     ? null
     : options.destinations instanceof Map ? options.destinations as ReadonlyMap<string, ResolvedDestination> : resolveDestinations(options.destinations);
-  const store = typeof options.store === 'string' ? await openStore(options.store, { mustExist: options.mustExist === true }) : options.store;
+  const store = typeof options.store === 'string' ? await openStore(options.store, { mustExist: options.mustExist === true, ...(options.sqliteRunIn !== undefined ? { sqliteRunIn: options.sqliteRunIn } : {}) }) : options.store;
   const clock = options.clock ?? systemClock;
   const workers = new Set<DeliveryWorker>();
   const known = (destination: string): void => {

@@ -13,7 +13,7 @@ import type { DeliveryStore } from './types.js';
  *
  * The driver of each store is imported only when that store is opened.
  */
-export async function openStore(url: string, options: { readonly mustExist?: boolean } = {}): Promise<DeliveryStore> {
+export async function openStore(url: string, options: { readonly mustExist?: boolean; readonly sqliteRunIn?: 'process' | 'thread' | 'caller' } = {}): Promise<DeliveryStore> {
   if (typeof url !== 'string' || url.length === 0) {
     throw new DeliveryError('ERR_INVALID_CONFIG', 'Expected `store` to be sqlite:FILE or postgres://…', { field: 'store' });
   }
@@ -30,7 +30,7 @@ export async function openStore(url: string, options: { readonly mustExist?: boo
       throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`maxSizeBytes\` in the store URL to be an integer > 0, got ${JSON.stringify(maxSize)}`, { field: 'store.maxSizeBytes' });
     }
     const sync = params.get('synchronous');
-    const runIn = params.get('runIn');
+    const runIn = params.get('runIn') ?? options.sqliteRunIn ?? null;
     if (runIn !== null && runIn !== 'process' && runIn !== 'thread' && runIn !== 'caller') {
       throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`runIn\` in the store URL to be process, thread or caller, got ${JSON.stringify(runIn)}`, { field: 'store.runIn' });
     }

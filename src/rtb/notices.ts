@@ -431,7 +431,10 @@ export class DurableNotices {
       }
     }
     const resolved = delivery.resolveDestinations(destinations);
-    const queue = await delivery.openDeliveryQueue({ store: storeInCaller(this.cfg.store), destinations: resolved, clock: this.o.clock });
+    // The store's SQLite work stays in this process (the notice thread): a store process of
+    // its own would be one more process starting and competing for the cores just as the
+    // first auctions of a fresh exchange arrive.
+    const queue = await delivery.openDeliveryQueue({ store: this.cfg.store, sqliteRunIn: 'caller', destinations: resolved, clock: this.o.clock });
     this.queue = queue;
     const agent = this.agent;
     const transport = async (req: DeliveryRequest): Promise<TransportResult> => {
@@ -619,15 +622,4 @@ export class DurableNotices {
     if (this.queue !== null) await this.queue.close().catch(() => {});
     if (this.own && !this.agent.closed && !this.agent.destroyed) await this.agent.destroy();
   }
-}
-
-/**
- * The notice store's SQLite work stays in the exchange's own process (the primary, with
- * several workers, which serves no auction) unless the URL says otherwise: a store process
- * of its own would be one more process starting and competing for the cores just as the
- * first auctions of a fresh exchange arrive.
- */
-function storeInCaller(url: string): string {
-  if (!url.startsWith('sqlite:') || /[?&]runIn=/.test(url)) return url;
-  return `${url}${url.includes('?') ? '&' : '?'}runIn=caller`;
 }

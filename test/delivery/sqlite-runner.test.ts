@@ -147,4 +147,17 @@ describe('SQLite store in a process or thread of its own', () => {
       await remote.close();
     }
   });
+
+  it('sqliteRunIn: where the store runs when its URL does not say (relent queue and the exchange\'s notices: caller); the URL wins', async () => {
+    const { openStore: openCompiled } = await import(DIST_SQLITE.replace(/sqlite-store\.js$/, 'store.js')) as typeof StoreModule;
+    const inline = await openCompiled(`sqlite:${file()}`, { sqliteRunIn: 'caller' });
+    const remote = await openCompiled(`sqlite:${file()}?runIn=thread`, { sqliteRunIn: 'caller' });
+    try {
+      expect(await turnsDuring(() => inline.enqueue(many(20_000, 'v'), 1))).toBe(0);
+      expect(await turnsDuring(() => remote.enqueue(many(20_000, 'v'), 1))).toBeGreaterThan(0);
+    } finally {
+      await inline.close();
+      await remote.close();
+    }
+  });
 });
