@@ -260,6 +260,8 @@ class VerdictBreaker implements CircuitBreaker {
   }
   record(outcome: BreakerOutcome, now: number): void {
     const v = this.call.takeVerdict();
+    // A cut (no answer, the request still open): decided at the end of its grace (see LATE_EXCUSE_MS).
+    if (v === null && outcome === 'failure' && this.call.deferCut(this.inner)) return;
     this.inner.record(v !== null && outcome !== 'ignored' ? v : outcome, now);
   }
   state(now: number): BreakerState { return this.inner.state(now); }
@@ -285,6 +287,8 @@ export interface CallOwner {
 export class PartnerCall {
   readonly breaker: CircuitBreaker | null;
   private verdict: BreakerOutcome | null = null;
+  /** The latest attempt's request. */
+  private current: PartnerRequest | null = null;
   private open = 0;
   private settled = false;
   private released = false;
@@ -326,6 +330,17 @@ export class PartnerCall {
     this.sampleDropped = status !== null ? this.partner.policy.throttleStatuses.has(status) || status === 503 : errorClass === 'connect_refused';
   }
 
+  /**
+   * The executor records a cut attempt as a breaker failure: when the attempt's request is
+   * still open (waiting out its grace), the request records it instead once it knows
+   * whether the answer came within LATE_EXCUSE_MS of the cut. False: nothing to defer.
+   */
+  deferCut(breaker: CircuitBreaker): boolean {
+    const r = this.current;
+    if (r === null || !r.deferBreaker(breaker)) return false;
+    return true;
+  }
+
   takeVerdict(): BreakerOutcome | null {
     const v = this.verdict;
     this.verdict = null;
@@ -344,6 +359,7 @@ export class PartnerCall {
     const body = this.owner.body(tmax);
     return new Promise<PartnerAnswer>((resolve, reject) => {
       const req = new PartnerRequest(this, resolve, reject, p.config.maxResponseBytes, p.config.lateGraceMs, this.owner.clock, ctx.timeoutMs);
+      this.current = req;
       this.open++;
       try {
         p.dispatcher.dispatch({ origin: p.origin, path: p.path, method: 'POST', headers: p.headers as string[], body }, req);
@@ -380,6 +396,17 @@ export class PartnerCall {
 
 type Controller = Dispatcher.DispatchController;
 
+/**
+ * A partner's answer read at most this long after its cut is no failure of the partner
+ * for its breaker (nor a success): it cannot be told apart from an answer that was on
+ * time and read late because this process was busy (a timer fires late, and the socket
+ * is read after the timers of that turn), which is what a fresh exchange under full
+ * traffic does for its first second. Answers later than this, and none at all within
+ * `lateGraceMs`, are failures; the breaker learns of a cut at the end of its grace. 5 ms
+ * is the exchange's own bound on a late answer of its own.
+ */
+export const LATE_EXCUSE_MS = 5;
+
 const CUT = Object.assign(new Error('relent: the partner\'s time is over'), { code: 'ERR_RELENT_PARTNER_CUT' });
 const TOO_LARGE = Object.assign(new Error('relent: the answer is over the size limit'), { code: 'ERR_RELENT_TOO_LARGE' });
 
@@ -401,6 +428,8 @@ class PartnerRequest implements Dispatcher.DispatchHandler {
   private answered = false;
   private done = false;
   private cutAt = -1;
+  /** The partner's breaker, waiting for this cut request's verdict (see LATE_EXCUSE_MS). */
+  private deferred: CircuitBreaker | null = null;
   /** Cancels the pending timer: the cut at first, then the end of the grace. */
   private cancelTimer: (() => void) | null = null;
   private readonly startedAt: number;
@@ -436,9 +465,11 @@ class PartnerRequest implements Dispatcher.DispatchHandler {
     if (this.cutAt >= 0) {
       // A late answer: counted, dropped (its body is drained within the grace, if it fits).
       const c = this.call.partner.counters;
-      const late = this.clock.now() - this.cutAt;
+      const now = this.clock.now();
+      const late = now - this.cutAt;
       c.late++;
       if (late > c.lateMaxMs) c.lateMaxMs = late;
+      this.settleBreaker(late <= LATE_EXCUSE_MS && (statusCode === 200 || statusCode === 204) ? 'ignored' : 'failure');
       return;
     }
     if (statusCode === 200) {
@@ -530,9 +561,26 @@ class PartnerRequest implements Dispatcher.DispatchHandler {
     else this.pendingAbort = reason;
   }
 
+  /** Takes the breaker's verdict of this cut request; false when the request is already answered or over. */
+  deferBreaker(breaker: CircuitBreaker): boolean {
+    if (this.answered || this.done) return false;
+    this.deferred = breaker;
+    return true;
+  }
+
+  /** Breakers keep wall time (shared across processes through the fleet), as execute() records them. */
+  private settleBreaker(outcome: BreakerOutcome): void {
+    const b = this.deferred;
+    if (b === null) return;
+    this.deferred = null;
+    b.record(outcome, this.clock.wallNow());
+  }
+
   private finish(): void {
     if (this.done) return;
     this.done = true;
+    // No answer within the grace (or a wire error after the cut): the cut was the partner's.
+    this.settleBreaker('failure');
     if (this.cancelTimer !== null) {
       this.cancelTimer();
       this.cancelTimer = null;

@@ -108,4 +108,44 @@ describe('per-partner circuit breaker', () => {
     expect(st.errorKinds).toEqual({ 'status:400': 1, malformed: 1 });
     expect(st.timeouts).toBe(16);
   });
+
+  it('an answer read within 5 ms of its cut (this process was busy) is no failure; one 10 ms late, or none, is', async () => {
+    let held: { res: import('node:http').ServerResponse; s: import('./helpers.js').PartnerSeen } | null = null;
+    const p = await startPartner((_q, res, _n, s) => {
+      held = { res, s };
+    });
+    open.push(p);
+    const clock = createTestClock();
+    const ex = await startExchange(exchangeConfig([
+      partnerConfig('p', p.url, { timeoutMs: 40, lateGraceMs: 50, breaker: { minimumThroughput: 4, failureRatio: 0.5, openMs: 60_000 } }),
+    ], NO_WARMUP), { clock });
+    open.push(ex);
+    const stats = () => ex.exchange.stats().partners[0]!;
+    const one = async (lateByMs: number): Promise<void> => {
+      held = null;
+      const late = stats().late;
+      const auction = post(ex.url, bidRequest());
+      await until('the partner has the request', () => held !== null);
+      const h = held!;
+      if (lateByMs === 0) {
+        // The answer is on its way when the cut fires: the exchange reads it only after its timers.
+        answer(h.res, 200, bidBody(h.s, 1));
+        clock.advance(40);
+        expect((await auction).status).toBe(204);
+      } else {
+        clock.advance(40);
+        expect((await auction).status).toBe(204);
+        clock.advance(lateByMs);
+        answer(h.res, 200, bidBody(h.s, 1));
+      }
+      await until('the late answer is read', () => stats().late === late + 1);
+    };
+    for (let i = 0; i < 6; i++) await one(0);
+    expect(stats()).toMatchObject({ timeouts: 6, late: 6, breaker: 'closed' });
+    // 10 ms after the cut: the partner's own lateness; four of them open the circuit.
+    for (let i = 0; i < 3; i++) await one(10);
+    expect(stats().breaker).toBe('closed');
+    await one(10);
+    expect(stats()).toMatchObject({ timeouts: 10, late: 10, breaker: 'open' });
+  });
 });
