@@ -1,10 +1,11 @@
 // A partner's circuit breaker, counted from the partner's own request log. The exchange
 // runs on a test clock: the cool-down and the partner's timeout pass when the test moves
 // time, never on the wall clock (the sockets are real; only waiting for them is).
+import type { ServerResponse } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { PartnerBreakerChange } from '../../src/rtb/exchange.js';
 import { createTestClock } from '../../src/testing/index.js';
-import { answer, bidBody, bidRequest, exchangeConfig, partnerConfig, post, startExchange, startPartner, untilSocket as until } from './helpers.js';
+import { answer, bidBody, bidRequest, exchangeConfig, partnerConfig, post, startExchange, startPartner, untilSocket as until, type PartnerSeen } from './helpers.js';
 
 /** No dry-run auctions before listening: on a clock that stands still, the stand-in's unanswered calls would never time out. */
 const NO_WARMUP = { warmup: false } as const;
@@ -110,7 +111,7 @@ describe('per-partner circuit breaker', () => {
   });
 
   it('an answer read within 5 ms of its cut (this process was busy) is no failure; one 10 ms late, or none, is', async () => {
-    let held: { res: import('node:http').ServerResponse; s: import('./helpers.js').PartnerSeen } | null = null;
+    let held: { res: ServerResponse; s: PartnerSeen } | null = null;
     const p = await startPartner((_q, res, _n, s) => {
       held = { res, s };
     });
