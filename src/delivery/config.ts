@@ -1,5 +1,6 @@
 import { describe, RelentError } from '../core/errors.js';
 import { type Policy, type PolicySpec } from '../core/policy.js';
+import { resolvePropagation, type PropagationSpec, type ResolvedPropagation } from '../core/propagation.js';
 import { resolvePolicyInput } from '../presets/index.js';
 import { DeliveryError, invalidConfig } from './errors.js';
 import type { BatchLimits } from './types.js';
@@ -76,6 +77,13 @@ export interface DestinationOptions {
    * long (at most this many ms); 0: never pause.
    */
   readonly maxPauseMs?: number;
+  /**
+   * Headers that tell the receiver about each attempt, as relent's HTTP client sends them:
+   * `x-relent-attempt` (1-based, per round) and `x-relent-deadline-ms` (the attempt's
+   * time), so a relent/server receiver sheds retries before first attempts and stops work
+   * its sender no longer waits for. `false`: none. Default: those two headers.
+   */
+  readonly propagate?: PropagationSpec | false;
 }
 
 /** A destination with every default filled in and its policy compiled. */
@@ -90,6 +98,7 @@ export interface ResolvedDestination {
   readonly rateLimit: Required<RateLimitOptions> | null;
   readonly concurrency: Required<ConcurrencyOptions>;
   readonly maxPauseMs: number;
+  readonly propagate: ResolvedPropagation;
 }
 
 /** The defaults of a destination, written once (docs/delivery.md's table is tested against it). */
@@ -109,7 +118,7 @@ export const DESTINATION_DEFAULTS = Object.freeze({
   maxPauseMs: 60_000,
 });
 
-const DEST_KEYS = ['url', 'method', 'headers', 'policy', 'batch', 'format', 'rateLimit', 'concurrency', 'maxPauseMs'];
+const DEST_KEYS = ['url', 'method', 'headers', 'policy', 'batch', 'format', 'rateLimit', 'concurrency', 'maxPauseMs', 'propagate'];
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -235,9 +244,16 @@ export function resolveDestination(name: string, input: unknown, field = `destin
   const concurrency = Object.freeze({ initial, min, max, adaptive, decrease, backoffOn, scope: scopeOf(cIn.scope ?? d.concurrency.scope, `${field}.concurrency.scope`) });
 
   const maxPauseMs = intIn(input.maxPauseMs ?? d.maxPauseMs, `${field}.maxPauseMs`, 0, 2 ** 31 - 1);
+  let propagate: ResolvedPropagation;
+  try {
+    propagate = resolvePropagation(input.propagate as PropagationSpec | false | undefined, `${field}.propagate`);
+  } catch (e) {
+    if (RelentError.is(e)) throw new DeliveryError('ERR_INVALID_CONFIG', e.message, { field: e.field ?? `${field}.propagate` });
+    throw e;
+  }
 
   return Object.freeze({
-    name, url, method, headers: Object.freeze(headers), policy, batch, format: format as BodyFormat, rateLimit, concurrency, maxPauseMs,
+    name, url, method, headers: Object.freeze(headers), policy, batch, format: format as BodyFormat, rateLimit, concurrency, maxPauseMs, propagate,
   });
 }
 

@@ -5,6 +5,7 @@ import type { Fleet } from '../core/fleet.js';
 import { createOperation, restoreOperation, type Command, type Operation } from '../core/operation.js';
 import { errorClassOfCode } from '../core/error-codes.js';
 import type { Clock, Decision, DecisionResult, DecisionWhy, ErrorClass, Observation, Random, TerminalReason } from '../core/types.js';
+import { appendPropagation } from '../core/propagation.js';
 import { classifyWireError } from '../core/wire.js';
 import { formatIdempotencyKey } from '../shared/idempotency.js';
 import { systemClock, systemRandom } from '../shared/clock.js';
@@ -757,7 +758,11 @@ class Worker implements DeliveryWorker {
       const { body, contentType } = encodeBatch(d.format, b.key, b.items);
       const operationId = b.key;
       const requestId = b.round > 1 ? `${b.key}/round-${b.round}/attempt-${attempt}` : `${b.key}/attempt-${attempt}`;
-      const headers = { ...d.headers, 'content-type': contentType, 'idempotency-key': formatIdempotencyKey(b.key), 'x-request-id': requestId };
+      const headers: Record<string, string> = { ...d.headers, 'content-type': contentType, 'idempotency-key': formatIdempotencyKey(b.key), 'x-request-id': requestId };
+      if (d.propagate.names.length > 0) {
+        const pairs = appendPropagation([], d.propagate, attempt, timeoutMs);
+        for (let i = 0; i < pairs.length; i += 2) headers[pairs[i]!] = pairs[i + 1]!;
+      }
       const generation = dest.aimd.generation;
       const t0 = this.clock.now();
       this.watch(h, t0 + timeoutMs);

@@ -66,3 +66,36 @@ describe('createIdempotentHandler on node:http', () => {
     }
   });
 });
+
+describe('a relent/server receiver behind the delivery worker', () => {
+  it('reads each attempt\'s number and deadline from the worker\'s headers (real HTTP): retries are known as retries', async () => {
+    const { relentMiddleware } = await import('../../src/server/guard.js');
+    const { openDeliveryQueue } = await import('../../src/delivery/queue.js');
+    const events: { type: string; attempt?: number | null; deadlineMs?: number | null; deadlineSource?: string | null }[] = [];
+    const guard = relentMiddleware({ onEvent: (e) => events.push(e as never) });
+    let calls = 0;
+    const server = await listen((req, res) => guard(req, res, () => {
+      req.resume();
+      res.writeHead(++calls === 1 ? 503 : 200).end();
+    }));
+    const queue = await openDeliveryQueue({
+      store: 'sqlite::memory:',
+      destinations: { d: { url: `${server.url}/in`, batch: { maxItems: 1, maxAgeMs: 0 }, policy: { backoff: { kind: 'constant', delayMs: 20 }, maxAttempts: 3, attemptTimeoutMs: 3_000, deadlineMs: 30_000 } } },
+    });
+    const worker = queue.createWorker({ pollMs: 20 });
+    try {
+      worker.start();
+      await queue.enqueue('d', { n: 1 }, { key: 'k1' });
+      for (let i = 0; i < 300 && calls < 2; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(calls).toBe(2);
+      expect(guard.stats().attempts).toMatchObject({ 1: 1, 2: 1, none: 0 });
+      const admitted = events.filter((e) => e.type === 'server_request');
+      expect(admitted.map((e) => e.deadlineSource)).toEqual(['x-relent-deadline-ms', 'x-relent-deadline-ms']);
+      for (const e of admitted) expect(e.deadlineMs).toBe(3_000);
+    } finally {
+      await worker.stop();
+      await queue.close();
+      await server.close();
+    }
+  });
+});

@@ -457,3 +457,25 @@ describe('wake-ups', () => {
     await queue.close();
   });
 });
+
+describe('what each attempt tells the receiver', () => {
+  it('x-relent-attempt and x-relent-deadline-ms on every attempt; propagate: false sends neither', async () => {
+    const t = await setup({ policy: { backoff: { kind: 'constant', delayMs: 1_000 }, maxAttempts: 3, attemptTimeoutMs: 4_000, deadlineMs: 60_000 } }, (_req, n) => ({ status: n < 3 ? 503 : 200 }));
+    await t.queue.enqueue('d', { a: 1 }, { key: 'p1' });
+    await t.clock.advanceAsync(10_000);
+    expect(t.seen.map((s) => [s.headers['x-relent-attempt'], s.headers['x-relent-deadline-ms']])).toEqual([['1', '4000'], ['2', '4000'], ['3', '4000']]);
+    await finish(t.queue, t.worker);
+
+    const off = await setup({ propagate: false }, () => ({ status: 200 }));
+    await off.queue.enqueue('d', { a: 1 }, { key: 'p1' });
+    await off.clock.advanceAsync(1_000);
+    expect(off.seen).toHaveLength(1);
+    expect(Object.keys(off.seen[0]!.headers).filter((h) => h.startsWith('x-relent-'))).toEqual([]);
+    expect(off.seen[0]!.headers['idempotency-key']).toBeDefined();
+    await finish(off.queue, off.worker);
+
+    // A bad value names the field.
+    await expect(openDeliveryQueue({ store: 'sqlite::memory:', destinations: { d: { url: 'https://r.example/in', propagate: { attemptHeader: 'bad header' } } } }))
+      .rejects.toMatchObject({ code: 'ERR_INVALID_CONFIG', field: 'destinations.d.propagate.attemptHeader' });
+  });
+});
