@@ -24,7 +24,7 @@ import { bodyDeadlineError, failureError, notReplayableError, RelentFetchError, 
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from '../shared/idempotency.js';
 import {
   asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, FirstAttempt, inherit, invalid, limitsOf, listenerOf, observeRateLimited, observeResponse,
-  passOnNoRetry, PROTECTION_DEFAULTS, timeoutOf, unguarded, withHeaders, type Dependency, type ProtectionOptions,
+  passOnNoRetry, PROTECTION_DEFAULTS, plainPath, timeoutOf, withHeaders, type Dependency, type ProtectionOptions,
 } from './operation.js';
 
 /**
@@ -424,8 +424,8 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       this.incoming = incoming;
       const p = newPromise(this);
       const signal = req.signal;
-      // The success path: nobody watches, nothing guards the dependency, no hedging, a replayable body, a caller still waiting.
-      if (onClientEvent === null && this.init.onEvent === undefined && instrumentation === null && hedging === null && unguarded(dep) && req.body.kind !== 'stream'
+      // The success path (plainPath), for a caller still waiting.
+      if (plainPath(onClientEvent !== null || this.init.onEvent !== undefined, instrumentation !== null, hedging, dep, req.body.kind === 'stream')
         && !(signal?.aborted ?? false) && this.plan(policy, dep.budget, limitsOf(this.lim.deadlineMs, this.lim.attemptTimeoutMs, callerDeadlineMs), clock)) {
         this.send(dispatch, this.dispatchOptions(prop.sends ? appendPropagation(req.headers.slice(), prop, 1, this.timeoutMs) : req.headers), validStatus);
         if (this.inFlight) {

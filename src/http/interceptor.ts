@@ -17,7 +17,7 @@ import { bodyDeadlineError, failureError, notReplayableError, tooLongError, wait
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from '../shared/idempotency.js';
 import {
   asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, FirstAttempt, inherit, invalid, limitsOf, listenerOf, observeRateLimited, observeResponse,
-  optsWithHeaders, passOnNoRetry, PROTECTION_DEFAULTS, timeoutOf, unguarded, withHeaders, withHeadersKey, type Dependency, type ProtectionOptions,
+  optsWithHeaders, passOnNoRetry, PROTECTION_DEFAULTS, plainPath, timeoutOf, withHeaders, withHeadersKey, type Dependency, type ProtectionOptions,
 } from './operation.js';
 
 type IncomingHttpHeaders = Record<string, string | string[] | undefined>;
@@ -341,8 +341,8 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         this.fail(this.reason ?? new Error('aborted'));
         return;
       }
-      // The success path: nobody watches, nothing guards the dependency, no hedging, a replayable body.
-      if (!listened && instrumentation === null && hedging === null && unguarded(dep) && !stream
+      // The success path (plainPath).
+      if (plainPath(listened, instrumentation !== null, hedging, dep, stream)
         && this.plan(policy, dep.budget, limitsOf(lim?.deadlineMs, lim?.attemptTimeoutMs, callerDeadlineMs), clock)) {
         this.send(dispatch, prop.sends ? optsWithHeaders(opts, appendPropagation(flatHeaders(opts.headers, prop.names), prop, 1, this.timeoutMs)) : opts, null);
         return;

@@ -84,6 +84,16 @@ export function unguarded(d: Dependency): boolean {
   return d.breaker === null && d.bulkhead === null && d.concurrencyLimit === null && d.rateLimiter === null;
 }
 
+/**
+ * Whether a call may take the success path (its first attempt sent without execute(),
+ * which takes over only if that attempt does not succeed): nobody watches it (events,
+ * tracing), no hedging, nothing guards the dependency, and its body can be sent again.
+ * The client and the interceptor ask the same question; each adds its own last checks.
+ */
+export function plainPath(listened: boolean, instrumented: boolean, hedging: HedgeState | null, dep: Dependency, stream: boolean): boolean {
+  return !listened && !instrumented && hedging === null && !stream && unguarded(dep);
+}
+
 const MAX_DEPENDENCIES = 10_000;
 
 /**
