@@ -3,8 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { createLimitAlgorithm, normalizeLimitSpec, type LimitAlgorithm, type LimitSample } from '../../src/core/concurrency.js';
-import { createSeededRandom } from '../../src/core/random.js';
-import { runCapacity, type CapacityScenario } from '../support/capacity-sim.js';
+import { runCapacity } from '../../src/sim/capacity.js';
 
 const ok = (alg: LimitAlgorithm, now: number, rtt: number, inFlight = alg.limit, generation = alg.generation): ReturnType<LimitAlgorithm['sample']> =>
   alg.sample({ startedAt: now - rtt, now, inFlight, generation, dropped: false });
@@ -173,31 +172,42 @@ describe('any algorithm, any samples', () => {
   });
 });
 
-describe('capacity drops 5x for 20 s (virtual time)', () => {
-  const base: Omit<CapacityScenario, 'random'> = {
-    rate: 400, serviceMs: 50, capacity: 50, degraded: 10, dropAt: 10_000, dropFor: 20_000, totalMs: 40_000, deadlineMs: 1000, minAttemptMs: 100,
-  };
-  const run = (o: Partial<CapacityScenario>, seed = 1) => runCapacity({ ...base, random: createSeededRandom(seed), ...o });
+describe('capacity drops 5x for 20 s (virtual time: relent/sim\'s capacity scenario)', () => {
+  const base = { seed: 1, arrivalsPerSec: 400, serviceMs: 50, capacity: 50, degraded: 10, dropAtMs: 10_000, dropForMs: 20_000, durationMs: 40_000, deadlineMs: 1000, minAttemptMs: 100 };
+  const fixed = [10, 15, 20, 30, 50];
+  // Every contender on the same arrivals and service times.
+  const { rows } = runCapacity({
+    ...base,
+    contenders: [
+      { name: 'gradient', limit: { kind: 'gradient', initial: 20, max: 200 } },
+      { name: 'aimd', limit: { kind: 'aimd', initial: 20, max: 200, slowMs: 100 } },
+      ...fixed.map((n) => ({ name: `fixed ${n}`, fixed: n })),
+      { name: 'none' },
+    ],
+  });
+  const row = (name: string) => rows.find((r) => r.name === name)!;
+  /** Calls in flight (one sample per 250 ms) from 2 s after the drop to its end. */
+  const during = (name: string) => row(name).inFlightTrace.filter((_, i) => i * 250 >= base.dropAtMs + 2000 && i * 250 < base.dropAtMs + base.dropForMs);
 
-  it('gradient: the limit reaches the new capacity within 2 s, the server queues little, and fewer calls fail than under any fixed cap', () => {
-    const g = run({ algorithm: createLimitAlgorithm({ kind: 'gradient', initial: 20, max: 200 }) });
-    // Within 2 s of the drop, calls in flight are within 1.5x of the new capacity, and stay there.
-    const during = g.trace.filter(([t]) => t >= base.dropAt + 2000 && t < base.dropAt + base.dropFor);
-    expect(Math.max(...during.map(([, , inFlight]) => inFlight))).toBeLessThanOrEqual(1.5 * base.degraded);
-    // The dependency's time in its own queue stays under its healthy median service time (50 ms).
-    const waits = g.serverWaits.filter(([t]) => t >= base.dropAt + 2000 && t < base.dropAt + base.dropFor).map(([, w]) => w).sort((a, b) => a - b);
-    expect(waits[Math.floor(waits.length / 2)]!).toBeLessThan(base.serviceMs);
+  it('gradient: the limit reaches the new capacity within 2 s, the dependency queues little, and fewer calls fail than under any fixed cap', () => {
+    const g = row('gradient');
+    // Within 2 s of the drop, calls in flight are within 1.5x of the new capacity, and stay there (sampled every 50 ms).
+    expect(g.convergedMs).not.toBeNull();
+    expect(g.convergedMs!).toBeLessThanOrEqual(2000);
+    expect(Math.max(...during('gradient'))).toBeLessThanOrEqual(1.5 * base.degraded);
+    // The dependency's latency (its queue and its work) stays under twice its healthy median service time: it queues little.
+    expect(g.dropLatencyP50).toBeLessThan(2 * base.serviceMs);
     // After the drop it grows back.
-    const after = g.trace.filter(([t]) => t >= base.dropAt + base.dropFor + 3000);
-    expect(Math.max(...after.map(([, limit]) => limit))).toBeGreaterThan(base.degraded * 2);
-    for (const fixed of [10, 15, 20, 30, 50]) expect(g.failed).toBeLessThan(run({ fixed }).failed);
-    expect(g.failed).toBeLessThan(run({}).failed);
+    const after = g.limitTrace.filter((_, i) => i * 250 >= base.dropAtMs + base.dropForMs + 3000);
+    expect(Math.max(...after.map((x) => x ?? 0))).toBeGreaterThan(base.degraded * 2);
+    for (const n of fixed) expect(g.failed).toBeLessThan(row(`fixed ${n}`).failed);
+    expect(g.failed).toBeLessThan(row('none').failed);
   });
 
   it('aimd with slowMs at 2x the healthy latency does as well', () => {
-    const a = run({ algorithm: createLimitAlgorithm({ kind: 'aimd', initial: 20, max: 200, slowMs: 100 }) });
-    const during = a.trace.filter(([t]) => t >= base.dropAt + 2000 && t < base.dropAt + base.dropFor);
-    expect(Math.max(...during.map(([, , inFlight]) => inFlight))).toBeLessThanOrEqual(2 * base.degraded);
-    for (const fixed of [10, 15, 20, 30, 50]) expect(a.failed).toBeLessThan(run({ fixed }).failed);
+    const a = row('aimd');
+    expect(Math.max(...during('aimd'))).toBeLessThanOrEqual(2 * base.degraded);
+    expect(a.inFlightP99).toBeLessThanOrEqual(2 * base.degraded);
+    for (const n of fixed) expect(a.failed).toBeLessThan(row(`fixed ${n}`).failed);
   });
 });
