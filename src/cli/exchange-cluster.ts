@@ -13,7 +13,10 @@ import type { DeliveryEvent } from '../delivery/index.js';
 import type { ResolvedExchangeConfig } from '../rtb/config.js';
 import { createExchange, exchangeHistograms, type Exchange, type ExchangeOptions, type ExchangeStats, type WarmupReport } from '../rtb/exchange.js';
 import { createNoticeOutlet } from '../rtb/notice-thread.js';
-import type { Billable, BillingEventResult, Notice, NoticeCounters, NoticeOutlet, NoticeStats } from '../rtb/notices.js';
+import {
+  OutletQuestions, serveOutletRequest, type Billable, type BillingEventResult, type Notice, type NoticeCounters, type NoticeOutlet, type NoticeStats, type OutletReply,
+  type OutletRequest,
+} from '../rtb/notices.js';
 import { mergeExchangeStats, type StatsPart } from '../rtb/stats-merge.js';
 import { systemClock } from '../shared/clock.js';
 import type { RelentEvent } from '../run/run.js';
@@ -54,15 +57,10 @@ type Mem = { rss: number; heapUsed: number; cpuUs: number };
 type ToPrimary =
   | { readonly t: 'ready'; readonly url: string; readonly report: WarmupReport; readonly part: StatsPart; readonly mem: Mem; readonly fleet: string | null }
   | { readonly t: 'failed'; readonly message: string }
-  | { readonly t: 'notices'; readonly n: readonly Notice[]; readonly b: readonly Billable[] }
-  | { readonly t: 'event'; readonly id: number; readonly requestId: string; readonly impId: string }
-  | { readonly t: 'sync'; readonly id: number }
+  | OutletRequest
   | { readonly t: 'stats'; readonly part: StatsPart; readonly mem: Mem; readonly final: boolean };
 
-type ToWorker =
-  | { readonly t: 'event'; readonly id: number; readonly r: BillingEventResult }
-  | { readonly t: 'sync'; readonly id: number; readonly ok: boolean }
-  | { readonly t: 'stop' };
+type ToWorker = OutletReply | { readonly t: 'stop' };
 
 function zero(): NoticeCounters {
   return { sent: 0, stored: 0, delivered: 0, failed: 0, dropped: 0, abandoned: 0, attempts: 0 };
@@ -77,24 +75,19 @@ export class IpcOutlet implements NoticeOutlet {
   private notices: Notice[] = [];
   private billables: Billable[] = [];
   private scheduled = false;
-  private seq = 0;
-  private readonly waiting = new Map<number, (r: unknown) => void>();
+  private readonly questions = new OutletQuestions();
   private readonly counters = { win: zero(), billing: zero(), loss: zero() };
+  private readonly post = (m: OutletRequest): void => {
+    process.send!(m satisfies ToPrimary);
+  };
 
   constructor(store: string) {
     this.store = store;
     process.on('message', (m: ToWorker) => {
-      if (m.t === 'event' || m.t === 'sync') {
-        const f = this.waiting.get(m.id);
-        this.waiting.delete(m.id);
-        f?.(m.t === 'event' ? m.r : m.ok);
-      }
+      if (m.t !== 'stop') this.questions.answer(m);
     });
-    process.on('disconnect', () => {
-      // The primary is gone: nothing more can be handed over.
-      for (const f of this.waiting.values()) f('unknown');
-      this.waiting.clear();
-    });
+    // The primary is gone: nothing more can be handed over.
+    process.on('disconnect', () => this.questions.abandon());
   }
 
   open(): Promise<void> {
@@ -127,24 +120,20 @@ export class IpcOutlet implements NoticeOutlet {
   flush(): void {
     this.scheduled = false;
     if (this.notices.length === 0 && this.billables.length === 0) return;
-    const msg: ToPrimary = { t: 'notices', n: this.notices, b: this.billables };
+    const msg: OutletRequest = { t: 'notices', n: this.notices, b: this.billables };
     this.notices = [];
     this.billables = [];
-    if (process.connected) process.send!(msg);
+    if (process.connected) this.post(msg);
   }
 
-  private ask<T>(msg: (id: number) => ToPrimary, fallback: T): Promise<T> {
+  private ask<T>(msg: (id: number) => OutletRequest, fallback: T): Promise<T> {
     this.flush(); // what this worker handed over before goes first (one channel, in order)
     if (!process.connected) return Promise.resolve(fallback);
-    const id = ++this.seq;
-    return new Promise<T>((resolve) => {
-      this.waiting.set(id, resolve as (r: unknown) => void);
-      process.send!(msg(id));
-    });
+    return this.questions.ask(this.post, msg, fallback);
   }
 
   billingEvent(requestId: string, impId: string): Promise<BillingEventResult> {
-    return this.ask((id) => ({ t: 'event', id, requestId, impId }), 'unknown' as BillingEventResult);
+    return this.ask<BillingEventResult>((id) => ({ t: 'event', id, requestId, impId }), 'unknown');
   }
 
   /** Resolves once the primary has stored everything this worker handed over (false: a write failed meanwhile). */
@@ -357,14 +346,12 @@ export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses
     };
     switch (m.t) {
       case 'notices':
-        for (const b of m.b) hub.keepBillable(b);
-        for (const n of m.n) hub.send(n);
-        break;
       case 'event':
-        void Promise.resolve(hub.billingEvent(m.requestId, m.impId)).then((r) => reply({ t: 'event', id: m.id, r }));
+        serveOutletRequest(hub, m, reply);
         break;
       case 'sync':
-        if (m.id !== 0) void hub.stored().then((ok) => reply({ t: 'sync', id: m.id, ok }));
+        // (id 0: the worker's last message, sent only to learn that it left)
+        if (m.id !== 0) serveOutletRequest(hub, m, reply);
         break;
       case 'stats':
         slot.part = m.part;

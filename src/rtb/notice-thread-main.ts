@@ -4,7 +4,7 @@ import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import { createSeededRandom } from '../core/random.js';
 import { systemClock } from '../shared/clock.js';
-import { NoticeHub } from './notices.js';
+import { NoticeHub, serveOutletRequest } from './notices.js';
 import type { FromNoticeThread, NoticeThreadData, ToNoticeThread } from './notice-thread.js';
 
 const d = workerData as NoticeThreadData;
@@ -17,20 +17,14 @@ const post = (m: FromNoticeThread): void => {
   }
 };
 
-let nice: number | null = null;
-let why: string | null = null;
-if (d.nice !== null) {
-  if (process.platform !== 'linux') why = `the nice value is per process on ${process.platform}`;
-  else {
-    try {
-      // os.setPriority(0, …) is setpriority(PRIO_PROCESS, 0): on Linux, this thread only.
-      // Below the process's own value (a process already niced keeps its notices below it).
-      const target = Math.min(19, getPriority() + d.nice);
-      setPriority(target);
-      nice = target;
-    } catch (e) {
-      why = e instanceof Error ? e.message : String(e);
-    }
+// os.setPriority(0, …) is setpriority(PRIO_PROCESS, 0): on Linux, this thread only (elsewhere
+// it would be the whole process). Below the process's own value: a process already niced keeps
+// its notices below it. Not allowed: the thread keeps the process's priority.
+if (d.nice !== null && process.platform === 'linux') {
+  try {
+    setPriority(Math.min(19, getPriority() + d.nice));
+  } catch {
+    // at the process's priority
   }
 }
 
@@ -45,7 +39,7 @@ const hub = new NoticeHub(d.cfg, {
 const report = setInterval(() => post({ t: 'stats', s: hub.stats() }), d.statsEveryMs);
 
 hub.open().then(
-  () => post({ t: 'opened', nice, why }),
+  () => post({ t: 'opened' }),
   (e: unknown) => {
     const code = (e as { code?: unknown } | null)?.code;
     post({ t: 'failed', message: e instanceof Error ? e.message : String(e), code: typeof code === 'string' ? code : null });
@@ -56,15 +50,10 @@ hub.open().then(
 
 port.on('message', (m: ToNoticeThread) => {
   switch (m.t) {
-    case 'n':
-      for (const b of m.b) hub.keepBillable(b);
-      for (const n of m.n) hub.send(n);
-      break;
+    case 'notices':
     case 'event':
-      post({ t: 'event', id: m.id, r: hub.billingEvent(m.requestId, m.impId) });
-      break;
-    case 'stored':
-      void hub.stored().then((ok) => post({ t: 'stored', id: m.id, ok }));
+    case 'sync':
+      serveOutletRequest(hub, m, post);
       break;
     case 'close':
       clearInterval(report);

@@ -7,8 +7,12 @@
 import { Worker } from 'node:worker_threads';
 import type { DeliveryEvent } from '../delivery/index.js';
 import type { RelentEvent } from '../run/run.js';
+import type { Clock, Random } from '../core/types.js';
 import type { ResolvedNotices } from './config.js';
-import { NoticeHub, type Billable, type BillingEventResult, type Notice, type NoticeCounters, type NoticeOutlet, type NoticeStats } from './notices.js';
+import {
+  NoticeHub, OutletQuestions, type Billable, type BillingEventResult, type Notice, type NoticeCounters, type NoticeOutlet, type NoticeStats, type OutletReply,
+  type OutletRequest,
+} from './notices.js';
 
 /** How far below the process's own nice value the notice thread runs (Linux; at most 19): 0 → 10. */
 export const NOTICE_THREAD_NICE = 10;
@@ -27,17 +31,12 @@ export interface NoticeThreadData {
   readonly statsEveryMs: number;
 }
 
-export type ToNoticeThread =
-  | { readonly t: 'n'; readonly n: readonly Notice[]; readonly b: readonly Billable[] }
-  | { readonly t: 'event'; readonly id: number; readonly requestId: string; readonly impId: string }
-  | { readonly t: 'stored'; readonly id: number }
-  | { readonly t: 'close'; readonly drainMs: number; readonly force: boolean };
+export type ToNoticeThread = OutletRequest | { readonly t: 'close'; readonly drainMs: number; readonly force: boolean };
 
 export type FromNoticeThread =
-  | { readonly t: 'opened'; readonly nice: number | null; readonly why: string | null }
+  | { readonly t: 'opened' }
   | { readonly t: 'failed'; readonly message: string; readonly code: string | null }
-  | { readonly t: 'event'; readonly id: number; readonly r: BillingEventResult }
-  | { readonly t: 'stored'; readonly id: number; readonly ok: boolean }
+  | OutletReply
   | { readonly t: 'stats'; readonly s: NoticeStats }
   | { readonly t: 'closed'; readonly s: NoticeStats }
   | { readonly t: 'ev'; readonly e: RelentEvent }
@@ -98,10 +97,6 @@ function addStats(a: NoticeStats, b: NoticeStats): NoticeStats {
  */
 export class NoticeThread implements NoticeOutlet {
   readonly store: string;
-  /** The thread's nice value once open; null when it kept the process's priority. */
-  nice: number | null = null;
-  /** Why the thread kept the process's priority (null when niced or not asked). */
-  niceWhy: string | null = null;
   /** How many times a thread died and another was started. */
   restarts = 0;
   private readonly data: NoticeThreadData;
@@ -113,8 +108,10 @@ export class NoticeThread implements NoticeOutlet {
   private notices: Notice[] = [];
   private billables: Billable[] = [];
   private scheduled = false;
-  private seq = 0;
-  private readonly waiting = new Map<number, { resolve: (r: never) => void; fallback: unknown }>();
+  private readonly questions = new OutletQuestions();
+  private readonly post = (m: ToNoticeThread): void => {
+    this.worker!.postMessage(m);
+  };
   private last: NoticeStats = zeroStats();
   /** The last reports of the threads that died, added up. */
   private past: NoticeStats = zeroStats();
@@ -158,8 +155,6 @@ export class NoticeThread implements NoticeOutlet {
       if (this.worker !== worker) return;
       switch (m.t) {
         case 'opened':
-          this.nice = m.nice;
-          this.niceWhy = m.why;
           this.up = true;
           this.everUp = true;
           this.restartMs = NOTICE_THREAD_RESTART_MS;
@@ -170,8 +165,8 @@ export class NoticeThread implements NoticeOutlet {
           failed(Object.assign(new Error(m.message), m.code === null ? {} : { code: m.code }));
           break;
         case 'event':
-        case 'stored':
-          this.answer(m.id, m.t === 'event' ? m.r : m.ok);
+        case 'sync':
+          this.questions.answer(m);
           break;
         case 'stats':
         case 'closed':
@@ -205,7 +200,7 @@ export class NoticeThread implements NoticeOutlet {
     this.up = false;
     this.past = addStats(this.past, this.last);
     this.last = zeroStats();
-    for (const [id, w] of this.waiting) this.answer(id, w.fallback);
+    this.questions.abandon();
     // The first start's failure is open()'s rejection; a thread that ended as asked is not replaced.
     if (this.closing !== null || !this.everUp) return;
     this.restarts++;
@@ -249,26 +244,16 @@ export class NoticeThread implements NoticeOutlet {
   private flush(): void {
     this.scheduled = false;
     if (!this.up || (this.notices.length === 0 && this.billables.length === 0)) return;
-    const msg: ToNoticeThread = { t: 'n', n: this.notices, b: this.billables };
+    const msg: OutletRequest = { t: 'notices', n: this.notices, b: this.billables };
     this.notices = [];
     this.billables = [];
-    this.worker!.postMessage(msg);
+    this.post(msg);
   }
 
-  private ask<T>(msg: (id: number) => ToNoticeThread, fallback: T): Promise<T> {
+  private ask<T>(msg: (id: number) => OutletRequest, fallback: T): Promise<T> {
     this.flush(); // what was handed over before goes first
     if (!this.up) return Promise.resolve(fallback);
-    const id = ++this.seq;
-    return new Promise<T>((resolve) => {
-      this.waiting.set(id, { resolve: resolve as (r: never) => void, fallback });
-      this.worker!.postMessage(msg(id));
-    });
-  }
-
-  private answer(id: number, r: unknown): void {
-    const w = this.waiting.get(id);
-    this.waiting.delete(id);
-    w?.resolve(r as never);
+    return this.questions.ask(this.post, msg, fallback);
   }
 
   billingEvent(requestId: string, impId: string): Promise<BillingEventResult> {
@@ -276,7 +261,7 @@ export class NoticeThread implements NoticeOutlet {
   }
 
   stored(): Promise<boolean> {
-    return this.ask((id) => ({ t: 'stored', id }), false);
+    return this.ask((id) => ({ t: 'sync', id }), false);
   }
 
   stats(): NoticeStats {
@@ -316,15 +301,8 @@ function call<E>(f: ((e: E) => void) | null | undefined, e: E): void {
   }
 }
 
-/** True when this build can run the notice hub in a thread (compiled JavaScript). */
-export function noticeThreadAvailable(): boolean {
-  return ENTRY !== null;
-}
-
 /** A NoticeHub in a thread when the build can start one, else in this thread (TypeScript sources). */
-export function createNoticeOutlet(cfg: ResolvedNotices, o: NoticeThreadOptions & { readonly clock: NoticeHubClock; readonly random: () => number }): NoticeOutlet & { billingEvent(requestId: string, impId: string): BillingEventResult | Promise<BillingEventResult> } {
+export function createNoticeOutlet(cfg: ResolvedNotices, o: NoticeThreadOptions & { readonly clock: Clock; readonly random: Random }): NoticeOutlet {
   if (ENTRY !== null) return new NoticeThread(cfg, o);
   return new NoticeHub(cfg, { clock: o.clock, random: o.random, onEvent: o.onEvent ?? undefined, onDeliveryEvent: o.onDeliveryEvent ?? null, partners: o.partners });
 }
-
-type NoticeHubClock = ConstructorParameters<typeof NoticeHub>[1]['clock'];

@@ -91,6 +91,65 @@ export interface NoticeOutlet {
   close(options: { readonly drainMs: number; readonly force: boolean }): Promise<void>;
 }
 
+/**
+ * What an outlet that hands its notices to a hub elsewhere asks of that hub: a worker
+ * process of the primary's (IpcOutlet), the exchange's process of its notice thread
+ * (NoticeThread). Notices and won impressions go in batches; billing events and
+ * stored() are questions numbered by the asking side and answered in order with what
+ * was handed over before them (one channel).
+ */
+export type OutletRequest =
+  | { readonly t: 'notices'; readonly n: readonly Notice[]; readonly b: readonly Billable[] }
+  | { readonly t: 'event'; readonly id: number; readonly requestId: string; readonly impId: string }
+  | { readonly t: 'sync'; readonly id: number };
+
+export type OutletReply =
+  | { readonly t: 'event'; readonly id: number; readonly r: BillingEventResult }
+  | { readonly t: 'sync'; readonly id: number; readonly ok: boolean };
+
+/** The hub's side: serves one request with `hub`, answering questions through `reply`. */
+export function serveOutletRequest(hub: NoticeOutlet, m: OutletRequest, reply: (r: OutletReply) => void): void {
+  switch (m.t) {
+    case 'notices':
+      for (const b of m.b) hub.keepBillable(b);
+      for (const n of m.n) hub.send(n);
+      return;
+    case 'event':
+      void Promise.resolve(hub.billingEvent(m.requestId, m.impId)).then((r) => reply({ t: 'event', id: m.id, r }));
+      return;
+    case 'sync':
+      void hub.stored().then((ok) => reply({ t: 'sync', id: m.id, ok }));
+      return;
+  }
+}
+
+/** The asking side's questions in flight: numbered, answered by id, or with their fallbacks once the hub is gone. */
+export class OutletQuestions {
+  private seq = 0;
+  private readonly waiting = new Map<number, { readonly resolve: (r: never) => void; readonly fallback: unknown }>();
+
+  /** Posts the question `msg(id)`; resolves with its answer, or with `fallback` once the hub is gone. */
+  ask<T>(post: (m: OutletRequest) => void, msg: (id: number) => OutletRequest, fallback: T): Promise<T> {
+    const id = ++this.seq;
+    return new Promise<T>((resolve) => {
+      this.waiting.set(id, { resolve: resolve as (r: never) => void, fallback });
+      post(msg(id));
+    });
+  }
+
+  answer(m: OutletReply): void {
+    const w = this.waiting.get(m.id);
+    this.waiting.delete(m.id);
+    w?.resolve((m.t === 'event' ? m.r : m.ok) as never);
+  }
+
+  /** The hub is gone: every question gets its fallback. */
+  abandon(): void {
+    for (const w of this.waiting.values()) w.resolve(w.fallback as never);
+    this.waiting.clear();
+  }
+}
+
 /** The win-notice policy: the `background-full-jitter` preset, three calls within 10 s. Loss notices use it too. */
 export const WIN_NOTICE_OVERRIDES: PolicySpec = Object.freeze({ maxAttempts: 3, deadlineMs: 10_000, attemptTimeoutMs: 2_000 });
 
