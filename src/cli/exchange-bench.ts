@@ -604,7 +604,6 @@ function positive(v: string | undefined, flag: string, max: number): number | un
   return n;
 }
 
-/** The figures as tables. */
 /** Where the machine's CPU went during a run: cores used, and ms of CPU per auction, by part. */
 export function cpuLine(c: CpuUse, auctions: number, cores: number): string {
   const parts: [string, number][] = [['exchange workers', c.workers], ['primary (notices, statistics)', c.primary], ['bidders', c.bidders], ['load generator', c.loadgen]];
@@ -613,6 +612,7 @@ export function cpuLine(c: CpuUse, auctions: number, cores: number): string {
   return `CPU (cores used; ms per auction): ${parts.map(([name, ms]) => `${name} ${(ms / c.wallMs).toFixed(2)} (${per(ms)})`).join(' · ')} · all ${(total / c.wallMs).toFixed(2)} of ${cores} (${per(total)})`;
 }
 
+/** The figures as tables. */
 export function formatBench(r: BenchResult): string {
   const lines: string[] = [];
   lines.push(`relent exchange-bench — tmax ${r.tmaxMs} ms · ${r.cores} cores · node ${r.node}`);

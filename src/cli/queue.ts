@@ -48,7 +48,6 @@ function positiveInt(v: string | undefined, flag: string): number | undefined {
   return n;
 }
 
-
 export async function queueCommand(argv: string[], io: Io): Promise<number> {
   const { values, positionals } = parseFlags({
     args: argv,

@@ -336,9 +336,7 @@ export class PartnerCall {
    * whether the answer came within LATE_EXCUSE_MS of the cut. False: nothing to defer.
    */
   deferCut(breaker: CircuitBreaker): boolean {
-    const r = this.current;
-    if (r === null || !r.deferBreaker(breaker)) return false;
-    return true;
+    return this.current !== null && this.current.deferBreaker(breaker);
   }
 
   takeVerdict(): BreakerOutcome | null {

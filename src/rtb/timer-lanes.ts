@@ -16,10 +16,11 @@ import { MAX_TIMER_MS, type Clock } from '../core/types.js';
  * Work that has no deadline of its own (the notices of an answered auction) waits for a
  * quiet moment (`whenQuiet`): it runs once no auction is due within `quietMs` (5 ms: an
  * answer counts as late 5 ms after its deadline, so work that takes less than that is
- * harmless even then), and at the latest `maxDeferMs` after it was queued. A burst of auctions answered one after the
- * other then writes its answers first and its notices after, instead of the first
- * answers' notices (a store write, a delivery, a new connection: 10–15 ms in a process
- * that has not run them yet) delaying the answers due behind them.
+ * harmless even then), and at the latest `maxDeferMs` after it was queued. A burst of
+ * auctions answered one after the other then writes its answers first and its notices
+ * after, instead of the first answers' notices (a store write, a delivery, a new
+ * connection: 10–15 ms in a process that has not run them yet) delaying the answers due
+ * behind them.
  */
 export class TimerLanes {
   /** Clock of the auctions' deadlines: due ones fire first. */

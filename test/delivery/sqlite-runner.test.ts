@@ -39,6 +39,17 @@ function runnerAlive(file: string): boolean {
   return r.stdout.split('\n').some((pid) => pid.trim() !== '' && Number(pid) !== process.pid);
 }
 
+/** `inline` does its work on the caller's thread (no timer turns while it writes 20,000 items), `remote` off it; both are closed. */
+async function onCallerAndOff(inline: DeliveryStore, remote: DeliveryStore, tag: string): Promise<void> {
+  try {
+    expect(await turnsDuring(() => inline.enqueue(many(20_000, tag), 1))).toBe(0);
+    expect(await turnsDuring(() => remote.enqueue(many(20_000, tag), 1))).toBeGreaterThan(0);
+  } finally {
+    await inline.close();
+    await remote.close();
+  }
+}
+
 async function gone(file: string, ms: number): Promise<boolean> {
   const end = Date.now() + ms;
   while (Date.now() < end) {
@@ -137,27 +148,11 @@ describe('SQLite store in a process or thread of its own', () => {
   it('the store URL: runIn=caller keeps the store on the caller\'s thread; anything but process, thread or caller is refused', async () => {
     await expect(openStore(`sqlite:${file()}?runIn=maybe`)).rejects.toMatchObject({ code: 'ERR_INVALID_CONFIG', field: 'store.runIn' });
     const { openStore: openCompiled } = await import(DIST_SQLITE.replace(/sqlite-store\.js$/, 'store.js')) as typeof StoreModule;
-    const inline = await openCompiled(`sqlite:${file()}?runIn=caller`);
-    const remote = await openCompiled(`sqlite:${file()}?runIn=thread`);
-    try {
-      expect(await turnsDuring(() => inline.enqueue(many(20_000, 'u'), 1))).toBe(0);
-      expect(await turnsDuring(() => remote.enqueue(many(20_000, 'u'), 1))).toBeGreaterThan(0);
-    } finally {
-      await inline.close();
-      await remote.close();
-    }
+    await onCallerAndOff(await openCompiled(`sqlite:${file()}?runIn=caller`), await openCompiled(`sqlite:${file()}?runIn=thread`), 'u');
   });
 
   it('sqliteRunIn: where the store runs when its URL does not say (relent queue and the exchange\'s notices: caller); the URL wins', async () => {
     const { openStore: openCompiled } = await import(DIST_SQLITE.replace(/sqlite-store\.js$/, 'store.js')) as typeof StoreModule;
-    const inline = await openCompiled(`sqlite:${file()}`, { sqliteRunIn: 'caller' });
-    const remote = await openCompiled(`sqlite:${file()}?runIn=thread`, { sqliteRunIn: 'caller' });
-    try {
-      expect(await turnsDuring(() => inline.enqueue(many(20_000, 'v'), 1))).toBe(0);
-      expect(await turnsDuring(() => remote.enqueue(many(20_000, 'v'), 1))).toBeGreaterThan(0);
-    } finally {
-      await inline.close();
-      await remote.close();
-    }
+    await onCallerAndOff(await openCompiled(`sqlite:${file()}`, { sqliteRunIn: 'caller' }), await openCompiled(`sqlite:${file()}?runIn=thread`, { sqliteRunIn: 'caller' }), 'v');
   });
 });
