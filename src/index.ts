@@ -5,7 +5,7 @@
 
 // Run an operation under a policy.
 export { run, execute } from './run/run.js';
-export type { RunOptions, RunResult, AttemptContext, Classified, RelentEvent } from './run/run.js';
+export type { RunOptions, RunResult, AttemptContext, AttemptFn, Classified, RelentEvent } from './run/run.js';
 export type { AttemptEvent, ResultEvent, Observation, Decision, TerminalReason, DecisionWhy, DecisionResult, ErrorClass, Clock, Random } from './core/types.js';
 
 // Policies: presets of real services, specs, defaults.

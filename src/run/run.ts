@@ -45,6 +45,13 @@ export type Classified =
 export type RelentEvent = AttemptEvent | ResultEvent;
 
 /**
+ * An attempt: called with the attempt's context, it answers with a value, a promise or
+ * any thenable of one, or throws (`Promise.resolve` semantics: a plain value is the
+ * answer, a synchronous throw is a failed attempt like a rejection).
+ */
+export type AttemptFn<T> = (ctx: AttemptContext) => T | PromiseLike<T>;
+
+/**
  * Observes an operation from inside the executor, so that a tracer can open a span
  * when a call starts and keep it active while the call runs (context propagation).
  * Events arrive only when an attempt has ended; this hook is told before. Absent →
@@ -159,7 +166,7 @@ export interface RunOptions<T> {
    */
   readonly classifyTimeout?: (ctx: AttemptContext) => Classified | undefined;
   /** Reads the operation's real state after an unknown outcome; its value is returned. */
-  readonly stateCheck?: (ctx: AttemptContext) => Promise<T>;
+  readonly stateCheck?: AttemptFn<T>;
   /**
    * The dependency's circuit breaker: asked before every call (refused → no call,
    * terminal `circuit_open`, ERR_CIRCUIT_OPEN); told every call's outcome. Share one per dependency.
@@ -233,6 +240,17 @@ export function newOperationId(): string {
 }
 
 const TIMEOUT_REASON = 'relent: attempt timed out';
+
+/**
+ * What an attempt function returned, as a promise (`Promise.resolve` semantics): a
+ * promise is itself; a plain value is the answer; a thenable is followed, and one whose
+ * `then` throws is a failed attempt. Never throws.
+ */
+function asPromise<T>(v: T | PromiseLike<T>): Promise<T> {
+  return v instanceof Promise ? v : Promise.resolve(v);
+}
+
+const ignore = (): void => {};
 
 function classifyValueDefault(value: unknown): Classified {
   if (typeof value === 'object' && value !== null) {
@@ -541,6 +559,8 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   private settled = Settled.None;
   private payload: unknown = undefined;
   private abortListener: (() => void) | null = null;
+  /** What the caller's event listener threw first, if it did. */
+  private thrown: { readonly error: unknown } | null = null;
   timerDue = 0;
   timerHandle: object | null = null;
   timerSet = false;
@@ -550,7 +570,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   resolveValue: ((v: T) => void) | null = null;
   rejectValue: ((e: unknown) => void) | null = null;
 
-  constructor(private readonly fn: (ctx: AttemptContext) => Promise<T>, private readonly options: RunOptions<T>, policy?: Policy) {
+  constructor(private readonly fn: AttemptFn<T>, private readonly options: RunOptions<T>, policy?: Policy) {
     this.callerSignal = options.signal;
     this.policy = policy ?? resolvePolicy(options.policy);
     const clock = options.clock;
@@ -805,7 +825,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
       this.op!.lost(elapsed);
       if (this.options.onEvent || ctx.aScope !== null) {
         const ev = attemptEvent(this.operationId, ctx.attempt, this.method, this.endpoint, { status: null, errorClass: 'aborted', elapsedMs: elapsed }, ctx.remainingMs, d, wallNow, ctx.isHedge);
-        this.options.onEvent?.(ev);
+        if (this.options.onEvent) this.emit(ev);
         ctx.aScope?.end(ev);
       }
     }
@@ -813,7 +833,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
 
   /** Calls the operation (or the state check) with a timer and the caller's signal racing it. */
   private invoke(
-    now: number, attempt: number, timeoutMs: number, remaining: number, check: ((ctx: AttemptContext) => Promise<T>) | null, hedgeInMs: number | null = null, hedge = false,
+    now: number, attempt: number, timeoutMs: number, remaining: number, check: AttemptFn<T> | null, hedgeInMs: number | null = null, hedge = false,
   ): void {
     let ctx: AttemptHandle;
     if (attempt === 1 && check === null && this.timeoutMs === 0 && !this.done) {
@@ -837,11 +857,15 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     const fn = check ?? this.fn;
     let p: Promise<T>;
     try {
-      p = aScope !== null ? aScope.run(fn, ctx) : check !== null && this.scope !== null ? this.scope.run(fn, ctx) : fn(ctx);
+      p = asPromise(aScope !== null ? aScope.run(fn, ctx) : check !== null && this.scope !== null ? this.scope.run(fn, ctx) : fn(ctx));
     } catch (error) {
       p = Promise.reject(error);
     }
-    if (ctx.done) return;
+    if (ctx.done) {
+      // Ended while the function ran: what it answers later is nobody's (never an unhandled rejection).
+      p.then(undefined, ignore);
+      return;
+    }
     if (flying !== null) {
       // Several attempts may be in flight: each has its own timer.
       ctx.cancel = this.clock.setTimer(() => this.onAttemptTimer(ctx), timeoutMs, now);
@@ -849,8 +873,13 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     } else {
       this.setTimer(timeoutMs, now);
     }
-    if (this.callerSignal !== undefined) this.listenForAbort();
     p.then((value) => this.settle(ctx, Settled.Value, value), (error: unknown) => this.settle(ctx, Settled.Error, error));
+    const signal = this.callerSignal;
+    if (signal !== undefined) {
+      this.listenForAbort();
+      // A cancel while the function ran (its synchronous part) ends the attempt now, as one after would.
+      if (signal.aborted) this.onCallerAbort();
+    }
   }
 
   private onAttemptTimer(ctx: AttemptHandle): void {
@@ -905,20 +934,11 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     this.payload = payload;
     const options = this.options;
     let c: Classified;
-    switch (kind) {
-      case Settled.Value:
-        c = (options.classifyValue?.(payload as T, this.policy)) ?? classifyValueDefault(payload);
-        break;
-      case Settled.Error:
-        // An error after the caller's abort is the cancellation, not a new fact.
-        c = this.callerSignal?.aborted ? ABORTED : ((options.classifyError?.(payload)) ?? classifyErrorDefault(payload));
-        break;
-      case Settled.Timeout:
-        c = (options.classifyTimeout?.(ctx)) ?? TIMED_OUT;
-        break;
-      default:
-        c = ABORTED;
-        break;
+    try {
+      c = this.classify(ctx, kind, payload);
+    } catch (error) {
+      // A classifier that throws (the caller's, or a value no classifier can read): the operation ends with its error.
+      return this.fail(error);
     }
     // A plain answer that nobody watches needs no clock reading (the core ignores the time then).
     const status = (c as { status?: number }).status;
@@ -962,10 +982,48 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     const aScope = ctx.aScope;
     if (options.onEvent || aScope !== null) {
       const ev = attemptEvent(this.operationId, ctx.attempt, this.method, this.endpoint, obs, ctx.remainingMs, op.decision!, wallNow ?? this.clock.wallNow(), ctx.isHedge);
-      if (options.onEvent) options.onEvent(ev);
+      if (options.onEvent) this.emit(ev);
       if (aScope !== null) aScope.end(ev);
+      if (this.thrown !== null) return this.fail(this.thrown.error);
     }
     this.carry(cmd, now);
+  }
+
+  /** Hands an event to the caller's listener; what it throws is kept (the operation then ends with it) and never escapes. */
+  private emit(ev: RelentEvent): void {
+    try {
+      this.options.onEvent!(ev);
+    } catch (error) {
+      this.thrown ??= { error };
+    }
+  }
+
+  /** What the attempt observed, by the caller's classifiers or the defaults (may throw: see settle()). */
+  private classify(ctx: AttemptHandle, kind: Settled, payload: unknown): Classified {
+    const options = this.options;
+    switch (kind) {
+      case Settled.Value:
+        return (options.classifyValue?.(payload as T, this.policy)) ?? classifyValueDefault(payload);
+      case Settled.Error:
+        // An error after the caller's abort is the cancellation, not a new fact.
+        return this.callerSignal?.aborted ? ABORTED : ((options.classifyError?.(payload)) ?? classifyErrorDefault(payload));
+      case Settled.Timeout:
+        return (options.classifyTimeout?.(ctx)) ?? TIMED_OUT;
+      default:
+        return ABORTED;
+    }
+  }
+
+  /**
+   * Ends the operation with `error` (a classifier or an event listener threw): attempts
+   * still in flight are aborted, no further attempt is made.
+   */
+  fail(error: unknown): void {
+    if (this.phase === Phase.Done) return;
+    this.clearTimer();
+    this.stopHedging();
+    if (this.flying !== null && this.flying.length > 0) this.abortOthers(CRASHED);
+    this.end(CRASHED, { outcome: { ok: false, error } });
   }
 
   private waitFor(delay: number, now: number): void {
@@ -1002,12 +1060,15 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   private settleCheck(kind: Settled, payload: unknown): void {
     const options = this.options;
     const cmd = this.op!.checked() as EndCommand;
-    if (kind === Settled.Value) {
-      const c = (options.classifyValue?.(payload as T, this.policy)) ?? classifyValueDefault(payload);
-      return this.end(cmd, { outcome: { ok: true, value: payload as T }, stateCheck: c });
+    let c: Classified;
+    try {
+      c = kind === Settled.Value ? (options.classifyValue?.(payload as T, this.policy)) ?? classifyValueDefault(payload)
+        : kind === Settled.Timeout ? { errorClass: 'timeout' } : kind === Settled.Aborted ? { errorClass: 'aborted' }
+          : ((options.classifyError?.(payload)) ?? classifyErrorDefault(payload));
+    } catch (error) {
+      return this.end(cmd, { outcome: { ok: false, error } });
     }
-    const c: Classified = kind === Settled.Timeout ? { errorClass: 'timeout' } : kind === Settled.Aborted ? { errorClass: 'aborted' }
-      : ((options.classifyError?.(payload)) ?? classifyErrorDefault(payload));
+    if (kind === Settled.Value) return this.end(cmd, { outcome: { ok: true, value: payload as T }, stateCheck: c });
     const attempts = this.op!.attempt;
     const error = new RelentError('ERR_UNKNOWN_OUTCOME', `Outcome unknown after attempt ${attempts}, and the state check failed (${'errorClass' in c ? c.errorClass : c.status})`, {
       reason: 'check_state', attempts, operationId: this.operationId, cause: kind === Settled.Error ? payload : undefined,
@@ -1027,7 +1088,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     const d = cmd.decision;
     const last = this.last;
     const attempts = this.op?.attempt ?? 0;
-    const outcome = extra.outcome ?? outcomeFor(reason, d, this.lastOutcome(), last, this.operationId, attempts, this.callerSignal);
+    let outcome = extra.outcome ?? outcomeFor(reason, d, this.lastOutcome(), last, this.operationId, attempts, this.callerSignal);
     if (options.onEvent || this.scope !== null) {
       const ev: ResultEvent & { stateCheck?: Classified; why?: DecisionWhy } = {
         type: 'result', operationId: this.operationId, status: last?.status ?? null, errorClass: last?.errorClass ?? null, reason, attempts,
@@ -1041,8 +1102,10 @@ class Runner<T> implements TimerRecord, AttemptHandle {
         (ev as { hedges?: number }).hedges = op.hedges;
         (ev as { hedgeWon?: boolean }).hedgeWon = op.hedgeWon;
       }
-      if (options.onEvent) options.onEvent(ev);
+      if (options.onEvent) this.emit(ev);
       if (this.scope !== null) this.scope.end(ev);
+      // A listener that threw ends the operation with its error (as p-retry's onFailedAttempt does).
+      if (this.thrown !== null) outcome = { ok: false, error: this.thrown.error };
     }
     if (this.settleRun === null) {
       if (outcome.ok) this.resolveValue!(outcome.value);
@@ -1120,13 +1183,13 @@ class FastRun<T> implements AttemptHandle, TimerRecord {
   /** Set once the attempt needs more than the success path (see promote()). */
   declare private runner: Runner<T> | null;
   declare private opId: string | null;
-  declare private readonly fn: (ctx: AttemptContext) => Promise<T>;
+  declare private readonly fn: AttemptFn<T>;
   declare private readonly options: RunOptions<T>;
   declare private readonly policy: Policy;
   declare private readonly resolve: (v: T) => void;
   declare private readonly reject: (e: unknown) => void;
 
-  constructor(fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T>, policy: Policy, resolve: (v: T) => void, reject: (e: unknown) => void) {
+  constructor(fn: AttemptFn<T>, options: RunOptions<T>, policy: Policy, resolve: (v: T) => void, reject: (e: unknown) => void) {
     this.fn = fn;
     this.options = options;
     this.policy = policy;
@@ -1199,7 +1262,7 @@ class FastRun<T> implements AttemptHandle, TimerRecord {
     this.callStart = now;
     let p: Promise<T>;
     try {
-      p = this.fn(this);
+      p = asPromise(this.fn(this));
     } catch (error) {
       p = Promise.reject(error);
     }
@@ -1215,11 +1278,17 @@ class FastRun<T> implements AttemptHandle, TimerRecord {
 
   /** The call answered: a plain answer (decide()'s first rule) is the result; anything else goes to a Runner. */
   onValue(value: T): void {
-    if (this.runner === null && !this.done && this.options.classifyValue === undefined
-      && (typeof value !== 'object' || value === null ? plain200(this.policy) : isPlainAnswer(this.policy, (classifyValueDefault(value) as { status: number }).status))) {
-      this.done = true;
-      clearTimerRecord(this);
-      return this.resolve(value);
+    try {
+      if (this.runner === null && !this.done && this.options.classifyValue === undefined
+        && (typeof value !== 'object' || value === null ? plain200(this.policy) : isPlainAnswer(this.policy, (classifyValueDefault(value) as { status: number }).status))) {
+        this.done = true;
+        clearTimerRecord(this);
+        return this.resolve(value);
+      }
+    } catch (error) {
+      // A value the default classifier cannot read (a getter that throws): the operation ends with that error.
+      if (this.runner === null && !this.done) return this.promote().fail(error);
+      return;
     }
     this.settle(this, Settled.Value, value);
   }
@@ -1298,7 +1367,7 @@ const ABORTED_OUTCOME = { kind: 'aborted' } as const;
  * What the shared promise executors start (no closure per call). The Runner is made
  * inside the executor, so that invalid options reject the promise instead of throwing.
  */
-let startFn: ((ctx: AttemptContext) => Promise<unknown>) | null = null;
+let startFn: AttemptFn<unknown> | null = null;
 let startOptions: RunOptions<unknown> | null = null;
 
 function takeRunner(): Runner<unknown> {
@@ -1362,7 +1431,7 @@ const START_EXECUTE = (resolve: (r: RunResult<unknown>) => void): void => {
  * Runs an operation under a policy and reports how it ended, without throwing for
  * operation failures. `run()` is the same with the outcome unwrapped.
  */
-export function execute<T>(fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T> = NO_OPTIONS): Promise<RunResult<T>> {
+export function execute<T>(fn: AttemptFn<T>, options: RunOptions<T> = NO_OPTIONS): Promise<RunResult<T>> {
   startFn = fn;
   startOptions = options as RunOptions<unknown>;
   return new Promise<RunResult<unknown>>(START_EXECUTE) as Promise<RunResult<T>>;
@@ -1373,7 +1442,7 @@ export function execute<T>(fn: (ctx: AttemptContext) => Promise<T>, options: Run
  * promise and no microtask between the operation's end and the caller. Invalid options
  * throw. (Not part of the public API.)
  */
-export function executeThen<T>(fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T>, done: (r: RunResult<T>) => void): void {
+export function executeThen<T>(fn: AttemptFn<T>, options: RunOptions<T>, done: (r: RunResult<T>) => void): void {
   const r = new Runner(fn, options);
   r.settleRun = done;
   r.start();
@@ -1391,7 +1460,7 @@ export type FirstAttemptEnd = 'value' | 'error' | 'timeout' | 'aborted';
  * `fn`. The driver must not have read the attempt's signal. (Not part of the public API.)
  */
 export function executeFrom<T>(
-  fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T>, startedAt: number, timeoutMs: number, remainingMs: number,
+  fn: AttemptFn<T>, options: RunOptions<T>, startedAt: number, timeoutMs: number, remainingMs: number,
   how: FirstAttemptEnd, payload: unknown, done: (r: RunResult<T>) => void,
 ): void {
   const r = new Runner(fn, options);
@@ -1496,7 +1565,7 @@ function outcomeFor<T>(
  * Resolves with the operation's value (the last real one when retries ran out);
  * rejects with the operation's own error, or a RelentError with a stable `code`.
  */
-export function run<T>(fn: (ctx: AttemptContext) => Promise<T>, options: RunOptions<T> = NO_OPTIONS): Promise<T> {
+export function run<T>(fn: AttemptFn<T>, options: RunOptions<T> = NO_OPTIONS): Promise<T> {
   startFn = fn;
   startOptions = options as RunOptions<unknown>;
   return new Promise<unknown>(START_RUN) as Promise<T>;
