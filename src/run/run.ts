@@ -242,12 +242,16 @@ export function newOperationId(): string {
 const TIMEOUT_REASON = 'relent: attempt timed out';
 
 /**
- * What an attempt function returned, as a promise (`Promise.resolve` semantics): a
- * promise is itself; a plain value is the answer; a thenable is followed, and one whose
- * `then` throws is a failed attempt. Never throws.
+ * What an attempt function returned, as something to call `then` on: a promise or any
+ * thenable is itself (its `then` is called once, with the settle callbacks; what it
+ * hands them is the answer as is — the HTTP drivers' attempt handler is a thenable
+ * answering with itself, which Promise.resolve would chase for ever); a plain value is
+ * the answer. Reading `then` may throw (a getter): the caller catches it.
  */
-function asPromise<T>(v: T | PromiseLike<T>): Promise<T> {
-  return v instanceof Promise ? v : Promise.resolve(v);
+function thenableOf<T>(v: T | PromiseLike<T>): PromiseLike<T> {
+  if (v instanceof Promise) return v;
+  if (v !== null && (typeof v === 'object' || typeof v === 'function') && typeof (v as { then?: unknown }).then === 'function') return v as PromiseLike<T>;
+  return Promise.resolve(v as T);
 }
 
 const ignore = (): void => {};
@@ -855,15 +859,19 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     const aScope = check === null && this.scope !== null ? this.scope.attempt(attempt, ctx) : null;
     ctx.aScope = aScope;
     const fn = check ?? this.fn;
-    let p: Promise<T>;
+    let p: PromiseLike<T>;
     try {
-      p = asPromise(aScope !== null ? aScope.run(fn, ctx) : check !== null && this.scope !== null ? this.scope.run(fn, ctx) : fn(ctx));
+      p = thenableOf(aScope !== null ? aScope.run(fn, ctx) : check !== null && this.scope !== null ? this.scope.run(fn, ctx) : fn(ctx));
     } catch (error) {
       p = Promise.reject(error);
     }
     if (ctx.done) {
       // Ended while the function ran: what it answers later is nobody's (never an unhandled rejection).
-      p.then(undefined, ignore);
+      try {
+        p.then(undefined, ignore);
+      } catch {
+        // a thenable whose then throws: nothing to observe
+      }
       return;
     }
     if (flying !== null) {
@@ -873,7 +881,12 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     } else {
       this.setTimer(timeoutMs, now);
     }
-    p.then((value) => this.settle(ctx, Settled.Value, value), (error: unknown) => this.settle(ctx, Settled.Error, error));
+    try {
+      p.then((value) => this.settle(ctx, Settled.Value, value), (error: unknown) => this.settle(ctx, Settled.Error, error));
+    } catch (error) {
+      // A thenable whose then throws: a failed attempt.
+      this.settle(ctx, Settled.Error, error);
+    }
     const signal = this.callerSignal;
     if (signal !== undefined) {
       this.listenForAbort();
@@ -1260,16 +1273,20 @@ class FastRun<T> implements AttemptHandle, TimerRecord {
     this.timeoutMs = timeoutMs;
     this.remainingMs = deadlineMs;
     this.callStart = now;
-    let p: Promise<T>;
+    let p: PromiseLike<T>;
     try {
-      p = asPromise(this.fn(this));
+      p = thenableOf(this.fn(this));
     } catch (error) {
       p = Promise.reject(error);
     }
     setTimerRecord(this, timeoutMs, now);
     // Bound methods rather than arrow functions: a bound function is smaller than a closure
     // and its context, and needs no lazy-compile step on its first (and only) call.
-    p.then(this.onValue.bind(this), this.onError.bind(this));
+    try {
+      p.then(this.onValue.bind(this), this.onError.bind(this));
+    } catch (error) {
+      this.onError(error);
+    }
   }
 
   onError(error: unknown): void {

@@ -67,6 +67,15 @@ describe('plain values and synchronous throws (bug 1)', () => {
     await expect(drive(clock, run(() => bad as unknown as PromiseLike<unknown>, { clock, policy: FAST }))).rejects.toThrow('bad then');
   });
 
+  it('a thenable is called once and answers as is (one that answers with itself, as the HTTP drivers\' attempt handler does, is no loop)', async () => {
+    const clock = createTestClock();
+    let thens = 0;
+    const self: { status: number; then(ok: (v: unknown) => void): void } = { status: 200, then(ok) { thens++; ok(self); } };
+    const r = await drive(clock, execute(() => self as unknown as PromiseLike<unknown>, { clock }));
+    expect(r.outcome).toEqual({ ok: true, value: self });
+    expect(thens).toBe(1);
+  });
+
   it('a state check may return a plain value too', async () => {
     const clock = createTestClock();
     const p = execute((ctx: AttemptContext) => new Promise<never>((_, reject) => ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason))), {
