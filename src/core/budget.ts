@@ -26,7 +26,9 @@ import { invalidPolicy } from './errors.js';
  *
  * Also available, for the presets that copy them:
  * - `throttle`: gRPC A6 retryThrottling (failures −1, successes +tokenRatio, retries
- *   allowed only while tokens > maxTokens/2).
+ *   allowed only while tokens > maxTokens/2; kept in integer milli-tokens as gRPC does,
+ *   and a "don't retry" pushback counts as a failure). It never waits: a preset with it
+ *   sets `budgetExhausted: "stop"`.
  * - `quota`: the AWS SDK standard-mode retry quota (capacity 500; a retry costs 5 or 14,
  *   a timeout 10; a success refunds 1, or the retry's cost when it needed retries).
  */
@@ -130,8 +132,8 @@ export function normalizeBudget(input: unknown, field = 'budget'): ResolvedBudge
     case 'throttle': {
       only(['maxTokens', 'tokenRatio']);
       const maxTokens = num('maxTokens', NaN, 0.001, 1000);
-      // gRPC keeps three decimals of tokenRatio
-      const tokenRatio = Math.floor(num('tokenRatio', NaN, 0.001, 1000) * 1000) / 1000;
+      // gRPC keeps three decimals of tokenRatio (0.5466 → 0.546; 0.29 stays 0.29)
+      const tokenRatio = toMilli(num('tokenRatio', NaN, 0.001, 1000)) / 1000;
       return Object.freeze({ kind: 'throttle', maxTokens, tokenRatio });
     }
     case 'quota':
@@ -230,19 +232,33 @@ function ratioBudget(spec: RatioBudgetSpec): RetryBudget {
   };
 }
 
+/**
+ * gRPC A6 retryThrottling in integer milli-tokens, as gRPC core and grpc-java keep it
+ * (tokenRatio "up to 3 decimal places": 0.5466 counts as 0.546): no floating-point drift,
+ * so a retry is throttled at exactly the threshold, maxTokens / 2 (integer milli-tokens,
+ * rounded down as they divide).
+ */
+/** Thousandths of `x`, the rest dropped, read as the decimal it was written as (0.29 → 290, not 289.99…). */
+function toMilli(x: number): number {
+  return Math.floor(Math.round(x * 1e6) / 1e3);
+}
+
 function throttleBudget(maxTokens: number, tokenRatio: number, spec: BudgetSpec): TokenRules {
-  let tokens = maxTokens;
+  const max = toMilli(maxTokens);
+  const ratio = toMilli(tokenRatio);
+  const threshold = Math.floor(max / 2);
+  let milli = max;
   return {
     spec,
     observe(o) {
-      if (o.retryableFailure) tokens = Math.max(0, tokens - 1);
-      else if (o.success) tokens = Math.min(maxTokens, tokens + tokenRatio);
+      if (o.retryableFailure) milli = Math.max(0, milli - 1000);
+      else if (o.success) milli = Math.min(max, milli + ratio);
     },
     tryAcquire() {
-      return tokens > maxTokens / 2 ? 0 : false;
+      return milli > threshold ? 0 : false;
     },
     available() {
-      return tokens;
+      return milli / 1000;
     },
   };
 }

@@ -1,7 +1,8 @@
 import { computeBackoff } from './backoff.js';
 import { SERVING_WINDOW_MS, type BudgetObservation, type RetryBudget } from './budget.js';
 import { RelentError } from './errors.js';
-import { readServerHint } from './hints.js';
+import { AMZ_RETRY_AFTER_HEADER, AMZ_RETRY_AFTER_SLACK_MS, readServerHint } from './hints.js';
+import { GRPC_PUSHBACK_HEADER } from './propagation.js';
 import { ERROR_CLASSES, IDEMPOTENT_METHODS, type Policy } from './policy.js';
 import type { Decision, DecisionResult, DecisionWhy, Observation, Random, SendState } from './types.js';
 
@@ -27,6 +28,12 @@ export interface OperationState {
   readonly throttled?: number;
   /** The next retry is not paid for yet (budgetExhausted: "wait"): preflight must pass the budget gate. */
   readonly budgetPending?: boolean;
+  /**
+   * The attempt whose answer carried the last valid `grpc-retry-pushback-ms` (absent: 0):
+   * the backoff counts its retries from there (gRPC A6: "n counts since the last server
+   * pushback response").
+   */
+  readonly pushbackAt?: number;
 }
 
 export interface StartOptions {
@@ -94,13 +101,14 @@ export function recordRetry(state: MutableState, result: DecisionResult): void {
   state.lastBudgetCost = result.budgetCost;
   state.throttled = (state.throttled ?? 0) + (result.uncounted === true ? 1 : 0);
   state.budgetPending = result.budgetPending === true;
+  if (result.pushback === true) state.pushbackAt = state.attempt;
 }
 
 function copyState(s: OperationState): MutableState {
   // An explicit literal, not a spread: spreads are several times slower.
   return {
     attempt: s.attempt, startedAt: s.startedAt, deadlineAt: s.deadlineAt, idempotent: s.idempotent, prevDelayMs: s.prevDelayMs,
-    lastBudgetCost: s.lastBudgetCost, throttled: s.throttled ?? 0, budgetPending: s.budgetPending ?? false,
+    lastBudgetCost: s.lastBudgetCost, throttled: s.throttled ?? 0, budgetPending: s.budgetPending ?? false, pushbackAt: s.pushbackAt ?? 0,
   };
 }
 
@@ -254,7 +262,9 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
     safe = state.idempotent || sendStateOf(obs) === 'not_sent';
   }
   if (budget) {
-    budget.observe({ attempt: state.attempt, success: false, retryableFailure: retryable, throttled, timeout, lastCost: state.lastBudgetCost }, ctx.now);
+    // gRPC A6 counts a "don't retry" pushback as a failure too, whatever the status.
+    const failure = retryable || (hint !== null && hint.noRetry && hint.source === GRPC_PUSHBACK_HEADER);
+    budget.observe({ attempt: state.attempt, success: false, retryableFailure: failure, throttled, timeout, lastCost: state.lastBudgetCost }, ctx.now);
   }
 
   // Sent but unanswered, and not safe to repeat → read the state, never send again.
@@ -280,13 +290,28 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
   // The policy's own wait: the throttle backoff after a throttling status, else the backoff.
   const ownDelay = (): number => {
     const spec = throttled && policy.throttleBackoff ? policy.throttleBackoff : policy.backoff;
-    // n counts retries of this kind: throttled ones for a throttle backoff that does not count.
-    const n = uncounted ? prevUncounted : state.attempt - 1 - (policy.throttleCountsAsAttempt ? 0 : prevUncounted);
+    // n counts retries of this kind: throttled ones for a throttle backoff that does not count;
+    // after a gRPC pushback, the retries since it (A6: back to initialBackoff).
+    const n = uncounted ? prevUncounted : Math.max(0, state.attempt - 1 - (policy.throttleCountsAsAttempt ? 0 : prevUncounted) - (state.pushbackAt ?? 0));
     return computeBackoff(spec, n, state.prevDelayMs, ctx.random);
   };
   let delay: number;
+  let pushback = false;
   if (hint && hint.valid && hint.noRetry) {
     return terminal('not_retryable', 'retry_after_no_retry', hintSeen);
+  } else if (hint && hint.valid && hint.source === GRPC_PUSHBACK_HEADER) {
+    // gRPC A6: "retry after exactly that delay" (no jitter; never lengthened), within the
+    // cap and the deadline like any server wait; later retries back off from the start.
+    delay = hint.delayMs;
+    pushback = true;
+    if (delay > policy.retryAfter.maxMs) return terminal('not_retryable', 'retry_after_over_cap', hintSeen);
+    if (!(delay < room)) return mayDefer ? deferred(delay, hintSeen, uncounted) : terminal('deadline_exceeded', 'retry_after_past_deadline', hintSeen);
+  } else if (hint && hint.valid && hint.source === AMZ_RETRY_AFTER_HEADER) {
+    // The AWS SDKs (2026): max(t_i, min(asked, t_i + 5 s)) — the policy's own wait,
+    // lengthened by the server's, by at most 5 s.
+    const own = ownDelay();
+    delay = Math.max(own, Math.min(hint.delayMs, own + AMZ_RETRY_AFTER_SLACK_MS));
+    if (!(delay < room)) return mayDefer ? deferred(delay, hintSeen, uncounted) : terminal('deadline_exceeded', 'retry_after_past_deadline', hintSeen);
   } else if (hint && hint.valid) {
     // Never earlier than the server asked; a small positive jitter after it. Over the
     // cap stops, however far away the server's wait is (never a quick retry instead).
@@ -326,11 +351,13 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
       // A durable queue stores the state between attempts and has no gate to wait at: it stops.
       if (policy.budgetExhausted !== 'wait' || ctx.durable === true || !serving(budget, ctx.now)) return terminal('budget_exhausted', 'budget_empty', hintSeen);
       // Keep the retry; preflight() charges the budget when it is about to be sent.
-      return { decision: 'retry', why: 'budget_wait', delayMs: delay, retryAfterMs: hintSeen?.ms ?? null, retryAfterValid: hintSeen?.valid ?? null, budgetCost: 0, uncounted, budgetPending: true };
+      const waiting: DecisionResult = { decision: 'retry', why: 'budget_wait', delayMs: delay, retryAfterMs: hintSeen?.ms ?? null, retryAfterValid: hintSeen?.valid ?? null, budgetCost: 0, uncounted, budgetPending: true };
+      return pushback ? { ...waiting, pushback } : waiting;
     }
     cost = paid;
   }
-  return { decision: 'retry', why: 'retryable', delayMs: delay, retryAfterMs: hintSeen?.ms ?? null, retryAfterValid: hintSeen?.valid ?? null, budgetCost: cost, uncounted };
+  const result: DecisionResult = { decision: 'retry', why: 'retryable', delayMs: delay, retryAfterMs: hintSeen?.ms ?? null, retryAfterValid: hintSeen?.valid ?? null, budgetCost: cost, uncounted };
+  return pushback ? { ...result, pushback } : result;
 }
 
 /** A wait too long to sleep through: hand it to a durable queue (always why 'defer_long_wait'). */

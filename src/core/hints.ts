@@ -10,7 +10,7 @@ export interface ServerHint {
    * Where the hint came from: the Retry-After header, the draft `RateLimit` field, the
    * individual drafts' `RateLimit-Reset`, or the non-standard `X-RateLimit-Reset` family.
    */
-  readonly source: 'retry-after' | 'ratelimit' | 'ratelimit-reset' | 'x-ratelimit-reset' | 'x-relent-no-retry' | 'grpc-retry-pushback-ms';
+  readonly source: 'retry-after' | 'ratelimit' | 'ratelimit-reset' | 'x-ratelimit-reset' | 'x-relent-no-retry' | 'grpc-retry-pushback-ms' | 'x-amz-retry-after';
   /** Always true for the rate-limit sources: an unusable rate-limit field is no hint at all. */
   readonly valid: boolean;
   /** The wait the server asked for (valid hints only; 0 otherwise). */
@@ -24,7 +24,23 @@ export interface ServerHint {
  * headers into an observation need only these (and copying no others keeps cookies and
  * other secrets out of observations).
  */
-export const SERVER_HINT_HEADERS: readonly string[] = Object.freeze(['retry-after', 'date', ...RATE_LIMIT_HEADERS, NO_RETRY_HEADER, GRPC_PUSHBACK_HEADER]);
+export const SERVER_HINT_HEADERS: readonly string[] = Object.freeze(['retry-after', 'date', ...RATE_LIMIT_HEADERS, NO_RETRY_HEADER, GRPC_PUSHBACK_HEADER, 'x-amz-retry-after']);
+
+/**
+ * The AWS SDKs' server hint (2026 standard mode): milliseconds, which lengthen the
+ * SDK's own backoff t_i by at most 5 s: max(t_i, min(asked, t_i + 5 s)).
+ */
+export const AMZ_RETRY_AFTER_HEADER = 'x-amz-retry-after';
+export const AMZ_RETRY_AFTER_SLACK_MS = 5000;
+
+/** x-amz-retry-after: a non-negative integer of ms (at most 2^31 − 1); anything else is no hint. */
+function parseAmzRetryAfter(v: string | undefined): number | null {
+  if (v === undefined) return null;
+  const t = v.trim();
+  if (!/^[0-9]{1,10}$/.test(t)) return null;
+  const ms = Number(t);
+  return ms <= 0x7fffffff ? ms : null;
+}
 
 /**
  * The hint headers of a response as an observation's `headers`: only SERVER_HINT_HEADERS,
@@ -75,7 +91,9 @@ function joined(v: unknown): string | undefined {
  * "Don't retry" comes first, on any status (not only `retryAfter.statuses`) as long as
  * the policy honours hints: relent's `x-relent-no-retry` (any value), or gRPC's
  * `grpc-retry-pushback-ms` when negative or unparseable (gRPC A6). A non-negative
- * pushback is a wait, read after Retry-After and before the rate-limit fields.
+ * pushback is a wait, read after Retry-After and before the rate-limit fields, on any
+ * status the policy retries (grpc-java honours it on every retryable code), not only
+ * `retryAfter.statuses`; so is the AWS SDKs' `x-amz-retry-after` (after the pushback).
  */
 export function readServerHint(policy: Policy, obs: Observation, wallNow: number | undefined): ServerHint | null {
   const headers = obs.headers;
@@ -85,7 +103,13 @@ export function readServerHint(policy: Policy, obs: Observation, wallNow: number
   if (headers[NO_RETRY_HEADER] !== undefined) return NO_RETRY_MARKER;
   const pushback = parsePushback(headers[GRPC_PUSHBACK_HEADER]);
   if (pushback !== null && pushback.noRetry) return NO_RETRY_PUSHBACK;
-  if (!policy.retryAfter.statuses.has(status)) return null;
+  if (!policy.retryAfter.statuses.has(status)) {
+    // Outside the statuses whose Retry-After is read: the waits of gRPC and AWS, on a status the policy retries.
+    if (!policy.retryOnStatus.has(status)) return null;
+    if (pushback !== null) return { source: GRPC_PUSHBACK_HEADER, valid: true, delayMs: pushback.delayMs, noRetry: false };
+    const amz = parseAmzRetryAfter(headers[AMZ_RETRY_AFTER_HEADER]);
+    return amz === null ? null : { source: AMZ_RETRY_AFTER_HEADER, valid: true, delayMs: amz, noRetry: false };
+  }
   const ctx = { wallNowMs: wallNow ?? Number.NaN, dateHeader: headers['date'] ?? null };
   const value = headers['retry-after'];
   if (value !== undefined) {
@@ -96,6 +120,8 @@ export function readServerHint(policy: Policy, obs: Observation, wallNow: number
     }
   }
   if (pushback !== null && !pushback.noRetry) return { source: GRPC_PUSHBACK_HEADER, valid: true, delayMs: pushback.delayMs, noRetry: false };
+  const amz = parseAmzRetryAfter(headers[AMZ_RETRY_AFTER_HEADER]);
+  if (amz !== null) return { source: AMZ_RETRY_AFTER_HEADER, valid: true, delayMs: amz, noRetry: false };
   const rl = readRateLimitWait(headers, ctx);
   if (rl.kind !== 'wait') return null;
   return { source: rl.source, valid: true, delayMs: rl.delayMs, noRetry: false };

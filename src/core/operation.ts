@@ -160,6 +160,8 @@ export interface OperationSnapshot {
   readonly prevDelayMs: number | null;
   /** Throttled attempts that did not count against maxAttempts. */
   readonly throttled: number;
+  /** The attempt that carried the last gRPC pushback (absent: none; see OperationState.pushbackAt). */
+  readonly pushbackAt?: number;
 }
 
 /** One operation in flight: the driver feeds it events and carries out the commands it returns. */
@@ -291,6 +293,7 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
   lastBudgetCost = 0;
   throttled = 0;
   budgetPending = false;
+  pushbackAt = 0;
   decision: DecisionResult | null = null;
   readonly policy: Policy;
   readonly budget: RetryBudget | null;
@@ -351,6 +354,7 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     this.deadlineAt = s.deadlineAt;
     this.prevDelayMs = s.prevDelayMs;
     this.throttled = s.throttled;
+    this.pushbackAt = s.pushbackAt ?? 0;
     this.phase = Phase.Waiting;
     return this;
   }
@@ -581,7 +585,9 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
   }
 
   snapshot(): OperationSnapshot {
-    return { attempt: this.attempt, startedAt: this.startedAt, deadlineAt: this.deadlineAt, prevDelayMs: this.prevDelayMs, throttled: this.throttled };
+    const s: OperationSnapshot = { attempt: this.attempt, startedAt: this.startedAt, deadlineAt: this.deadlineAt, prevDelayMs: this.prevDelayMs, throttled: this.throttled };
+    // Said only after a pushback: stored snapshots keep their shape otherwise.
+    return this.pushbackAt > 0 ? { ...s, pushbackAt: this.pushbackAt } : s;
   }
 }
 

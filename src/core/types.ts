@@ -102,6 +102,8 @@ export interface DecisionResult {
   readonly uncounted?: boolean;
   /** The retry has not been paid for: the driver must pass the budget gate in preflight() before sending it. */
   readonly budgetPending?: boolean;
+  /** The wait is a gRPC server pushback (`grpc-retry-pushback-ms`): later retries back off from the start (A6). */
+  readonly pushback?: boolean;
 }
 
 /** One event per attempt, emitted before the next call. */

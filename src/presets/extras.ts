@@ -12,15 +12,22 @@ export const grpc: PresetDefinition = {
   name: 'grpc',
   summary: 'gRPC A6 (2024+): ±20 % jittered exponential backoff, 4 attempts, retryThrottling 10/0.1',
   source: 'gRFC A6 "gRPC Retry Design" — https://github.com/grpc/proposal/blob/master/A6-client-retries.md (the backoff text since 2024-08-29)',
-  schedule: 'min(100 ms·2^(n−1), 1 s)·U(0.8, 1.2); 4 calls; throttled while tokens <= 5 of 10',
-  notes: ['UNAVAILABLE maps to HTTP 503 and transport failures; a deadline across all attempts as in A6'],
+  schedule: 'min(100 ms·2^(n−1), 1 s)·U(0.8, 1.2); 4 calls (at most 5); throttled while tokens <= 5 of 10',
+  notes: [
+    'UNAVAILABLE maps to HTTP 503 and transport failures; a deadline across all attempts as in A6',
+    'grpc-retry-pushback-ms: exactly that wait, no jitter; later retries back off from initialBackoff again; negative or unparseable: no retry, counted as a throttling failure',
+    'a throttled retry fails at once (budgetExhausted "stop"): A6 retries and hedges never block on the token count',
+    'maxAttempts over 5 is taken as 5, as A6 clients do by default',
+  ],
   spec: {
     maxAttempts: 4,
     deadlineMs: 10_000,
     backoff: { kind: 'proportional-jitter', baseMs: 100, capMs: 1000, multiplier: 2, jitter: 0.2 },
     retryOn: { status: [503], errors: [...TRANSPORT], statusWithWait: [] },
     budget: { kind: 'throttle', maxTokens: 10, tokenRatio: 0.1 },
+    budgetExhausted: 'stop',
   },
+  maxAttemptsCap: 5,
 };
 
 /** gRPC A6 as written 2017–2024: full jitter random(0, min(initial·m^(n−1), max)). */
@@ -28,15 +35,17 @@ export const grpc2017: PresetDefinition = {
   name: 'grpc-2017',
   summary: 'gRPC A6 original text (2017–2024): full-jitter exponential backoff',
   source: 'gRFC A6 "gRPC Retry Design" as written from 2017 to August 2024 — https://github.com/grpc/proposal/blob/master/A6-client-retries.md (see its history)',
-  schedule: 'U[0, min(100 ms·2^(n−1), 1 s)); 4 calls; throttled while tokens <= 5 of 10',
-  notes: ['kept for comparison with services that still follow the original text'],
+  schedule: 'U[0, min(100 ms·2^(n−1), 1 s)); 4 calls (at most 5); throttled while tokens <= 5 of 10',
+  notes: ['kept for comparison with services that still follow the original text', 'pushback, throttling and the cap of 5 attempts as in `grpc`'],
   spec: {
     maxAttempts: 4,
     deadlineMs: 10_000,
     backoff: { kind: 'full-jitter', baseMs: 100, capMs: 1000, multiplier: 2 },
     retryOn: { status: [503], errors: [...TRANSPORT], statusWithWait: [] },
     budget: { kind: 'throttle', maxTokens: 10, tokenRatio: 0.1 },
+    budgetExhausted: 'stop',
   },
+  maxAttemptsCap: 5,
 };
 
 /**
@@ -52,7 +61,9 @@ export const awsStandard: PresetDefinition = {
   schedule: 'U[0, min(50 ms·2^(i−1), 20 s)) transient, U[0, min(1 s·2^(i−1), 20 s)) throttling; 3 calls; quota 500, cost 14 / 5',
   notes: [
     'HTTP 429 stands for the throttling error codes (ThrottlingException, SlowDown…); 500/502/503/504 and transport failures are transient',
-    'x-amz-retry-after is not read yet; Retry-After is, as for every relent policy',
+    'x-amz-retry-after (ms) lengthens the own wait t_i by at most 5 s: max(t_i, min(asked, t_i + 5 s)); a Retry-After header, when present, is read first, as for every relent policy',
+    'an empty retry quota fails the retry at once (budgetExhausted "stop"), as the SDKs do',
+    'the SDKs retry every operation; relent retries a POST only when it is safe: pass `idempotent: true` (or an idempotency key) for AWS APIs that are idempotent by design or carry a client token (most AWS APIs are POSTs)',
   ],
   spec: {
     maxAttempts: 3,
@@ -61,6 +72,7 @@ export const awsStandard: PresetDefinition = {
     throttleBackoff: { kind: 'full-jitter', baseMs: 1000, capMs: 20_000, multiplier: 2 },
     retryOn: { status: [429, 500, 502, 503, 504], errors: [...TRANSPORT, 'timeout'], statusWithWait: [] },
     budget: { kind: 'quota', capacity: 500, retryCost: 14, throttleCost: 5, timeoutCost: 14, successRefund: 1 },
+    budgetExhausted: 'stop',
   },
 };
 

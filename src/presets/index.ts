@@ -99,10 +99,17 @@ function resolveSpec(input: unknown): Policy {
   if (typeof spec.preset !== 'string') throw new RelentError('ERR_INVALID_POLICY', 'Expected `preset` to be a preset name', { field: 'preset' });
   const base = PRESETS.get(spec.preset);
   if (!base) presetPolicy(spec.preset); // throws the "unknown preset" error
-  return createPolicy(mergeSpecs(base!.spec, spec), spec.preset);
+  return createPolicy(capped(base!, mergeSpecs(base!.spec, spec)), spec.preset);
+}
+
+/** A spec under a preset's own ceiling on maxAttempts (see PresetDefinition.maxAttemptsCap). */
+function capped(def: PresetDefinition | undefined, spec: PolicySpec): PolicySpec {
+  const cap = def?.maxAttemptsCap;
+  if (cap === undefined || typeof spec.maxAttempts !== 'number' || !(spec.maxAttempts > cap)) return spec;
+  return { ...spec, maxAttempts: cap };
 }
 
 /** A policy derived from another with a few fields changed (per-call overrides). */
 export function withOverrides(policy: Policy, over: PolicySpec): Policy {
-  return createPolicy(mergeSpecs(policy.spec as PolicySpec, over), policy.name);
+  return createPolicy(capped(PRESETS.get(policy.name as PresetName), mergeSpecs(policy.spec as PolicySpec, over)), policy.name);
 }

@@ -12,4 +12,9 @@ export interface PresetDefinition {
   /** Choices relent made where the source is silent or ambiguous. */
   readonly notes: readonly string[];
   readonly spec: PolicySpec;
+  /**
+   * The source's own ceiling on maxAttempts: a larger value given with the preset is
+   * taken as this one, without an error (gRPC A6: "Values greater than 5 are treated as 5").
+   */
+  readonly maxAttemptsCap?: number;
 }
