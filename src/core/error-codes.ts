@@ -1,5 +1,19 @@
 import type { ErrorClass } from './types.js';
 
+/** Every error class, with whether request bytes may have left the machine. */
+export const ERROR_CLASSES: Readonly<Record<ErrorClass, { readonly sent: 'not_sent' | 'unknown'; readonly meaning: string }>> = Object.freeze({
+  connect_refused: { sent: 'not_sent', meaning: 'connection refused: nothing listens, nothing was sent' },
+  dns: { sent: 'not_sent', meaning: 'the host name did not resolve, nothing was sent' },
+  connect_timeout: { sent: 'not_sent', meaning: 'the TCP connection did not open in time, nothing was sent' },
+  tls: { sent: 'not_sent', meaning: 'the TLS handshake failed, nothing was sent' },
+  timeout: { sent: 'unknown', meaning: 'no complete answer within the attempt time; the server may have acted' },
+  reset: { sent: 'unknown', meaning: 'the connection was reset; the server may have acted' },
+  socket_closed: { sent: 'unknown', meaning: 'the connection closed before a complete answer; the server may have acted' },
+  protocol: { sent: 'unknown', meaning: 'the answer was not valid HTTP; the server may have acted' },
+  aborted: { sent: 'unknown', meaning: 'the caller cancelled the operation' },
+  error: { sent: 'unknown', meaning: 'the operation threw an error relent cannot classify' },
+});
+
 /**
  * Node, undici and OpenSSL error codes → error class. The one table every driver uses
  * to turn a thrown error into an observation. (The HTTP driver adds what only it

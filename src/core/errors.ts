@@ -16,7 +16,9 @@ export type RelentErrorCode =
   | 'ERR_CANCELLED'
   | 'ERR_UNKNOWN_OUTCOME'
   | 'ERR_DEFERRED'
-  | 'ERR_BODY_NOT_REPLAYABLE';
+  | 'ERR_BODY_NOT_REPLAYABLE'
+  /** The operation's last attempt was a fault or an outcome injected by the policy's `chaos`. */
+  | 'ERR_INJECTED';
 
 const BRAND = Symbol.for('relent.error');
 

@@ -5,6 +5,7 @@ import {
   type MutableState, type OperationState,
 } from './decide.js';
 import { RelentError } from './errors.js';
+import { drawChaos, type ChaosInjection, type ResolvedChaos } from './chaos.js';
 import type { Policy } from './policy.js';
 import type { DecisionResult, DecisionWhy, Observation, Random, TerminalReason } from './types.js';
 
@@ -59,6 +60,12 @@ export interface CallCommand {
   readonly remainingMs: number;
   /** Hedging: if no attempt has answered after this many ms, feed `hedgeDue(now)`; null: no hedge is planned. */
   readonly hedgeInMs: number | null;
+  /**
+   * The policy's chaos for this attempt (undefined: a plain call). `fault` and `outcome`: make
+   * no call, feed `answered(injectedObservation(inject), now)` at once; `latency`: make
+   * the call `delayMs` later, within `timeoutMs`.
+   */
+  readonly inject?: ChaosInjection;
 }
 
 /** Make attempt `attempt` now, alongside the attempts in flight (a hedge); as a call otherwise. */
@@ -69,6 +76,8 @@ export interface HedgeCommand {
   readonly remainingMs: number;
   /** The next hedge: after this many more ms without an answer, feed `hedgeDue(now)` again; null: no more. */
   readonly hedgeInMs: number | null;
+  /** As a call's. */
+  readonly inject?: ChaosInjection;
 }
 
 /** Nothing to do now: the attempts in flight (`inFlight`) go on; feed their answers as they come. */
@@ -148,6 +157,8 @@ export interface OperationOptions {
    * its state check function).
    */
   readonly stateCheck?: boolean | ((...args: never[]) => unknown) | null;
+  /** false: no chaos injection, whatever the policy says (RELENT_CHAOS=off acts earlier, where policies are resolved). Default true. */
+  readonly chaos?: boolean | null;
 }
 
 /** What a durable driver stores between attempts, to carry the operation on later (in another process). */
@@ -322,9 +333,11 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
   private observeOnly: ObserveOnly | null = null;
 
   /** The call command, reused for every call of this operation. */
-  private readonly callCmd: { kind: 'call'; attempt: number; timeoutMs: number; remainingMs: number; hedgeInMs: number | null } = {
-    kind: 'call', attempt: 0, timeoutMs: 0, remainingMs: 0, hedgeInMs: null,
+  private readonly callCmd: { kind: 'call'; attempt: number; timeoutMs: number; remainingMs: number; hedgeInMs: number | null; inject: ChaosInjection | undefined } = {
+    kind: 'call', attempt: 0, timeoutMs: 0, remainingMs: 0, hedgeInMs: null, inject: undefined,
   };
+  /** The policy's chaos, unless the driver turned it off. */
+  private readonly chaos: ResolvedChaos | null;
 
   constructor(policy: Policy, o: Omit<OperationOptions, 'random' | 'budget' | 'hedging'>, budget: RetryBudget | null, random: Random, hedging: HedgeState | null = null) {
     this.policy = policy;
@@ -335,6 +348,7 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     this.attemptTimeoutMs = operationAttemptTimeoutMs(policy, o);
     this.stateCheck = o.stateCheck !== undefined && o.stateCheck !== null && o.stateCheck !== false;
     this.durable = o.durable === true;
+    this.chaos = o.chaos === false ? null : policy.chaos;
     // Only an idempotent operation hedges (never a POST without a key), and never in a durable queue.
     this.hedging = hedging !== null && policy.hedge !== null && this.idempotent && !this.durable ? hedging : null;
   }
@@ -382,6 +396,7 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     cmd.timeoutMs = attemptLimitMs(this.attemptTimeoutMs, this.deadlineAt, now);
     cmd.remainingMs = remaining > 0 ? remaining : 0;
     cmd.hedgeInMs = this.hedging === null ? null : this.nextHedgeIn(now);
+    cmd.inject = this.chaos === null ? undefined : drawChaos(this.chaos, this.random) ?? undefined;
     return cmd;
   }
 
@@ -415,7 +430,7 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     this.lastWasHedge = true;
     return {
       kind: 'hedge', attempt: this.attempt, timeoutMs: attemptLimitMs(this.attemptTimeoutMs, this.deadlineAt, now), remainingMs: remaining,
-      hedgeInMs: this.nextHedgeIn(now),
+      hedgeInMs: this.nextHedgeIn(now), inject: this.chaos === null ? undefined : drawChaos(this.chaos, this.random) ?? undefined,
     };
   }
 

@@ -2,21 +2,11 @@ import { type BackoffSpec, backoffCeiling, normalizeBackoff } from './backoff.js
 import { type BudgetSpec, normalizeBudget, RATIO_BUDGET_DEFAULTS } from './budget.js';
 import { RelentError, describe, invalidPolicy } from './errors.js';
 import { normalizeHedge, type HedgeSpec, type ResolvedHedgeSpec } from './hedge.js';
+import { chaosSpecOf, normalizeChaos, type ChaosSpec, type ResolvedChaos } from './chaos.js';
 import type { ErrorClass } from './types.js';
 
-/** Every error class, with whether request bytes may have left the machine. */
-export const ERROR_CLASSES: Readonly<Record<ErrorClass, { readonly sent: 'not_sent' | 'unknown'; readonly meaning: string }>> = Object.freeze({
-  connect_refused: { sent: 'not_sent', meaning: 'connection refused: nothing listens, nothing was sent' },
-  dns: { sent: 'not_sent', meaning: 'the host name did not resolve, nothing was sent' },
-  connect_timeout: { sent: 'not_sent', meaning: 'the TCP connection did not open in time, nothing was sent' },
-  tls: { sent: 'not_sent', meaning: 'the TLS handshake failed, nothing was sent' },
-  timeout: { sent: 'unknown', meaning: 'no complete answer within the attempt time; the server may have acted' },
-  reset: { sent: 'unknown', meaning: 'the connection was reset; the server may have acted' },
-  socket_closed: { sent: 'unknown', meaning: 'the connection closed before a complete answer; the server may have acted' },
-  protocol: { sent: 'unknown', meaning: 'the answer was not valid HTTP; the server may have acted' },
-  aborted: { sent: 'unknown', meaning: 'the caller cancelled the operation' },
-  error: { sent: 'unknown', meaning: 'the operation threw an error relent cannot classify' },
-});
+export { ERROR_CLASSES } from './error-codes.js';
+import { ERROR_CLASSES } from './error-codes.js';
 
 export const ALL_ERROR_CLASSES = Object.freeze(Object.keys(ERROR_CLASSES) as ErrorClass[]);
 
@@ -113,6 +103,13 @@ export interface PolicySpec {
    * and the retry budget; stopped while the dependency is failing. null: no hedging.
    */
   readonly hedge?: HedgeSpec | null;
+  /**
+   * Chaos injection, for testing that retries, budgets, breakers and hedges do what you
+   * think (staging, game days): a share of attempts fails with an error class, answers a
+   * status, or is delayed, drawn from the operation's random. Present means on (`enabled`
+   * default true); RELENT_CHAOS=off in the environment turns it off everywhere. null: none.
+   */
+  readonly chaos?: ChaosSpec | null;
 }
 
 export interface RetryAfterSpec {
@@ -166,6 +163,8 @@ export interface Policy {
   readonly budgetExhausted: 'stop' | 'wait';
   /** Hedging (null: none). */
   readonly hedge: ResolvedHedgeSpec | null;
+  /** Chaos injection (null: none, or turned off). */
+  readonly chaos: ResolvedChaos | null;
   /** The longest wait this policy can choose (backoff ceiling or server-hint cap plus jitter). */
   readonly maxDelayMs: number;
   /** The normalised spec (JSON), for display and for `relent presets`. */
@@ -173,7 +172,8 @@ export interface Policy {
 }
 
 /** A policy spec with every field filled in (the JSON form of a Policy). */
-export interface ResolvedPolicySpec extends Required<Omit<PolicySpec, 'preset' | 'retryOn' | 'retryAfter' | 'hedge'>> {
+export interface ResolvedPolicySpec extends Required<Omit<PolicySpec, 'preset' | 'retryOn' | 'retryAfter' | 'hedge' | 'chaos'>> {
+  readonly chaos: ChaosSpec | null;
   readonly hedge: { readonly delayMs: HedgeSpec['delayMs']; readonly maxHedges: number; readonly maxExtraLoad: number } | null;
   readonly retryOn: { readonly status: readonly StatusPattern[]; readonly errors: readonly ErrorClass[]; readonly statusWithWait: readonly StatusPattern[] };
   readonly retryAfter: Required<RetryAfterSpec>;
@@ -211,13 +211,14 @@ export const POLICY_DEFAULTS = Object.freeze({
   maxThrottledAttempts: 10,
   budgetExhausted: 'wait' as const,
   hedge: null,
+  chaos: null,
 });
 
 const MAX_MS = 2 ** 31 - 1;
 const POLICY_KEYS = new Set([
   'preset', 'maxAttempts', 'deadlineMs', 'attemptTimeoutMs', 'minAttemptMs', 'backoff', 'throttleBackoff', 'retryOn',
   'safeStatuses', 'throttleStatuses', 'retryAfter', 'unknownOutcome', 'idempotent', 'deferOverMs', 'budget',
-  'throttleCountsAsAttempt', 'maxThrottledAttempts', 'budgetExhausted', 'hedge',
+  'throttleCountsAsAttempt', 'maxThrottledAttempts', 'budgetExhausted', 'hedge', 'chaos',
 ]);
 
 export function compileStatuses(patterns: unknown, field: string): StatusSet {
@@ -352,6 +353,7 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
   const budgetExhausted = input.budgetExhausted ?? d.budgetExhausted;
   if (budgetExhausted !== 'stop' && budgetExhausted !== 'wait') throw invalidPolicy('budgetExhausted', '"stop" or "wait"', budgetExhausted);
   const hedge = input.hedge === undefined || input.hedge === null ? null : normalizeHedge(input.hedge, 'hedge');
+  const chaos = normalizeChaos(input.chaos, 'chaos');
 
   const maxDelayMs = Math.max(
     backoffCeiling(backoff),
@@ -366,12 +368,13 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
     retryAfter: Object.freeze({ honor, statuses: retryAfter.statuses.patterns, maxMs: retryAfter.maxMs, jitterRatio, jitterMinMs, jitterMaxMs, lengthenOnly }),
     unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts, budgetExhausted,
     hedge: hedge === null ? null : Object.freeze({ delayMs: hedge.delayMs, maxHedges: hedge.maxHedges, maxExtraLoad: hedge.maxExtraLoad }),
+    chaos: chaosSpecOf(chaos),
   });
 
   return Object.freeze({
     name, maxAttempts, deadlineMs, attemptTimeoutMs, minAttemptMs, backoff, throttleBackoff,
     retryOnStatus, retryOnErrors, retryOnStatusWithWait, safeStatuses, throttleStatuses, retryAfter,
-    unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts, budgetExhausted, hedge, maxDelayMs, spec,
+    unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts, budgetExhausted, hedge, chaos, maxDelayMs, spec,
   });
 }
 

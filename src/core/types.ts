@@ -126,6 +126,8 @@ export interface AttemptEvent {
   readonly ts: number;
   /** Present (true) only on a hedge: an attempt sent while another of the operation was in flight. */
   readonly hedge?: true;
+  /** Present only on an attempt the policy's chaos injected into: a fault or an outcome (nothing was sent), or a latency. */
+  readonly injected?: 'fault' | 'outcome' | 'latency';
 }
 
 /** The terminal summary of one operation. */

@@ -504,10 +504,13 @@ export abstract class FirstAttempt implements TimerRecord, HeadListener {
   protected budget: RetryBudget | null = null;
 
   /**
-   * The first attempt's limits, from the clock's reading now: false when the operation
-   * has no time at all (the executor then ends it as it does).
+   * The first attempt's limits, from the clock's reading now: false when the success
+   * path is not for this call (the policy injects chaos, or the operation has no time
+   * at all): the executor then runs it.
    */
   protected plan(policy: Policy, budget: RetryBudget | null, limits: CallLimits, clock: Clock | undefined): boolean {
+    // A policy with chaos goes through the executor, which carries out what it injects.
+    if (policy.chaos !== null) return false;
     const deadlineMs = operationDeadlineMs(policy, limits);
     if (!(deadlineMs > 0)) return false;
     const c = clock === undefined || clock === systemClock ? null : clock;

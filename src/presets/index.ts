@@ -91,10 +91,27 @@ export function resolvePolicyInput(input: unknown): Policy {
   return resolveSpec(input);
 }
 
+/**
+ * The kill switch of chaos injection: RELENT_CHAOS=off (or 0, false, no) in the
+ * environment, read when a policy is resolved. Read through globalThis, so the entry
+ * point stays free of Node-only globals (in a browser there is no environment: chaos
+ * stays as the policy says).
+ */
+export function chaosSwitchedOff(): boolean {
+  const env = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env;
+  const v = env?.RELENT_CHAOS;
+  return v !== undefined && /^(off|0|false|no)$/i.test(v.trim());
+}
+
+/** A spec without its chaos when the kill switch is on. */
+function switched(spec: PolicySpec): PolicySpec {
+  return spec.chaos !== undefined && spec.chaos !== null && chaosSwitchedOff() ? { ...spec, chaos: null } : spec;
+}
+
 function resolveSpec(input: unknown): Policy {
   if (typeof input === 'string') return presetPolicy(input as PresetName);
   if (!isPlainObject(input)) throw new RelentError('ERR_INVALID_POLICY', 'Expected `policy` to be a preset name or a policy object', { field: 'policy' });
-  const spec = input as PolicySpec;
+  const spec = switched(input as PolicySpec);
   if (spec.preset === undefined) return createPolicy(spec);
   if (typeof spec.preset !== 'string') throw new RelentError('ERR_INVALID_POLICY', 'Expected `preset` to be a preset name', { field: 'preset' });
   const base = PRESETS.get(spec.preset);
@@ -111,5 +128,5 @@ function capped(def: PresetDefinition | undefined, spec: PolicySpec): PolicySpec
 
 /** A policy derived from another with a few fields changed (per-call overrides). */
 export function withOverrides(policy: Policy, over: PolicySpec): Policy {
-  return createPolicy(capped(PRESETS.get(policy.name as PresetName), mergeSpecs(policy.spec as PolicySpec, over)), policy.name);
+  return createPolicy(capped(PRESETS.get(policy.name as PresetName), switched(mergeSpecs(policy.spec as PolicySpec, over))), policy.name);
 }

@@ -8,6 +8,8 @@ import {
 } from '../core/operation.js';
 import { createHedgeState, type HedgeState } from '../core/hedge.js';
 import { observeRateAnswer } from '../core/token-bucket.js';
+import { injectedError, injectedObservation, type ChaosInjection } from '../core/chaos.js';
+import { attemptEvent } from '../core/events.js';
 import { errorClassOfCode } from '../core/error-codes.js';
 import type { Fleet } from '../core/fleet.js';
 import { describe, RelentError, REASON_CODES } from '../core/errors.js';
@@ -256,6 +258,13 @@ function thenableOf<T>(v: T | PromiseLike<T>): PromiseLike<T> {
 
 const ignore = (): void => {};
 
+/** How an injected fault or outcome is observed (see core/chaos.ts injectedObservation). */
+function injectedClassified(inj: Exclude<ChaosInjection, { kind: 'latency' }>): Classified {
+  const o = injectedObservation(inj);
+  if (o.status !== null && o.status !== undefined) return o.headers !== undefined ? { status: o.status, headers: o.headers } : { status: o.status };
+  return { errorClass: o.errorClass!, sent: o.sent! };
+}
+
 function classifyValueDefault(value: unknown): Classified {
   if (typeof value === 'object' && value !== null) {
     const status = (value as { status?: unknown }).status;
@@ -330,8 +339,6 @@ class ValueOutcome<T> {
   readonly kind = 'value' as const;
   constructor(readonly value: T) {}
 }
-
-const round = (ms: number): number => Math.round(ms * 1000) / 1000;
 
 /** How a wait for a slot or a token ended: `refused` carries the limit's own error (full queue, no token in time). */
 type WaitResult = { readonly result: 'ok' | 'deadline' | 'cancelled' } | { readonly result: 'refused'; readonly error: RelentError };
@@ -438,6 +445,10 @@ interface AttemptHandle extends AttemptContext {
   isHedge: boolean;
   /** Its own timer, when several attempts may be in flight (hedging). */
   cancel: (() => void) | null;
+  /** What the policy's chaos injected into it (null: a plain call). */
+  inject: ChaosInjection | null;
+  /** The timer of an injected latency, until the call is made. */
+  delay: (() => void) | null;
   abort(reason: unknown): void;
   /** Aborts for the attempt timeout; the error (and its stack) is made only if someone holds the signal. */
   abortForTimeout(): void;
@@ -467,6 +478,8 @@ class AttemptCtx implements AttemptHandle {
   generation = 0;
   isHedge = false;
   cancel: (() => void) | null = null;
+  inject: ChaosInjection | null = null;
+  delay: (() => void) | null = null;
 
   constructor(
     private readonly owner: { readonly operationId: string },
@@ -502,7 +515,7 @@ class AttemptCtx implements AttemptHandle {
 const enum Phase { Idle, Calling, Waiting, Slot, Done }
 
 /** How the last attempt settled (the payload is its value or error). */
-const enum Settled { None, Value, Error, Timeout, Aborted }
+const enum Settled { None, Value, Error, Timeout, Aborted, Injected }
 
 const CRASHED: EndCommand = Object.freeze({ kind: 'end', reason: 'not_retryable', why: null, decision: null });
 
@@ -557,6 +570,8 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   generation = 0;
   isHedge = false;
   cancel: (() => void) | null = null;
+  inject: ChaosInjection | null = null;
+  delay: (() => void) | null = null;
   private checking = false;
   private cancelTimer: (() => void) | null = null;
   private last: Observation | null = null;
@@ -636,7 +651,8 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     const at = this.options.startedAt;
     const now = at !== undefined && at <= this.clock.now() ? at : this.now();
     this.startedAt = now;
-    if (this.breaker === null && this.bulkhead === null && this.limit === null && this.rate === null && this.hedging === null && !(this.callerSignal?.aborted ?? false)) {
+    if (this.breaker === null && this.bulkhead === null && this.limit === null && this.rate === null && this.hedging === null && this.policy.chaos === null
+      && !(this.callerSignal?.aborted ?? false)) {
       // The shortcut: the first call's limits are the core's (the same functions the
       // operation uses), and the operation itself is made only when the attempt needs
       // more than "a plain answer is the answer" (decide()'s first rule).
@@ -742,7 +758,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
         .then((r) => this.afterSlot(r), (e: unknown) => this.end(CRASHED, { outcome: { ok: false, error: e } }));
       return;
     }
-    this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null, cmd.hedgeInMs);
+    this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null, cmd.hedgeInMs, false, cmd.inject ?? null);
   }
 
   private afterToken(r: WaitResult): void {
@@ -759,7 +775,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     const now = this.clock.now();
     if (r.result === 'ok') {
       const cmd = this.callerSignal?.aborted ? this.op!.slotRefused('cancelled') : this.op!.slotGranted(now);
-      if (cmd.kind === 'call') return this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null, cmd.hedgeInMs);
+      if (cmd.kind === 'call') return this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null, cmd.hedgeInMs, false, cmd.inject ?? null);
       (this.bulkhead ?? this.limit)!.release();
       return this.refused(cmd, now, null);
     }
@@ -786,7 +802,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
       if (refusal !== 'circuit_open' && this.breaker !== null) this.breaker.record('ignored', this.clock.wallNow());
       return this.carry(op.slotRefused(refusal), now);
     }
-    this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null, cmd.hedgeInMs, true);
+    this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null, cmd.hedgeInMs, true, cmd.inject ?? null);
   }
 
   private armHedge(ms: number, now: number): void {
@@ -821,6 +837,10 @@ class Runner<T> implements TimerRecord, AttemptHandle {
       if (ctx.done) continue;
       ctx.done = true;
       if (ctx.cancel !== null) ctx.cancel();
+      if (ctx.delay !== null) {
+        ctx.delay();
+        ctx.delay = null;
+      }
       // The attempt's signal aborts: a driver cuts what it has in flight for it.
       ctx.abort(reason);
       if (this.bulkhead !== null) this.bulkhead.release();
@@ -828,7 +848,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
       const elapsed = now - ctx.callStart;
       this.op!.lost(elapsed);
       if (this.options.onEvent || ctx.aScope !== null) {
-        const ev = attemptEvent(this.operationId, ctx.attempt, this.method, this.endpoint, { status: null, errorClass: 'aborted', elapsedMs: elapsed }, ctx.remainingMs, d, wallNow, ctx.isHedge);
+        const ev = attemptEvent(this.operationId, ctx.attempt, this.method, this.endpoint, { status: null, errorClass: 'aborted', elapsedMs: elapsed }, ctx.remainingMs, d, wallNow, ctx.isHedge, ctx.inject?.kind ?? null);
         if (this.options.onEvent) this.emit(ev);
         ctx.aScope?.end(ev);
       }
@@ -838,6 +858,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   /** Calls the operation (or the state check) with a timer and the caller's signal racing it. */
   private invoke(
     now: number, attempt: number, timeoutMs: number, remaining: number, check: AttemptFn<T> | null, hedgeInMs: number | null = null, hedge = false,
+    inject: ChaosInjection | null = null,
   ): void {
     let ctx: AttemptHandle;
     if (attempt === 1 && check === null && this.timeoutMs === 0 && !this.done) {
@@ -858,6 +879,51 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     if (flying !== null) flying.push(ctx);
     const aScope = check === null && this.scope !== null ? this.scope.attempt(attempt, ctx) : null;
     ctx.aScope = aScope;
+    if (inject !== null) {
+      ctx.inject = inject;
+      // Chaos: a fault or an outcome is the attempt's answer, and nothing is sent.
+      if (inject.kind !== 'latency') return this.settle(ctx, Settled.Injected, inject);
+      // A latency: the attempt's time runs from now; the call goes when the delay is over.
+      this.armAttempt(ctx, flying, timeoutMs, hedgeInMs, now);
+      ctx.delay = this.clock.setTimer(() => {
+        ctx.delay = null;
+        if (ctx.done) return;
+        const late = this.send(ctx, check, aScope);
+        if (late !== null) this.subscribe(ctx, late);
+      }, inject.delayMs, now);
+      this.afterSend();
+      return;
+    }
+    const p = this.send(ctx, check, aScope);
+    if (p === null) return;
+    // The timers before the answer is subscribed to: a driver's thenable may answer at once (undici's synchronous failures).
+    this.armAttempt(ctx, flying, timeoutMs, hedgeInMs, now);
+    this.subscribe(ctx, p);
+    this.afterSend();
+  }
+
+  /** The attempt's timer (its own when several may be in flight), and the next hedge's. */
+  private armAttempt(ctx: AttemptHandle, flying: AttemptHandle[] | null, timeoutMs: number, hedgeInMs: number | null, now: number): void {
+    if (flying !== null) {
+      // Several attempts may be in flight: each has its own timer.
+      ctx.cancel = this.clock.setTimer(() => this.onAttemptTimer(ctx), timeoutMs, now);
+      if (hedgeInMs !== null) this.armHedge(hedgeInMs, now);
+    } else {
+      this.setTimer(timeoutMs, now);
+    }
+  }
+
+  /** A cancel while the function ran (its synchronous part) ends the attempt now, as one after would. */
+  private afterSend(): void {
+    const signal = this.callerSignal;
+    if (signal !== undefined) {
+      this.listenForAbort();
+      if (signal.aborted) this.onCallerAbort();
+    }
+  }
+
+  /** Calls the attempt's function (or the state check): its answer to subscribe to, or null when the attempt ended meanwhile. */
+  private send(ctx: AttemptHandle, check: AttemptFn<T> | null, aScope: AttemptScope | null): PromiseLike<T> | null {
     const fn = check ?? this.fn;
     let p: PromiseLike<T>;
     try {
@@ -872,26 +938,17 @@ class Runner<T> implements TimerRecord, AttemptHandle {
       } catch {
         // a thenable whose then throws: nothing to observe
       }
-      return;
+      return null;
     }
-    if (flying !== null) {
-      // Several attempts may be in flight: each has its own timer.
-      ctx.cancel = this.clock.setTimer(() => this.onAttemptTimer(ctx), timeoutMs, now);
-      if (hedgeInMs !== null) this.armHedge(hedgeInMs, now);
-    } else {
-      this.setTimer(timeoutMs, now);
-    }
+    return p;
+  }
+
+  private subscribe(ctx: AttemptHandle, p: PromiseLike<T>): void {
     try {
       p.then((value) => this.settle(ctx, Settled.Value, value), (error: unknown) => this.settle(ctx, Settled.Error, error));
     } catch (error) {
       // A thenable whose then throws: a failed attempt.
       this.settle(ctx, Settled.Error, error);
-    }
-    const signal = this.callerSignal;
-    if (signal !== undefined) {
-      this.listenForAbort();
-      // A cancel while the function ran (its synchronous part) ends the attempt now, as one after would.
-      if (signal.aborted) this.onCallerAbort();
     }
   }
 
@@ -930,6 +987,10 @@ class Runner<T> implements TimerRecord, AttemptHandle {
   settle(ctx: AttemptHandle, kind: Settled, payload: unknown): void {
     if (ctx.done) return;
     ctx.done = true;
+    if (ctx.delay !== null) {
+      ctx.delay();
+      ctx.delay = null;
+    }
     if (ctx.cancel !== null) {
       ctx.cancel();
       ctx.cancel = null;
@@ -994,7 +1055,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     }
     const aScope = ctx.aScope;
     if (options.onEvent || aScope !== null) {
-      const ev = attemptEvent(this.operationId, ctx.attempt, this.method, this.endpoint, obs, ctx.remainingMs, op.decision!, wallNow ?? this.clock.wallNow(), ctx.isHedge);
+      const ev = attemptEvent(this.operationId, ctx.attempt, this.method, this.endpoint, obs, ctx.remainingMs, op.decision!, wallNow ?? this.clock.wallNow(), ctx.isHedge, ctx.inject?.kind ?? null);
       if (options.onEvent) this.emit(ev);
       if (aScope !== null) aScope.end(ev);
       if (this.thrown !== null) return this.fail(this.thrown.error);
@@ -1022,6 +1083,8 @@ class Runner<T> implements TimerRecord, AttemptHandle {
         return this.callerSignal?.aborted ? ABORTED : ((options.classifyError?.(payload)) ?? classifyErrorDefault(payload));
       case Settled.Timeout:
         return (options.classifyTimeout?.(ctx)) ?? TIMED_OUT;
+      case Settled.Injected:
+        return injectedClassified(payload as Exclude<ChaosInjection, { kind: 'latency' }>);
       default:
         return ABORTED;
     }
@@ -1066,6 +1129,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
       case Settled.Error: return { kind: 'error', error: this.payload };
       case Settled.Timeout: return TIMEOUT_OUTCOME;
       case Settled.Aborted: return ABORTED_OUTCOME;
+      case Settled.Injected: return { kind: 'error', error: injectedError(this.payload as Exclude<ChaosInjection, { kind: 'latency' }>) };
       default: return null;
     }
   }
@@ -1241,6 +1305,15 @@ class FastRun<T> implements AttemptHandle, TimerRecord {
   }
 
   get cancel(): (() => void) | null {
+    return null;
+  }
+
+  // No chaos on the success path (a policy with chaos never takes it).
+  get inject(): ChaosInjection | null {
+    return null;
+  }
+
+  get delay(): (() => void) | null {
     return null;
   }
 
@@ -1421,7 +1494,7 @@ const START_RUN = (resolve: (v: unknown) => void, reject: (e: unknown) => void):
       lastPolicyInput = input;
       lastPlain200 = isPlainAnswer(policy, 200);
     }
-    const deadlineMs = policy.hedge === null ? operationDeadlineMs(policy, options) : 0;
+    const deadlineMs = policy.hedge === null && policy.chaos === null ? operationDeadlineMs(policy, options) : 0;
     if (deadlineMs > 0) {
       new FastRun(fn, options, policy, resolve, reject).start(deadlineMs);
       return;
@@ -1487,31 +1560,6 @@ export function executeFrom<T>(
 
 const NO_OPTIONS: RunOptions<any> = Object.freeze({}); // eslint-disable-line @typescript-eslint/no-explicit-any
 
-function attemptEvent(
-  operationId: string, attempt: number, method: string | null, endpoint: string | null, obs: Observation, remaining: number, d: DecisionResult, wallNow: number,
-  hedge = false,
-): AttemptEvent {
-  const ev: AttemptEvent = {
-    type: 'attempt',
-    operationId,
-    requestId: `${operationId}/attempt-${attempt}`,
-    attempt,
-    method,
-    endpoint,
-    status: obs.status ?? null,
-    errorClass: obs.errorClass ?? null,
-    elapsedMs: round(obs.elapsedMs),
-    remainingMs: round(remaining),
-    decision: d.decision,
-    delayMs: d.delayMs,
-    retryAfterMs: d.retryAfterMs,
-    retryAfterValid: d.retryAfterValid,
-    ts: Math.round(wallNow),
-  };
-  // Said only on hedges: other attempt events keep their shape.
-  if (hedge) (ev as { hedge?: true }).hedge = true;
-  return ev;
-}
 
 const MESSAGES: Partial<Record<string, string>> = {
   retry_after_over_cap: 'the server asked to wait longer than the policy allows',
