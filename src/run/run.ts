@@ -1,6 +1,5 @@
 import { breakerOutcome, type BreakerSpec, type CircuitBreaker } from '../core/breaker.js';
 import { safeEndpoint } from '../core/endpoint.js';
-import { pickHintHeaders } from '../core/hints.js';
 import type { RetryBudget } from '../core/budget.js';
 import { attemptLimitMs, isPlainAnswer } from '../core/decide.js';
 import {
@@ -8,10 +7,9 @@ import {
 } from '../core/operation.js';
 import { createHedgeState, type HedgeState } from '../core/hedge.js';
 import { observeRateAnswer } from '../core/token-bucket.js';
-import { errorClassOfCode } from '../core/error-codes.js';
 import type { Fleet } from '../core/fleet.js';
 import { describe, RelentError, REASON_CODES } from '../core/errors.js';
-import { ERROR_CLASSES, type Policy, type PolicySpec, type PresetName } from '../core/policy.js';
+import type { Policy, PolicySpec, PresetName } from '../core/policy.js';
 import type {
   AttemptEvent, Clock, DecisionResult, DecisionWhy, ErrorClass, Observation, Random, ResultEvent, SendState, TerminalReason,
 } from '../core/types.js';
@@ -19,6 +17,7 @@ import { resolvePolicy } from '../presets/index.js';
 import type { Bulkhead } from './bulkhead.js';
 import type { ConcurrencyLimit } from './concurrency-limit.js';
 import type { RateLimiter } from './rate-limiter.js';
+import { classifyErrorDefault, classifyValueDefault, OK_200 } from './classify.js';
 import { clearTimerRecord, setTimerRecord, systemClock, systemRandom, turnNow, type TimerRecord } from '../shared/clock.js';
 
 /** What each attempt of an operation receives. */
@@ -255,33 +254,6 @@ function thenableOf<T>(v: T | PromiseLike<T>): PromiseLike<T> {
 }
 
 const ignore = (): void => {};
-
-function classifyValueDefault(value: unknown): Classified {
-  if (typeof value === 'object' && value !== null) {
-    const status = (value as { status?: unknown }).status;
-    if (typeof status === 'number' && Number.isInteger(status) && status >= 100 && status <= 999) {
-      const h = (value as { headers?: unknown }).headers;
-      if (status < 400 || !h) return { status };
-      const headers = pickHintHeaders(h);
-      return headers ? { status, headers } : { status };
-    }
-  }
-  return OK_200;
-}
-
-const OK_200: Classified = Object.freeze({ status: 200 });
-
-function classifyErrorDefault(error: unknown): Classified {
-  if (typeof error === 'object' && error !== null) {
-    const own = (error as { errorClass?: unknown }).errorClass;
-    if (typeof own === 'string' && own in ERROR_CLASSES) {
-      const sent = (error as { sent?: unknown }).sent;
-      return sent === 'not_sent' || sent === 'sent' || sent === 'unknown' ? { errorClass: own as ErrorClass, sent } : { errorClass: own as ErrorClass };
-    }
-  }
-  const cls = errorClassOfCode(error);
-  return { errorClass: cls ?? 'error' };
-}
 
 type AttemptOutcome<T> =
   | { readonly kind: 'value'; readonly value: T }
