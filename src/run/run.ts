@@ -17,7 +17,7 @@ import { resolvePolicy } from '../presets/index.js';
 import type { Bulkhead } from './bulkhead.js';
 import type { ConcurrencyLimit } from './concurrency-limit.js';
 import type { RateLimiter } from './rate-limiter.js';
-import { classifyErrorDefault, classifyValueDefault, OK_200 } from './classify.js';
+import { classifyErrorDefault, classifyValueDefault, noticeClientRetries, observedHeaders, OK_200 } from './classify.js';
 import { clearTimerRecord, setTimerRecord, systemClock, systemRandom, turnNow, type TimerRecord } from '../shared/clock.js';
 
 /** What each attempt of an operation receives. */
@@ -38,7 +38,16 @@ export interface AttemptContext {
 
 /** An observation without timing: what a value or an error says about the attempt. */
 export type Classified =
-  | { readonly status: number; readonly headers?: Readonly<Record<string, string>>; readonly nbr?: number | null }
+  | {
+    readonly status: number;
+    /**
+     * The answer's headers (only the hint headers are read: Retry-After, Date, RateLimit…): a
+     * record (any case; node:http's arrays are joined) or anything with `get(name)`
+     * (a fetch Headers, axios's AxiosHeaders).
+     */
+    readonly headers?: Readonly<Record<string, string | readonly string[] | undefined>> | { get(name: string): unknown };
+    readonly nbr?: number | null;
+  }
   | { readonly errorClass: ErrorClass; readonly sent?: SendState };
 
 export type RelentEvent = AttemptEvent | ResultEvent;
@@ -270,8 +279,8 @@ const ABORTED: Classified = { errorClass: 'aborted' };
  * 40x slower on the success path).
  */
 function observation(c: Classified, elapsedMs: number): Observation {
-  const r = c as { status?: number; errorClass?: ErrorClass; sent?: SendState; headers?: Readonly<Record<string, string>>; nbr?: number | null };
-  return new ObservationRecord(r.status ?? null, r.errorClass ?? null, r.sent ?? undefined, r.headers ?? undefined, r.nbr ?? null, elapsedMs);
+  const r = c as { status?: number; errorClass?: ErrorClass; sent?: SendState; headers?: unknown; nbr?: number | null };
+  return new ObservationRecord(r.status ?? null, r.errorClass ?? null, r.sent ?? undefined, r.headers == null ? undefined : observedHeaders(r.headers), r.nbr ?? null, elapsedMs);
 }
 
 /** An Observation made by `new` (a plain object all the same): see RunResultRecord. */
@@ -900,7 +909,11 @@ class Runner<T> implements TimerRecord, AttemptHandle {
 
   /** One attempt has settled: observe it, tell the operation (the core decides), report, carry out what comes next. */
   settle(ctx: AttemptHandle, kind: Settled, payload: unknown): void {
-    if (ctx.done) return;
+    if (ctx.done) {
+      // Settled after its time (the client's own retries may have outlasted the attempt): does the client retry?
+      if (kind === Settled.Error) noticeClientRetries(payload);
+      return;
+    }
     ctx.done = true;
     if (ctx.cancel !== null) {
       ctx.cancel();
