@@ -8,7 +8,7 @@
 // Plain ESM over the compiled library: run `npm run build` first (npm run bench does).
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
-import { createClient } from '../dist/index.js';
+import { createClient } from '../dist/http/index.js';
 import { createSeededRandom } from '../dist/testing/index.js';
 import { PEER_POLICIES, RELENT_POLICIES, runOverload, textTable } from '../dist/sim/index.js';
 

@@ -19,7 +19,7 @@
 import http from 'node:http';
 import { loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { createClient } from '../dist/index.js';
+import { createClient } from '../dist/http/index.js';
 import { createSeededRandom } from '../dist/testing/index.js';
 import { textTable } from '../dist/sim/index.js';
 

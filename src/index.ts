@@ -42,6 +42,6 @@ export type { RelentErrorCode } from './core/errors.js';
 export { replay, parseTimeline } from './run/replay.js';
 export type { Timeline } from './run/replay.js';
 
-// The HTTP client (relent/http adds the interceptor and the wire tables) and endpoints fit for events.
-export { createClient } from './http/index.js';
+// Endpoints fit for events. (The HTTP client, createClient, is relent/http's: it is built on
+// undici and Node's modules, which this entry point, fit for browsers and edge runtimes, leaves out.)
 export { normalizeEndpoint } from './core/endpoint.js';

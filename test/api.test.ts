@@ -21,4 +21,9 @@ describe('the API report', () => {
       expect(root).not.toContain(`### ${internal} (`);
     }
   });
+
+  it('the root entry point leaves the HTTP client to relent/http (it runs in browsers and edge runtimes)', () => {
+    expect(readFileSync(`${API}relent.api.md`, 'utf8')).not.toContain('### createClient (');
+    expect(readFileSync(`${API}relent-http.api.md`, 'utf8')).toContain('### createClient (');
+  });
 });

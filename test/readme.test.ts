@@ -47,6 +47,16 @@ describe('README', () => {
     expect(hits).toBe(2);
   });
 
+  it('the first working retry is within the README\'s first 40 lines', () => {
+    const lines = README.split('\n');
+    const heading = lines.indexOf('## In your code');
+    const open = lines.indexOf('```ts', heading);
+    const close = lines.indexOf('```', open + 1);
+    expect(heading).toBeGreaterThan(0);
+    expect(lines.slice(open, close).join('\n')).toContain('await run(');
+    expect(close + 1).toBeLessThanOrEqual(40);
+  });
+
   it.skipIf(!redisOn)('the fleet example runs as written against a real server and the shared Redis', async () => {
     const section = README.slice(README.indexOf('## A fleet of processes'));
     const code = /```js\n([\s\S]*?)```/.exec(section)![1]!;

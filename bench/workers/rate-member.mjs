@@ -2,7 +2,7 @@
 // callers call the dependency as fast as the shared rate limit lets them, for durationMs
 // after "go" on stdin. Settings: JSON in argv[2]. stdout: {"ready":…}, then a summary.
 import { createInterface } from 'node:readline';
-import { createClient } from '../../dist/index.js';
+import { createClient } from '../../dist/http/index.js';
 import { createRedisFleet } from '../../dist/fleet/index.js';
 
 const cfg = JSON.parse(process.argv[2]);

@@ -1,6 +1,5 @@
 import { breakerOutcome, type BreakerSpec, type CircuitBreaker } from '../core/breaker.js';
 import { safeEndpoint } from '../core/endpoint.js';
-import { pickHintHeaders } from '../core/hints.js';
 import type { RetryBudget } from '../core/budget.js';
 import { attemptLimitMs, isPlainAnswer } from '../core/decide.js';
 import {
@@ -10,10 +9,9 @@ import { createHedgeState, type HedgeState } from '../core/hedge.js';
 import { observeRateAnswer } from '../core/token-bucket.js';
 import { injectedError, injectedObservation, type ChaosInjection } from '../core/chaos.js';
 import { attemptEvent } from '../core/events.js';
-import { errorClassOfCode } from '../core/error-codes.js';
 import type { Fleet } from '../core/fleet.js';
 import { describe, RelentError, REASON_CODES } from '../core/errors.js';
-import { ERROR_CLASSES, type Policy, type PolicySpec, type PresetName } from '../core/policy.js';
+import type { Policy, PolicySpec, PresetName } from '../core/policy.js';
 import type {
   AttemptEvent, Clock, DecisionResult, DecisionWhy, ErrorClass, Observation, Random, ResultEvent, SendState, TerminalReason,
 } from '../core/types.js';
@@ -21,6 +19,7 @@ import { resolvePolicy } from '../presets/index.js';
 import type { Bulkhead } from './bulkhead.js';
 import type { ConcurrencyLimit } from './concurrency-limit.js';
 import type { RateLimiter } from './rate-limiter.js';
+import { classifyErrorDefault, classifyValueDefault, noticeClientRetries, observedHeaders, OK_200 } from './classify.js';
 import { clearTimerRecord, setTimerRecord, systemClock, systemRandom, turnNow, type TimerRecord } from '../shared/clock.js';
 
 /** What each attempt of an operation receives. */
@@ -41,7 +40,16 @@ export interface AttemptContext {
 
 /** An observation without timing: what a value or an error says about the attempt. */
 export type Classified =
-  | { readonly status: number; readonly headers?: Readonly<Record<string, string>>; readonly nbr?: number | null }
+  | {
+    readonly status: number;
+    /**
+     * The answer's headers (only the hint headers are read: Retry-After, Date, RateLimit…): a
+     * record (any case; node:http's arrays are joined) or anything with `get(name)`
+     * (a fetch Headers, axios's AxiosHeaders).
+     */
+    readonly headers?: Readonly<Record<string, string | readonly string[] | undefined>> | { get(name: string): unknown };
+    readonly nbr?: number | null;
+  }
   | { readonly errorClass: ErrorClass; readonly sent?: SendState };
 
 export type RelentEvent = AttemptEvent | ResultEvent;
@@ -265,33 +273,6 @@ function injectedClassified(inj: Exclude<ChaosInjection, { kind: 'latency' }>): 
   return { errorClass: o.errorClass!, sent: o.sent! };
 }
 
-function classifyValueDefault(value: unknown): Classified {
-  if (typeof value === 'object' && value !== null) {
-    const status = (value as { status?: unknown }).status;
-    if (typeof status === 'number' && Number.isInteger(status) && status >= 100 && status <= 999) {
-      const h = (value as { headers?: unknown }).headers;
-      if (status < 400 || !h) return { status };
-      const headers = pickHintHeaders(h);
-      return headers ? { status, headers } : { status };
-    }
-  }
-  return OK_200;
-}
-
-const OK_200: Classified = Object.freeze({ status: 200 });
-
-function classifyErrorDefault(error: unknown): Classified {
-  if (typeof error === 'object' && error !== null) {
-    const own = (error as { errorClass?: unknown }).errorClass;
-    if (typeof own === 'string' && own in ERROR_CLASSES) {
-      const sent = (error as { sent?: unknown }).sent;
-      return sent === 'not_sent' || sent === 'sent' || sent === 'unknown' ? { errorClass: own as ErrorClass, sent } : { errorClass: own as ErrorClass };
-    }
-  }
-  const cls = errorClassOfCode(error);
-  return { errorClass: cls ?? 'error' };
-}
-
 type AttemptOutcome<T> =
   | { readonly kind: 'value'; readonly value: T }
   | { readonly kind: 'error'; readonly error: unknown }
@@ -307,8 +288,8 @@ const ABORTED: Classified = { errorClass: 'aborted' };
  * 40x slower on the success path).
  */
 function observation(c: Classified, elapsedMs: number): Observation {
-  const r = c as { status?: number; errorClass?: ErrorClass; sent?: SendState; headers?: Readonly<Record<string, string>>; nbr?: number | null };
-  return new ObservationRecord(r.status ?? null, r.errorClass ?? null, r.sent ?? undefined, r.headers ?? undefined, r.nbr ?? null, elapsedMs);
+  const r = c as { status?: number; errorClass?: ErrorClass; sent?: SendState; headers?: unknown; nbr?: number | null };
+  return new ObservationRecord(r.status ?? null, r.errorClass ?? null, r.sent ?? undefined, r.headers == null ? undefined : observedHeaders(r.headers), r.nbr ?? null, elapsedMs);
 }
 
 /** An Observation made by `new` (a plain object all the same): see RunResultRecord. */
@@ -985,7 +966,11 @@ class Runner<T> implements TimerRecord, AttemptHandle {
 
   /** One attempt has settled: observe it, tell the operation (the core decides), report, carry out what comes next. */
   settle(ctx: AttemptHandle, kind: Settled, payload: unknown): void {
-    if (ctx.done) return;
+    if (ctx.done) {
+      // Settled after its time (the client's own retries may have outlasted the attempt): does the client retry?
+      if (kind === Settled.Error) noticeClientRetries(payload);
+      return;
+    }
     ctx.done = true;
     if (ctx.delay !== null) {
       ctx.delay();

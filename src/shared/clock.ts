@@ -1,4 +1,5 @@
 import { MAX_TIMER_MS, type Clock, type Random } from '../core/types.js';
+import { nextTurn } from './turn.js';
 
 /**
  * A timer the lazy timer queue can hold without allocating: the executor's own state
@@ -21,12 +22,13 @@ export interface TimerRecord {
 
 /**
  * Timers armed lazily. Most attempts settle within the macrotask that started them (a
- * cache hit, a fast local call) and their timeout never matters; arming a Node timer
- * for each would cost more than the call. So a timer is only queued, and one
- * setImmediate per macrotask arms real timers for the ones still set. The check phase
- * runs before the loop's next timers phase, so no timer fires late (at most one loop
- * turn when set from inside a setImmediate callback); due times are kept from the
- * moment the timer was set.
+ * cache hit, a fast local call) and their timeout never matters; arming a real timer
+ * for each would cost more than the call. So a timer is only queued, and one callback
+ * at the end of the turn (nextTurn: setImmediate where there is one, else a
+ * MessageChannel message) arms real timers for the ones still set. In Node the check
+ * phase runs before the loop's next timers phase, so no timer fires late (at most one
+ * loop turn when set from inside a setImmediate callback); elsewhere a timer may fire
+ * one task late. Due times are kept from the moment the timer was set.
  */
 class TimerQueue {
   /** The timers to arm at the end of the turn, newest first (linked through `timerNext`). */
@@ -68,7 +70,7 @@ const TICK_SHARE = 32;
 
 function schedule(): void {
   scheduled = true;
-  setImmediate(endOfTurn);
+  nextTurn(endOfTurn);
 }
 
 function endOfTurn(): void {

@@ -1,5 +1,6 @@
 import { MAX_TIMER_MS, type Clock, type Random } from '../core/types.js';
 import { createSeededRandom } from '../core/random.js';
+import { nextTurn } from './turn.js';
 
 /**
  * A clock whose time moves only when told: for testing retry code (relent's or yours)
@@ -38,7 +39,7 @@ interface Timer {
 }
 
 /** Lets every queued promise callback run (one macrotask turn). */
-const drain = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+const drain = (): Promise<void> => new Promise((resolve) => nextTurn(resolve));
 
 export function createTestClock(options: TestClockOptions = {}): TestClock {
   const start = options.now ?? 0;

@@ -11,9 +11,10 @@ import { createRequire } from 'node:module';
 const require = createRequire(import.meta.url);
 const cache = require('node:module')._cache;
 const undiciLoaded = () => Object.keys(cache).some((k) => k.includes('/node_modules/undici/'));
-const relent = await import('./dist/index.js');
-const out = { afterImport: undiciLoaded() };
-const client = relent.createClient();
+const root = await import('./dist/index.js');
+const http = await import('./dist/http/index.js');
+const out = { rootHasNoClient: !('createClient' in root), afterImport: undiciLoaded() };
+const client = http.createClient();
 out.afterCreateClient = undiciLoaded();
 await client.close();
 const { Agent } = await import('undici');
@@ -21,11 +22,11 @@ out.sameAgent = Agent === require('undici').Agent;
 console.log(JSON.stringify(out));
 `;
 
-describe('import "relent" does not load the HTTP stack', () => {
+describe('import "relent" and "relent/http" do not load the HTTP stack', () => {
   it('undici is loaded by the first createClient(), as the same module the caller imports', async () => {
     const out = await new Promise<string>((resolve, reject) => {
       execFile(process.execPath, ['--input-type=module', '-e', probe], { cwd: root }, (err, stdout, stderr) => (err ? reject(new Error(stderr || String(err))) : resolve(stdout)));
     });
-    expect(JSON.parse(out)).toEqual({ afterImport: false, afterCreateClient: true, sameAgent: true });
+    expect(JSON.parse(out)).toEqual({ rootHasNoClient: true, afterImport: false, afterCreateClient: true, sameAgent: true });
   });
 });
