@@ -86,7 +86,10 @@ export const envoyDefault: PresetDefinition = {
   summary: 'Envoy router defaults: 1 retry on 5xx/reset/connect failure, U[0, (2^N−1)·25 ms) capped at 250 ms',
   source: 'Envoy, RetryPolicy (route_components.proto) — https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/route/v3/route_components.proto; router filter, x-envoy-retry-on — https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/router_filter',
   schedule: 'retry 1 waits U[0, 25 ms); 2 calls; retry_on 5xx',
-  notes: ["Envoy's retry budget limits concurrent retries (20 % of active requests, min 3); it is not modelled, so the preset has no budget"],
+  notes: [
+    "Envoy's retry budget limits concurrent retries (20 % of active requests, min 3); it is not modelled, so the preset has no budget",
+    "the back-off follows Envoy's docs, U[0, (2^N − 1)·B); Envoy's code (JitteredExponentialBackOffStrategy since 2020) doubles the interval instead, U[0, B·2^(N−1)). They agree on the one retry this preset makes (N = 1: U[0, 25 ms)); with more retries the docs' form is kept because it is Envoy's stated contract and what users configure from",
+  ],
   spec: {
     maxAttempts: 2,
     deadlineMs: 15_000,

@@ -115,6 +115,12 @@ export interface EventReport {
    * whose answer was the operation's, and the extra load they added (hedges ÷ operations).
    */
   readonly hedging: { readonly hedges: number; readonly won: number; readonly extraLoad: number | null };
+  /**
+   * Attempts the policy's chaos injected into (their events say `injected`), counted
+   * apart: faults and outcomes reached no dependency; latencies delayed a real call.
+   * They are in `load` and every other count too, as the attempts they were.
+   */
+  readonly chaos: { readonly injected: number; readonly fault: number; readonly outcome: number; readonly latency: number; readonly share: number | null };
   readonly attemptsPerOperation: {
     /** Operations that ended, by their number of attempts (only counts that occur). */
     readonly histogram: readonly { readonly attempts: number; readonly operations: number; readonly share: number }[];
@@ -310,6 +316,7 @@ export class EventLogAnalyzer {
   private retries = 0;
   private hedges = 0;
   private hedgesWon = 0;
+  private readonly injected = { fault: 0, outcome: 0, latency: 0 };
   private readonly statuses = new Float64Array(600);
   private readonly errorClasses = new NameCounts(REPORT_DEFAULTS.maxNames);
   private readonly decisions = new Float64Array(REPORT_DECISIONS.length);
@@ -447,6 +454,8 @@ export class EventLogAnalyzer {
       this.hedges++;
       if (d === RETURN) this.hedgesWon++;
     } else if (n > 1) this.retries++;
+    const inj = o.injected;
+    if (inj === 'fault' || inj === 'outcome' || inj === 'latency') this.injected[inj]++;
     this.decisions[d]!++;
     if (status !== null) this.statuses[status as number]!++;
     else {
@@ -614,6 +623,7 @@ export class EventLogAnalyzer {
         won: this.hedgesWon,
         extraLoad: seen > 0 ? this.hedges / seen : null,
       },
+      chaos: ((i) => ({ injected: i, ...this.injected, share: this.attemptLines > 0 ? i / this.attemptLines : null }))(this.injected.fault + this.injected.outcome + this.injected.latency),
       attemptsPerOperation: {
         histogram,
         more: this.perOpMore > 0 ? { from: REPORT_DEFAULTS.maxAttemptsBar + 1, operations: this.perOpMore } : null,

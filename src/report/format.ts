@@ -97,6 +97,10 @@ export function formatReport(r: EventReport, options: { maxEndpoints?: number } 
     return out;
   }
   out += `Load sent: ${fixed2(r.load.attemptsPerOperation)} attempts per operation (${r.load.attempts} attempts, ${r.load.operations} operations); retries are ${share(r.load.retryShare)} of attempts\n`;
+  if (r.chaos.injected > 0) {
+    const c = r.chaos;
+    out += `Injected by chaos: ${count(c.injected)} attempts (${share(c.share)} of attempts): ${count(c.fault)} faults and ${count(c.outcome)} outcomes (nothing sent), ${count(c.latency)} delayed\n`;
+  }
   if (r.hedging.hedges > 0) {
     out += `Hedged requests: ${count(r.hedging.hedges)} hedges (extra load ${share(r.hedging.extraLoad)} of operations), ${count(r.hedging.won)} won (the operation's answer came from the hedge)\n`;
   }

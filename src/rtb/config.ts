@@ -3,6 +3,7 @@ import { normalizeBudget, type BudgetSpec, type ResolvedBudgetSpec } from '../co
 import { normalizeLimitSpec, type LimitSpec, type ResolvedLimitSpec } from '../core/concurrency.js';
 import { describe, RelentError } from '../core/errors.js';
 import type { PolicySpec } from '../core/policy.js';
+import { chaosSpecOf, normalizeChaos, type ChaosSpec } from '../core/chaos.js';
 import { DeliveryError, resolveWorkerSettings } from '../delivery/index.js';
 
 // Configuration files of `relent exchange` and `relent bidder`, validated in one place.
@@ -145,6 +146,8 @@ export interface PartnerConfig {
    * (the core's budget kinds). Shared by the fleet when the exchange has one. Default none.
    */
   readonly retryBudget?: BudgetSpec | null;
+  /** Chaos injection into this partner's calls (the policy field `chaos`, see docs/chaos.md). Default none. */
+  readonly chaos?: ChaosSpec | null;
 }
 
 export interface NoticeConfig {
@@ -252,6 +255,8 @@ export interface ResolvedPartner {
   /** null: the default, min(the pool's size, 32). */
   readonly warmConnections: number | null;
   readonly retryBudget: ResolvedBudgetSpec | null;
+  /** The partner's chaos (validated), or null. */
+  readonly chaos: ChaosSpec | null;
 }
 
 export interface ResolvedNotices {
@@ -315,7 +320,7 @@ const EXCHANGE_KEYS = [
 ];
 const PARTNER_KEYS = [
   'name', 'url', 'timeoutMs', 'maxConcurrency', 'breaker', 'minTimeMs', 'lateGraceMs', 'preSendRetries', 'maxResponseBytes', 'headers', 'enabled',
-  'warmConnections', 'retryBudget', 'concurrencyLimit',
+  'warmConnections', 'retryBudget', 'concurrencyLimit', 'chaos',
 ];
 const NOTICE_KEYS = ['win', 'billing', 'billingPolicy', 'winPolicy', 'maxPending', 'eventTtlMs', 'eventMaxKeys', 'loss', 'lossPolicy', 'store', 'worker'];
 const WARMUP_KEYS = ['auctions', 'timeoutMs'];
@@ -376,7 +381,18 @@ function resolvePartner(v: unknown, i: number, d: { maxResponseBytes: number }):
     enabled: o.enabled === undefined ? pd.enabled : bool(o.enabled, `${f}.enabled`),
     warmConnections: o.warmConnections === undefined ? null : int(o.warmConnections, `${f}.warmConnections`, 0, maxConcurrency),
     retryBudget: o.retryBudget === undefined || o.retryBudget === null ? null : budgetSpec(o.retryBudget, `${f}.retryBudget`),
+    chaos: chaosSpec(o.chaos, `${f}.chaos`),
   });
+}
+
+/** A partner's chaos, validated by the core's rule (errors name the config field). */
+function chaosSpec(v: unknown, field: string): ChaosSpec | null {
+  try {
+    return chaosSpecOf(normalizeChaos(v, field));
+  } catch (e) {
+    if (RelentError.is(e)) throw new RelentError('ERR_INVALID_INPUT', e.message, { field: e.field });
+    throw e;
+  }
 }
 
 /**

@@ -175,6 +175,7 @@ export class Partner {
       minAttemptMs: config.timeoutMs,
       // An auction never waits for retry tokens: an empty budget ends the call (the partner's answer is a timeout or an error).
       budgetExhausted: 'stop',
+      chaos: config.chaos,
     });
     const h: string[] = ['content-type', 'application/json', 'x-openrtb-version', '2.6'];
     for (const [k, v] of Object.entries(config.headers)) h.push(k, v);

@@ -860,6 +860,8 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     if (flying !== null) flying.push(ctx);
     const aScope = check === null && this.scope !== null ? this.scope.attempt(attempt, ctx) : null;
     ctx.aScope = aScope;
+    // The caller's cancel reaches the attempt's signal at once, even while its function runs.
+    if (this.callerSignal !== undefined) this.listenForAbort();
     if (inject !== null) {
       ctx.inject = inject;
       // Chaos: a fault or an outcome is the attempt's answer, and nothing is sent.

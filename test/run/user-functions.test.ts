@@ -147,6 +147,20 @@ describe('a cancel at any point ends the operation cancelled at once (bug 2)', (
     expect(clock.pending()).toBe(0);
   });
 
+  it('the attempt\'s own signal aborts at once when the caller aborts inside the function (cockatiel\'s "links parent cancellation")', async () => {
+    const clock = createTestClock();
+    const ac = new AbortController();
+    const seen: boolean[] = [];
+    const r = await drive(clock, execute((ctx) => {
+      seen.push(ctx.signal.aborted);
+      ac.abort();
+      seen.push(ctx.signal.aborted);
+      return { status: 200 };
+    }, { clock, signal: ac.signal }));
+    expect(seen).toEqual([false, true]);
+    expect(r.reason).toBe('cancelled');
+  });
+
   it('during the synchronous part of a retry', async () => {
     const clock = createTestClock();
     const ac = new AbortController();
