@@ -241,6 +241,8 @@ export interface ClockRun<T> {
   readonly result: RunResult<T> | undefined;
   readonly events: readonly RelentEvent[];
   readonly clock: TestClock;
+  /** execute() itself rejected with this (it should not: it reports failures in its result). */
+  readonly rejection?: unknown;
   /** Errors that escaped to the process (unhandled rejections) while the operation ran. */
   readonly escaped: readonly unknown[];
 }
@@ -253,17 +255,25 @@ export async function runOnClock<T>(
   fn: (ctx: AttemptContext, clock: TestClock) => T | Promise<T>,
   options: Omit<RunOptions<T>, 'clock'> = {},
   setup?: (clock: TestClock) => void,
+  /** A clock to run on (shared by several operations, e.g. around one breaker); default: a fresh one. */
+  shared?: TestClock,
 ): Promise<ClockRun<T>> {
-  const clock = createTestClock();
+  const clock = shared ?? createTestClock();
   const events: RelentEvent[] = [];
   const escaped: unknown[] = [];
   const onEscape = (e: unknown): void => {
     escaped.push(e);
   };
+  // While the operation runs, an error that escapes it (an unhandled rejection) is the
+  // measurement, not a failure of the test run: the runner's own listeners step aside.
+  const saved = { rejection: process.listeners('unhandledRejection'), exception: process.listeners('uncaughtException') };
+  process.removeAllListeners('unhandledRejection');
+  process.removeAllListeners('uncaughtException');
   process.on('unhandledRejection', onEscape);
   process.on('uncaughtException', onEscape);
   try {
     let result: RunResult<T> | undefined;
+    let rejection: unknown;
     const userOnEvent = options.onEvent;
     const p = execute((ctx) => fn(ctx, clock) as Promise<T>, {
       random: RANDOM_HALF, ...options, clock,
@@ -275,7 +285,7 @@ export async function runOnClock<T>(
     p.then((r) => {
       result = r;
     }, (e: unknown) => {
-      escaped.push(e);
+      rejection = e;
     });
     setup?.(clock);
     for (let tries = 0; tries < 10; tries++) {
@@ -288,10 +298,13 @@ export async function runOnClock<T>(
       }
     }
     for (let k = 0; k < 5 && result === undefined; k++) await clock.flush();
-    return { result, events, clock, escaped };
+    return { result, rejection, events, clock, escaped };
   } finally {
+    await new Promise<void>((resolve) => setImmediate(resolve));
     process.off('unhandledRejection', onEscape);
     process.off('uncaughtException', onEscape);
+    for (const l of saved.rejection) process.on('unhandledRejection', l as (...args: unknown[]) => void);
+    for (const l of saved.exception) process.on('uncaughtException', l as (...args: unknown[]) => void);
   }
 }
 

@@ -181,7 +181,7 @@ const maxAttempts = group<number, boolean>({
 const backoff = group<{ readonly kind: 'range' | 'jitter' | 'uniform' }, unknown>({
   title: 'botocore ExponentialBackoff',
   check: (i) => {
-    const waitAt = (spec: PolicySpec, attempt: number, random: () => number): number => {
+    const waitAt = (spec: PolicySpec | 'aws-standard', attempt: number, random: () => number): number => {
       const policy = resolvePolicy(spec);
       const d = decide(policy, { attempt, startedAt: 0, deadlineAt: 600_000, idempotent: true, prevDelayMs: null, lastBudgetCost: 0, throttled: 0 }, { status: 500, elapsedMs: 1 }, { now: 1, random });
       return d.delayMs!;
