@@ -255,7 +255,11 @@ export async function runOnClock<T>(
   fn: (ctx: AttemptContext, clock: TestClock) => T | Promise<T>,
   options: Omit<RunOptions<T>, 'clock'> = {},
   setup?: (clock: TestClock) => void,
-  /** A clock to run on (shared by several operations, e.g. around one breaker); default: a fresh one. */
+  /**
+   * A clock to run on, shared by several operations (around one breaker or bulkhead): the
+   * caller moves its time, and the returned promise settles with the operation. Default: a
+   * fresh clock whose timers are all fired.
+   */
   shared?: TestClock,
 ): Promise<ClockRun<T>> {
   const clock = shared ?? createTestClock();
@@ -288,6 +292,11 @@ export async function runOnClock<T>(
       rejection = e;
     });
     setup?.(clock);
+    if (shared !== undefined) {
+      // On a shared clock the caller moves time; the operation settles when it settles.
+      await p.then(() => undefined, () => undefined);
+      return { result, rejection, events, clock, escaped };
+    }
     for (let tries = 0; tries < 10; tries++) {
       try {
         await clock.runAll();
