@@ -158,6 +158,10 @@ export interface Trace {
   readonly waits: readonly { readonly delayMs: number; readonly why: string }[];
   /** The server's asked wait seen by the ending decision. */
   readonly retryAfterMs: number | null;
+  /** The server's asked wait seen by each attempt's decision, in order. */
+  readonly asked: readonly (number | null)[];
+  /** The time each attempt was given (min of attempt timeout and remaining), in order. */
+  readonly timeouts: readonly number[];
   /** Monotonic time when the operation ended. */
   readonly endedAt: number;
 }
@@ -199,10 +203,13 @@ export function drive(policy: Policy | PolicySpec | PresetName, steps: readonly 
   let now = o.now ?? 0;
   let i = 0;
   const waits: { delayMs: number; why: string }[] = [];
+  const asked: (number | null)[] = [];
+  const timeouts: number[] = [];
   let cmd = op.start(now);
   for (;;) {
     switch (cmd.kind) {
       case 'call': {
+        timeouts.push(cmd.timeoutMs);
         const s = typeof steps === 'function' ? steps(cmd.attempt) : steps[i];
         i++;
         if (s === undefined) throw new Error(`the script ran out: the operation asked for attempt ${cmd.attempt}`);
@@ -211,6 +218,7 @@ export function drive(policy: Policy | PolicySpec | PresetName, steps: readonly 
           ? { status: s.status, headers: s.headers, elapsedMs: s.elapsedMs ?? 1 }
           : { errorClass: s.errorClass ?? 'error', sent: s.sent, elapsedMs: s.elapsedMs ?? 1 };
         cmd = op.answered(obs, now, wall + now);
+        asked.push(op.decision?.retryAfterMs ?? null);
         o.afterAnswer?.(cmd, now);
         break;
       }
@@ -225,7 +233,7 @@ export function drive(policy: Policy | PolicySpec | PresetName, steps: readonly 
       case 'end':
         return {
           attempts: op.attempt, reason: cmd.reason, why: cmd.why, delays: waits.map((w) => w.delayMs), waits,
-          retryAfterMs: cmd.decision?.retryAfterMs ?? null, endedAt: now,
+          retryAfterMs: cmd.decision?.retryAfterMs ?? null, asked, timeouts, endedAt: now,
         };
       default:
         throw new Error(`drive() does not carry out \`${cmd.kind}\` (use runOnClock for hedging)`);
