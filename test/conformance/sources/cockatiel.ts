@@ -136,26 +136,21 @@ const retryPolicy = group<string, unknown>({
   cases: [
     {
       id: 'execute(() => 42) returns the value', from: `${RP} "types return data correctly in all cases"`, input: 'plain value', expected: 'returns 42',
-      pending: 'bug 1: plain values and synchronous attempts', // fixed on main by issue 21 bug 1
     },
     { id: 'the retry delay of an IterableBackoff([50])', from: `${RP} "sets the retry delay"`, input: 'delay 50', expected: { delays: [50], calls: 2, end: 'rejects MyErrorA' } },
     { id: 'the retry sequence of an IterableBackoff([10, 20, 20])', from: `${RP} "sets the retry sequence"`, input: 'sequence', expected: { delays: [10, 20, 20], calls: 4, end: 'rejects MyErrorA' } },
     {
       id: 'handleAll retries a thrown error, then returns "ok"', from: `${RP} "retries all errors"`, input: 'all errors', expected: { calls: 2, end: 'returns "ok"' },
-      pending: 'bug 1: plain values and synchronous attempts', // fixed on main by issue 21 bug 1
     },
     { id: 'handleType(A): B is not retried', from: `${RP} "filters error types"`, input: 'error types', expected: { calls: 2, end: 'rejects MyErrorB' } },
     {
       id: 'handleWhenResult(r < 2): 1 is retried, 2 is returned', from: `${RP} "filters returns"`, input: 'returns', expected: { calls: 2, end: 'returns 2' },
-      pending: 'bug 1: plain values and synchronous attempts', // fixed on main by issue 21 bug 1
     },
     {
       id: 'exponential backoff, maxAttempts 2: three calls, the last value', from: `${RP} "permits specifying exponential backoffs"`, input: 'exponential', expected: { calls: 3, end: 'returns 1' },
-      pending: 'bug 1: plain values and synchronous attempts', // fixed on main by issue 21 bug 1
     },
     {
       id: 'returns bubble up when attempts are exceeded', from: `${RP} "bubbles returns when retry attempts exceeded"`, input: 'bubble returns', expected: { calls: 6, end: 'returns 1' },
-      pending: 'bug 1: plain values and synchronous attempts', // fixed on main by issue 21 bug 1
     },
     { id: 'errors bubble up when attempts are exceeded', from: `${RP} "bubbles errors when retry attempts exceeded"`, input: 'bubble errors', expected: { calls: 6, end: 'rejects MyErrorB' } },
     {
@@ -696,7 +691,6 @@ const timeouts = group<string, unknown>({
   cases: [
     {
       id: 'no timeout: the value', from: `${TO} "works when no timeout happens"`, input: 'no timeout', expected: 'returns 42',
-      pending: 'bug 1: plain values and synchronous attempts', // fixed on main by issue 21 bug 1
     },
     {
       id: 'cooperative: the signal aborts at the timeout, the late value is returned', from: `${TO} "properly cooperatively cancels"`, input: 'cooperative', expected: { end: 'returns 42', abortedLate: true },

@@ -127,7 +127,6 @@ const basics = group<string, unknown>({
   cases: [
     {
       id: 'a synchronous action returns its value', from: `${H} Execute_Skipped_Ok`, input: 'sync value', expected: 10,
-      pending: 'bug 1: plain values and synchronous attempts', // fixed on main by issue 21 bug 1
     },
     { id: 'a cancel before the start: no call, cancelled', from: `${H} Execute_CancellationRequested_Throws`, input: 'pre-cancelled', expected: { calls: 0, reason: 'cancelled' } },
     {
@@ -140,7 +139,6 @@ const basics = group<string, unknown>({
     {
       id: 'an event listener that throws: the exception reaches the caller', from: `${H} ExecuteAsync_OnHedgingEventThrows_EnsureExceptionRethrown`, input: 'listener throws',
       expected: { rejectsWith: 'my-exception', escaped: 0 },
-      pending: 'NEW: an onEvent listener that throws leaves the operation unsettled and escapes as an unhandled rejection (reported, not yet an issue 21 item)',
     },
   ],
 });
