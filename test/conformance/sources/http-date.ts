@@ -160,8 +160,19 @@ const rfc = group<RfcIn, Parsed>({
       id: 'RFC 850 year 49 years ahead stays in the future', from: `${RFC} (two-digit year rule)`,
       input: { value: 'Wednesday, 06-Nov-75 08:49:37 GMT', wall: WALL_2026 }, expected: '2075-11-06T08:49:37Z',
     },
-    { id: 'second 60 (a leap second) is in the grammar', from: `${RFC} time-of-day (00:00:00 - 23:59:60)`, input: { value: 'Sat, 31 Dec 2016 23:59:60 GMT' }, expected: '2017-01-01T00:00:00Z', note: 'relent takes 23:59:60 as the next second (epoch time has no leap second)' },
+
     { id: 'hour 24 is not in the grammar', from: `${RFC} time-of-day`, input: { value: 'Sun, 06 Nov 1994 24:00:00 GMT' }, expected: 'invalid' },
+  ],
+});
+
+const grammar = group<string, 'valid' | 'invalid'>({
+  title: 'RFC 9110 §5.6.7 grammar',
+  check: (v) => (parsed(v) === 'invalid' ? 'invalid' : 'valid'),
+  cases: [
+    {
+      id: 'second 60 (a leap second) is in the grammar', from: `${RFC} time-of-day (00:00:00 - 23:59:60)`, input: 'Sat, 31 Dec 2016 23:59:60 GMT', expected: 'valid',
+      note: 'relent takes 23:59:60 as the next second (epoch time has no leap second); the RFC names no instant',
+    },
   ],
 });
 
@@ -203,5 +214,5 @@ export const HTTP_DATE: Source = {
     'golang/go src/net/http/header_test.go (TestParseTime)', 'python/cpython Lib/test/test_http_cookiejar.py',
     'python/cpython Lib/test/test_email/test_utils.py, test_email.py, test_parsedate_to_datetime.py', 'RFC 9110 §5.6.7 and §10.2.3',
   ],
-  groups: [go, http2time, emailUtils, rfc, retryAfter, notApplicable],
+  groups: [go, http2time, emailUtils, rfc, grammar, retryAfter, notApplicable],
 };
