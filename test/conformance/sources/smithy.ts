@@ -271,13 +271,11 @@ const amzRetryAfter = group<AmzIn, { readonly afterFailure: number; readonly del
     {
       id: 'x-amz-retry-after 1500 ms is honoured', from: `${BOTO} TestRetryAfterHeaderInRetries.test_x_amz_retry_after_header_is_honored[1500]`, input: { header: '1500' },
       expected: { afterFailure: 486, delayS: 1.5, afterSuccess: 500 },
-      pending: 'gap: x-amz-retry-after read by aws-standard', // fixed on main by issue 21 gap (x-amz-retry-after)
     },
     { id: 'x-amz-retry-after 0 keeps the backoff', from: `${BOTO} TestRetryAfterHeaderInRetries.test_x_amz_retry_after_header_is_honored[0]`, input: { header: '0' }, expected: { afterFailure: 486, delayS: 0.05, afterSuccess: 500 } },
     {
       id: 'x-amz-retry-after 10 s is bounded to backoff + 5 s', from: `${BOTO} TestRetryAfterHeaderInRetries.test_x_amz_retry_after_header_is_honored[10000]`, input: { header: '10000' },
       expected: { afterFailure: 486, delayS: 5.05, afterSuccess: 500 },
-      pending: 'gap: x-amz-retry-after read by aws-standard', // fixed on main by issue 21 gap (x-amz-retry-after)
     },
     { id: 'an invalid x-amz-retry-after keeps the backoff', from: `${BOTO} TestRetryAfterHeaderInRetries.test_x_amz_retry_after_header_is_honored[invalid]`, input: { header: 'invalid' }, expected: { afterFailure: 486, delayS: 0.05, afterSuccess: 500 } },
     { id: 'a negative x-amz-retry-after keeps the backoff', from: `${BOTO} TestRetryAfterHeaderInRetries.test_x_amz_retry_after_header_is_honored[-100]`, input: { header: '-100' }, expected: { afterFailure: 486, delayS: 0.05, afterSuccess: 500 } },
@@ -296,7 +294,6 @@ const emptyQuota = group<'fresh' | 'answered', { readonly calls: number; readonl
     { id: 'quota empty: the error is returned, no sleep', from: `${BOTO} TestServiceSpecificRetries.test_non_long_polling_operation_does_not_sleep_when_quota_exhausted`, input: 'fresh', expected: { calls: 1, end: 'budget_exhausted', budgetWaits: 0 } },
     {
       id: 'quota empty while other calls succeed: still no sleep', from: `${BOTO} RetryHandler.needs_retry (quota not acquired → no retry)`, input: 'answered', expected: { calls: 1, end: 'budget_exhausted', budgetWaits: 0 },
-      pending: 'bug 3: aws-standard fails at once on an empty budget', // fixed on main by issue 21 bug 3
     },
   ],
 });
@@ -361,7 +358,6 @@ const preset = group<'values' | 'post' | 'note', unknown>({
     },
     {
       id: 'the preset says POST-based AWS calls need idempotent: true', from: 'issue 21 (aws-standard idempotent note)', input: 'note', expected: true,
-      pending: 'gap: aws-standard idempotent note', // fixed on main by issue 21 gap (aws-standard idempotent note)
     },
   ],
 });
