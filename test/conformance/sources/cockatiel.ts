@@ -158,7 +158,6 @@ const retryPolicy = group<string, unknown>({
       expected: { before: false, abortedInside: true, calls: 1, end: 'rejects with the attempt\'s error' },
       status: 'differs', relent: { before: false, abortedInside: true, calls: 1, end: 'ERR_CANCELLED' },
       why: 'a cancelled operation rejects with ERR_CANCELLED (its cause is the signal\'s reason) ([docs/http.md, How a call ends](http.md#how-a-call-ends))',
-      pending: 'bug 2 (residual): the attempt\'s signal aborts only once its function returns', // bug 2 on main ends the operation at once; reported: the signal is not aborted while the synchronous part still runs
     },
     { id: 'onGiveUp fires once with the error', from: `${RP} "fires onGiveUp"`, input: 'give up', expected: { giveUps: 1, reason: 'max_attempts', end: 'rejects MyErrorA' }, note: 'relent\'s result event is the give-up' },
     { id: 'onRetry gets attempts 1, 2, 3', from: `${RP} "provides the attempt to the onRetry callback"`, input: 'onRetry attempts', expected: [1, 2, 3] },
@@ -700,7 +699,6 @@ const timeouts = group<string, unknown>({
     { id: 'aggressive: rejected at the timeout, the signal aborted', from: `${TO} "properly aggressively cancels"`, input: 'aggressive', expected: { settled: true, abortedAt: 5 } },
     {
       id: 'the caller\'s cancel reaches the attempt\'s signal at once', from: `${TO} "links parent cancellation token"`, input: 'parent', expected: { before: false, afterAbort: true },
-      pending: 'bug 2 (residual): the attempt\'s signal aborts only once its function returns', // bug 2 on main ends the operation at once; reported: the signal is not aborted while the synchronous part still runs
     },
     { id: 'the timeout still applies with a caller\'s signal', from: `${TO} "still has own timeout if given parent"`, input: 'own timeout with parent', expected: 1 },
     {

@@ -306,7 +306,6 @@ const preset = group<'budget' | 'which formula', unknown>({
     },
     {
       id: 'the preset says which back-off it follows (docs, not code) and why', from: 'issue 21 (What to build 4: where a source and its own code disagree)', input: 'which formula', expected: true,
-      pending: 'Envoy docs vs code note in the preset', // fixed on main by issue 21 (What to build 4)
     },
   ],
 });
