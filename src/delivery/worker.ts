@@ -188,9 +188,17 @@ interface Permit {
   end: number;
 }
 
+/**
+ * A batch this worker holds under a claim. One per batch: when the worker claims a batch it
+ * already holds (its lease ran out while the store was out of reach, and the batch fell
+ * due again), the entry takes the new claim's token — the request already made, or its
+ * outcome waiting to be written, belongs to the new claim — so a late answer about the old
+ * claim never cancels the new one, and the batch is not sent again.
+ */
 interface Held {
   readonly id: number;
-  readonly token: number;
+  /** The fencing token of the newest claim: every write about the batch carries it. */
+  token: number;
   readonly dest: Dest;
   /** The shared rate permit this batch's claim took (null: no shared rate limit). */
   readonly permit: Permit | null;
@@ -545,6 +553,13 @@ class Worker implements DeliveryWorker {
         dest.rate?.take(claimed.length, now);
         if (claimed.length === want && want > 0) more = true;
         for (const b of claimed) {
+          const old = this.held.get(b.id);
+          if (old !== undefined) {
+            // Ours already: its lease ran out while the store was out of reach. Same batch, newer claim.
+            this.adopt(old, b.token);
+            if (permit !== null) this.permitUsed(dest, permit); // no request goes out for it under this claim
+            continue;
+          }
           this.held.set(b.id, { id: b.id, token: b.token, dest, permit, abort: new AbortController(), started: false, abandoned: false, settled: false, timedOut: false });
           dest.ready.push(b);
         }
@@ -628,13 +643,21 @@ class Worker implements DeliveryWorker {
     }
     // A destination whose limits live in the store counted these leases until now: there may be room again.
     const freed = new Set<Dest>();
+    const tokenOf = new Map(batch.map((o) => [o.id, o.token]));
     for (const id of res.applied) {
-      const dest = this.held.get(id)?.dest;
-      if (dest?.shared) freed.add(dest);
+      const h = this.held.get(id);
+      if (h === undefined || h.token !== tokenOf.get(id)) continue;
+      if (h.dest.shared) freed.add(h.dest);
       this.held.delete(id);
     }
     for (const id of res.lost) {
       const h = this.held.get(id);
+      const written = batch.find((o) => o.id === id)!;
+      if (h !== undefined && h.token !== written.token) {
+        // Claimed again by this worker while the write was under way: written again under the new claim.
+        this.outcomes.push({ ...written, token: h.token });
+        continue;
+      }
       this.held.delete(id);
       this.c.leaseLost++;
       this.emit({ type: 'lease_lost', destination: h?.dest.d.name ?? '', batchId: id });
@@ -649,10 +672,12 @@ class Worker implements DeliveryWorker {
       this.cancelRenew = null;
       if (!this.isRunning) return;
       const leases = [...this.held.values()].filter((h) => !h.abandoned).map((h) => ({ id: h.id, token: h.token }));
+      const sent = new Map(leases.map((l) => [l.id, l.token]));
       this.store.renew(leases, this.clock.wallNow(), this.settings.leaseMs).then((lost) => {
         for (const id of lost) {
           const h = this.held.get(id);
-          if (!h) continue;
+          // (claimed again by this worker meanwhile: the renewal of the old claim says nothing about it)
+          if (!h || h.token !== sent.get(id)) continue;
           // Another worker has it now: stop caring; our result would be refused by the fence anyway.
           this.held.delete(id);
           this.c.leaseLost++;
@@ -779,7 +804,7 @@ class Worker implements DeliveryWorker {
       } finally {
         this.deadlines.delete(h);
       }
-      if (h.abandoned || !this.held.has(b.id)) {
+      if (h.abandoned || this.held.get(b.id) !== h) {
         // Stopped meanwhile, or the lease was lost: nothing is recorded; the span says so.
         aScope?.end({
           type: 'attempt', operationId, requestId, attempt, method: d.method, endpoint: endpointOf(d.url), status: null, errorClass: 'aborted',
@@ -894,9 +919,20 @@ class Worker implements DeliveryWorker {
     }, Math.max(0, due - this.clock.now()));
   }
 
+  /**
+   * `h` was claimed again (token `token`): what it has — a request in flight, a batch waiting
+   * to start, an outcome waiting to be written — now belongs to the new claim.
+   */
+  private adopt(h: Held, token: number): void {
+    if (token <= h.token) return;
+    h.token = token;
+    const i = this.outcomes.findIndex((o) => o.id === h.id);
+    if (i >= 0) this.outcomes[i] = { ...this.outcomes[i]!, token };
+  }
+
   private settle(h: Held, o: Outcome): void {
     h.settled = true;
-    this.outcomes.push(o);
+    this.outcomes.push(o.token === h.token ? o : { ...o, token: h.token });
     // A shared limit counts this lease until the outcome is written: end a group's wait now (the write starts at the end of the turn).
     if (h.dest.shared !== null && this.groupWaiting && this.cancelFlushWait !== null) {
       this.groupWaiting = false;
@@ -987,7 +1023,8 @@ class Worker implements DeliveryWorker {
     this.cancelFlushWait?.();
     if (this.flushing) await this.flushing;
     try {
-      await this.flush();
+      // (an outcome refused for an older claim of a batch claimed again is written again: a second pass)
+      for (let pass = 0; pass < 3 && this.outcomes.length > 0; pass++) await this.flush();
     } catch (e) {
       this.storeError('recording outcomes while stopping', e);
     }
