@@ -648,7 +648,16 @@ class SqliteStore implements DeliveryStore {
         records.push([o.id, round, r.attempt, r.at, r.status, r.errorClass, r.elapsedMs, r.decision, r.why, r.delayMs, r.retryAfterMs, r.worker]);
       }
       if (records.length > 0) this.s.insertAttempts!.run(JSON.stringify(records));
-      return { applied: outcomes.filter((o) => roundOf.has(o.id)).map((o) => o.id), lost: outcomes.filter((o) => !roundOf.has(o.id)).map((o) => o.id) };
+      // Written already by this very claim (the same write made again): done, not lost.
+      const again = (o: Outcome): boolean => {
+        if (o.state === 'queued') return false;
+        const row = this.db.prepare(`SELECT state, lease_token FROM ${this.t.batches} WHERE id = ?`).get(o.id) as { state: string; lease_token: number } | undefined;
+        return row !== undefined && row.state === o.state && Number(row.lease_token) === o.token;
+      };
+      const applied: number[] = [];
+      const lost: number[] = [];
+      for (const o of outcomes) (roundOf.has(o.id) || again(o) ? applied : lost).push(o.id);
+      return { applied, lost };
     }).immediate());
   }
 

@@ -312,5 +312,12 @@ export interface DeliveryStore {
    * Optional: a store without it is polled.
    */
   subscribe?(listener: (destination: string) => void): Promise<() => Promise<void>>;
+  /**
+   * Optional: resolves when the store answers within `timeoutMs` over a fresh connection
+   * (none a partition may have stalled), rejects otherwise. A worker whose store calls fail
+   * because the store cannot be reached asks every half second, and starts again (claims,
+   * outcome writes, renewals) as soon as it answers.
+   */
+  ping?(timeoutMs: number): Promise<void>;
   close(): Promise<void>;
 }

@@ -150,6 +150,9 @@ interface Dest {
   readonly ready: ClaimedBatch[];
   /** A claim round trip is under way. */
   claiming: boolean;
+  /** The current claim round (a round the store's return made stale is let go: see storeBack) and when it began (monotonic). */
+  claimGen: number;
+  claimSince: number;
   /** Look again as soon as the claim under way ends. */
   again: boolean;
   /**
@@ -220,6 +223,14 @@ interface Held {
  */
 const OUTCOME_GROUP_MS = 20;
 
+/** While the store cannot be reached: how often it is pinged, and how long a ping may take (ms). */
+const PROBE_EVERY_MS = 500;
+const PROBE_TIMEOUT_MS = 2_000;
+/** The longest wait before a failed claim or outcome write is tried again (ms): the pause doubles from pollMs up to this. */
+const STORE_RETRY_MAX_MS = 2_000;
+/** A claim round under way longer than this when the store is back is not waited for: a new one starts beside it. */
+const STALE_CLAIM_MS = 1_000;
+
 const CONNECT_PHASE: ReadonlySet<ErrorClass> = new Set(['connect_refused', 'dns', 'connect_timeout', 'tls']);
 
 /**
@@ -275,6 +286,14 @@ class Worker implements DeliveryWorker {
   private cancelPurge: (() => void) | null = null;
   private unsubscribe: (() => Promise<void>) | null = null;
   private storeFailures = 0;
+  /** Store calls under way (claim rounds, outcome writes, renewals), since when (monotonic), and when last reported as unanswered. */
+  private readonly calls = new Map<number, { readonly during: string; readonly since: number; reported: number }>();
+  private callSeq = 0;
+  private cancelWatchdog: (() => void) | null = null;
+  /** The store cannot be reached: a call failed so, or did not answer within storeTimeoutMs. Pinged until it answers. */
+  private storeDown = false;
+  private cancelProbe: (() => void) | null = null;
+  private renewing = false;
   /** Attempt deadlines (monotonic), swept by one timer instead of a timer per request. */
   private readonly deadlines = new Map<Held, number>();
   private cancelSweep: (() => void) | null = null;
@@ -297,6 +316,7 @@ class Worker implements DeliveryWorker {
       ...(o.stopTimeoutMs !== undefined ? { stopTimeoutMs: o.stopTimeoutMs } : {}),
       ...(o.retainDeliveredMs !== undefined ? { retainDeliveredMs: o.retainDeliveredMs } : {}),
       ...(o.retainDroppedMs !== undefined ? { retainDroppedMs: o.retainDroppedMs } : {}),
+      ...(o.storeTimeoutMs !== undefined ? { storeTimeoutMs: o.storeTimeoutMs } : {}),
     }, 'worker');
     this.id = o.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     const resolved = o.destinations instanceof Map ? o.destinations as ReadonlyMap<string, ResolvedDestination> : resolveDestinations(o.destinations);
@@ -321,6 +341,8 @@ class Worker implements DeliveryWorker {
         pausedUntil: 0,
         ready: [],
         claiming: false,
+        claimGen: 0,
+        claimSince: 0,
         again: false,
         dry: false,
         formDue: true,
@@ -413,7 +435,98 @@ class Worker implements DeliveryWorker {
   private storeError(during: string, e: unknown): void {
     this.c.storeErrors++;
     const error = DeliveryError.is(e) ? e : new DeliveryError('ERR_STORE', `${during}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    if (error.code === 'ERR_STORE_UNAVAILABLE') this.markDown();
     this.emit({ type: 'store_error', during, error });
+  }
+
+  /**
+   * A store call begins (`during` says what it is for the watchdog's report); the function
+   * returned ends it: `true` when it succeeded (a store thought down is back).
+   */
+  private track(during: string): (ok: boolean) => void {
+    const id = ++this.callSeq;
+    this.calls.set(id, { during, since: this.clock.now(), reported: 0 });
+    if (this.cancelWatchdog === null && this.isRunning) this.armWatchdog(this.settings.storeTimeoutMs);
+    return (ok) => {
+      this.calls.delete(id);
+      if (ok && this.storeDown) this.storeBack();
+    };
+  }
+
+  /**
+   * The watchdog: a store call that has not answered for storeTimeoutMs is a store_error
+   * (ERR_STORE_UNAVAILABLE), repeated every storeTimeoutMs while it waits. The worker
+   * still waits for it: an answer that comes late is used.
+   */
+  private armWatchdog(ms: number): void {
+    this.cancelWatchdog = this.clock.setTimer(() => {
+      this.cancelWatchdog = null;
+      if (!this.isRunning) return;
+      const limit = this.settings.storeTimeoutMs;
+      const now = this.clock.now();
+      let oldest: { during: string; since: number; reported: number } | null = null;
+      let waiting = 0;
+      let next = Number.POSITIVE_INFINITY;
+      for (const c of this.calls.values()) {
+        const due = Math.max(c.since, c.reported) + limit;
+        if (due <= now) {
+          waiting++;
+          c.reported = now;
+          if (oldest === null || c.since < oldest.since) oldest = c;
+        }
+        next = Math.min(next, Math.max(c.since, c.reported) + limit);
+      }
+      if (oldest !== null) {
+        const secs = ((now - oldest.since) / 1000).toFixed(1);
+        this.storeError(oldest.during, new DeliveryError('ERR_STORE_UNAVAILABLE',
+          `${this.store.description}: no answer from the store for ${secs} s (storeTimeoutMs ${limit}; ${waiting} call${waiting === 1 ? '' : 's'} waiting); still waiting, nothing stored earlier is lost`));
+      }
+      if (next !== Number.POSITIVE_INFINITY) this.armWatchdog(Math.max(1, next - now));
+    }, ms);
+  }
+
+  /** The store cannot be reached: ask it (ping) every PROBE_EVERY_MS until it answers. */
+  private markDown(): void {
+    if (this.storeDown || !this.isRunning) return;
+    this.storeDown = true;
+    if (this.store.ping !== undefined) this.armProbe();
+  }
+
+  private armProbe(): void {
+    this.cancelProbe = this.clock.setTimer(() => {
+      this.cancelProbe = null;
+      if (!this.storeDown || !this.isRunning || this.stopping) return;
+      this.store.ping!(PROBE_TIMEOUT_MS).then(() => this.storeBack(), () => {});
+      this.armProbe();
+    }, PROBE_EVERY_MS);
+  }
+
+  /**
+   * The store answers again: outcomes waiting are written and leases renewed now, and
+   * every destination is looked at now, without waiting for a claim that a partition
+   * stalled (it ends by its own timeout; what it claimed, if anything, is still used).
+   */
+  private storeBack(): void {
+    if (!this.storeDown) return;
+    this.storeDown = false;
+    this.cancelProbe?.();
+    this.cancelProbe = null;
+    this.storeFailures = 0;
+    if (!this.isRunning || this.stopping) return;
+    if (this.cancelFlushRetry !== null) {
+      this.cancelFlushRetry();
+      this.cancelFlushRetry = null;
+      this.kickFlush();
+    }
+    this.renewNow();
+    const now = this.clock.now();
+    for (const dest of this.dests.values()) {
+      if (dest.claiming && now - dest.claimSince > STALE_CLAIM_MS) {
+        dest.claimGen++;
+        dest.claiming = false;
+      }
+      this.look(dest);
+    }
   }
 
   /**
@@ -476,8 +589,11 @@ class Worker implements DeliveryWorker {
   /** One claim round trip for `dest`: seal due batches, lease up to `room`, start them; then decide when to look again. */
   private async claimRound(dest: Dest, room: number): Promise<void> {
     const d = dest.d;
+    const gen = ++dest.claimGen;
     dest.claiming = true;
+    dest.claimSince = this.clock.now();
     dest.again = false;
+    const done = this.track('claiming batches');
     let wait = this.settings.pollMs;
     let more = false;
     try {
@@ -565,14 +681,22 @@ class Worker implements DeliveryWorker {
         }
       }
       this.storeFailures = 0;
+      done(true);
     } catch (e) {
+      done(false);
+      // A round let go when the store came back (a newer one runs): its failure is old news.
+      if (gen !== dest.claimGen) return;
       this.storeError('claiming batches', e);
-      // Back off while the store fails (full disk, database down), up to 5 s.
+      // Back off while the store fails (full disk, database down), up to STORE_RETRY_MAX_MS (a ping brings it forward).
       this.storeFailures++;
-      wait = Math.min(5_000, this.settings.pollMs * 2 ** Math.min(this.storeFailures, 10));
+      wait = Math.min(STORE_RETRY_MAX_MS, this.settings.pollMs * 2 ** Math.min(this.storeFailures, 10));
       more = false;
     } finally {
-      dest.claiming = false;
+      if (gen === dest.claimGen) dest.claiming = false;
+    }
+    if (gen !== dest.claimGen) {
+      this.pump(dest); // what it claimed is held and ready: start it
+      return;
     }
     dest.dry = !more;
     this.arm(dest, wait);
@@ -607,12 +731,12 @@ class Worker implements DeliveryWorker {
     }, (e: unknown) => {
       this.flushing = null;
       this.storeError('recording outcomes', e);
-      // Kept; written again after a pause (or the leases expire and the batches are delivered again).
+      // Kept; written again after a pause, or as soon as the store answers a ping (or the leases expire and the batches are delivered again).
       this.storeFailures++;
       this.cancelFlushRetry = this.clock.setTimer(() => {
         this.cancelFlushRetry = null;
         this.kickFlush();
-      }, Math.min(5_000, this.settings.pollMs * 2 ** Math.min(this.storeFailures, 10)));
+      }, Math.min(STORE_RETRY_MAX_MS, this.settings.pollMs * 2 ** Math.min(this.storeFailures, 10)));
     });
     this.flushing = run;
   }
@@ -635,10 +759,17 @@ class Worker implements DeliveryWorker {
     const batch = this.outcomes;
     this.outcomes = [];
     let res;
+    const done = this.track('recording outcomes');
     try {
       res = await this.store.complete(batch);
+      done(true);
     } catch (e) {
-      this.outcomes = batch.concat(this.outcomes);
+      done(false);
+      // (an outcome claimed again meanwhile carries its newest token: see adopt)
+      this.outcomes = batch.map((o) => {
+        const h = this.held.get(o.id);
+        return h !== undefined && h.token > o.token ? { ...o, token: h.token } : o;
+      }).concat(this.outcomes);
       throw e;
     }
     // A destination whose limits live in the store counted these leases until now: there may be room again.
@@ -658,6 +789,7 @@ class Worker implements DeliveryWorker {
         this.outcomes.push({ ...written, token: h.token });
         continue;
       }
+      if (h === undefined) continue; // (a renewal already found it lost)
       this.held.delete(id);
       this.c.leaseLost++;
       this.emit({ type: 'lease_lost', destination: h?.dest.d.name ?? '', batchId: id });
@@ -670,23 +802,38 @@ class Worker implements DeliveryWorker {
     const every = Math.max(1, Math.floor(this.settings.leaseMs / 3));
     this.cancelRenew = this.clock.setTimer(() => {
       this.cancelRenew = null;
-      if (!this.isRunning) return;
-      const leases = [...this.held.values()].filter((h) => !h.abandoned).map((h) => ({ id: h.id, token: h.token }));
-      const sent = new Map(leases.map((l) => [l.id, l.token]));
-      this.store.renew(leases, this.clock.wallNow(), this.settings.leaseMs).then((lost) => {
-        for (const id of lost) {
-          const h = this.held.get(id);
-          // (claimed again by this worker meanwhile: the renewal of the old claim says nothing about it)
-          if (!h || h.token !== sent.get(id)) continue;
-          // Another worker has it now: stop caring; our result would be refused by the fence anyway.
-          this.held.delete(id);
-          this.c.leaseLost++;
-          this.emit({ type: 'lease_lost', destination: h.dest.d.name, batchId: id });
-        }
-      }, (e: unknown) => this.storeError('renewing leases', e)).finally(() => {
-        if (this.isRunning) this.armRenew();
-      });
+      this.renewNow();
     }, every);
+  }
+
+  /** Renews every lease held now (one renewal at a time), then arms the next one. */
+  private renewNow(): void {
+    if (!this.isRunning || this.renewing) return;
+    this.cancelRenew?.();
+    this.cancelRenew = null;
+    this.renewing = true;
+    const leases = [...this.held.values()].filter((h) => !h.abandoned).map((h) => ({ id: h.id, token: h.token }));
+    const sent = new Map(leases.map((l) => [l.id, l.token]));
+    const done = this.track('renewing leases');
+    this.store.renew(leases, this.clock.wallNow(), this.settings.leaseMs).then((lost) => {
+      done(true);
+      for (const id of lost) {
+        const h = this.held.get(id);
+        // (claimed again by this worker meanwhile: the renewal of the old claim says nothing about it;
+        // answered already: the outcome's write says whether the lease held, or whether this worker's own write landed)
+        if (!h || h.token !== sent.get(id) || h.settled) continue;
+        // Another worker has it now: stop caring; our result would be refused by the fence anyway.
+        this.held.delete(id);
+        this.c.leaseLost++;
+        this.emit({ type: 'lease_lost', destination: h.dest.d.name, batchId: id });
+      }
+    }, (e: unknown) => {
+      done(false);
+      this.storeError('renewing leases', e);
+    }).finally(() => {
+      this.renewing = false;
+      if (this.isRunning && !this.stopping && this.cancelRenew === null) this.armRenew();
+    });
   }
 
   /**
@@ -980,6 +1127,8 @@ class Worker implements DeliveryWorker {
     this.cancelRenew = null;
     this.cancelPurge?.();
     this.cancelPurge = null;
+    this.cancelProbe?.();
+    this.cancelProbe = null;
     const unsubscribe = this.unsubscribe;
     this.unsubscribe = null;
     await unsubscribe?.().catch(() => {});
@@ -1040,6 +1189,10 @@ class Worker implements DeliveryWorker {
     this.cancelSweep = null;
     this.sweepAt = Number.POSITIVE_INFINITY;
     this.isRunning = false;
+    this.cancelWatchdog?.();
+    this.cancelWatchdog = null;
+    this.calls.clear();
+    this.storeDown = false;
     if (this.ownTransport) await (this.transport as ReturnType<typeof createHttpTransport>).close().catch(() => {});
     return { released, abandoned };
   }
