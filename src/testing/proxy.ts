@@ -365,6 +365,16 @@ class Proxy implements FaultProxy {
   private read(p: Pipe, u: Unit): void {
     if (p.link.closed || p.done) return;
     if (u.kind !== 'data') p.done = true;
+    if (u.kind === 'reset') {
+      // A sender that resets its connection drops what it had not delivered yet (a FIN keeps it).
+      p.q = [];
+      p.held = [];
+      p.bytes = 0;
+      p.lastAt = Number.NEGATIVE_INFINITY;
+      p.cancel?.();
+      p.cancel = null;
+      p.timerAt = Number.POSITIVE_INFINITY;
+    }
     const now = this.clock.now();
     const size = u.data?.length ?? 0;
     // A connection accepted during a partition is not made until the heal: its bytes wait with it.

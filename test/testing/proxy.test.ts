@@ -287,6 +287,26 @@ describe('relent/testing/proxy: blackhole (a partition)', () => {
     await until(() => a.received.toString() === 'held', 'the echo after the heal');
   });
 
+  it('a client that resets its connection during the partition drops what it had sent (a FIN would keep it)', async () => {
+    const { srv, proxy } = await setup('sink', { faults: { healWith: 'immediate' } });
+    const a = track(client(proxy.port));
+    await until(() => srv.peers.length === 1, 'the first connection at the server');
+    const b = track(client(proxy.port));
+    await until(() => srv.peers.length === 2, 'the second connection at the server');
+    proxy.set({ blackhole: true });
+    a.socket.write('never');
+    b.socket.write('later');
+    await until(() => proxy.stats().heldBytes === 10, 'the held bytes');
+    a.socket.resetAndDestroy();
+    b.socket.end();
+    await until(() => proxy.stats().heldBytes === 5, 'the reset connection\'s bytes dropped');
+    proxy.set({ blackhole: false });
+    const [pa, pb] = srv.peers as [Peer, Peer];
+    await until(() => pa.error !== null && pb.ended, 'the reset and the FIN at the server');
+    expect(pa.received.length).toBe(0);
+    expect(pb.received.toString()).toBe('later');
+  });
+
   it('one direction only: requests arrive, answers are held', async () => {
     const { srv, proxy } = await setup('echo', { faults: { healWith: 'immediate' } });
     const a = track(client(proxy.port));
