@@ -718,6 +718,22 @@ class PostgresStore implements DeliveryStore {
     return toClaimed(batches, items);
   }
 
+  async reclaim(destination: string, owner: string, known: readonly Lease[], now: number, leaseMs: number): Promise<ClaimedBatch[]> {
+    const rows = await this.q<ClaimRow>('looking for leases of unknown claims', `
+      WITH u AS (
+        UPDATE ${this.t.batches} b SET lease_until = $3, due_at = $3
+        WHERE b.state = 'queued' AND b.destination = $1 AND b.lease_owner = $2 AND b.lease_until > $4
+          AND NOT EXISTS (SELECT 1 FROM unnest($5::bigint[], $6::bigint[]) AS k(id, token) WHERE k.id = b.id AND k.token = b.lease_token)
+        RETURNING b.id, b.destination, b.key, b.lease_token, b.round, b.attempt, b.op_started_at, b.op_deadline_at, b.prev_delay_ms, b.op_throttled,
+          b.created_at, b.not_before, b.bytes, b.due_at
+      )
+      SELECT u.*, i.key AS item_key, i.payload AS item_payload FROM u JOIN ${this.t.items} i ON i.batch_id = u.id ORDER BY u.id, i.id`,
+    [destination, owner, now + leaseMs, now, known.map((l) => l.id), known.map((l) => l.token)]);
+    if (rows.length === 0) return [];
+    const { batches, items } = splitClaimRows(rows);
+    return toClaimed(batches, items);
+  }
+
   async claimLimited(destination: string, want: number, limits: SharedLimits, now: number, leaseMs: number, owner: string): Promise<LimitedClaim> {
     return this.tx('claiming batches', async (c) => {
       // Claims of this destination, from every worker, one at a time: the destination's row is the lock.

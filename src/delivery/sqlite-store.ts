@@ -242,6 +242,7 @@ class RemoteSqliteStore implements DeliveryStore {
   claimThenForm(...a: Parameters<NonNullable<DeliveryStore['claimThenForm']>>): Promise<ClaimThenFormResult> { return this.call('claimThenForm', a); }
   claim(...a: Parameters<DeliveryStore['claim']>): Promise<ClaimedBatch[]> { return this.call('claim', a); }
   claimLimited(...a: Parameters<DeliveryStore['claimLimited']>): Promise<LimitedClaim> { return this.call('claimLimited', a); }
+  reclaim(...a: Parameters<NonNullable<DeliveryStore['reclaim']>>): Promise<ClaimedBatch[]> { return this.call('reclaim', a); }
   endPermit(...a: Parameters<DeliveryStore['endPermit']>): Promise<void> { return this.call('endPermit', a); }
   renew(...a: Parameters<DeliveryStore['renew']>): Promise<number[]> { return a[0].length === 0 ? Promise.resolve([]) : this.call('renew', a); }
   complete(...a: Parameters<DeliveryStore['complete']>): Promise<CompleteResult> { return a[0].length === 0 ? Promise.resolve({ applied: [], lost: [] }) : this.call('complete', a); }
@@ -579,6 +580,17 @@ class SqliteStore implements DeliveryStore {
     const rows = this.s.lease!.all({ owner, until, d: destination, now, limit }) as BatchRow[];
     if (rows.length === 0) return [];
     return toClaimed(rows, this.s.batchItems!.all(JSON.stringify(rows.map((r) => r.id))) as { batch_id: number; key: string; payload: string }[]);
+  }
+
+  reclaim(destination: string, owner: string, known: readonly Lease[], now: number, leaseMs: number): Promise<ClaimedBatch[]> {
+    return this.guard('looking for leases of unknown claims', () => this.db.transaction(() => {
+      const rows = this.db.prepare(`UPDATE ${this.t.batches} SET lease_until = @until, due_at = @until
+        WHERE state = 'queued' AND destination = @d AND lease_owner = @owner AND lease_until > @now
+          AND NOT EXISTS (SELECT 1 FROM json_each(@known) k WHERE json_extract(k.value, '$[0]') = ${this.t.batches}.id AND json_extract(k.value, '$[1]') = ${this.t.batches}.lease_token)
+        RETURNING *`).all({ until: now + leaseMs, d: destination, owner, now, known: JSON.stringify(known.map((l) => [l.id, l.token])) }) as BatchRow[];
+      if (rows.length === 0) return [];
+      return toClaimed(rows, this.s.batchItems!.all(JSON.stringify(rows.map((r) => r.id))) as { batch_id: number; key: string; payload: string }[]);
+    }).immediate());
   }
 
   claimLimited(destination: string, want: number, limits: SharedLimits, now: number, leaseMs: number, owner: string): Promise<LimitedClaim> {

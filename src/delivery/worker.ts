@@ -17,7 +17,7 @@ import { SlidingWindowLimiter } from './limits.js';
 import { createLimitAlgorithm, type LimitAlgorithm } from '../core/concurrency.js';
 import { PURGE_CHUNK } from './store-common.js';
 import { createHttpTransport, type DeliveryRequest, type Transport, type TransportResult } from './transport.js';
-import type { AttemptRecord, ClaimedBatch, DeliveryStore, Outcome } from './types.js';
+import type { AttemptRecord, ClaimedBatch, DeliveryStore, Lease, Outcome } from './types.js';
 
 /** Fields every delivery event carries. */
 interface BatchRef {
@@ -153,6 +153,12 @@ interface Dest {
   /** The current claim round (a round the store's return made stale is let go: see storeBack) and when it began (monotonic). */
   claimGen: number;
   claimSince: number;
+  /**
+   * A claim failed in a way that leaves its outcome unknown (the store was out of reach:
+   * it may have leased batches to this worker and lost the answer). The next claim round
+   * first asks the store for leases of this worker it does not know of (`reclaim`).
+   */
+  orphans: boolean;
   /** Look again as soon as the claim under way ends. */
   again: boolean;
   /**
@@ -293,7 +299,17 @@ class Worker implements DeliveryWorker {
   /** The store cannot be reached: a call failed so, or did not answer within storeTimeoutMs. Pinged until it answers. */
   private storeDown = false;
   private cancelProbe: (() => void) | null = null;
+  /** When storeBack last acted (monotonic). */
+  private backAt = Number.NEGATIVE_INFINITY;
   private renewing = false;
+  /**
+   * Outcomes refused by the fence while a claim of this worker (under way, or of unknown
+   * outcome) may hold their batch under a token it has not seen yet: written again, under
+   * the newest token known, when that claim round ends (or after `reclaim`).
+   */
+  private parked: Outcome[] = [];
+  /** How often each batch's outcome was parked (a claim under way parks it at most 3 times). */
+  private readonly parks = new Map<number, number>();
   /** Attempt deadlines (monotonic), swept by one timer instead of a timer per request. */
   private readonly deadlines = new Map<Held, number>();
   private cancelSweep: (() => void) | null = null;
@@ -343,6 +359,7 @@ class Worker implements DeliveryWorker {
         claiming: false,
         claimGen: 0,
         claimSince: 0,
+        orphans: false,
         again: false,
         dry: false,
         formDue: true,
@@ -513,6 +530,10 @@ class Worker implements DeliveryWorker {
     this.cancelProbe = null;
     this.storeFailures = 0;
     if (!this.isRunning || this.stopping) return;
+    // At most once per PROBE_EVERY_MS (a store that fails some calls and answers others must not make a loop of it).
+    const at = this.clock.now();
+    if (at - this.backAt < PROBE_EVERY_MS) return;
+    this.backAt = at;
     if (this.cancelFlushRetry !== null) {
       this.cancelFlushRetry();
       this.cancelFlushRetry = null;
@@ -597,6 +618,7 @@ class Worker implements DeliveryWorker {
     let wait = this.settings.pollMs;
     let more = false;
     try {
+      if (dest.orphans) await this.reclaimOrphans(dest);
       const now = this.clock.wallNow();
       const t0 = this.clock.now();
       for (const at of dest.wakeTimes) {
@@ -684,6 +706,7 @@ class Worker implements DeliveryWorker {
       done(true);
     } catch (e) {
       done(false);
+      if (DeliveryError.is(e) && e.code === 'ERR_STORE_UNAVAILABLE' && this.store.reclaim !== undefined) dest.orphans = true;
       // A round let go when the store came back (a newer one runs): its failure is old news.
       if (gen !== dest.claimGen) return;
       this.storeError('claiming batches', e);
@@ -694,6 +717,7 @@ class Worker implements DeliveryWorker {
     } finally {
       if (gen === dest.claimGen) dest.claiming = false;
     }
+    if (!dest.orphans) this.unpark(dest);
     if (gen !== dest.claimGen) {
       this.pump(dest); // what it claimed is held and ready: start it
       return;
@@ -780,6 +804,7 @@ class Worker implements DeliveryWorker {
       if (h === undefined || h.token !== tokenOf.get(id)) continue;
       if (h.dest.shared) freed.add(h.dest);
       this.held.delete(id);
+      this.parks.delete(id);
     }
     for (const id of res.lost) {
       const h = this.held.get(id);
@@ -790,6 +815,15 @@ class Worker implements DeliveryWorker {
         continue;
       }
       if (h === undefined) continue; // (a renewal already found it lost)
+      const parks = this.parks.get(id) ?? 0;
+      if (h.dest.orphans || (h.dest.claiming && parks < 3)) {
+        // Perhaps claimed again by this worker, in a claim whose answer is still on its way or was lost:
+        // written again once that claim round (or reclaimOrphans) has said (unpark). A few times at most.
+        this.parks.set(id, parks + 1);
+        this.parked.push(written);
+        continue;
+      }
+      this.parks.delete(id);
       this.held.delete(id);
       this.c.leaseLost++;
       this.emit({ type: 'lease_lost', destination: h?.dest.d.name ?? '', batchId: id });
@@ -821,7 +855,8 @@ class Worker implements DeliveryWorker {
         const h = this.held.get(id);
         // (claimed again by this worker meanwhile: the renewal of the old claim says nothing about it;
         // answered already: the outcome's write says whether the lease held, or whether this worker's own write landed)
-        if (!h || h.token !== sent.get(id) || h.settled) continue;
+        // (a claim of this worker under way, or of unknown outcome, may have it under a newer token)
+        if (!h || h.token !== sent.get(id) || h.settled || h.dest.claiming || h.dest.orphans) continue;
         // Another worker has it now: stop caring; our result would be refused by the fence anyway.
         this.held.delete(id);
         this.c.leaseLost++;
@@ -1067,6 +1102,37 @@ class Worker implements DeliveryWorker {
   }
 
   /**
+   * After a claim of unknown outcome: the store's leases of `dest` held by this worker that
+   * it does not know of are taken in (a batch held under an older token adopts the newer
+   * one; others wait in the ready buffer like a claim's), and outcomes parked meanwhile are
+   * written again under the tokens now known.
+   */
+  private async reclaimOrphans(dest: Dest): Promise<void> {
+    const known: Lease[] = [];
+    for (const h of this.held.values()) if (h.dest === dest) known.push({ id: h.id, token: h.token });
+    const back = await this.store.reclaim!(dest.d.name, this.id, known, this.clock.wallNow(), this.settings.leaseMs);
+    dest.orphans = false;
+    for (const b of back) {
+      const old = this.held.get(b.id);
+      if (old !== undefined) this.adopt(old, b.token);
+      else {
+        this.held.set(b.id, { id: b.id, token: b.token, dest, permit: null, abort: new AbortController(), started: false, abandoned: false, settled: false, timedOut: false });
+        dest.ready.push(b);
+      }
+    }
+    this.unpark(dest);
+  }
+
+  /** Outcomes of `dest` parked by the fence are written again, under the tokens now known. */
+  private unpark(dest: Dest): void {
+    const parked = this.parked.filter((o) => this.held.get(o.id)?.dest === dest);
+    if (parked.length === 0) return;
+    this.parked = this.parked.filter((o) => this.held.get(o.id)?.dest !== dest);
+    for (const o of parked) this.outcomes.push({ ...o, token: this.held.get(o.id)!.token });
+    this.kickFlush();
+  }
+
+  /**
    * `h` was claimed again (token `token`): what it has — a request in flight, a batch waiting
    * to start, an outcome waiting to be written — now belongs to the new claim.
    */
@@ -1167,10 +1233,18 @@ class Worker implements DeliveryWorker {
       }
     }
     let released = 0;
+    // Leases a claim of unknown outcome may have given this worker: taken in, so they are written or given back below.
+    for (const dest of this.dests.values()) {
+      if (!dest.orphans) continue;
+      await this.reclaimOrphans(dest).catch((e: unknown) => this.storeError('looking for leases of unknown claims while stopping', e));
+    }
     this.cancelFlushRetry?.();
     this.cancelFlushRetry = null;
     this.cancelFlushWait?.();
     if (this.flushing) await this.flushing;
+    // Parked outcomes whose batch no claim of this worker holds any more: written (and found lost) below.
+    this.outcomes.push(...this.parked);
+    this.parked = [];
     try {
       // (an outcome refused for an older claim of a batch claimed again is written again: a second pass)
       for (let pass = 0; pass < 3 && this.outcomes.length > 0; pass++) await this.flush();
@@ -1184,6 +1258,7 @@ class Worker implements DeliveryWorker {
       this.storeError('releasing claims while stopping', e);
     }
     this.held.clear();
+    this.parks.clear();
     this.deadlines.clear();
     this.cancelSweep?.();
     this.cancelSweep = null;

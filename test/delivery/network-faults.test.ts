@@ -88,6 +88,52 @@ describe('a store stall longer than the lease (bookkeeping by claim)', () => {
     await real.close();
   });
 
+  it('the fence refuses the old claim\'s outcome before the answer of the claim that took the batch back arrives: written again under the new claim, not sent again', async () => {
+    const clock = createTestClock();
+    const real = await openStore('sqlite::memory:');
+    const { store, down } = withFailingWrites(real);
+    // Claims made from 10 s on (when the lease has run out) happen in the store at once; their answers wait for the gate.
+    let gate: () => void = () => {};
+    const opened = new Promise<void>((r) => (gate = r));
+    const late = new Proxy(store, {
+      get(target, key, receiver) {
+        const v = Reflect.get(target, key, receiver) as unknown;
+        if (typeof v !== 'function' || !['claim', 'claimThenForm', 'formAndClaim', 'claimLimited'].includes(String(key))) return v;
+        return async (...args: unknown[]) => {
+          const answer = await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+          if (clock.now() >= 10_000) await opened;
+          return answer;
+        };
+      },
+    });
+    const sends = new Map<string, number>();
+    const events: DeliveryEvent[] = [];
+    const worker = createWorker({
+      store: late, clock, random: createSeededRandom(1), leaseMs: 10_000, pollMs: 500, onEvent: (e) => events.push(e),
+      transport: async (req) => {
+        const n = (sends.get(req.batchKey) ?? 0) + 1;
+        sends.set(req.batchKey, n);
+        if (n === 1) return { status: 200 };
+        return new Promise<TransportResult>((_r, reject) => req.signal.addEventListener('abort', () => reject(req.signal.reason)));
+      },
+      destinations: { d: { url: 'https://receiver.example/in', batch: { maxItems: 1, maxAgeMs: 0 } } },
+    });
+    await real.enqueue([{ destination: 'd', key: 'k', payload: '{}' }], clock.wallNow());
+    down.on = true;
+    worker.start();
+    for (let t = 0; t < 22; t++) await clock.advanceAsync(500); // the lease ran out at 10 s; a claim took the batch back
+    expect((await real.list({}, clock.wallNow()))[0]).toMatchObject({ state: 'queued', claims: 2 });
+    down.on = false;
+    for (let t = 0; t < 8; t++) await clock.advanceAsync(500); // the old claim's outcome is refused meanwhile
+    gate();
+    for (let t = 0; t < 8; t++) await clock.advanceAsync(500);
+    expect([...sends.values()]).toEqual([1]);
+    expect((await real.list({}, clock.wallNow()))[0]).toMatchObject({ state: 'delivered', leaseOwner: null });
+    expect(events.filter((e) => e.type === 'lease_lost')).toEqual([]);
+    await worker.stop();
+    await real.close();
+  });
+
   it('stop() in that window records what was delivered and leaves no batch leased', async () => {
     const { clock, real, down, worker } = await scenario();
     down.on = false;
@@ -281,4 +327,68 @@ describe('an outcome written again by the same claim (its first answer was lost 
       }
     });
   }
+});
+
+describe('a claim whose answer is lost (the store leased batches to this worker, the worker never heard)', async () => {
+  const pgOn = await pgEnabled();
+  for (const kind of ['sqlite', 'postgres'] as const) {
+    it.runIf(kind === 'sqlite' || pgOn)(`${kind}: reclaim() hands back the live leases of an owner that it does not know of, tokens unchanged`, async () => {
+      const schema = uniqueSchema('rc');
+      const store = kind === 'sqlite' ? await openStore('sqlite::memory:') : await openPostgresStore({ connectionString: PG_URL, schema });
+      try {
+        await store.enqueue(['a', 'b', 'c'].map((k) => ({ destination: 'd', key: k, payload: '{}' })), 0);
+        await store.formBatches('d', { maxItems: 1, maxBytes: 1_000, maxAgeMs: 0 }, 0, 10);
+        const mine = await store.claim('d', 2, 0, 10_000, 'w');
+        await store.claim('d', 1, 0, 10_000, 'other');
+        // Knowing the first under its token: only the second comes back, extended, same token.
+        const back = await store.reclaim!('d', 'w', [{ id: mine[0]!.id, token: mine[0]!.token }], 5_000, 10_000);
+        expect(back.map((b) => [b.id, b.token, b.items.length])).toEqual([[mine[1]!.id, mine[1]!.token, 1]]);
+        expect((await store.list({}, 0)).find((b) => b.id === mine[1]!.id)!.leaseUntil).toBe(15_000);
+        // Knowing it under an older token: it comes back too. Expired leases do not (a claim takes them).
+        expect((await store.reclaim!('d', 'w', [{ id: mine[0]!.id, token: mine[0]!.token - 1 }], 5_000, 10_000)).map((b) => b.id).sort()).toEqual(mine.map((b) => b.id).sort());
+        expect(await store.reclaim!('d', 'w', [], 20_000, 10_000)).toEqual([]);
+      } finally {
+        await store.close();
+        if (kind === 'postgres') await dropSchema(schema);
+      }
+    });
+  }
+
+  it('the worker takes in what that claim leased to it at its next claim, instead of a lease later', async () => {
+    const clock = createTestClock();
+    const real = await openStore('sqlite::memory:');
+    let lose = true;
+    // The first claim happens in the store, and its answer is lost.
+    const store = new Proxy(real, {
+      get(target, key, receiver) {
+        const v = Reflect.get(target, key, receiver) as unknown;
+        if (typeof v !== 'function' || !['claim', 'claimThenForm', 'formAndClaim'].includes(String(key))) return v;
+        return async (...args: unknown[]) => {
+          const answer = await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+          if (lose && (answer as { claimed?: unknown[] }).claimed?.length) {
+            lose = false;
+            throw new DeliveryError('ERR_STORE_UNAVAILABLE', 'no answer within 3000 ms (test)');
+          }
+          return answer;
+        };
+      },
+    });
+    const sends: string[] = [];
+    const worker = createWorker({
+      store, clock, random: createSeededRandom(1), leaseMs: 60_000, pollMs: 500,
+      transport: async (req) => {
+        sends.push(req.batchKey);
+        return { status: 200 };
+      },
+      destinations: { d: { url: 'https://receiver.example/in', batch: { maxItems: 1, maxAgeMs: 0 } } },
+    });
+    await real.enqueue([{ destination: 'd', key: 'k', payload: '{}' }], clock.wallNow());
+    worker.start();
+    for (let t = 0; t < 10; t++) await clock.advanceAsync(500);
+    expect(lose).toBe(false);
+    expect(sends).toHaveLength(1);
+    expect((await real.list({}, clock.wallNow()))[0]).toMatchObject({ state: 'delivered', claims: 1 });
+    await worker.stop();
+    await real.close();
+  });
 });
