@@ -324,7 +324,7 @@ class Proxy implements FaultProxy {
     if (this.closing || this.f.reset) {
       this.s.resets += this.closing ? 0 : 1;
       client.on('error', () => {});
-      client.resetAndDestroy();
+      reset(client);
       return;
     }
     const link = new Link(this, client, this.clock.now());
@@ -567,8 +567,12 @@ class Proxy implements FaultProxy {
   private closeLink(link: Link): void {
     if (link.closed) return;
     this.stopTimers(link);
-    link.client.destroySoon();
-    link.upstream?.destroySoon();
+    for (const sock of [link.client, link.upstream]) {
+      if (sock === null) continue;
+      // (destroySoon: end, then destroy once written; a runtime without it gets end())
+      if (typeof sock.destroySoon === 'function') sock.destroySoon();
+      else sock.end();
+    }
     link.closed = true;
     this.links.delete(link);
   }
@@ -594,7 +598,7 @@ class Proxy implements FaultProxy {
     for (const s of [link.client, link.upstream]) {
       if (s === null || s.destroyed) continue;
       s.on('error', () => {});
-      if (rst && !s.connecting) s.resetAndDestroy();
+      if (rst && !s.connecting) reset(s);
       else s.destroy();
     }
   }
@@ -607,6 +611,12 @@ class Proxy implements FaultProxy {
       this.links.delete(link);
     }
   }
+}
+
+/** An RST where the runtime can send one (Node 18.3+), else a plain close. */
+function reset(s: Socket): void {
+  if (typeof s.resetAndDestroy === 'function') s.resetAndDestroy();
+  else s.destroy();
 }
 
 function parseTarget(t: FaultProxyOptions['target']): { host: string; port: number } {
