@@ -29,7 +29,7 @@ function entryPoints() {
     if (typeof target !== 'object' || target === null || typeof target.types !== 'string') continue;
     const name = subpath === '.' ? pkg.name : `${pkg.name}/${subpath.slice(2)}`;
     // ./dist/x/index.d.ts → dist/x/index.d.ts (emitted from src/x/index.ts)
-    out.push({ name, file: join(ROOT, target.types.replace(/^\.\//, '')), report: `${name.replace('/', '-')}.api.md` });
+    out.push({ name, file: join(ROOT, target.types.replace(/^\.\//, '')), report: `${name.replaceAll('/', '-')}.api.md` });
   }
   return out;
 }

@@ -10,7 +10,7 @@ const count = (file: string): number => Number(/^(\d+) exports:/m.exec(readFileS
 describe('the API report', () => {
   it('has one report per entry point of package.json', () => {
     const pkg = JSON.parse(readFileSync(fileURLToPath(new URL('../package.json', import.meta.url)), 'utf8')) as { exports: Record<string, unknown> };
-    const entries = Object.keys(pkg.exports).filter((k) => k !== './package.json').map((k) => (k === '.' ? 'relent' : `relent-${k.slice(2)}`));
+    const entries = Object.keys(pkg.exports).filter((k) => k !== './package.json').map((k) => (k === '.' ? 'relent' : `relent-${k.slice(2).replaceAll('/', '-')}`));
     expect(readdirSync(API).filter((f) => f.endsWith('.api.md')).map((f) => f.replace('.api.md', '')).sort()).toEqual(entries.sort());
   });
 

@@ -278,6 +278,14 @@ export interface WorkerSettings {
   readonly retainDeliveredMs?: number;
   /** Dropped batches are deleted this long after they were dropped; null: kept until requeued. */
   readonly retainDroppedMs?: number | null;
+  /**
+   * A store call (a claim, an outcome write, a renewal) that has not answered after this
+   * long is reported as a `store_error` (ERR_STORE_UNAVAILABLE), again every as long while
+   * it waits; the worker keeps waiting for it. What tells of a store that stopped
+   * answering without failing: a frozen SQLite store process, a disk that does not come
+   * back from a write. (PostgreSQL's own queryTimeoutMs ends a silent connection first.)
+   */
+  readonly storeTimeoutMs?: number;
 }
 
 export const WORKER_DEFAULTS = Object.freeze({
@@ -287,6 +295,7 @@ export const WORKER_DEFAULTS = Object.freeze({
   stopTimeoutMs: 10_000,
   retainDeliveredMs: 7 * 86_400_000,
   retainDroppedMs: 30 * 86_400_000 as number | null,
+  storeTimeoutMs: 5_000,
 });
 
 /** The longest retention accepted (ten years). */
@@ -304,6 +313,7 @@ export function resolveWorkerSettings(input: unknown, field = 'worker'): Require
     stopTimeoutMs: intIn(w.stopTimeoutMs ?? d.stopTimeoutMs, `${field}.stopTimeoutMs`, 0, 3_600_000),
     retainDeliveredMs: intIn(w.retainDeliveredMs ?? d.retainDeliveredMs, `${field}.retainDeliveredMs`, 0, MAX_RETAIN_MS),
     retainDroppedMs: w.retainDroppedMs === null ? null : intIn(w.retainDroppedMs ?? d.retainDroppedMs, `${field}.retainDroppedMs`, 0, MAX_RETAIN_MS),
+    storeTimeoutMs: intIn(w.storeTimeoutMs ?? d.storeTimeoutMs, `${field}.storeTimeoutMs`, 100, 3_600_000),
   });
 }
 

@@ -1,5 +1,7 @@
 import { createHash } from 'node:crypto';
+import type { Socket } from 'node:net';
 import type * as Pg from 'pg';
+import { systemClock } from '../shared/clock.js';
 import { cutBatches, type PendingRow } from './batching.js';
 import { DeliveryError } from './errors.js';
 import {
@@ -23,6 +25,30 @@ export interface PostgresStoreOptions {
   /** How long to wait for a connection before ERR_STORE_UNAVAILABLE (ms). Default 5000. */
   readonly connectTimeoutMs?: number;
   /**
+   * The longest this process waits for the answer to one statement (ms), the network
+   * included: past it the connection is reset — what it had not delivered is dropped with
+   * it — and the call fails with ERR_STORE_UNAVAILABLE. A connection that stops answering
+   * (a partition, a server that froze) is noticed within this, instead of when TCP gives up
+   * (minutes). 0: no limit. Default 3000. (Creating the tables and `recount()` are not limited.)
+   */
+  readonly queryTimeoutMs?: number;
+  /**
+   * PostgreSQL's `statement_timeout` for this store's sessions (ms): a statement that runs
+   * longer (waiting for a lock, a slow plan) is cancelled and rolled back by the server,
+   * before queryTimeoutMs gives up on the connection. Also bounds a transaction left open by
+   * a client that went silent (`idle_in_transaction_session_timeout`, at twice
+   * queryTimeoutMs), so a partitioned worker's row locks do not outlive it. 0: no limit.
+   * Default 2000.
+   */
+  readonly statementTimeoutMs?: number;
+  /**
+   * TCP keepalive on every connection: the first probe after this many idle ms (the
+   * system's interval and count follow). It ends connections a partition or a server
+   * crash left half-open, which no query would otherwise notice while idle. 0: off.
+   * Default 10000.
+   */
+  readonly keepAliveMs?: number;
+  /**
    * Wait for outcomes to be flushed to PostgreSQL's disk before a write returns. Default
    * false: outcomes are written with `synchronous_commit = off` (on their own connection),
    * so a PostgreSQL crash can lose the outcomes of its last moments (at most about three
@@ -38,15 +64,35 @@ export interface PostgresStoreOptions {
   readonly mustExist?: boolean;
 }
 
-export const POSTGRES_DEFAULTS = Object.freeze({ schema: 'public', tablePrefix: 'relent_', poolSize: 4, connectTimeoutMs: 5_000, synchronousOutcomes: false });
+export const POSTGRES_DEFAULTS = Object.freeze({
+  schema: 'public', tablePrefix: 'relent_', poolSize: 4, connectTimeoutMs: 5_000, queryTimeoutMs: 3_000, statementTimeoutMs: 2_000, keepAliveMs: 10_000,
+  synchronousOutcomes: false,
+});
 
-const CONNECT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'ECONNRESET', 'EHOSTUNREACH', 'ENETUNREACH', '28P01', '28000', '3D000', '57P03', '08001', '08006', '08004']);
+const CONNECT_CODES = new Set([
+  'ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'ECONNRESET', 'EHOSTUNREACH', 'ENETUNREACH', 'EPIPE', '28P01', '28000', '3D000', '57P01', '57P02', '57P03',
+  '08001', '08006', '08004',
+]);
+
+/** A statement that got no answer within queryTimeoutMs (its connection was reset). */
+class QueryTimeout extends Error {
+  readonly code = 'RELENT_QUERY_TIMEOUT';
+  constructor(readonly ms: number) {
+    super(`no answer within ${ms} ms`);
+  }
+}
 
 /** Maps a pg error to a DeliveryError that says what happened. */
 export function postgresError(e: unknown, where: string, what: string): DeliveryError {
   if (DeliveryError.is(e)) return e;
   const code = typeof (e as { code?: unknown })?.code === 'string' ? (e as { code: string }).code : '';
   const msg = e instanceof Error ? e.message : String(e);
+  if (e instanceof QueryTimeout) {
+    return new DeliveryError('ERR_STORE_UNAVAILABLE', `${where}: no answer from PostgreSQL within ${e.ms} ms (queryTimeoutMs), the connection was reset; ${what} may not have happened, nothing stored earlier is lost`, { cause: e });
+  }
+  if (code === '57014') {
+    return new DeliveryError('ERR_STORE', `${where}: PostgreSQL cancelled a statement that ran past statement_timeout (statementTimeoutMs; ${msg}); ${what} was rolled back`, { cause: e });
+  }
   if (CONNECT_CODES.has(code) || /timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED/i.test(msg)) {
     return new DeliveryError('ERR_STORE_UNAVAILABLE', `${where}: cannot reach PostgreSQL (${code || msg}${code && msg ? `: ${msg}` : ''}); ${what} did not happen, nothing stored earlier is lost`, { cause: e });
   }
@@ -57,6 +103,24 @@ export function postgresError(e: unknown, where: string, what: string): Delivery
     return new DeliveryError('ERR_STORE_LOCKED', `${where}: a lock could not be taken (${code}: ${msg}); ${what} did not happen`, { cause: e });
   }
   return new DeliveryError('ERR_STORE', `${where}: ${what} failed (${code || 'error'}: ${msg})`, { cause: e });
+}
+
+/** Resets a connection (an RST: what it had not delivered is dropped); pg then reports its end as an error, which is expected. */
+function resetConnection(c: Pg.ClientBase): void {
+  c.on('error', () => {});
+  const stream = (c as unknown as { connection?: { stream?: Socket } }).connection?.stream;
+  if (stream === undefined || stream.destroyed) return;
+  if (typeof stream.resetAndDestroy === 'function' && !stream.connecting) stream.resetAndDestroy();
+  else stream.destroy();
+}
+
+/**
+ * An error the server returned for a statement (the session goes on: a constraint, a
+ * deadlock, a cancelled statement), as opposed to a connection that failed, was reset or
+ * was ended by the server (FATAL).
+ */
+function isStatementError(e: unknown): boolean {
+  return !(e instanceof QueryTimeout) && (e as { severity?: unknown } | null)?.severity === 'ERROR';
 }
 
 const IDENT = /^[a-z_][a-z0-9_]{0,40}$/;
@@ -102,14 +166,32 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   if (!IDENT.test(schema)) throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`schema\` to be lower-case letters, digits and _, got ${JSON.stringify(schema)}`, { field: 'schema' });
   if (!IDENT.test(prefix)) throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`tablePrefix\` to be lower-case letters, digits and _, got ${JSON.stringify(prefix)}`, { field: 'tablePrefix' });
   const where = describePostgres(connectionString, schema);
+  const ms = (field: 'connectTimeoutMs' | 'queryTimeoutMs' | 'statementTimeoutMs' | 'keepAliveMs'): number => {
+    const v = options[field] ?? POSTGRES_DEFAULTS[field];
+    if (!(Number.isInteger(v) && v >= 0 && v <= 2_147_483_647)) {
+      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`${field}\` to be an integer number of ms >= 0, got ${JSON.stringify(v)}`, { field });
+    }
+    return v;
+  };
+  const connectTimeoutMs = ms('connectTimeoutMs');
+  const queryTimeoutMs = ms('queryTimeoutMs');
+  const statementTimeoutMs = ms('statementTimeoutMs');
+  const keepAliveMs = ms('keepAliveMs');
+  // What every connection of the store is opened with: timeouts the server applies, and keepalive.
+  const session = {
+    connectionString,
+    connectionTimeoutMillis: connectTimeoutMs,
+    ...(keepAliveMs > 0 ? { keepAlive: true, keepAliveInitialDelayMillis: keepAliveMs } : {}),
+    ...(statementTimeoutMs > 0 ? { statement_timeout: statementTimeoutMs } : {}),
+    ...(queryTimeoutMs > 0 ? { idle_in_transaction_session_timeout: 2 * queryTimeoutMs } : {}),
+  };
   // BIGINT (20) and NUMERIC (1700, what sum() of bigint gives) as numbers: all our values are < 2^53.
   const types = {
     getTypeParser: (oid: number, format?: string) => (oid === 20 || oid === 1700 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format as 'text')),
   };
   const pool = new pg.Pool({
-    connectionString,
+    ...session,
     max: options.poolSize ?? POSTGRES_DEFAULTS.poolSize,
-    connectionTimeoutMillis: options.connectTimeoutMs ?? POSTGRES_DEFAULTS.connectTimeoutMs,
     types: types as unknown as Pg.CustomTypesConfig,
   });
   // An idle client that loses its connection must not crash the process; the next query reports it.
@@ -121,16 +203,15 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   }
   if (!(options.synchronousOutcomes ?? POSTGRES_DEFAULTS.synchronousOutcomes)) {
     outcomePool = new pg.Pool({
-      connectionString,
+      ...session,
       max: 1,
-      connectionTimeoutMillis: options.connectTimeoutMs ?? POSTGRES_DEFAULTS.connectTimeoutMs,
       types: types as unknown as Pg.CustomTypesConfig,
       options: '-c synchronous_commit=off',
     } as Pg.PoolConfig);
     outcomePool.on('error', () => {});
   }
-  const listenClient = (): Pg.Client => new pg.Client({ connectionString, connectionTimeoutMillis: options.connectTimeoutMs ?? POSTGRES_DEFAULTS.connectTimeoutMs });
-  const store = new PostgresStore(pool, outcomePool ?? pool, where, schema, prefix, listenClient);
+  const listenClient = (connectMs = connectTimeoutMs): Pg.Client => new pg.Client({ ...session, connectionTimeoutMillis: connectMs });
+  const store = new PostgresStore(pool, outcomePool ?? pool, where, schema, prefix, listenClient, queryTimeoutMs);
   try {
     await store.init(options.mustExist === true);
   } catch (e) {
@@ -192,7 +273,19 @@ class PostgresStore implements DeliveryStore {
   private relisten: ReturnType<typeof setTimeout> | null = null;
   private readonly claimSql: string;
 
-  constructor(private readonly pool: Pg.Pool, private readonly outcomePool: Pg.Pool, readonly description: string, private readonly schema: string, prefix: string, private readonly listenClient: () => Pg.Client) {
+  /** Connections this store reset after a query timeout: given back to the pool as broken (closed, not reused). */
+  private readonly broken = new WeakSet<Pg.ClientBase>();
+  /** Every connection of the pools (close() resets those a partition keeps from ending). */
+  private readonly clients = new Set<Pg.ClientBase>();
+
+  constructor(
+    private readonly pool: Pg.Pool, private readonly outcomePool: Pg.Pool, readonly description: string, private readonly schema: string, prefix: string,
+    private readonly listenClient: (connectMs?: number) => Pg.Client, private readonly queryTimeoutMs: number,
+  ) {
+    for (const p of new Set([pool, outcomePool])) {
+      p.on('connect', (c) => this.clients.add(c));
+      p.on('remove', (c) => this.clients.delete(c));
+    }
     const q = (name: string): string => `"${schema}"."${prefix}${name}"`;
     this.t = { items: q('items'), batches: q('batches'), attempts: q('attempts'), meta: q('meta'), dests: q('destinations'), rate: q('rate'), counts: q('counts') };
     this.channel = `relent_${createHash('sha256').update(`${schema}.${prefix}`).digest('hex').slice(0, 16)}`;
@@ -238,12 +331,46 @@ class PostgresStore implements DeliveryStore {
     return { name, text, values };
   }
 
-  private async run<R>(c: Pg.PoolClient, text: string, values: unknown[] = []): Promise<R[]> {
-    return (await c.query(this.named(text, values))).rows as R[];
+  /**
+   * One statement on `c`, answered within `timeoutMs` (0: no limit) or the connection is
+   * reset: an RST, so the bytes it had not delivered yet (this statement, in a partition)
+   * are dropped rather than run by the server minutes later, and the server ends the
+   * session (rolling back its transaction) when it hears of it. The statement then fails
+   * with a QueryTimeout.
+   */
+  private async exec(c: Pg.ClientBase, query: Pg.QueryConfig | string, timeoutMs = this.queryTimeoutMs): Promise<Pg.QueryResult> {
+    if (timeoutMs <= 0) return c.query(query);
+    const pending = c.query(query);
+    let cancel: () => void = () => {};
+    const timeout = new Promise<never>((_resolve, reject) => {
+      cancel = systemClock.setTimer(() => {
+        this.broken.add(c);
+        resetConnection(c);
+        reject(new QueryTimeout(timeoutMs));
+      }, timeoutMs);
+    });
+    try {
+      return await Promise.race([pending, timeout]);
+    } finally {
+      cancel();
+      pending.catch(() => {});
+    }
   }
 
-  /** Runs `fn` with a client inside a transaction; a deadlock is retried (twice) before it is reported. */
-  private async tx<T>(what: string, fn: (c: Pg.PoolClient) => Promise<T>): Promise<T> {
+  private async run<R>(c: Pg.PoolClient, text: string, values: unknown[] = []): Promise<R[]> {
+    return (await this.exec(c, this.named(text, values))).rows as R[];
+  }
+
+  /** Gives a client back to its pool; a connection that was reset or failed is closed, not reused. */
+  private giveBack(c: Pg.PoolClient, failed: unknown = null): void {
+    c.release(failed !== null && (this.broken.has(c) || !isStatementError(failed)) ? (failed instanceof Error ? failed : true) : undefined);
+  }
+
+  /**
+   * Runs `fn` with a client inside a transaction; a deadlock is retried (twice) before it is
+   * reported. `unbounded`: no statement timeout, on either side (creating tables, recount).
+   */
+  private async tx<T>(what: string, fn: (c: Pg.PoolClient) => Promise<T>, unbounded = false): Promise<T> {
     if (this.closed) throw new DeliveryError('ERR_STORE_CLOSED', `${this.description}: the store is closed`);
     for (let tries = 0; ; tries++) {
       let client: Pg.PoolClient;
@@ -252,15 +379,21 @@ class PostgresStore implements DeliveryStore {
       } catch (e) {
         throw postgresError(e, this.description, what);
       }
+      const limit = unbounded ? 0 : this.queryTimeoutMs;
       try {
-        await client.query('BEGIN');
+        await this.exec(client, 'BEGIN', limit);
+        if (unbounded) await this.exec(client, 'SET LOCAL statement_timeout = 0', limit);
         const out = await fn(client);
-        await client.query('COMMIT');
+        await this.exec(client, 'COMMIT', limit);
         client.release();
         return out;
       } catch (e) {
-        await client.query('ROLLBACK').catch(() => {});
-        client.release();
+        let failed: unknown = e;
+        if (!this.broken.has(client) && isStatementError(e)) {
+          // The connection is sound: roll back and reuse it (if the rollback fails, it is closed).
+          await this.exec(client, 'ROLLBACK', limit).then(() => (failed = null), (r: unknown) => (failed = r));
+        }
+        this.giveBack(client, failed);
         const code = (e as { code?: string }).code ?? '';
         if (RETRYABLE_PG.has(code) && tries < 2) continue;
         throw postgresError(e, this.description, what);
@@ -271,13 +404,41 @@ class PostgresStore implements DeliveryStore {
   private async q<R>(what: string, text: string, values: unknown[] = [], pool: Pg.Pool = this.pool): Promise<R[]> {
     if (this.closed) throw new DeliveryError('ERR_STORE_CLOSED', `${this.description}: the store is closed`);
     for (let tries = 0; ; tries++) {
+      let client: Pg.PoolClient;
       try {
-        return (await pool.query(this.named(text, values))).rows as R[];
+        client = await pool.connect();
       } catch (e) {
+        throw postgresError(e, this.description, what);
+      }
+      try {
+        const rows = (await this.exec(client, this.named(text, values))).rows as R[];
+        client.release();
+        return rows;
+      } catch (e) {
+        this.giveBack(client, e);
         const code = (e as { code?: string }).code ?? '';
         if (RETRYABLE_PG.has(code) && tries < 2) continue;
         throw postgresError(e, this.description, what);
       }
+    }
+  }
+
+  /**
+   * Whether PostgreSQL answers now, over a new connection (none of the pool's, which may
+   * be stalled): resolves when it does within `timeoutMs`, rejects otherwise. A worker
+   * asks while the store fails, to start again as soon as it is back.
+   */
+  async ping(timeoutMs: number): Promise<void> {
+    if (this.closed) throw new DeliveryError('ERR_STORE_CLOSED', `${this.description}: the store is closed`);
+    const c = this.listenClient(timeoutMs);
+    c.on('error', () => {});
+    try {
+      await c.connect();
+      await this.exec(c, 'SELECT 1', timeoutMs);
+    } catch (e) {
+      throw postgresError(e, this.description, 'the check that PostgreSQL answers');
+    } finally {
+      await this.endClient(c);
     }
   }
 
@@ -396,7 +557,7 @@ class PostgresStore implements DeliveryStore {
       const v = (await c.query(`SELECT v FROM ${meta} WHERE k = 'schema'`)).rows as { v: string }[];
       if (v.length === 0) await c.query(`INSERT INTO ${meta} (k, v) VALUES ('schema', $1)`, [String(SCHEMA_VERSION)]);
       else if (v[0]!.v !== String(SCHEMA_VERSION)) throw new DeliveryError('ERR_STORE', `${this.description}: schema version ${v[0]!.v}, this relent knows ${SCHEMA_VERSION}`);
-    });
+    }, true);
   }
 
   async enqueue(list: readonly NewItem[], now: number): Promise<EnqueueResult[]> {
@@ -557,6 +718,22 @@ class PostgresStore implements DeliveryStore {
     return toClaimed(batches, items);
   }
 
+  async reclaim(destination: string, owner: string, known: readonly Lease[], now: number, leaseMs: number): Promise<ClaimedBatch[]> {
+    const rows = await this.q<ClaimRow>('looking for leases of unknown claims', `
+      WITH u AS (
+        UPDATE ${this.t.batches} b SET lease_until = $3, due_at = $3
+        WHERE b.state = 'queued' AND b.destination = $1 AND b.lease_owner = $2 AND b.lease_until > $4
+          AND NOT EXISTS (SELECT 1 FROM unnest($5::bigint[], $6::bigint[]) AS k(id, token) WHERE k.id = b.id AND k.token = b.lease_token)
+        RETURNING b.id, b.destination, b.key, b.lease_token, b.round, b.attempt, b.op_started_at, b.op_deadline_at, b.prev_delay_ms, b.op_throttled,
+          b.created_at, b.not_before, b.bytes, b.due_at
+      )
+      SELECT u.*, i.key AS item_key, i.payload AS item_payload FROM u JOIN ${this.t.items} i ON i.batch_id = u.id ORDER BY u.id, i.id`,
+    [destination, owner, now + leaseMs, now, known.map((l) => l.id), known.map((l) => l.token)]);
+    if (rows.length === 0) return [];
+    const { batches, items } = splitClaimRows(rows);
+    return toClaimed(batches, items);
+  }
+
   async claimLimited(destination: string, want: number, limits: SharedLimits, now: number, leaseMs: number, owner: string): Promise<LimitedClaim> {
     return this.tx('claiming batches', async (c) => {
       // Claims of this destination, from every worker, one at a time: the destination's row is the lock.
@@ -646,8 +823,11 @@ class PostgresStore implements DeliveryStore {
           (o.r->>8)::bigint, o.r->>9
         FROM o JOIN u ON u.id = o.id WHERE jsonb_typeof(o.r) = 'array'
         ON CONFLICT DO NOTHING
+      ), again AS (
+        -- Written already by this very claim (a write whose answer a broken connection lost, made again): done, not lost.
+        SELECT b.id FROM ${this.t.batches} b JOIN o ON b.id = o.id WHERE b.lease_token = o.token AND b.state <> 'queued' AND b.state = o.state
       )
-      SELECT id FROM u`, [JSON.stringify(rows), this.shard()], this.outcomePool);
+      SELECT id FROM u UNION ALL SELECT id FROM again`, [JSON.stringify(rows), this.shard()], this.outcomePool);
     const ok = new Set(applied.map((x) => x.id));
     return { applied: outcomes.filter((x) => ok.has(x.id)).map((x) => x.id), lost: outcomes.filter((x) => !ok.has(x.id)).map((x) => x.id) };
   }
@@ -693,7 +873,7 @@ class PostgresStore implements DeliveryStore {
     await this.tx('counting the queue', async (c) => {
       await c.query(`LOCK TABLE ${this.t.items}, ${this.t.batches} IN SHARE MODE`);
       await c.query(this.recountSql());
-    });
+    }, true);
   }
 
   private recountSql(): string {
@@ -824,7 +1004,7 @@ class PostgresStore implements DeliveryStore {
       });
       try {
         await client.connect();
-        await client.query(`LISTEN ${this.channel}`);
+        await this.exec(client, `LISTEN ${this.channel}`);
       } catch (e) {
         this.listening = null;
         await client.end().catch(() => {});
@@ -843,7 +1023,37 @@ class PostgresStore implements DeliveryStore {
     await pending?.catch(() => {});
     const client = this.listener;
     this.listener = null;
-    await client?.end().catch(() => {});
+    if (client !== null) await this.endClient(client);
+  }
+
+  /** Ends a connection politely; one that does not answer within queryTimeoutMs (a partition holds its goodbye) is reset. */
+  private async endClient(c: Pg.ClientBase): Promise<void> {
+    let cancel: () => void = () => {};
+    const late = new Promise<void>((resolve) => {
+      cancel = systemClock.setTimer(() => {
+        resetConnection(c);
+        resolve();
+      }, this.queryTimeoutMs > 0 ? this.queryTimeoutMs : 3_000);
+    });
+    try {
+      await Promise.race([(c as Pg.Client).end().catch(() => {}), late]);
+    } finally {
+      cancel();
+    }
+  }
+
+  /** Ends a pool; connections that do not say goodbye within queryTimeoutMs are reset. */
+  private async endPool(pool: Pg.Pool): Promise<void> {
+    let cancel: () => void = () => {};
+    const ended = pool.end().catch(() => {});
+    const late = new Promise<boolean>((resolve) => {
+      cancel = systemClock.setTimer(() => resolve(true), this.queryTimeoutMs > 0 ? this.queryTimeoutMs : 3_000);
+    });
+    const timedOut = await Promise.race([ended.then(() => false), late]);
+    cancel();
+    if (!timedOut) return;
+    for (const c of this.clients) resetConnection(c);
+    await ended;
   }
 
   async close(): Promise<void> {
@@ -851,8 +1061,8 @@ class PostgresStore implements DeliveryStore {
     this.closed = true;
     this.listeners.clear();
     await this.unlisten();
-    await this.pool.end().catch(() => {});
-    if (this.outcomePool !== this.pool) await this.outcomePool.end().catch(() => {});
+    await this.endPool(this.pool);
+    if (this.outcomePool !== this.pool) await this.endPool(this.outcomePool);
   }
 }
 

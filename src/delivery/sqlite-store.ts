@@ -242,6 +242,7 @@ class RemoteSqliteStore implements DeliveryStore {
   claimThenForm(...a: Parameters<NonNullable<DeliveryStore['claimThenForm']>>): Promise<ClaimThenFormResult> { return this.call('claimThenForm', a); }
   claim(...a: Parameters<DeliveryStore['claim']>): Promise<ClaimedBatch[]> { return this.call('claim', a); }
   claimLimited(...a: Parameters<DeliveryStore['claimLimited']>): Promise<LimitedClaim> { return this.call('claimLimited', a); }
+  reclaim(...a: Parameters<NonNullable<DeliveryStore['reclaim']>>): Promise<ClaimedBatch[]> { return this.call('reclaim', a); }
   endPermit(...a: Parameters<DeliveryStore['endPermit']>): Promise<void> { return this.call('endPermit', a); }
   renew(...a: Parameters<DeliveryStore['renew']>): Promise<number[]> { return a[0].length === 0 ? Promise.resolve([]) : this.call('renew', a); }
   complete(...a: Parameters<DeliveryStore['complete']>): Promise<CompleteResult> { return a[0].length === 0 ? Promise.resolve({ applied: [], lost: [] }) : this.call('complete', a); }
@@ -581,6 +582,17 @@ class SqliteStore implements DeliveryStore {
     return toClaimed(rows, this.s.batchItems!.all(JSON.stringify(rows.map((r) => r.id))) as { batch_id: number; key: string; payload: string }[]);
   }
 
+  reclaim(destination: string, owner: string, known: readonly Lease[], now: number, leaseMs: number): Promise<ClaimedBatch[]> {
+    return this.guard('looking for leases of unknown claims', () => this.db.transaction(() => {
+      const rows = this.db.prepare(`UPDATE ${this.t.batches} SET lease_until = @until, due_at = @until
+        WHERE state = 'queued' AND destination = @d AND lease_owner = @owner AND lease_until > @now
+          AND NOT EXISTS (SELECT 1 FROM json_each(@known) k WHERE json_extract(k.value, '$[0]') = ${this.t.batches}.id AND json_extract(k.value, '$[1]') = ${this.t.batches}.lease_token)
+        RETURNING *`).all({ until: now + leaseMs, d: destination, owner, now, known: JSON.stringify(known.map((l) => [l.id, l.token])) }) as BatchRow[];
+      if (rows.length === 0) return [];
+      return toClaimed(rows, this.s.batchItems!.all(JSON.stringify(rows.map((r) => r.id))) as { batch_id: number; key: string; payload: string }[]);
+    }).immediate());
+  }
+
   claimLimited(destination: string, want: number, limits: SharedLimits, now: number, leaseMs: number, owner: string): Promise<LimitedClaim> {
     // One write transaction: every process's claims of the database are serialised by SQLite's lock.
     return this.guard('claiming batches', () => this.db.transaction((): LimitedClaim => {
@@ -648,7 +660,16 @@ class SqliteStore implements DeliveryStore {
         records.push([o.id, round, r.attempt, r.at, r.status, r.errorClass, r.elapsedMs, r.decision, r.why, r.delayMs, r.retryAfterMs, r.worker]);
       }
       if (records.length > 0) this.s.insertAttempts!.run(JSON.stringify(records));
-      return { applied: outcomes.filter((o) => roundOf.has(o.id)).map((o) => o.id), lost: outcomes.filter((o) => !roundOf.has(o.id)).map((o) => o.id) };
+      // Written already by this very claim (the same write made again): done, not lost.
+      const again = (o: Outcome): boolean => {
+        if (o.state === 'queued') return false;
+        const row = this.db.prepare(`SELECT state, lease_token FROM ${this.t.batches} WHERE id = ?`).get(o.id) as { state: string; lease_token: number } | undefined;
+        return row !== undefined && row.state === o.state && Number(row.lease_token) === o.token;
+      };
+      const applied: number[] = [];
+      const lost: number[] = [];
+      for (const o of outcomes) (roundOf.has(o.id) || again(o) ? applied : lost).push(o.id);
+      return { applied, lost };
     }).immediate());
   }
 

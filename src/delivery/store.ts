@@ -8,8 +8,9 @@ import type { DeliveryStore } from './types.js';
  *   embedded store (query parameters: `busyTimeoutMs`, `synchronous=FULL`, `tablePrefix`, `maxSizeBytes`,
  *   `runIn=process|thread|caller`: where its work runs, a process of its own by default);
  * - `postgres://user@host:5432/db?schema=relent` (or `postgresql://`) — the shared
- *   store for several workers (query parameters: `schema`, `tablePrefix`, `poolSize`;
- *   the rest goes to `pg`).
+ *   store for several workers (query parameters: `schema`, `tablePrefix`, `poolSize`,
+ *   `connectTimeoutMs`, `queryTimeoutMs`, `statementTimeoutMs`, `keepAliveMs`,
+ *   `synchronousOutcomes`; the rest goes to `pg`).
  *
  * The driver of each store is imported only when that store is opened.
  */
@@ -67,6 +68,17 @@ export async function openStore(url: string, options: { readonly mustExist?: boo
     u.searchParams.delete('tablePrefix');
     u.searchParams.delete('poolSize');
     u.searchParams.delete('synchronousOutcomes');
+    const timeouts: Record<string, number> = {};
+    for (const k of ['connectTimeoutMs', 'queryTimeoutMs', 'statementTimeoutMs', 'keepAliveMs'] as const) {
+      const v = u.searchParams.get(k);
+      if (v === null) continue;
+      u.searchParams.delete(k);
+      const n = Number(v);
+      if (!(/^\d+$/.test(v) && Number.isSafeInteger(n))) {
+        throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`${k}\` in the store URL to be an integer number of ms >= 0, got ${JSON.stringify(v)}`, { field: `store.${k}` });
+      }
+      timeouts[k] = n;
+    }
     if (syncOutcomes !== null && syncOutcomes !== 'true' && syncOutcomes !== 'false') {
       throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`synchronousOutcomes\` in the store URL to be true or false, got ${JSON.stringify(syncOutcomes)}`, { field: 'store.synchronousOutcomes' });
     }
@@ -80,6 +92,7 @@ export async function openStore(url: string, options: { readonly mustExist?: boo
       ...(prefix !== null ? { tablePrefix: prefix } : {}),
       ...(poolSize !== undefined ? { poolSize } : {}),
       ...(syncOutcomes !== null ? { synchronousOutcomes: syncOutcomes === 'true' } : {}),
+      ...timeouts,
       ...(options.mustExist === true ? { mustExist: true } : {}),
     });
   }

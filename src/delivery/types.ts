@@ -312,5 +312,19 @@ export interface DeliveryStore {
    * Optional: a store without it is polled.
    */
   subscribe?(listener: (destination: string) => void): Promise<() => Promise<void>>;
+  /**
+   * Optional: the live leases of `destination` held by `owner` that the owner does not know
+   * of — every one but those in `known` with the same token: what a claim whose answer was
+   * lost with its connection leased to it. They are extended to now + leaseMs and handed
+   * back with their tokens unchanged. A worker asks after a claim of unknown outcome.
+   */
+  reclaim?(destination: string, owner: string, known: readonly Lease[], now: number, leaseMs: number): Promise<ClaimedBatch[]>;
+  /**
+   * Optional: resolves when the store answers within `timeoutMs` over a fresh connection
+   * (none a partition may have stalled), rejects otherwise. A worker whose store calls fail
+   * because the store cannot be reached asks every half second, and starts again (claims,
+   * outcome writes, renewals) as soon as it answers.
+   */
+  ping?(timeoutMs: number): Promise<void>;
   close(): Promise<void>;
 }

@@ -17,7 +17,7 @@ import { SlidingWindowLimiter } from './limits.js';
 import { createLimitAlgorithm, type LimitAlgorithm } from '../core/concurrency.js';
 import { PURGE_CHUNK } from './store-common.js';
 import { createHttpTransport, type DeliveryRequest, type Transport, type TransportResult } from './transport.js';
-import type { AttemptRecord, ClaimedBatch, DeliveryStore, Outcome } from './types.js';
+import type { AttemptRecord, ClaimedBatch, DeliveryStore, Lease, Outcome } from './types.js';
 
 /** Fields every delivery event carries. */
 interface BatchRef {
@@ -150,6 +150,15 @@ interface Dest {
   readonly ready: ClaimedBatch[];
   /** A claim round trip is under way. */
   claiming: boolean;
+  /** The current claim round (a round the store's return made stale is let go: see storeBack) and when it began (monotonic). */
+  claimGen: number;
+  claimSince: number;
+  /**
+   * A claim failed in a way that leaves its outcome unknown (the store was out of reach:
+   * it may have leased batches to this worker and lost the answer). The next claim round
+   * first asks the store for leases of this worker it does not know of (`reclaim`).
+   */
+  orphans: boolean;
   /** Look again as soon as the claim under way ends. */
   again: boolean;
   /**
@@ -188,9 +197,17 @@ interface Permit {
   end: number;
 }
 
+/**
+ * A batch this worker holds under a claim. One per batch: when the worker claims a batch it
+ * already holds (its lease ran out while the store was out of reach, and the batch fell
+ * due again), the entry takes the new claim's token — the request already made, or its
+ * outcome waiting to be written, belongs to the new claim — so a late answer about the old
+ * claim never cancels the new one, and the batch is not sent again.
+ */
 interface Held {
   readonly id: number;
-  readonly token: number;
+  /** The fencing token of the newest claim: every write about the batch carries it. */
+  token: number;
   readonly dest: Dest;
   /** The shared rate permit this batch's claim took (null: no shared rate limit). */
   readonly permit: Permit | null;
@@ -211,6 +228,14 @@ interface Held {
  * the write under way, and those batches are delivered again with the same key.
  */
 const OUTCOME_GROUP_MS = 20;
+
+/** While the store cannot be reached: how often it is pinged, and how long a ping may take (ms). */
+const PROBE_EVERY_MS = 500;
+const PROBE_TIMEOUT_MS = 2_000;
+/** The longest wait before a failed claim or outcome write is tried again (ms): the pause doubles from pollMs up to this. */
+const STORE_RETRY_MAX_MS = 2_000;
+/** A claim round under way longer than this when the store is back is not waited for: a new one starts beside it. */
+const STALE_CLAIM_MS = 1_000;
 
 const CONNECT_PHASE: ReadonlySet<ErrorClass> = new Set(['connect_refused', 'dns', 'connect_timeout', 'tls']);
 
@@ -267,6 +292,24 @@ class Worker implements DeliveryWorker {
   private cancelPurge: (() => void) | null = null;
   private unsubscribe: (() => Promise<void>) | null = null;
   private storeFailures = 0;
+  /** Store calls under way (claim rounds, outcome writes, renewals), since when (monotonic), and when last reported as unanswered. */
+  private readonly calls = new Map<number, { readonly during: string; readonly since: number; reported: number }>();
+  private callSeq = 0;
+  private cancelWatchdog: (() => void) | null = null;
+  /** The store cannot be reached: a call failed so, or did not answer within storeTimeoutMs. Pinged until it answers. */
+  private storeDown = false;
+  private cancelProbe: (() => void) | null = null;
+  /** When storeBack last acted (monotonic). */
+  private backAt = Number.NEGATIVE_INFINITY;
+  private renewing = false;
+  /**
+   * Outcomes refused by the fence while a claim of this worker (under way, or of unknown
+   * outcome) may hold their batch under a token it has not seen yet: written again, under
+   * the newest token known, when that claim round ends (or after `reclaim`).
+   */
+  private parked: Outcome[] = [];
+  /** How often each batch's outcome was parked (a claim under way parks it at most 3 times). */
+  private readonly parks = new Map<number, number>();
   /** Attempt deadlines (monotonic), swept by one timer instead of a timer per request. */
   private readonly deadlines = new Map<Held, number>();
   private cancelSweep: (() => void) | null = null;
@@ -289,6 +332,7 @@ class Worker implements DeliveryWorker {
       ...(o.stopTimeoutMs !== undefined ? { stopTimeoutMs: o.stopTimeoutMs } : {}),
       ...(o.retainDeliveredMs !== undefined ? { retainDeliveredMs: o.retainDeliveredMs } : {}),
       ...(o.retainDroppedMs !== undefined ? { retainDroppedMs: o.retainDroppedMs } : {}),
+      ...(o.storeTimeoutMs !== undefined ? { storeTimeoutMs: o.storeTimeoutMs } : {}),
     }, 'worker');
     this.id = o.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     const resolved = o.destinations instanceof Map ? o.destinations as ReadonlyMap<string, ResolvedDestination> : resolveDestinations(o.destinations);
@@ -313,6 +357,9 @@ class Worker implements DeliveryWorker {
         pausedUntil: 0,
         ready: [],
         claiming: false,
+        claimGen: 0,
+        claimSince: 0,
+        orphans: false,
         again: false,
         dry: false,
         formDue: true,
@@ -405,7 +452,102 @@ class Worker implements DeliveryWorker {
   private storeError(during: string, e: unknown): void {
     this.c.storeErrors++;
     const error = DeliveryError.is(e) ? e : new DeliveryError('ERR_STORE', `${during}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    if (error.code === 'ERR_STORE_UNAVAILABLE') this.markDown();
     this.emit({ type: 'store_error', during, error });
+  }
+
+  /**
+   * A store call begins (`during` says what it is for the watchdog's report); the function
+   * returned ends it: `true` when it succeeded (a store thought down is back).
+   */
+  private track(during: string): (ok: boolean) => void {
+    const id = ++this.callSeq;
+    this.calls.set(id, { during, since: this.clock.now(), reported: 0 });
+    if (this.cancelWatchdog === null && this.isRunning) this.armWatchdog(this.settings.storeTimeoutMs);
+    return (ok) => {
+      this.calls.delete(id);
+      if (ok && this.storeDown) this.storeBack();
+    };
+  }
+
+  /**
+   * The watchdog: a store call that has not answered for storeTimeoutMs is a store_error
+   * (ERR_STORE_UNAVAILABLE), repeated every storeTimeoutMs while it waits. The worker
+   * still waits for it: an answer that comes late is used.
+   */
+  private armWatchdog(ms: number): void {
+    this.cancelWatchdog = this.clock.setTimer(() => {
+      this.cancelWatchdog = null;
+      if (!this.isRunning) return;
+      const limit = this.settings.storeTimeoutMs;
+      const now = this.clock.now();
+      let oldest: { during: string; since: number; reported: number } | null = null;
+      let waiting = 0;
+      let next = Number.POSITIVE_INFINITY;
+      for (const c of this.calls.values()) {
+        const due = Math.max(c.since, c.reported) + limit;
+        if (due <= now) {
+          waiting++;
+          c.reported = now;
+          if (oldest === null || c.since < oldest.since) oldest = c;
+        }
+        next = Math.min(next, Math.max(c.since, c.reported) + limit);
+      }
+      if (oldest !== null) {
+        const secs = ((now - oldest.since) / 1000).toFixed(1);
+        this.storeError(oldest.during, new DeliveryError('ERR_STORE_UNAVAILABLE',
+          `${this.store.description}: no answer from the store for ${secs} s (storeTimeoutMs ${limit}; ${waiting} call${waiting === 1 ? '' : 's'} waiting); still waiting, nothing stored earlier is lost`));
+      }
+      if (next !== Number.POSITIVE_INFINITY) this.armWatchdog(Math.max(1, next - now));
+    }, ms);
+  }
+
+  /** The store cannot be reached: ask it (ping) every PROBE_EVERY_MS until it answers. */
+  private markDown(): void {
+    if (this.storeDown || !this.isRunning) return;
+    this.storeDown = true;
+    if (this.store.ping !== undefined) this.armProbe();
+  }
+
+  private armProbe(): void {
+    this.cancelProbe = this.clock.setTimer(() => {
+      this.cancelProbe = null;
+      if (!this.storeDown || !this.isRunning || this.stopping) return;
+      this.store.ping!(PROBE_TIMEOUT_MS).then(() => this.storeBack(), () => {});
+      this.armProbe();
+    }, PROBE_EVERY_MS);
+  }
+
+  /**
+   * The store answers again: outcomes waiting are written and leases renewed now, and
+   * every destination is looked at now, without waiting for a claim that a partition
+   * stalled (it ends by its own timeout; what it claimed, if anything, is still used).
+   */
+  private storeBack(): void {
+    if (!this.storeDown) return;
+    this.storeDown = false;
+    this.cancelProbe?.();
+    this.cancelProbe = null;
+    this.storeFailures = 0;
+    if (!this.isRunning || this.stopping) return;
+    // At most once per PROBE_EVERY_MS (a store that fails some calls and answers others must not make a loop of it).
+    const at = this.clock.now();
+    if (at - this.backAt < PROBE_EVERY_MS) return;
+    this.backAt = at;
+    if (this.cancelFlushRetry !== null) {
+      this.cancelFlushRetry();
+      this.cancelFlushRetry = null;
+      this.kickFlush();
+    }
+    this.renewNow();
+    const now = this.clock.now();
+    for (const dest of this.dests.values()) {
+      if (dest.claiming && now - dest.claimSince > STALE_CLAIM_MS) {
+        dest.claimGen++;
+        dest.claiming = false;
+      }
+      this.look(dest);
+    }
   }
 
   /**
@@ -468,11 +610,15 @@ class Worker implements DeliveryWorker {
   /** One claim round trip for `dest`: seal due batches, lease up to `room`, start them; then decide when to look again. */
   private async claimRound(dest: Dest, room: number): Promise<void> {
     const d = dest.d;
+    const gen = ++dest.claimGen;
     dest.claiming = true;
+    dest.claimSince = this.clock.now();
     dest.again = false;
+    const done = this.track('claiming batches');
     let wait = this.settings.pollMs;
     let more = false;
     try {
+      if (dest.orphans) await this.reclaimOrphans(dest);
       const now = this.clock.wallNow();
       const t0 = this.clock.now();
       for (const at of dest.wakeTimes) {
@@ -545,19 +691,36 @@ class Worker implements DeliveryWorker {
         dest.rate?.take(claimed.length, now);
         if (claimed.length === want && want > 0) more = true;
         for (const b of claimed) {
+          const old = this.held.get(b.id);
+          if (old !== undefined) {
+            // Ours already: its lease ran out while the store was out of reach. Same batch, newer claim.
+            this.adopt(old, b.token);
+            if (permit !== null) this.permitUsed(dest, permit); // no request goes out for it under this claim
+            continue;
+          }
           this.held.set(b.id, { id: b.id, token: b.token, dest, permit, abort: new AbortController(), started: false, abandoned: false, settled: false, timedOut: false });
           dest.ready.push(b);
         }
       }
       this.storeFailures = 0;
+      done(true);
     } catch (e) {
+      done(false);
+      if (DeliveryError.is(e) && e.code === 'ERR_STORE_UNAVAILABLE' && this.store.reclaim !== undefined) dest.orphans = true;
+      // A round let go when the store came back (a newer one runs): its failure is old news.
+      if (gen !== dest.claimGen) return;
       this.storeError('claiming batches', e);
-      // Back off while the store fails (full disk, database down), up to 5 s.
+      // Back off while the store fails (full disk, database down), up to STORE_RETRY_MAX_MS (a ping brings it forward).
       this.storeFailures++;
-      wait = Math.min(5_000, this.settings.pollMs * 2 ** Math.min(this.storeFailures, 10));
+      wait = Math.min(STORE_RETRY_MAX_MS, this.settings.pollMs * 2 ** Math.min(this.storeFailures, 10));
       more = false;
     } finally {
-      dest.claiming = false;
+      if (gen === dest.claimGen) dest.claiming = false;
+    }
+    if (!dest.orphans) this.unpark(dest);
+    if (gen !== dest.claimGen) {
+      this.pump(dest); // what it claimed is held and ready: start it
+      return;
     }
     dest.dry = !more;
     this.arm(dest, wait);
@@ -592,12 +755,12 @@ class Worker implements DeliveryWorker {
     }, (e: unknown) => {
       this.flushing = null;
       this.storeError('recording outcomes', e);
-      // Kept; written again after a pause (or the leases expire and the batches are delivered again).
+      // Kept; written again after a pause, or as soon as the store answers a ping (or the leases expire and the batches are delivered again).
       this.storeFailures++;
       this.cancelFlushRetry = this.clock.setTimer(() => {
         this.cancelFlushRetry = null;
         this.kickFlush();
-      }, Math.min(5_000, this.settings.pollMs * 2 ** Math.min(this.storeFailures, 10)));
+      }, Math.min(STORE_RETRY_MAX_MS, this.settings.pollMs * 2 ** Math.min(this.storeFailures, 10)));
     });
     this.flushing = run;
   }
@@ -620,21 +783,47 @@ class Worker implements DeliveryWorker {
     const batch = this.outcomes;
     this.outcomes = [];
     let res;
+    const done = this.track('recording outcomes');
     try {
       res = await this.store.complete(batch);
+      done(true);
     } catch (e) {
-      this.outcomes = batch.concat(this.outcomes);
+      done(false);
+      // (an outcome claimed again meanwhile carries its newest token: see adopt)
+      this.outcomes = batch.map((o) => {
+        const h = this.held.get(o.id);
+        return h !== undefined && h.token > o.token ? { ...o, token: h.token } : o;
+      }).concat(this.outcomes);
       throw e;
     }
     // A destination whose limits live in the store counted these leases until now: there may be room again.
     const freed = new Set<Dest>();
+    const tokenOf = new Map(batch.map((o) => [o.id, o.token]));
     for (const id of res.applied) {
-      const dest = this.held.get(id)?.dest;
-      if (dest?.shared) freed.add(dest);
+      const h = this.held.get(id);
+      if (h === undefined || h.token !== tokenOf.get(id)) continue;
+      if (h.dest.shared) freed.add(h.dest);
       this.held.delete(id);
+      this.parks.delete(id);
     }
     for (const id of res.lost) {
       const h = this.held.get(id);
+      const written = batch.find((o) => o.id === id)!;
+      if (h !== undefined && h.token !== written.token) {
+        // Claimed again by this worker while the write was under way: written again under the new claim.
+        this.outcomes.push({ ...written, token: h.token });
+        continue;
+      }
+      if (h === undefined) continue; // (a renewal already found it lost)
+      const parks = this.parks.get(id) ?? 0;
+      if (h.dest.orphans || (h.dest.claiming && parks < 3)) {
+        // Perhaps claimed again by this worker, in a claim whose answer is still on its way or was lost:
+        // written again once that claim round (or reclaimOrphans) has said (unpark). A few times at most.
+        this.parks.set(id, parks + 1);
+        this.parked.push(written);
+        continue;
+      }
+      this.parks.delete(id);
       this.held.delete(id);
       this.c.leaseLost++;
       this.emit({ type: 'lease_lost', destination: h?.dest.d.name ?? '', batchId: id });
@@ -647,21 +836,39 @@ class Worker implements DeliveryWorker {
     const every = Math.max(1, Math.floor(this.settings.leaseMs / 3));
     this.cancelRenew = this.clock.setTimer(() => {
       this.cancelRenew = null;
-      if (!this.isRunning) return;
-      const leases = [...this.held.values()].filter((h) => !h.abandoned).map((h) => ({ id: h.id, token: h.token }));
-      this.store.renew(leases, this.clock.wallNow(), this.settings.leaseMs).then((lost) => {
-        for (const id of lost) {
-          const h = this.held.get(id);
-          if (!h) continue;
-          // Another worker has it now: stop caring; our result would be refused by the fence anyway.
-          this.held.delete(id);
-          this.c.leaseLost++;
-          this.emit({ type: 'lease_lost', destination: h.dest.d.name, batchId: id });
-        }
-      }, (e: unknown) => this.storeError('renewing leases', e)).finally(() => {
-        if (this.isRunning) this.armRenew();
-      });
+      this.renewNow();
     }, every);
+  }
+
+  /** Renews every lease held now (one renewal at a time), then arms the next one. */
+  private renewNow(): void {
+    if (!this.isRunning || this.renewing) return;
+    this.cancelRenew?.();
+    this.cancelRenew = null;
+    this.renewing = true;
+    const leases = [...this.held.values()].filter((h) => !h.abandoned).map((h) => ({ id: h.id, token: h.token }));
+    const sent = new Map(leases.map((l) => [l.id, l.token]));
+    const done = this.track('renewing leases');
+    this.store.renew(leases, this.clock.wallNow(), this.settings.leaseMs).then((lost) => {
+      done(true);
+      for (const id of lost) {
+        const h = this.held.get(id);
+        // (claimed again by this worker meanwhile: the renewal of the old claim says nothing about it;
+        // answered already: the outcome's write says whether the lease held, or whether this worker's own write landed)
+        // (a claim of this worker under way, or of unknown outcome, may have it under a newer token)
+        if (!h || h.token !== sent.get(id) || h.settled || h.dest.claiming || h.dest.orphans) continue;
+        // Another worker has it now: stop caring; our result would be refused by the fence anyway.
+        this.held.delete(id);
+        this.c.leaseLost++;
+        this.emit({ type: 'lease_lost', destination: h.dest.d.name, batchId: id });
+      }
+    }, (e: unknown) => {
+      done(false);
+      this.storeError('renewing leases', e);
+    }).finally(() => {
+      this.renewing = false;
+      if (this.isRunning && !this.stopping && this.cancelRenew === null) this.armRenew();
+    });
   }
 
   /**
@@ -779,7 +986,7 @@ class Worker implements DeliveryWorker {
       } finally {
         this.deadlines.delete(h);
       }
-      if (h.abandoned || !this.held.has(b.id)) {
+      if (h.abandoned || this.held.get(b.id) !== h) {
         // Stopped meanwhile, or the lease was lost: nothing is recorded; the span says so.
         aScope?.end({
           type: 'attempt', operationId, requestId, attempt, method: d.method, endpoint: endpointOf(d.url), status: null, errorClass: 'aborted',
@@ -894,9 +1101,51 @@ class Worker implements DeliveryWorker {
     }, Math.max(0, due - this.clock.now()));
   }
 
+  /**
+   * After a claim of unknown outcome: the store's leases of `dest` held by this worker that
+   * it does not know of are taken in (a batch held under an older token adopts the newer
+   * one; others wait in the ready buffer like a claim's), and outcomes parked meanwhile are
+   * written again under the tokens now known.
+   */
+  private async reclaimOrphans(dest: Dest): Promise<void> {
+    const known: Lease[] = [];
+    for (const h of this.held.values()) if (h.dest === dest) known.push({ id: h.id, token: h.token });
+    const back = await this.store.reclaim!(dest.d.name, this.id, known, this.clock.wallNow(), this.settings.leaseMs);
+    dest.orphans = false;
+    for (const b of back) {
+      const old = this.held.get(b.id);
+      if (old !== undefined) this.adopt(old, b.token);
+      else {
+        this.held.set(b.id, { id: b.id, token: b.token, dest, permit: null, abort: new AbortController(), started: false, abandoned: false, settled: false, timedOut: false });
+        dest.ready.push(b);
+      }
+    }
+    this.unpark(dest);
+  }
+
+  /** Outcomes of `dest` parked by the fence are written again, under the tokens now known. */
+  private unpark(dest: Dest): void {
+    const parked = this.parked.filter((o) => this.held.get(o.id)?.dest === dest);
+    if (parked.length === 0) return;
+    this.parked = this.parked.filter((o) => this.held.get(o.id)?.dest !== dest);
+    for (const o of parked) this.outcomes.push({ ...o, token: this.held.get(o.id)!.token });
+    this.kickFlush();
+  }
+
+  /**
+   * `h` was claimed again (token `token`): what it has — a request in flight, a batch waiting
+   * to start, an outcome waiting to be written — now belongs to the new claim.
+   */
+  private adopt(h: Held, token: number): void {
+    if (token <= h.token) return;
+    h.token = token;
+    const i = this.outcomes.findIndex((o) => o.id === h.id);
+    if (i >= 0) this.outcomes[i] = { ...this.outcomes[i]!, token };
+  }
+
   private settle(h: Held, o: Outcome): void {
     h.settled = true;
-    this.outcomes.push(o);
+    this.outcomes.push(o.token === h.token ? o : { ...o, token: h.token });
     // A shared limit counts this lease until the outcome is written: end a group's wait now (the write starts at the end of the turn).
     if (h.dest.shared !== null && this.groupWaiting && this.cancelFlushWait !== null) {
       this.groupWaiting = false;
@@ -944,6 +1193,8 @@ class Worker implements DeliveryWorker {
     this.cancelRenew = null;
     this.cancelPurge?.();
     this.cancelPurge = null;
+    this.cancelProbe?.();
+    this.cancelProbe = null;
     const unsubscribe = this.unsubscribe;
     this.unsubscribe = null;
     await unsubscribe?.().catch(() => {});
@@ -982,12 +1233,21 @@ class Worker implements DeliveryWorker {
       }
     }
     let released = 0;
+    // Leases a claim of unknown outcome may have given this worker: taken in, so they are written or given back below.
+    for (const dest of this.dests.values()) {
+      if (!dest.orphans) continue;
+      await this.reclaimOrphans(dest).catch((e: unknown) => this.storeError('looking for leases of unknown claims while stopping', e));
+    }
     this.cancelFlushRetry?.();
     this.cancelFlushRetry = null;
     this.cancelFlushWait?.();
     if (this.flushing) await this.flushing;
+    // Parked outcomes whose batch no claim of this worker holds any more: written (and found lost) below.
+    this.outcomes.push(...this.parked);
+    this.parked = [];
     try {
-      await this.flush();
+      // (an outcome refused for an older claim of a batch claimed again is written again: a second pass)
+      for (let pass = 0; pass < 3 && this.outcomes.length > 0; pass++) await this.flush();
     } catch (e) {
       this.storeError('recording outcomes while stopping', e);
     }
@@ -998,11 +1258,16 @@ class Worker implements DeliveryWorker {
       this.storeError('releasing claims while stopping', e);
     }
     this.held.clear();
+    this.parks.clear();
     this.deadlines.clear();
     this.cancelSweep?.();
     this.cancelSweep = null;
     this.sweepAt = Number.POSITIVE_INFINITY;
     this.isRunning = false;
+    this.cancelWatchdog?.();
+    this.cancelWatchdog = null;
+    this.calls.clear();
+    this.storeDown = false;
     if (this.ownTransport) await (this.transport as ReturnType<typeof createHttpTransport>).close().catch(() => {});
     return { released, abandoned };
   }

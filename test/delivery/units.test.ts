@@ -10,6 +10,7 @@ import { batchKey, cutBatches, encodeBatch } from '../../src/delivery/batching.j
 import { DESTINATION_DEFAULTS, WORKER_DEFAULTS, parseDeliveryConfig, resolveDestination } from '../../src/delivery/config.js';
 import { DeliveryError } from '../../src/delivery/errors.js';
 import { classifyThrown } from '../../src/delivery/worker.js';
+import { POSTGRES_DEFAULTS } from '../../src/delivery/postgres-store.js';
 
 describe('SlidingWindowLimiter', () => {
   it('never allows more than `requests` starts in any window of perMs (property)', () => {
@@ -142,5 +143,7 @@ describe('docs/delivery.md', () => {
     expect(row('retainDeliveredMs')).toBe(`${WORKER_DEFAULTS.retainDeliveredMs}`);
     expect(row('retainDroppedMs')).toBe(`${WORKER_DEFAULTS.retainDroppedMs}`);
     expect(row('concurrency.scope')).toBe(`\`"${b.concurrency.scope}"\``);
+    expect(row('storeTimeoutMs')).toBe(`${WORKER_DEFAULTS.storeTimeoutMs}`);
+    for (const k of ['connectTimeoutMs', 'queryTimeoutMs', 'statementTimeoutMs', 'keepAliveMs'] as const) expect(row(k)).toBe(`${POSTGRES_DEFAULTS[k]}`);
   });
 });
