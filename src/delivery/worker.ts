@@ -5,6 +5,7 @@ import type { Fleet } from '../core/fleet.js';
 import { createOperation, restoreOperation, type Command, type Operation } from '../core/operation.js';
 import { errorClassOfCode } from '../core/error-codes.js';
 import type { Clock, Decision, DecisionResult, DecisionWhy, ErrorClass, Observation, Random, TerminalReason } from '../core/types.js';
+import { injectedObservation, type InjectedKind } from '../core/chaos.js';
 import { appendPropagation } from '../core/propagation.js';
 import { classifyWireError } from '../core/wire.js';
 import { formatIdempotencyKey } from '../shared/idempotency.js';
@@ -53,6 +54,8 @@ export type DeliveryEvent =
       readonly retryAfterValid: boolean | null;
       /** When the attempt was decided (wall-clock epoch ms, the worker's clock). */
       readonly ts: number;
+      /** Present only on an attempt the destination policy's chaos injected into (docs/chaos.md). */
+      readonly injected?: InjectedKind;
     })
   | (BatchRef & { readonly type: 'delivered'; readonly attempts: number; readonly ts: number })
   | (BatchRef & { readonly type: 'deferred'; readonly notBefore: number; readonly delayMs: number; readonly ts: number })
@@ -975,12 +978,21 @@ class Worker implements DeliveryWorker {
       this.watch(h, t0 + timeoutMs);
       let result: TransportResult;
       const aScope = scope === null ? null : (scope as OperationScope).attempt(attempt, { requestId, remainingMs, timeoutMs });
+      const inject = cmd.inject;
       try {
         const req: DeliveryRequest = {
           destination: d, url: d.url, method: d.method, headers, body, batchKey: b.key, attempt, items: b.items,
           signal: h.abort.signal, timeoutMs,
         };
-        result = await (aScope !== null ? aScope.run(this.transport, req) : this.transport(req));
+        if (inject !== undefined && inject.kind !== 'latency') {
+          // Chaos: the injected fault or outcome is the attempt's answer; nothing is sent.
+          const o = injectedObservation(inject);
+          result = o.status !== null && o.status !== undefined ? (o.headers ? { status: o.status, headers: o.headers } : { status: o.status }) : { errorClass: o.errorClass!, sent: o.sent! };
+        } else {
+          // Chaos: a latency delays the send within the attempt's time (its timeout cuts the wait too).
+          if (inject !== undefined) await this.injectedDelay(h, inject.delayMs);
+          result = h.timedOut ? { errorClass: 'timeout', sent: 'unknown' } : await (aScope !== null ? aScope.run(this.transport, req) : this.transport(req));
+        }
       } catch (e) {
         result = h.timedOut ? { errorClass: 'timeout', sent: 'unknown' } : classifyThrown(e);
       } finally {
@@ -1010,6 +1022,7 @@ class Worker implements DeliveryWorker {
         type: 'attempt' as const, ...ref, operationId, requestId, round: b.round, attempt, method: d.method, endpoint: endpointOf(d.url),
         status, errorClass, elapsedMs, remainingMs, decision: res.decision, why: res.why, delayMs: res.delayMs,
         retryAfterMs: res.retryAfterMs, retryAfterValid: res.retryAfterValid, ts: Math.round(now),
+        ...(inject !== undefined ? { injected: inject.kind } : {}),
       };
       aScope?.end(ev);
       // A retry the queue stores is, for this process, a deferral.
@@ -1074,6 +1087,20 @@ class Worker implements DeliveryWorker {
   private wakeAt(dest: Dest, at: number): void {
     if (dest.wakeTimes.size < 10_000) dest.wakeTimes.add(at); // past that, polling finds the rest
     this.arm(dest, Math.max(0, at - this.clock.wallNow()));
+  }
+
+  /** An injected latency: waits `ms`, or less when the attempt is aborted meanwhile (its timeout, a stop). */
+  private injectedDelay(h: Held, ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      if (h.abort.signal.aborted) return resolve();
+      const done = (): void => {
+        cancel();
+        h.abort.signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const cancel = this.clock.setTimer(done, ms);
+      h.abort.signal.addEventListener('abort', done);
+    });
   }
 
   /** Aborts the attempt of `h` at `due` (monotonic ms). */

@@ -141,7 +141,8 @@ export interface ReplayOutput {
 
 /**
  * Replays a timeline in virtual time through the real executor (`run()` on a test
- * clock): attempt k takes observation k; one that takes longer than its attempt was
+ * clock): call k takes observation k (with chaos, an injected fault or outcome makes no
+ * call and takes none); one that takes longer than its attempt was
  * allowed becomes a `timeout` at that bound. The timeline ends the operation: its
  * last observation is the last attempt the policy may make. Same input, same output.
  */
@@ -169,7 +170,9 @@ export async function replay(t: Timeline): Promise<ReplayOutput> {
       });
 
   const attempts = t.observations.map(scripted);
-  const p = execute<Classified>((ctx) => attempts[ctx.attempt - 1]!(ctx), {
+  // The k-th call takes observation k: an attempt the policy's chaos answered made no call.
+  let calls = 0;
+  const p = execute<Classified>((ctx) => attempts[calls++]!(ctx), {
     policy,
     clock,
     random: createSeededRandom(t.seed),

@@ -1,6 +1,7 @@
 import type { RetryBudget } from '../core/budget.js';
 import { createOperation, type Command, type Operation } from '../core/operation.js';
 import type { Decision } from '../core/types.js';
+import { injectedObservation } from '../core/chaos.js';
 import { budgetFor, quantile, resolveSimPolicy, round, statusObservation, TIMED_OUT, type ProgressFn, type ResolvedSimPolicy, type SimObservation } from './common.js';
 import { EventQueue, Sampler, streamSeed } from './engine.js';
 import { MEASURED_OVERLOAD, PEER_POLICIES, RELENT_POLICIES, type SimPolicy } from './policies.js';
@@ -161,6 +162,8 @@ export interface OverloadResult {
 const ARRIVAL = 0;
 const ATTEMPT = 1;
 const ANSWER = 2;
+/** A call the policy's chaos delayed (an injected latency) goes now. */
+const SEND = 3;
 const BIN_MS = 100;
 const TERMINALS: readonly Decision[] = ['return', 'max_attempts', 'deadline_exceeded', 'not_retryable', 'budget_exhausted', 'check_state', 'circuit_open', 'cancelled', 'defer'];
 const TERMINAL_INDEX = Object.fromEntries(TERMINALS.map((d, i) => [d, i])) as Record<Decision, number>;
@@ -453,28 +456,26 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
   const ops: Operation[] = [];
   const startAt: number[] = [];
   const seen: number[] = []; // the pending attempt's status as the client sees it; 0 = timeout
+  const sendBound: number[] = []; // a delayed call's time left when it goes (chaos latency)
   let requests = 0;
 
   /** Carries out what operation `i` asks for next. */
   const carry = (i: number, cmd: Command, now: number): void => {
     switch (cmd.kind) {
       case 'call': {
-        requests++;
-        dep.request(now);
-        const arrive = dep.arriveAt;
-        if (fault.inside(arrive)) fault.requests++;
-        else if (before.inside(arrive)) before.requests++;
-        if (after.inside(arrive)) after.requests++;
-        if (overall.inside(arrive)) overall.requests++;
-        // What the client sees: the answer, or a timeout at the attempt's bound.
-        if (dep.answerAt - now > cmd.timeoutMs) {
-          seen[i] = 0;
-          queue.push(now + cmd.timeoutMs, ANSWER, i);
-        } else {
-          seen[i] = dep.status;
-          queue.push(dep.answerAt, ANSWER, i);
+        const inject = cmd.inject;
+        if (inject !== undefined) {
+          // Chaos: a fault or an outcome is the answer, nothing reaches the dependency;
+          // a latency sends later, within the attempt's time.
+          if (inject.kind !== 'latency') return carry(i, ops[i]!.answered(injectedObservation(inject), now), now);
+          if (inject.delayMs >= cmd.timeoutMs) {
+            seen[i] = 0;
+            return void queue.push(now + cmd.timeoutMs, ANSWER, i);
+          }
+          sendBound[i] = cmd.timeoutMs - inject.delayMs;
+          return void queue.push(now + inject.delayMs, SEND, i);
         }
-        return;
+        return send(i, cmd.timeoutMs, now);
       }
       case 'wait':
         // A retry's wait (or a wait for the client's budget): the operation asks again when it is over.
@@ -485,6 +486,25 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
         return acc.end(startAt[i]!, now, cmd.reason);
     }
   };
+
+  /** Attempt of operation `i` reaches the dependency now; it may take `bound` ms. */
+  function send(i: number, bound: number, now: number): void {
+    requests++;
+    dep.request(now);
+    const arrive = dep.arriveAt;
+    if (fault.inside(arrive)) fault.requests++;
+    else if (before.inside(arrive)) before.requests++;
+    if (after.inside(arrive)) after.requests++;
+    if (overall.inside(arrive)) overall.requests++;
+    // What the client sees: the answer, or a timeout at the attempt's bound.
+    if (dep.answerAt - now > bound) {
+      seen[i] = 0;
+      queue.push(now + bound, ANSWER, i);
+    } else {
+      seen[i] = dep.status;
+      queue.push(dep.answerAt, ANSWER, i);
+    }
+  }
 
   queue.clear();
   queue.push(poisson ? arrivals.exponential(meanGap) : 0, ARRIVAL, 0);
@@ -511,6 +531,10 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
     if (kind === ATTEMPT) {
       // A retry whose wait is over.
       carry(i, ops[i]!.timerFired(now), now);
+      continue;
+    }
+    if (kind === SEND) {
+      send(i, sendBound[i]!, now);
       continue;
     }
     // ANSWER: the client's operation hears it.

@@ -236,3 +236,19 @@ describe('seeded, bounded, switchable', () => {
     expect(resolvePolicy({ budget: null, chaos: { outcome: { rate: 1, status: 503 } } }).chaos).not.toBeNull();
   });
 });
+
+describe('relent replay with chaos', () => {
+  it('an injected attempt takes no observation of the timeline: the next call gets it', async () => {
+    const { replay } = await import('../../src/run/replay.js');
+    const out = await replay({
+      operationId: 'op-c', method: 'GET', seed: 1,
+      policy: { maxAttempts: 4, backoff: { kind: 'constant', delayMs: 10 }, budget: null, chaos: { outcome: { rate: 0.5, status: 503 } } },
+      observations: [{ status: 503, elapsedMs: 5 }, { status: 200, elapsedMs: 5 }, { status: 200, elapsedMs: 5 }, { status: 200, elapsedMs: 5 }],
+    });
+    const attempts = out.events.filter((e) => e.type === 'attempt');
+    // seed 1: attempt 1 injected; attempt 2 takes the timeline's first observation (503, 5 ms), not its second
+    expect(attempts[0]).toMatchObject({ injected: 'outcome', status: 503, elapsedMs: 0 });
+    expect(attempts[1]).toMatchObject({ status: 503, elapsedMs: 5 });
+    expect(attempts[1]).not.toHaveProperty('injected');
+  });
+});

@@ -167,3 +167,26 @@ describe('overload: model and determinism', () => {
     expect(row(r, 'p-retry').fault.amplification).toBeGreaterThan(1.5);
   });
 });
+
+describe('chaos in the simulator (the policy field, no scenario code of its own)', () => {
+  it('injected faults never reach the dependency; a latency still does; the same seed repeats', () => {
+    const base = { budget: null, maxAttempts: 1, backoff: { kind: 'constant', delayMs: 10 } } as const;
+    const cfg = { runs: 1, seed: 3, durationMs: 5_000, faults: [] };
+    const r = runOverload({
+      ...cfg,
+      policies: [
+        { name: 'plain', policy: base, budget: false },
+        { name: 'faults', policy: { ...base, chaos: { fault: { rate: 0.5, errorClass: 'connect_refused' } } }, budget: false },
+        { name: 'latency', policy: { ...base, chaos: { latency: { rate: 1, delayMs: 5 } } }, budget: false },
+      ],
+    });
+    const [plain, faults, latency] = r.rows;
+    const sent = (row: typeof plain) => row!.loadPerSecond.reduce((a, b) => a + b, 0);
+    // one attempt per operation: half of them injected, and not sent
+    expect(sent(faults) / sent(plain)).toBeGreaterThan(0.4);
+    expect(sent(faults) / sent(plain)).toBeLessThan(0.6);
+    expect(sent(latency)).toBe(sent(plain));
+    const again = runOverload({ ...cfg, policies: [{ name: 'faults', policy: { ...base, chaos: { fault: { rate: 0.5, errorClass: 'connect_refused' } } }, budget: false }] });
+    expect(sent(again.rows[0])).toBe(sent(faults));
+  });
+});
