@@ -90,6 +90,15 @@ export interface LimitSample {
   readonly dropped: boolean;
 }
 
+/**
+ * The one rule of what an adaptive limit hears as overload ("dropped"): a throttling
+ * status of the policy (429 by default) or 503, or a refused connection. A driver with a
+ * rule of its own (the delivery worker's `concurrency.backoffOn`) passes it instead.
+ */
+export function limitDropped(throttleStatuses: { has(status: number): boolean }, status: number | null, errorClass: string | null): boolean {
+  return status !== null ? throttleStatuses.has(status) || status === 503 : errorClass === 'connect_refused';
+}
+
 /** Why the limit changed. */
 export type LimitChange = 'decrease' | 'increase' | 'gradient' | 'probe' | 'probe_end';
 

@@ -4,7 +4,7 @@ import {
   type ResolvedBreakerSpec,
 } from '../core/breaker.js';
 import { createRetryBudget, type RetryBudget } from '../core/budget.js';
-import type { LimitChange, ResolvedLimitSpec } from '../core/concurrency.js';
+import { limitDropped, type LimitChange, type ResolvedLimitSpec } from '../core/concurrency.js';
 import type { Fleet } from '../core/fleet.js';
 import type { Policy } from '../core/policy.js';
 import type { Clock } from '../core/types.js';
@@ -328,7 +328,7 @@ export class PartnerCall {
     }
     this.sampleStart = startedAt;
     this.sampleEnd = now;
-    this.sampleDropped = status !== null ? this.partner.policy.throttleStatuses.has(status) || status === 503 : errorClass === 'connect_refused';
+    this.sampleDropped = limitDropped(this.partner.policy.throttleStatuses, status, errorClass);
   }
 
   /**

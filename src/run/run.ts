@@ -9,6 +9,7 @@ import { createHedgeState, type HedgeState } from '../core/hedge.js';
 import { observeRateAnswer } from '../core/token-bucket.js';
 import { injectedError, injectedObservation, type ChaosInjection } from '../core/chaos.js';
 import { attemptEvent } from '../core/events.js';
+import { limitDropped } from '../core/concurrency.js';
 import type { Fleet } from '../core/fleet.js';
 import { describe, RelentError, REASON_CODES } from '../core/errors.js';
 import type { Policy, PolicySpec, PresetName } from '../core/policy.js';
@@ -1033,7 +1034,7 @@ class Runner<T> implements TimerRecord, AttemptHandle {
     if (this.breaker !== null) this.breaker.record(breakerOutcome(obs), wallNow!);
     if (this.limit !== null) {
       const st = obs.status ?? null;
-      const dropped = st !== null ? this.policy.throttleStatuses.has(st) || st === 503 : obs.errorClass === 'connect_refused';
+      const dropped = limitDropped(this.policy.throttleStatuses, st, obs.errorClass ?? null);
       this.limit.release(kind === Settled.Aborted ? null : { startedAt: ctx.callStart, now, generation: ctx.generation, dropped });
     }
     const cmd = op.answered(obs, now, wallNow, ctx.attempt);
