@@ -14,7 +14,7 @@ import type { ConcurrencyLimit } from '../run/concurrency-limit.js';
 import type { RateLimiter } from '../run/rate-limiter.js';
 import { forDriver } from '../run/instrument.js';
 import {
-  executeFrom, executeThen, newOperationId, type AttemptContext, type Classified, type FirstAttemptEnd, type Instrumentation, type RelentEvent, type RunOptions, type RunResult,
+  executeFrom, executeThen, newOperationId, type AttemptContext, type Classified, type FirstAttemptEnd, type Instrumentation, type RelentEvent, type ExecuteOptions, type RunResult,
 } from '../run/run.js';
 import type { IncomingCall } from '../run/incoming.js';
 import { AttemptHandler, type BodySink } from './attempt.js';
@@ -426,7 +426,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
       const signal = req.signal;
       // The success path (plainPath), for a caller still waiting.
       if (plainPath(onClientEvent !== null || this.init.onEvent !== undefined, instrumentation !== null, hedging, dep, req.body.kind === 'stream')
-        && !(signal?.aborted ?? false) && this.plan(policy, dep.budget, limitsOf(this.lim.deadlineMs, this.lim.attemptTimeoutMs, callerDeadlineMs), clock)) {
+        && !(signal?.aborted ?? false) && this.plan(policy, dep.guard.budget, limitsOf(this.lim.deadlineMs, this.lim.attemptTimeoutMs, callerDeadlineMs), clock)) {
         this.send(dispatch, this.dispatchOptions(prop.sends ? appendPropagation(req.headers.slice(), prop, 1, this.timeoutMs) : req.headers), validStatus);
         if (this.inFlight) {
           this.call.current = this.first;
@@ -466,7 +466,7 @@ export function createClient(options: ClientOptions = {}): RelentClient {
         : (ctx) => dispatchAttempt(dispatch, dispatchOpts, call, validStatus, ctx);
     }
 
-    private runOptions(hedging: HedgeState | null): RunOptions<AttemptHandler | Response> {
+    private runOptions(hedging: HedgeState | null): ExecuteOptions<AttemptHandler | Response> {
       const init = this.init;
       const dep = this.dep;
       const call = this.call;
@@ -477,13 +477,9 @@ export function createClient(options: ClientOptions = {}): RelentClient {
         method: this.req.method,
         endpoint: this.endpoint,
         onEvent: listenerOf(onClientEvent, init.onEvent),
-        classifyValue: dep.rateLimiter === null ? classifyClientValue : classifyRateLimitedValue,
+        classifyValue: dep.guard.rateLimiter === null ? classifyClientValue : classifyRateLimitedValue,
         classifyTimeout: timeoutOf(call),
-        budget: dep.budget,
-        breaker: dep.breaker,
-        bulkhead: dep.bulkhead,
-        concurrencyLimit: dep.concurrencyLimit,
-        rateLimiter: dep.rateLimiter,
+        guard: dep.guard,
         hedging,
         idempotent: init.idempotent,
         idempotencyKey: this.req.idempotencyKey ?? undefined,

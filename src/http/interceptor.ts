@@ -6,7 +6,7 @@ import { resolvePolicy } from '../presets/index.js';
 import { systemClock } from '../shared/clock.js';
 import { forDriver } from '../run/instrument.js';
 import {
-  executeFrom, executeThen, newOperationId, type AttemptContext, type FirstAttemptEnd, type Instrumentation, type RelentEvent, type RunOptions, type RunResult,
+  executeFrom, executeThen, newOperationId, type AttemptContext, type FirstAttemptEnd, type Instrumentation, type RelentEvent, type ExecuteOptions, type RunResult,
 } from '../run/run.js';
 import type { IncomingCall } from '../run/incoming.js';
 import type { HedgeState } from '../core/hedge.js';
@@ -343,7 +343,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       }
       // The success path (plainPath).
       if (plainPath(listened, instrumentation !== null, hedging, dep, stream)
-        && this.plan(policy, dep.budget, limitsOf(lim?.deadlineMs, lim?.attemptTimeoutMs, callerDeadlineMs), clock)) {
+        && this.plan(policy, dep.guard.budget, limitsOf(lim?.deadlineMs, lim?.attemptTimeoutMs, callerDeadlineMs), clock)) {
         this.send(dispatch, prop.sends ? optsWithHeaders(opts, appendPropagation(flatHeaders(opts.headers, prop.names), prop, 1, this.timeoutMs)) : opts, null);
         return;
       }
@@ -372,7 +372,7 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
       return (ctx) => dispatchAttempt(dispatch, sendOpts, call, null, ctx);
     }
 
-    private runOptions(hedging: HedgeState | null): RunOptions<AttemptHandler> {
+    private runOptions(hedging: HedgeState | null): ExecuteOptions<AttemptHandler> {
       const ctl = new Cancellation();
       if (this.aborted) {
         ctl.aborted = true;
@@ -389,14 +389,10 @@ export function relentInterceptor(options: InterceptorOptions = {}): RelentInter
         method: this.method,
         endpoint: this.endpoint,
         onEvent: onInterceptorEvent !== null || per.onEvent !== undefined ? listenerOf(onInterceptorEvent, per.onEvent) : undefined,
-        classifyValue: dep.rateLimiter === null ? observeResponse : observeRateLimited,
+        classifyValue: dep.guard.rateLimiter === null ? observeResponse : observeRateLimited,
         classifyTimeout: timeoutOf(this.call!),
         signal: ctl.signal,
-        budget: dep.budget,
-        breaker: dep.breaker,
-        bulkhead: dep.bulkhead,
-        concurrencyLimit: dep.concurrencyLimit,
-        rateLimiter: dep.rateLimiter,
+        guard: dep.guard,
         hedging,
         idempotencyKey: this.key ?? undefined,
         idempotent: per.idempotent,

@@ -4,16 +4,17 @@ import type { Dispatcher } from 'undici';
 import {
   createCircuitBreaker, type BreakerSnapshot, type BreakerSpec, type BreakerStateChange, type CircuitBreaker,
 } from '../core/breaker.js';
-import { createRetryBudget, type RetryBudget } from '../core/budget.js';
+import type { RetryBudget } from '../core/budget.js';
 import type { Fleet } from '../core/fleet.js';
 import { RelentError } from '../core/errors.js';
 import { type Policy, type PolicySpec, type PresetName } from '../core/policy.js';
 import { resolvePolicy, withOverrides } from '../presets/index.js';
 import { createBulkhead, type Bulkhead, type BulkheadOptions } from '../run/bulkhead.js';
 import { createConcurrencyLimit, type ConcurrencyLimit, type ConcurrencyLimitOptions, type LimitEvent } from '../run/concurrency-limit.js';
-import { createRateLimiter, type RateLimiter } from '../run/rate-limiter.js';
+import type { RateLimiter } from '../run/rate-limiter.js';
+import { createGuard, type Guard } from '../run/guard.js';
 import { createHedgeState, type HedgeState } from '../core/hedge.js';
-import { createTokenBucket, normalizeRateLimit, type RateLimitSpec } from '../core/token-bucket.js';
+import { normalizeRateLimit, type RateLimitSpec } from '../core/token-bucket.js';
 import type { Clock } from '../core/types.js';
 import { clearTimerRecord, setTimerRecord, systemClock, turnNow, type TimerRecord } from '../shared/clock.js';
 import { attemptLimitMs, isPlainAnswer, observePlainAnswer } from '../core/decide.js';
@@ -69,19 +70,11 @@ export interface ProtectionOptions {
   readonly fleet?: Fleet | null;
 }
 
+/** What a client keeps per dependency key: its guard (budget and protections) and its hedging state. */
 export interface Dependency {
-  readonly budget: RetryBudget | null;
-  readonly breaker: CircuitBreaker | null;
-  readonly bulkhead: Bulkhead | null;
-  readonly concurrencyLimit: ConcurrencyLimit | null;
-  readonly rateLimiter: RateLimiter | null;
+  readonly guard: Guard;
   /** Hedging's state of the key (made when a policy with `hedge` first calls it). */
   hedging: HedgeState | null;
-}
-
-/** No breaker, bulkhead, concurrency limit or rate limit guards the dependency: a call's first attempt may take the success path (FirstAttempt). */
-export function unguarded(d: Dependency): boolean {
-  return d.breaker === null && d.bulkhead === null && d.concurrencyLimit === null && d.rateLimiter === null;
 }
 
 /**
@@ -91,15 +84,16 @@ export function unguarded(d: Dependency): boolean {
  * The client and the interceptor ask the same question; each adds its own last checks.
  */
 export function plainPath(listened: boolean, instrumented: boolean, hedging: HedgeState | null, dep: Dependency, stream: boolean): boolean {
-  return !listened && !instrumented && hedging === null && !stream && unguarded(dep);
+  return !listened && !instrumented && hedging === null && !stream && dep.guard.open;
 }
 
 const MAX_DEPENDENCIES = 10_000;
 
 /**
- * The budget, breaker and bulkhead of each dependency key, created on first use. The
- * budget is made from the `budget` spec of the first policy used with the key.
- * At most 10 000 keys are kept (the oldest is dropped, and recreated when used again).
+ * The guard of each dependency key (createGuard(): the fleet-or-local choice is made
+ * there), created on first use. The budget is made from the `budget` spec of the first
+ * policy used with the key. At most 10 000 keys are kept (the oldest is dropped, and
+ * recreated when used again).
  */
 export class Dependencies {
   readonly breakers = new Map<string, CircuitBreaker>();
@@ -163,31 +157,26 @@ export class Dependencies {
     }
     this.lastKey = null;
     this.lastDep = null;
-    const fleet = this.fleet;
-    const budget = this.shareBudget && policy.budget !== null ? (fleet !== null ? fleet.budget(key, policy.budget) : createRetryBudget(policy.budget)) : null;
-    const breaker = this.breakerSpec === false ? null : fleet !== null
-      ? fleet.breaker(key, this.breakerSpec, { name: key, onStateChange: this.o.onBreakerStateChange ?? null })
-      : createCircuitBreaker(this.breakerSpec, {
-        name: key,
-        initialState: this.o.breakerState?.[key] ?? null,
-        onStateChange: this.o.onBreakerStateChange ?? null,
-      });
-    const bulkhead = this.bulkheadOpts === false ? null : createBulkhead(this.bulkheadOpts);
-    const concurrencyLimit = this.limitOpts === false ? null
-      : createConcurrencyLimit(this.limitOpts, { name: key, onEvent: this.o.onLimitEvent ?? null, wallNow: () => this.clock.wallNow() });
-    let rateLimiter: RateLimiter | null = null;
-    if (this.rateSpec !== false) {
-      // With a fleet the key's rate is shared (this process's share); without one, this process's own bucket.
-      const bucket = fleet !== null && typeof fleet.rateLimit === 'function' ? fleet.rateLimit(key, this.rateSpec) : createTokenBucket(this.rateSpec);
-      rateLimiter = createRateLimiter(bucket, this.clock);
-    }
-    d = { budget, breaker, bulkhead, concurrencyLimit, rateLimiter, hedging: null };
+    const guard = createGuard({
+      dependency: key,
+      fleet: this.fleet,
+      budget: this.shareBudget ? policy.budget : null,
+      breaker: this.breakerSpec === false ? null : this.breakerSpec,
+      breakerState: this.fleet === null ? this.o.breakerState?.[key] ?? null : null,
+      onBreakerStateChange: this.o.onBreakerStateChange ?? null,
+      rateLimit: this.rateSpec === false ? null : this.rateSpec,
+      bulkhead: this.bulkheadOpts === false ? null : createBulkhead(this.bulkheadOpts),
+      concurrencyLimit: this.limitOpts === false ? null
+        : createConcurrencyLimit(this.limitOpts, { name: key, onEvent: this.o.onLimitEvent ?? null, wallNow: () => this.clock.wallNow() }),
+      clock: this.clock,
+    });
+    d = { guard, hedging: null };
     this.deps.set(key, d);
-    if (budget) this.budgets.set(key, budget);
-    if (breaker) this.breakers.set(key, breaker);
-    if (bulkhead) this.bulkheads.set(key, bulkhead);
-    if (concurrencyLimit) this.concurrencyLimits.set(key, concurrencyLimit);
-    if (rateLimiter) this.rateLimiters.set(key, rateLimiter);
+    if (guard.budget) this.budgets.set(key, guard.budget);
+    if (guard.breaker) this.breakers.set(key, guard.breaker);
+    if (guard.bulkhead) this.bulkheads.set(key, guard.bulkhead);
+    if (guard.concurrencyLimit) this.concurrencyLimits.set(key, guard.concurrencyLimit);
+    if (guard.rateLimiter) this.rateLimiters.set(key, guard.rateLimiter);
     return d;
   }
 
