@@ -463,6 +463,7 @@ class ExchangeImpl implements Exchange {
       processes,
       fleet: o.fleet ?? null,
       wallNow: () => this.clock.wallNow(),
+      clock: this.clock,
       onLimitEvent: onLimit === null ? null : (e) => {
         try {
           onLimit({ ...e, partner: p.name });
@@ -1216,8 +1217,8 @@ class Auction implements CallOwner {
     if (left < Math.max(1, p.config.minTimeMs)) return this.skip(p, 'no_time');
     const full = p.full();
     if (full !== null) return this.skip(p, full);
-    // The breaker is asked here, not inside execute(): a skipped partner costs no executor run.
-    if (p.breaker !== null && !p.breaker.tryPass(this.clock.wallNow())) return this.skip(p, 'circuit_open');
+    // The partner's guard admits the call here, not inside execute(): a skipped partner costs no executor run.
+    if (p.guard.admit(now, this.clock.wallNow()) !== null) return this.skip(p, 'circuit_open');
     p.take();
     const call = new PartnerCall(p, this);
     this.calls[p.index] = call;
@@ -1228,8 +1229,9 @@ class Auction implements CallOwner {
         policy: p.policy,
         deadlineMs: left,
         startedAt: now, // the reading `left` comes from: the partner gets every ms of it
-        breaker: call.breaker,
-        budget: p.budget,
+        guard: p.guard,
+        admitted: true,
+        breakerVerdict: call.breakerVerdict,
         operationId: `${this.id}/${p.name}`,
         method: 'POST',
         endpoint: p.endpoint,
@@ -1252,8 +1254,7 @@ class Auction implements CallOwner {
     const ms = round(this.clock.now() - this.startedAt);
     let res: PartnerResult;
     if (r !== null && r.attempts === 0) {
-      // No call was made (the deadline was spent before it): hand a half-open trial back.
-      p.breaker?.record('ignored', this.clock.wallNow());
+      // No call was made (the deadline was spent before it): the executor handed the admission back.
       const why: SkipReason = r.reason === 'circuit_open' ? 'circuit_open' : 'no_time';
       c.skipped[why]++;
       res = result(p.name, `skipped_${why}`, null, 0, null);

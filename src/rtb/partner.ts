@@ -1,9 +1,5 @@
 import { buildConnector, Pool, type Dispatcher } from 'undici';
-import {
-  createCircuitBreaker, type BreakerOutcome, type BreakerSnapshot, type BreakerState, type BreakerStateChange, type CircuitBreaker,
-  type ResolvedBreakerSpec,
-} from '../core/breaker.js';
-import { createRetryBudget, type RetryBudget } from '../core/budget.js';
+import type { BreakerOutcome, BreakerState, BreakerStateChange, CircuitBreaker } from '../core/breaker.js';
 import { limitDropped, type LimitChange, type ResolvedLimitSpec } from '../core/concurrency.js';
 import type { Fleet } from '../core/fleet.js';
 import type { Policy } from '../core/policy.js';
@@ -13,6 +9,8 @@ import { normalizeUrlEndpoint } from '../core/endpoint.js';
 import { presetPolicy, withOverrides } from '../presets/index.js';
 import { createBulkhead, type Bulkhead } from '../run/bulkhead.js';
 import { createConcurrencyLimit, type ConcurrencyLimit, type LimitEvent } from '../run/concurrency-limit.js';
+import { createGuard, type BreakerVerdict, type Guard } from '../run/guard.js';
+import { systemClock } from '../shared/clock.js';
 import type { AttemptContext, Classified } from '../run/run.js';
 import { answerBreakerOutcome, classifyBidAnswer, tooLargeAnswer, type PartnerAnswer } from './answer.js';
 import type { ResolvedPartner } from './config.js';
@@ -88,9 +86,13 @@ export class Partner {
   readonly connector: WarmConnector | null;
   /** Calls in flight at most in this process (its share of `maxConcurrency`), and the pool's connections. */
   readonly cap: number;
-  readonly breaker: CircuitBreaker | null;
-  /** The pre-send retries' budget (`retryBudget`), null for none. */
-  readonly budget: RetryBudget | null;
+  /**
+   * The partner's breaker and pre-send retries' budget (`retryBudget`), as a guard made by
+   * createGuard() (the fleet's shared state of `rtb:<name>` with a fleet). The connection
+   * cap and the adaptive limit are the partner's own: a call holds its slot until every
+   * request of it has left the socket (the late-answer grace included).
+   */
+  readonly guard: Guard;
   /** The fixed cap (`maxConcurrency`), used when the partner has no adaptive limit. */
   readonly bulkhead: Bulkhead;
   /**
@@ -123,6 +125,8 @@ export class Partner {
     onLimitEvent?: ((event: LimitEvent) => void) | null;
     /** The wall clock of limit events. */
     wallNow?: () => number;
+    /** The exchange's clock. */
+    clock?: Clock;
   }) {
     this.index = index;
     this.config = config;
@@ -141,13 +145,10 @@ export class Partner {
       keepAliveMaxTimeout: 600_000,
       connect: this.connector!.connect,
     });
-    const breakerOptions = { name: config.name, onStateChange: o.onBreakerStateChange ?? null };
-    const dependency = `rtb:${config.name}`;
-    const fleet = o.fleet ?? null;
-    this.breaker = config.breaker === null ? null
-      : fleet !== null ? fleet.breaker(dependency, config.breaker, breakerOptions) : createCircuitBreaker(config.breaker, breakerOptions);
-    this.budget = config.retryBudget === null ? null
-      : fleet !== null ? fleet.budget(dependency, config.retryBudget) : createRetryBudget(config.retryBudget);
+    this.guard = createGuard({
+      dependency: `rtb:${config.name}`, fleet: o.fleet ?? null, breaker: config.breaker, breakerName: config.name,
+      onBreakerStateChange: o.onBreakerStateChange ?? null, budget: config.retryBudget, clock: o.clock ?? systemClock,
+    });
     this.bulkhead = createBulkhead({ maxConcurrent: this.cap, maxQueue: 0 });
     if (config.concurrencyLimit === null) {
       this.limit = null;
@@ -201,8 +202,14 @@ export class Partner {
     else this.bulkhead.tryAcquire();
   }
 
+  /** The partner's breaker, null for none. */
+  get breaker(): CircuitBreaker | null {
+    return this.guard.breaker;
+  }
+
   breakerState(now: number): BreakerState | 'none' {
-    return this.breaker === null ? 'none' : this.breaker.state(now);
+    const b = this.guard.breaker;
+    return b === null ? 'none' : b.state(now);
   }
 
   /** Connections to open before serving: `warmConnections`, else min(the pool's size, 32). */
@@ -237,39 +244,6 @@ export function answerObservation(a: PartnerAnswer): Classified {
   return { status: a.status };
 }
 
-/**
- * The partner's breaker as one call hands it to execute(): the call's own verdict on an
- * answer replaces the core's generic `breakerOutcome` (a malformed 200 or a 400 is a
- * failure for an auction; see `classifyBidAnswer`). Failures without an answer
- * (timeouts, wire errors) and `ignored` pass through unchanged.
- *
- * The auction asks the breaker itself before it starts the call (a skipped partner costs
- * no executor run), so the first `tryPass` of the call is already granted; a retry asks
- * the breaker again.
- */
-class VerdictBreaker implements CircuitBreaker {
-  private granted = true;
-  constructor(private readonly inner: CircuitBreaker, private readonly call: PartnerCall) {}
-  get name(): string | null { return this.inner.name; }
-  get spec(): ResolvedBreakerSpec { return this.inner.spec; }
-  tryPass(now: number): boolean {
-    if (this.granted) {
-      this.granted = false;
-      return true;
-    }
-    return this.inner.tryPass(now);
-  }
-  record(outcome: BreakerOutcome, now: number): void {
-    const v = this.call.takeVerdict();
-    // A cut (no answer, the request still open): decided at the end of its grace (see LATE_EXCUSE_MS).
-    if (v === null && outcome === 'failure' && this.call.deferCut(this.inner)) return;
-    this.inner.record(v !== null && outcome !== 'ignored' ? v : outcome, now);
-  }
-  state(now: number): BreakerState { return this.inner.state(now); }
-  window(now: number): { readonly successes: number; readonly failures: number } { return this.inner.window(now); }
-  toJSON(): BreakerSnapshot { return this.inner.toJSON(); }
-}
-
 /** How a partner call reports to its auction. */
 export interface CallOwner {
   /** The request body with `tmax` set to the given value (the partner's real time). */
@@ -286,8 +260,7 @@ export interface CallOwner {
  * connections.
  */
 export class PartnerCall {
-  readonly breaker: CircuitBreaker | null;
-  private verdict: BreakerOutcome | null = null;
+  private answerVerdict: BreakerOutcome | null = null;
   /** The latest attempt's request. */
   private current: PartnerRequest | null = null;
   private open = 0;
@@ -308,9 +281,21 @@ export class PartnerCall {
   private sampleDropped = false;
 
   constructor(readonly partner: Partner, readonly owner: CallOwner) {
-    this.breaker = partner.breaker === null ? null : new VerdictBreaker(partner.breaker, this);
     this.generation = partner.limit?.generation ?? 0;
   }
+
+  /**
+   * The call's verdict for the guard's breaker (a hook of the guard, see BreakerVerdict):
+   * its own verdict on an answer replaces the core's generic one (a malformed 200 or a 400
+   * is a failure for an auction; see `classifyBidAnswer`). A cut whose request is still
+   * open is decided at the end of its grace (see LATE_EXCUSE_MS); failures without an
+   * answer and `ignored` pass through unchanged.
+   */
+  readonly breakerVerdict: BreakerVerdict = (_obs, outcome, later) => {
+    const v = this.takeVerdict();
+    if (v === null && outcome === 'failure' && this.current !== null && this.current.deferVerdict(later)) return 'later';
+    return v !== null && outcome !== 'ignored' ? v : outcome;
+  };
 
   /**
    * An attempt ended: with an answer (`status`), a wire error (`errorClass`), or the cut
@@ -331,24 +316,15 @@ export class PartnerCall {
     this.sampleDropped = limitDropped(this.partner.policy.throttleStatuses, status, errorClass);
   }
 
-  /**
-   * The executor records a cut attempt as a breaker failure: when the attempt's request is
-   * still open (waiting out its grace), the request records it instead once it knows
-   * whether the answer came within LATE_EXCUSE_MS of the cut. False: nothing to defer.
-   */
-  deferCut(breaker: CircuitBreaker): boolean {
-    return this.current !== null && this.current.deferBreaker(breaker);
-  }
-
   takeVerdict(): BreakerOutcome | null {
-    const v = this.verdict;
-    this.verdict = null;
+    const v = this.answerVerdict;
+    this.answerVerdict = null;
     return v;
   }
 
   /** The attempt function (one network call). */
   readonly attempt = (ctx: AttemptContext): Promise<PartnerAnswer> => {
-    this.verdict = null;
+    this.answerVerdict = null;
     this.attempts++;
     const p = this.partner;
     // The partner's real time: what this attempt may take (min of its timeout and the time left).
@@ -369,7 +345,7 @@ export class PartnerCall {
   };
 
   setVerdict(v: BreakerOutcome): void {
-    this.verdict = v;
+    this.answerVerdict = v;
   }
 
   requestDone(): void {
@@ -427,8 +403,8 @@ class PartnerRequest implements Dispatcher.DispatchHandler {
   private answered = false;
   private done = false;
   private cutAt = -1;
-  /** The partner's breaker, waiting for this cut request's verdict (see LATE_EXCUSE_MS). */
-  private deferred: CircuitBreaker | null = null;
+  /** The breaker's verdict on this cut request, waiting for the end of its grace (see LATE_EXCUSE_MS). */
+  private deferred: ((outcome: BreakerOutcome, wallNow: number) => void) | null = null;
   /** Cancels the pending timer: the cut at first, then the end of the grace. */
   private cancelTimer: (() => void) | null = null;
   private readonly startedAt: number;
@@ -561,18 +537,19 @@ class PartnerRequest implements Dispatcher.DispatchHandler {
   }
 
   /** Takes the breaker's verdict of this cut request; false when the request is already answered or over. */
-  deferBreaker(breaker: CircuitBreaker): boolean {
+  /** Takes the breaker's verdict of this cut request, to give at the end of its grace; false when it has ended already. */
+  deferVerdict(later: (outcome: BreakerOutcome, wallNow: number) => void): boolean {
     if (this.answered || this.done) return false;
-    this.deferred = breaker;
+    this.deferred = later;
     return true;
   }
 
-  /** Breakers keep wall time (shared across processes through the fleet), as execute() records them. */
+  /** Breakers keep wall time (shared across processes through the fleet): the verdict is given at the wall clock of now. */
   private settleBreaker(outcome: BreakerOutcome): void {
-    const b = this.deferred;
-    if (b === null) return;
+    const later = this.deferred;
+    if (later === null) return;
     this.deferred = null;
-    b.record(outcome, this.clock.wallNow());
+    later(outcome, this.clock.wallNow());
   }
 
   private finish(): void {

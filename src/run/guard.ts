@@ -44,9 +44,9 @@ export interface AttemptExit {
  * A driver's own verdict on an answer for the breaker, in place of the core's generic
  * `breakerOutcome` (an exchange counts a malformed 200 as a failure): undefined keeps the
  * core's. It may decide later (an answer may still arrive in a grace period): return
- * `'later'` and call `later(outcome)` once.
+ * `'later'` and call `later(outcome, wallNow)` once, with the wall clock of that moment.
  */
-export type BreakerVerdict = (obs: Observation, outcome: BreakerOutcome, later: (outcome: BreakerOutcome) => void) => BreakerOutcome | 'later' | undefined;
+export type BreakerVerdict = (obs: Observation, outcome: BreakerOutcome, later: (outcome: BreakerOutcome, wallNow: number) => void) => BreakerOutcome | 'later' | undefined;
 
 /** One protection of a dependency. */
 export interface Protection {
@@ -80,7 +80,7 @@ export function breakerProtection(b: CircuitBreaker): Protection {
       if (e.obs === null) return b.record('ignored', e.wallNow); // not made: a half-open trial goes back
       const outcome = breakerOutcome(e.obs);
       if (e.verdict === null) return b.record(outcome, e.wallNow);
-      const v = e.verdict(e.obs, outcome, (later) => b.record(later, e.wallNow));
+      const v = e.verdict(e.obs, outcome, (later, wallNow) => b.record(later, wallNow));
       if (v !== 'later') b.record(v ?? outcome, e.wallNow);
     },
   };
@@ -197,6 +197,8 @@ export interface GuardOptions {
   readonly budget?: RetryBudget | BudgetSpec | null;
   /** A breaker, a spec (or true: the defaults; with a fleet, the fleet's breaker), or null for none. */
   readonly breaker?: CircuitBreaker | BreakerSpec | true | null;
+  /** The name of a breaker made here (its state changes carry it). Default: the dependency's name. */
+  readonly breakerName?: string | null;
   /** For a breaker made here: its snapshot to start from (local only) and its state changes. */
   readonly breakerState?: BreakerSnapshot | null;
   readonly onBreakerStateChange?: ((change: BreakerStateChange) => void) | null;
@@ -235,7 +237,7 @@ export function createGuard(o: GuardOptions): Guard {
     if (typeof (br as CircuitBreaker).tryPass === 'function') breaker = br as CircuitBreaker;
     else {
       const spec = br === true ? null : br as BreakerSpec;
-      const name = typeof o.dependency === 'string' && o.dependency.length > 0 ? o.dependency : null;
+      const name = o.breakerName ?? (typeof o.dependency === 'string' && o.dependency.length > 0 ? o.dependency : null);
       breaker = fleet !== null
         ? fleet.breaker(dependencyOf(o), spec, { name, onStateChange: o.onBreakerStateChange ?? null })
         : createCircuitBreaker(spec ?? {}, { name, initialState: o.breakerState ?? null, onStateChange: o.onBreakerStateChange ?? null });

@@ -668,6 +668,12 @@ export class Runner<T> implements TimerRecord, AttemptHandle {
   private end(cmd: EndCommand, extra: Partial<RunResult<T>> = NO_EXTRA): void {
     if (this.phase === Phase.Done) return;
     this.phase = Phase.Done;
+    if (this.admitted) {
+      // Admitted by the driver, ended before its first call (no time left): the gates get back what they gave.
+      this.admitted = false;
+      const now = this.clock.now();
+      this.exitGates(this.gates.length, null, false, null, now, now, 0);
+    }
     if (this.abortListener !== null) this.callerSignal!.removeEventListener('abort', this.abortListener);
     const reason = cmd.reason;
     const options = this.options;
