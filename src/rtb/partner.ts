@@ -1,4 +1,5 @@
-import { buildConnector, Pool, type Dispatcher } from 'undici';
+import type { Dispatcher, Pool } from 'undici';
+import { undici } from '../shared/undici.js';
 import {
   createCircuitBreaker, type BreakerOutcome, type BreakerSnapshot, type BreakerState, type BreakerStateChange, type CircuitBreaker,
   type ResolvedBreakerSpec,
@@ -133,8 +134,8 @@ export class Partner {
     this.endpoint = normalizeUrlEndpoint(config.url);
     this.cap = o.cap ?? config.maxConcurrency;
     this.ownDispatcher = !o.dispatcher;
-    this.connector = o.dispatcher ? null : new WarmConnector(buildConnector({ timeout: config.timeoutMs + config.lateGraceMs + 100 }));
-    this.dispatcher = o.dispatcher ?? new Pool(this.origin, {
+    this.connector = o.dispatcher ? null : new WarmConnector(undici().buildConnector({ timeout: config.timeoutMs + config.lateGraceMs + 100 }));
+    this.dispatcher = o.dispatcher ?? new (undici().Pool)(this.origin, {
       connections: this.cap,
       pipelining: 1,
       keepAliveTimeout: 30_000,
