@@ -151,7 +151,7 @@ interface Peer {
 
 /** A child process (IPC channel, structured-clone serialization) as a Peer. */
 function processPeer(child: ChildProcess): Peer {
-  const channel = child as unknown as { channel?: { ref(): void; unref(): void } };
+  const channel = child as unknown as { channel?: { ref?(): void; unref?(): void } };
   return {
     on: (event: string, f: (...a: unknown[]) => void) => child.on(event, f),
     postMessage: (m) => {
@@ -159,11 +159,11 @@ function processPeer(child: ChildProcess): Peer {
     },
     ref: () => {
       child.ref();
-      channel.channel?.ref();
+      channel.channel?.ref?.();
     },
     unref: () => {
       child.unref();
-      channel.channel?.unref();
+      channel.channel?.unref?.();
     },
     terminate: () => new Promise<void>((resolve) => {
       if (child.exitCode !== null || child.signalCode !== null) return resolve();
