@@ -8,12 +8,14 @@
 //   node scripts/runtimes.mjs bin node 24     installs Node 24 if missing, prints its binary
 //   node scripts/runtimes.mjs bin bun|deno    the same for Bun or Deno
 //   node scripts/runtimes.mjs list            the supported versions
+//   node scripts/runtimes.mjs suite node 22   runs CI's part of the test suite on that runtime
+//   node scripts/runtimes.mjs probe bun       runs the entry-point probe (scripts/probe.mjs) on it
 //
 // Written for every Node from 18 on: it is what runs first on an older machine.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, chmodSync } from 'node:fs';
 import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** Exact versions, so every machine and CI run the same ones. Update here only. */
@@ -28,6 +30,51 @@ export const NODE_FLOOR = '22.19.0';
 
 /** The Node `npm start`, `npm test` and `npm run bench` bring when the machine's is older than the floor. */
 export const NODE_DEFAULT = '24';
+
+/**
+ * The test files left out of the fast group (minutes of processes, installs, kills and
+ * load; the exchange's wall-clock timing files). Node 22 and 26 run the rest of the suite;
+ * Node 24 runs all of it (`npm test`).
+ */
+export const SLOW_FILES = Object.freeze([
+  'test/package/pack.test.ts', 'test/cli/deliver.test.ts', 'test/cli/conventions.test.ts',
+  'test/delivery/crash.test.ts', 'test/delivery/scale.test.ts', 'test/delivery/worked-example.test.ts',
+  'test/fleet/processes.test.ts', 'test/fleet/rate.test.ts', 'test/report/memory.test.ts',
+  'test/rtb/coldstart.test.ts', 'test/rtb/crash.test.ts', 'test/rtb/limit.test.ts', 'test/rtb/bench.test.ts',
+  'test/rtb/auction.test.ts', 'test/rtb/server.test.ts',
+]);
+
+/**
+ * Test files that Bun or Deno do not pass, and why: the rest of the suite runs under each
+ * (the fast group's files), as CI does. The README's runtime table says the same.
+ */
+export const SUITE_EXCEPTIONS = Object.freeze({
+  bun: Object.freeze({}),
+  deno: Object.freeze({}),
+});
+
+/** What CI runs on each runtime, in order; the README's runtime table is checked against it. */
+export const CI_PLAN = Object.freeze([
+  Object.freeze({ name: 'Node 22', kind: 'node', major: '22', suite: 'fast', probe: true }),
+  Object.freeze({ name: 'Node 26', kind: 'node', major: '26', suite: 'fast', probe: true }),
+  Object.freeze({ name: 'Bun', kind: 'bun', suite: 'fast', probe: true }),
+  Object.freeze({ name: 'Deno', kind: 'deno', suite: 'fast', probe: true }),
+  Object.freeze({ name: 'Node 24', kind: 'node', major: '24', suite: 'full', probe: true }),
+]);
+
+/** The command line that runs `script args` under a runtime (Bun with --bun, so tools' `node` shebangs run under Bun too). */
+export function runtimeCommand(rt, script, args) {
+  if (rt.kind === 'bun') return [rt.bin, ['--bun', script, ...args]];
+  if (rt.kind === 'deno') return [rt.bin, ['run', '-A', script, ...args]];
+  return [rt.bin, [script, ...args]];
+}
+
+/** vitest's arguments for a part of the suite on a runtime. */
+export function suiteArgs(kind, suite) {
+  if (suite === 'full') return ['run'];
+  const skip = [...SLOW_FILES, ...Object.keys(SUITE_EXCEPTIONS[kind] ?? {})];
+  return ['run', '--project', 'main', ...skip.flatMap((f) => ['--exclude', f])];
+}
 
 export function runtimesDir() {
   return process.env.RELENT_RUNTIMES_DIR || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'relent', 'runtimes');
@@ -104,13 +151,69 @@ function npmCommand() {
   return process.platform === 'win32' ? 'npm.cmd' : 'npm';
 }
 
+/**
+ * The README's runtime table (section "Runtimes"), made from CI_PLAN, the probe's checks
+ * and their documented exceptions; test/runtimes.test.ts checks the README holds it as is.
+ * @param {ReadonlyArray<readonly [string, string, unknown, Record<string, string>?]>} checks scripts/probe.mjs CHECKS
+ */
+export function runtimeTable(checks) {
+  const order = ['Node 22', 'Node 24', 'Node 26', 'Bun', 'Deno'];
+  const plans = [...CI_PLAN].sort((a, b) => order.indexOf(a.name) - order.indexOf(b.name));
+  const version = (p) => (p.kind === 'node' ? RUNTIMES.node[p.major] : RUNTIMES[p.kind]);
+  const notes = [];
+  const note = (text) => {
+    if (!notes.includes(text)) notes.push(text);
+    return `see ${notes.indexOf(text) + 1}`;
+  };
+  const entries = [...new Set(checks.map((c) => c[0]))];
+  const lines = [
+    `| entry point | ${plans.map((p) => `${p.name === 'Bun' || p.name === 'Deno' ? p.name : 'Node'} ${version(p)}`).join(' | ')} |`,
+    `|---|${plans.map(() => '---').join('|')}|`,
+  ];
+  for (const entry of entries) {
+    const cells = plans.map((p) => {
+      const known = checks.filter((c) => c[0] === entry && c[3]?.[p.kind]).map((c) => `${p.name}, \`${entry}\`: ${c[3][p.kind]}.`);
+      return known.length === 0 ? 'yes' : `yes, ${known.map(note).join(', ')}`;
+    });
+    lines.push(`| \`${entry}\` | ${cells.join(' | ')} |`);
+  }
+  lines.push(`| test suite in CI | ${plans.map((p) => {
+    if (p.suite === 'full') return 'all of it (`npm test`)';
+    const left = Object.entries(SUITE_EXCEPTIONS[p.kind] ?? {});
+    if (left.length === 0) return 'fast group';
+    return `fast group, ${left.length} file${left.length > 1 ? 's' : ''} left out (${note(`${p.name} leaves out ${left.map(([f, why]) => `${f} (${why})`).join('; ')}.`)})`;
+  }).join(' | ')} |`);
+  return `${lines.join('\n')}\n\n${notes.map((n, i) => `${i + 1}. ${n}`).join('\n')}${notes.length ? '\n' : ''}`;
+}
+
+/** Runs a command with the runtime's Node (for Node: first on PATH, its headers for node-gyp); returns its exit status. */
+function runUnder(rt, script, args) {
+  const [cmd, argv] = runtimeCommand(rt, script, args);
+  const env = { ...process.env };
+  if (rt.kind === 'node') {
+    env.PATH = `${dirname(rt.bin)}:${env.PATH ?? ''}`;
+    env.npm_config_nodedir = rt.dir;
+  }
+  const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+  console.log(`$ ${[cmd, ...argv].join(' ')}`);
+  return spawnSync(cmd, argv, { cwd: root, stdio: 'inherit', env }).status ?? 1;
+}
+
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   const [cmd, kind, major] = process.argv.slice(2);
   if (cmd === 'bin' && kind) console.log(ensureRuntime(kind, major).bin);
   else if (cmd === 'dir' && kind) console.log(ensureRuntime(kind, major).dir);
   else if (cmd === 'list') console.log(JSON.stringify(RUNTIMES));
-  else {
-    console.error('usage: node scripts/runtimes.mjs bin|dir node 22|24|26 | bin|dir bun | bin|dir deno | list');
+  else if (cmd === 'table') console.log(runtimeTable((await import('./probe.mjs')).CHECKS));
+  else if ((cmd === 'suite' || cmd === 'probe') && kind) {
+    const rt = ensureRuntime(kind, major);
+    const plan = CI_PLAN.find((p) => p.kind === kind && (p.major ?? major) === major);
+    const status = cmd === 'probe'
+      ? runUnder(rt, 'scripts/probe.mjs', [])
+      : runUnder(rt, 'node_modules/vitest/vitest.mjs', suiteArgs(kind, process.argv.includes('--full') ? 'full' : plan?.suite ?? 'fast'));
+    process.exit(status);
+  } else {
+    console.error('usage: node scripts/runtimes.mjs bin|dir|suite|probe node 22|24|26 | bin|dir|suite|probe bun|deno | list');
     process.exit(2);
   }
 }
