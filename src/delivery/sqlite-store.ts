@@ -83,7 +83,7 @@ export async function openSqliteStore(options: SqliteStoreOptions): Promise<Deli
   try {
     Ctor = (await import('better-sqlite3')).default;
   } catch (e) {
-    throw new DeliveryError('ERR_STORE_DRIVER_MISSING', 'The SQLite store needs the optional package better-sqlite3@12 (npm install better-sqlite3@12)', { cause: e });
+    throw new DeliveryError('ERR_STORE_DRIVER_MISSING', 'The SQLite store needs the optional package better-sqlite3 12 or 13 (npm install better-sqlite3@13)', { cause: e });
   }
   const where = `sqlite:${options.file}`;
   let db: Db;
