@@ -642,7 +642,13 @@ function toResponse(h: AttemptHandler, req: Prepared, call: Call, limit: BoundBo
   if (nullBody) {
     h.drain();
     call.release();
-  } else body = new ReadableStream<Uint8Array>(new WebBody(h, call, limit), BODY_QUEUE);
+  } else {
+    const source = new WebBody(h, call, limit);
+    // Deno keeps a Response's stream, and the stream its source, under symbol keys that an
+    // error logged whole would walk down to the handler (the request's URL and headers, the
+    // server's Set-Cookie): a Response for an error reaches its source through closures only.
+    body = new ReadableStream<Uint8Array>(forError ? sealed(source) : source, BODY_QUEUE);
+  }
   let res: Response;
   try {
     res = new Response(body, { status: h.status, statusText: h.statusText });
@@ -740,6 +746,11 @@ class WebBody implements BodySink {
     }
     this.call.release();
   }
+}
+
+/** A body source whose methods call `s`, with nothing of `s` reachable as a property. */
+function sealed(s: WebBody): { start(c: ReadableStreamDefaultController<Uint8Array>): void; pull(): void; cancel(reason: unknown): void } {
+  return { start: (c) => s.start(c), pull: () => s.pull(), cancel: (reason) => s.cancel(reason) };
 }
 
 /**
