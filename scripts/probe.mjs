@@ -136,6 +136,20 @@ export const CHECKS = [
     const a = createSeededRandom(7), b = createSeededRandom(7);
     expect(fired === 1 && a() === b() && a() === b(), 'timer or random');
   }],
+  ['relent/testing/proxy', 'createFaultProxy(): 50 ms of latency, then a reset, between a client and a server', async () => {
+    const { createFaultProxy } = await import('relent/testing/proxy');
+    const s = await statusServer([200]);
+    const proxy = await createFaultProxy({ target: new URL(s.url).host, faults: { latencyMs: 50 } });
+    try {
+      const t0 = Date.now();
+      const res = await fetch(proxy.via(s.url));
+      await res.text();
+      const ms = Date.now() - t0;
+      proxy.set({ reset: true });
+      const failed = await fetch(proxy.via(s.url)).then(() => false, () => true);
+      expect(res.status === 200 && ms >= 45 && failed && proxy.stats().resets >= 1, `status ${res.status} after ${ms} ms, reset failed the call: ${failed}, ${JSON.stringify(proxy.stats())}`);
+    } finally { await proxy.close(); await s.close(); }
+  }],
   ['relent/http', 'createClient().fetch: 503, 503, 200 → 200 (undici from npm)', async () => {
     const { createClient } = await import('relent/http');
     const s = await statusServer([503, 503, 200]);

@@ -12,7 +12,7 @@
 //   node scripts/runtimes.mjs probe bun       runs the entry-point probe (scripts/probe.mjs) on it
 //
 // Written for every Node from 18 on: it is what runs first on an older machine.
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -210,7 +210,7 @@ export function runtimeTable(checks) {
 }
 
 /** Runs a command with the runtime's Node (for Node: first on PATH, its headers for node-gyp); returns its exit status. */
-function runUnder(rt, script, args) {
+function runUnder(rt, script, args, limitMs) {
   const [cmd, argv] = runtimeCommand(rt, script, args);
   const env = { ...process.env };
   if (rt.kind === 'node') {
@@ -221,7 +221,22 @@ function runUnder(rt, script, args) {
   if (rt.kind === 'deno') env.DENO_NO_PROMPT = '1';
   const root = join(dirname(fileURLToPath(import.meta.url)), '..');
   console.log(`$ ${[cmd, ...argv].join(' ')}`);
-  return spawnSync(cmd, argv, { cwd: root, stdio: 'inherit', env }).status ?? 1;
+  // In a process group of its own, so that a run past its limit ends with every process it
+  // started (a test runner's workers would otherwise hold CI's output open).
+  const child = spawn(cmd, argv, { cwd: root, stdio: 'inherit', env, detached: true });
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      console.error(`relent: ${rt.kind} ${rt.version}: ${script} still running after ${limitMs / 60_000} min: stopped`);
+      try { process.kill(-child.pid, 'SIGKILL'); } catch { /* already gone */ }
+    }, limitMs);
+    const stop = (sig) => { try { process.kill(-child.pid, sig); } catch { /* gone */ } };
+    process.on('SIGINT', () => stop('SIGINT'));
+    process.on('SIGTERM', () => stop('SIGTERM'));
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      resolve(code ?? (signal ? 128 : 1));
+    });
+  });
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
@@ -233,9 +248,10 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   else if ((cmd === 'suite' || cmd === 'probe') && kind) {
     const rt = ensureRuntime(kind, major);
     const plan = CI_PLAN.find((p) => p.kind === kind && (p.major ?? major) === major);
+    // Limits far above a run's usual time (probe 5 s, fast group 3-4 min on a loaded machine), so that a hang costs CI minutes, not its whole time.
     const status = cmd === 'probe'
-      ? runUnder(rt, 'scripts/probe.mjs', [])
-      : runUnder(rt, 'node_modules/vitest/vitest.mjs', suiteArgs(kind, process.argv.includes('--full') ? 'full' : plan?.suite ?? 'fast'));
+      ? await runUnder(rt, 'scripts/probe.mjs', [], 3 * 60_000)
+      : await runUnder(rt, 'node_modules/vitest/vitest.mjs', suiteArgs(kind, process.argv.includes('--full') ? 'full' : plan?.suite ?? 'fast'), 20 * 60_000);
     process.exit(status);
   } else {
     console.error('usage: node scripts/runtimes.mjs bin|dir|suite|probe node 22|24|26 | bin|dir|suite|probe bun|deno | list');
