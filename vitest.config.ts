@@ -1,4 +1,16 @@
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import { defineConfig } from 'vitest/config';
+
+/**
+ * Under Bun the bare name `undici` is Bun's own partial copy (no compose(), no
+ * interceptors); the tests import the npm package, as relent itself does there
+ * (src/shared/undici.ts).
+ */
+const require = createRequire(import.meta.url);
+const bunUndici = typeof (process.versions as { bun?: string }).bun === 'string'
+  ? { undici: join(dirname(require.resolve('undici/package.json')), 'index.js') }
+  : {};
 
 /**
  * Tests that judge wall-clock timing of whole processes (answers within a few ms of an
@@ -16,6 +28,7 @@ const TIMING = ['test/rtb/coldstart.test.ts'];
 const SERIAL = ['test/rtb/auction.test.ts', 'test/rtb/server.test.ts'];
 
 export default defineConfig({
+  resolve: { alias: bunUndici },
   test: {
     testTimeout: 20_000,
     hookTimeout: 30_000,

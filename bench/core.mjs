@@ -1,6 +1,6 @@
 // run() success-path overhead vs peers, and decide() throughput.
-// Peers are the newest majors that run on Node 20: p-retry 7 (8+ need Node 22),
-// cockatiel 3 (4 needs Node 22), exponential-backoff 3, async-retry 1.
+// Peers at their current majors (p-retry 9, cockatiel 4, exponential-backoff 3,
+// async-retry 1), named with their installed versions in the rows.
 import pRetry from 'p-retry';
 import { retry, handleAll, ExponentialBackoff, timeout, TimeoutStrategy, wrap } from 'cockatiel';
 import { backOff } from 'exponential-backoff';

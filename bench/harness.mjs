@@ -3,6 +3,16 @@
 // compare here; this one times batches, interleaves candidates round by round so that
 // machine noise hits them alike, and reports the median.
 
+import { readFileSync } from 'node:fs';
+
+/** The peers the benches compare with (devDependencies at their current majors). */
+export const PEERS = ['p-retry', 'cockatiel', 'exponential-backoff', 'async-retry', 'undici', 'got', 'ky', 'axios', 'axios-retry', 'opossum', 'bullmq', 'pg-boss'];
+
+/** The installed version of a package, as the benches name it in their rows. */
+export function peerVersion(name) {
+  return JSON.parse(readFileSync(new URL(`../node_modules/${name}/package.json`, import.meta.url), 'utf8')).version;
+}
+
 /** Runs `fn` n times sequentially (awaiting each), returns ns per call. */
 async function batch(fn, n) {
   const t0 = process.hrtime.bigint();

@@ -16,6 +16,7 @@ import { fork } from 'node:child_process';
 import http from 'node:http';
 import { loadavg } from 'node:os';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { peerVersion } from './harness.mjs';
 
 const BODY = JSON.stringify({ id: 42, name: 'relent', tags: ['retry', 'deadline', 'budget'], ok: true });
 
@@ -67,9 +68,9 @@ async function candidates(url) {
     // The deadline covers the body by default (one timer per response); this is the cost of that default.
     { name: 'relent client.fetch (bodyDeadline: false)', api: 'fetch', relent: true, fn: async () => { const r = await client.fetch(url, { bodyDeadline: false }); await r.text(); } },
     { name: 'Node global fetch', api: 'fetch', fn: async () => { const r = await fetch(url); await r.text(); } },
-    { name: 'got 14 (retry limit 2)', api: 'other', fn: async () => { await gotClient(url).text(); } },
-    { name: 'ky 1 (retry limit 2)', api: 'other', fn: async () => { await ky.get(url).text(); } },
-    { name: 'axios + axios-retry (2)', api: 'other', fn: async () => { await ax.get(url, { responseType: 'text' }); } },
+    { name: `got ${peerVersion('got')} (retry limit 2)`, api: 'other', fn: async () => { await gotClient(url).text(); } },
+    { name: `ky ${peerVersion('ky')} (retry limit 2)`, api: 'other', fn: async () => { await ky.get(url).text(); } },
+    { name: `axios ${peerVersion('axios')} + axios-retry ${peerVersion('axios-retry')} (2)`, api: 'other', fn: async () => { await ax.get(url, { responseType: 'text' }); } },
   ];
   const close = async () => {
     await client.close();

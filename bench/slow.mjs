@@ -19,6 +19,7 @@
 import http from 'node:http';
 import { loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
+import { peerVersion } from './harness.mjs';
 import { createClient } from '../dist/http/index.js';
 import { createSeededRandom } from '../dist/testing/index.js';
 import { textTable } from '../dist/sim/index.js';
@@ -72,8 +73,8 @@ async function slowTail(quick) {
   const contenders = [
     { name: 'relent, no hedging', make: relent({}) },
     { name: 'relent, hedge at p95 (maxExtraLoad 5 %)', make: relent({ hedge: { delayMs: 'p95' } }) },
-    { name: 'cockatiel 3: 20 ms timeout + 1 retry', make: cockatiel },
-    { name: 'got 14: 20 ms timeout + 1 retry', make: gotPeer },
+    { name: `cockatiel ${peerVersion('cockatiel')}: 20 ms timeout + 1 retry`, make: cockatiel },
+    { name: `got ${peerVersion('got')}: 20 ms timeout + 1 retry`, make: gotPeer },
   ];
   const rows = [];
   let base = null;

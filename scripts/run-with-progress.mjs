@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 /**
  * @param {string} cmd
  * @param {string[]} args
- * @param {{ what: string, cwd?: string, everyMs?: number, write?: (text: string) => void, tty?: boolean }} o
+ * @param {{ what: string, cwd?: string, env?: NodeJS.ProcessEnv, everyMs?: number, write?: (text: string) => void, tty?: boolean }} o
  * @returns {Promise<number>} the command's exit status
  */
 export function runWithProgress(cmd, args, o) {
@@ -17,7 +17,7 @@ export function runWithProgress(cmd, args, o) {
   const secs = () => Math.round((Date.now() - started) / 1000);
   write(`relent: ${o.what}…\n`);
   return new Promise((resolve) => {
-    const child = spawn(cmd, args, { cwd: o.cwd, stdio: ['ignore', 'inherit', 'inherit'] });
+    const child = spawn(cmd, args, { cwd: o.cwd, env: o.env, stdio: ['ignore', 'inherit', 'inherit'] });
     const timer = tty ? null : setInterval(() => write(`relent: still ${o.what} (${secs()} s so far)…\n`), o.everyMs ?? 10_000);
     const done = (code) => {
       if (timer) clearInterval(timer);

@@ -12,6 +12,7 @@ import { availableParallelism, loadavg, setPriority, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RelentError } from '../core/errors.js';
+import { undici } from '../shared/undici.js';
 import type { BidderConfig, ExchangeConfig, ResolvedExchangeConfig } from '../rtb/config.js';
 import type { ExchangeStats } from '../rtb/exchange.js';
 import { Histogram } from '../rtb/stats.js';
@@ -155,7 +156,7 @@ export interface LoadResult {
 
 async function runLoadgen(): Promise<void> {
   standInPriority();
-  const { Pool } = await import('undici');
+  const { Pool } = undici();
   const url = new URL(process.env.RELENT_BENCH_URL!);
   const tmax = Number(process.env.RELENT_BENCH_TMAX);
   const pool = new Pool(url.origin, { connections: Number(process.env.RELENT_BENCH_CONNECTIONS), pipelining: 1, keepAliveTimeout: 60_000 });
@@ -504,7 +505,7 @@ export const COLD_START_BIDDERS: readonly (BidderConfig & { readonly name: strin
  * its ready line, `burst` auctions (tmax `tmaxMs`) are sent at once on new connections.
  */
 export async function runColdStarts(o: { starts: number; burst: number; tmaxMs: number; workers: number; warmup: boolean; log: (l: string) => void }): Promise<ColdStartResult> {
-  const { Agent } = await import('undici');
+  const { Agent } = undici();
   const { readFileSync } = await import('node:fs');
   const { spawn } = await import('node:child_process');
   const dir = mkdtempSync(join(tmpdir(), 'relent-cold-start-'));

@@ -1,7 +1,7 @@
 import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Agent } from 'undici';
+import { undici } from '../shared/undici.js';
 import { RelentError } from '../core/errors.js';
 import { createSeededRandom } from '../core/random.js';
 import { createBidder, type Bidder } from '../rtb/bidder.js';
@@ -103,7 +103,7 @@ export async function exchangeDemoCommand(argv: string[], io: Io, opts: { isTTY?
   io.out(`relent exchange-demo: exchange ${info.url} · bidders ${bidders.map((x) => `${x.b.config.name}:${ports.get(x.configuredPort)}`).join(' ')} · ${rate}/s for ${durationMs / 1000}s\n`);
 
   // The traffic generator: an open loop at `rate`, a few malformed and disabled-source requests among them.
-  const agent = new Agent({ connections: 128, keepAliveTimeout: 10_000 });
+  const agent = new (undici().Agent)({ connections: 128, keepAliveTimeout: 10_000 });
   const clientMs = new Histogram();
   const clientStatus: Record<string, number> = {};
   let sent = 0;

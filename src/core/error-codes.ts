@@ -75,7 +75,22 @@ export const ERROR_CODE_CLASSES: Readonly<Record<string, ErrorClass>> = Object.f
   ERR_TLS_HANDSHAKE_TIMEOUT: 'tls',
 });
 
-/** The class of an error by its `code`, looking through `cause` chains (fetch wraps errors). */
+/**
+ * Failures that carry no code, known by their message: Deno's own `fetch` rejects with a
+ * TypeError "fetch failed" whose cause says only, in its message, what went wrong (seen
+ * with Deno 2.9.6: "error sending request for url (…): client error (Connect): tcp
+ * connect error: Connection refused (os error 111)", "…: dns error: failed to lookup
+ * address information: Name or service not known"). Read only when no code matched.
+ */
+export const ERROR_MESSAGE_CLASSES: ReadonlyArray<readonly [RegExp, ErrorClass]> = Object.freeze([
+  [/\btcp connect error: Connection refused\b/, 'connect_refused'],
+  [/\bclient error \(Connect\): dns error\b/, 'dns'],
+] as const);
+
+/**
+ * The class of an error by its `code`, looking through `cause` chains (fetch wraps
+ * errors); failing that, by a message of ERROR_MESSAGE_CLASSES along the same chain.
+ */
 export function errorClassOfCode(error: unknown): ErrorClass | null {
   let e: unknown = error;
   for (let depth = 0; depth < 5 && typeof e === 'object' && e !== null; depth++) {
@@ -86,6 +101,16 @@ export function errorClassOfCode(error: unknown): ErrorClass | null {
       if (code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_')) return 'tls';
       if (code.startsWith('HPE_')) return 'protocol'; // llhttp parse errors (added for the HTTP driver)
     }
+    e = (e as { cause?: unknown }).cause;
+  }
+  return errorClassOfMessage(error);
+}
+
+function errorClassOfMessage(error: unknown): ErrorClass | null {
+  let e: unknown = error;
+  for (let depth = 0; depth < 5 && typeof e === 'object' && e !== null; depth++) {
+    const message = (e as { message?: unknown }).message;
+    if (typeof message === 'string') for (const [re, cls] of ERROR_MESSAGE_CLASSES) if (re.test(message)) return cls;
     e = (e as { cause?: unknown }).cause;
   }
   return null;

@@ -29,7 +29,9 @@ export interface WireClass {
  * | failure (codes)                                              | before_request             | after_request            |
  * |--------------------------------------------------------------|----------------------------|--------------------------|
  * | refused: ECONNREFUSED (also ENETUNREACH, EHOSTUNREACH, …)    | connect_refused, not_sent  | connect_refused, unknown |
+ * |   Deno's fetch, no code: "tcp connect error: Connection refused" |                         |                          |
  * | DNS: ENOTFOUND, EAI_AGAIN, EAI_NONAME, …                     | dns, not_sent              | dns, unknown             |
+ * |   Deno's fetch, no code: "client error (Connect): dns error" |                            |                          |
  * | connect timeout: UND_ERR_CONNECT_TIMEOUT, ETIMEDOUT          | connect_timeout, not_sent  | timeout, unknown         |
  * | TLS: cert errors, ERR_SSL_*, ERR_TLS_*, EPROTO               | tls, not_sent              | tls, unknown             |
  * | reset: ECONNRESET, EPIPE, ECONNABORTED                       | reset, not_sent            | reset, unknown           |

@@ -83,7 +83,7 @@ export async function openSqliteStore(options: SqliteStoreOptions): Promise<Deli
   try {
     Ctor = (await import('better-sqlite3')).default;
   } catch (e) {
-    throw new DeliveryError('ERR_STORE_DRIVER_MISSING', 'The SQLite store needs the optional package better-sqlite3@12 (npm install better-sqlite3@12)', { cause: e });
+    throw new DeliveryError('ERR_STORE_DRIVER_MISSING', 'The SQLite store needs the optional package better-sqlite3 12 or 13 (npm install better-sqlite3@13)', { cause: e });
   }
   const where = `sqlite:${options.file}`;
   let db: Db;
@@ -151,7 +151,7 @@ interface Peer {
 
 /** A child process (IPC channel, structured-clone serialization) as a Peer. */
 function processPeer(child: ChildProcess): Peer {
-  const channel = child as unknown as { channel?: { ref(): void; unref(): void } };
+  const channel = child as unknown as { channel?: { ref?(): void; unref?(): void } };
   return {
     on: (event: string, f: (...a: unknown[]) => void) => child.on(event, f),
     postMessage: (m) => {
@@ -159,11 +159,11 @@ function processPeer(child: ChildProcess): Peer {
     },
     ref: () => {
       child.ref();
-      channel.channel?.ref();
+      channel.channel?.ref?.();
     },
     unref: () => {
       child.unref();
-      channel.channel?.unref();
+      channel.channel?.unref?.();
     },
     terminate: () => new Promise<void>((resolve) => {
       if (child.exitCode !== null || child.signalCode !== null) return resolve();

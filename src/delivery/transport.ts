@@ -1,4 +1,4 @@
-import { Agent, request } from 'undici';
+import { undici } from '../shared/undici.js';
 import { pickHintHeaders } from '../core/hints.js';
 import type { ErrorClass, SendState } from '../core/types.js';
 import type { ResolvedDestination } from './config.js';
@@ -52,6 +52,7 @@ export interface HttpTransportOptions {
  * never logged), so the connection goes back to the pool.
  */
 export function createHttpTransport(options: HttpTransportOptions = {}): HttpTransport {
+  const { Agent, request } = undici();
   const agent = new Agent({
     keepAliveTimeout: options.keepAliveTimeoutMs ?? 30_000,
     connections: options.connections ?? null,

@@ -1,6 +1,4 @@
-import { createRequire } from 'node:module';
 import type { Agent, Dispatcher } from 'undici';
-import type * as Undici from 'undici';
 import type { BreakerSnapshot, CircuitBreaker } from '../core/breaker.js';
 import type { RetryBudget } from '../core/budget.js';
 import { type Policy, type PolicySpec, type PresetName } from '../core/policy.js';
@@ -10,6 +8,7 @@ import type { Clock, Random, TerminalReason } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import type { Bulkhead } from '../run/bulkhead.js';
 import { systemClock } from '../shared/clock.js';
+import { undici } from '../shared/undici.js';
 import type { ConcurrencyLimit } from '../run/concurrency-limit.js';
 import type { RateLimiter } from '../run/rate-limiter.js';
 import { forDriver } from '../run/instrument.js';
@@ -26,16 +25,6 @@ import {
   asError, attemptHeaders, Call, callLimits, callPolicy, Dependencies, dispatchAttempt, FirstAttempt, inherit, invalid, limitsOf, listenerOf, observeRateLimited, observeResponse,
   passOnNoRetry, PROTECTION_DEFAULTS, plainPath, timeoutOf, withHeaders, type Dependency, type ProtectionOptions,
 } from './operation.js';
-
-/**
- * undici, loaded when the first client is made: `import 'relent'` for run() alone should
- * not pay for an HTTP stack (~160 ms of a ~215 ms import on the 2-core machine). undici
- * is CommonJS, so this is the same module instance an `import 'undici'` gives the caller.
- */
-let undiciModule: typeof Undici | null = null;
-function undici(): typeof Undici {
-  return (undiciModule ??= createRequire(import.meta.url)('undici') as typeof Undici);
-}
 
 /** The client's observation of an attempt: a response head (a failure's hint headers read, its body drained), or a state check's Response. */
 function classifyClientValue(v: AttemptHandler | Response, policy: Policy): Classified {
@@ -334,6 +323,10 @@ export function createClient(options: ClientOptions = {}): RelentClient {
   const base: Dispatcher = options.dispatcher ?? ownAgent!;
   const maxRedirections = options.maxRedirections ?? CLIENT_DEFAULTS.maxRedirections;
   if (!Number.isInteger(maxRedirections) || maxRedirections < 0 || maxRedirections > 100) throw invalid('maxRedirections', 'Expected `maxRedirections` to be an integer in [0, 100]');
+  if (typeof base.compose !== 'function') {
+    // Bun answers `import { Agent } from 'undici'` with its own partial copy, whose Agent has no compose().
+    throw invalid('dispatcher', 'Expected `dispatcher` to be an undici Dispatcher with compose() (undici ≥ 6; under Bun, `import \'undici\'` is Bun\'s own partial copy: load the npm package by its path, or leave `dispatcher` out)');
+  }
   const dispatcher = base.compose(interceptors.redirect({ maxRedirections: 0 }));
   const dispatch = dispatcher.dispatch.bind(dispatcher) as (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler) => boolean;
   const onClientEvent = options.onEvent ?? null;
@@ -645,7 +638,13 @@ function toResponse(h: AttemptHandler, req: Prepared, call: Call, limit: BoundBo
   if (nullBody) {
     h.drain();
     call.release();
-  } else body = new ReadableStream<Uint8Array>(new WebBody(h, call, limit), BODY_QUEUE);
+  } else {
+    const source = new WebBody(h, call, limit);
+    // Deno keeps a Response's stream, and the stream its source, under symbol keys that an
+    // error logged whole would walk down to the handler (the request's URL and headers, the
+    // server's Set-Cookie): a Response for an error reaches its source through closures only.
+    body = new ReadableStream<Uint8Array>(forError ? sealed(source) : source, BODY_QUEUE);
+  }
   let res: Response;
   try {
     res = new Response(body, { status: h.status, statusText: h.statusText });
@@ -743,6 +742,11 @@ class WebBody implements BodySink {
     }
     this.call.release();
   }
+}
+
+/** A body source whose methods call `s`, with nothing of `s` reachable as a property. */
+function sealed(s: WebBody): { start(c: ReadableStreamDefaultController<Uint8Array>): void; pull(): void; cancel(reason: unknown): void } {
+  return { start: (c) => s.start(c), pull: () => s.pull(), cancel: (reason) => s.cancel(reason) };
 }
 
 /**

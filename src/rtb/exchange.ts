@@ -1,6 +1,7 @@
 import http from 'node:http';
 import type net from 'node:net';
-import { Pool, type Dispatcher } from 'undici';
+import type { Dispatcher, Pool } from 'undici';
+import { undici } from '../shared/undici.js';
 import { headerSafe, listenOn, plain } from './http-util.js';
 import type { BreakerStateChange } from '../core/breaker.js';
 import { RelentError } from '../core/errors.js';
@@ -555,7 +556,7 @@ class ExchangeImpl implements Exchange {
     try {
       const addr = await listenOn(server, 0, '127.0.0.1', true);
       const burst = 16;
-      client = new Pool(`http://127.0.0.1:${addr.port}`, { connections: burst, pipelining: 1 });
+      client = new (undici().Pool)(`http://127.0.0.1:${addr.port}`, { connections: burst, pipelining: 1 });
       const c = client;
       const tmax = this.config.defaultTmaxMs;
       const one = async (k: number): Promise<void> => {

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import { Agent, type Dispatcher } from 'undici';
+import type { Agent, Dispatcher } from 'undici';
+import { undici } from '../shared/undici.js';
 import type { Policy, PolicySpec } from '../core/policy.js';
 import type { Clock, Random } from '../core/types.js';
 import type { DeliveryEvent, DeliveryQueue, DeliveryRequest, DeliveryWorker, NewItem, TransportResult } from '../delivery/index.js';
@@ -320,7 +321,7 @@ export class NoticeSender {
     readonly instrumentation?: Instrumentation | null;
   }) {
     this.own = !o.dispatcher;
-    this.dispatcher = o.dispatcher ?? new Agent({ connections: 32, keepAliveTimeout: 10_000 });
+    this.dispatcher = o.dispatcher ?? new (undici().Agent)({ connections: 32, keepAliveTimeout: 10_000 });
     setMaxListeners(0, this.abort.signal);
   }
 
@@ -460,7 +461,7 @@ export class DurableNotices {
     private readonly o: NoticeHubOptions,
   ) {
     this.own = !o.dispatcher;
-    this.agent = (o.dispatcher as Agent | null | undefined) ?? new Agent({ connections: 32, keepAliveTimeout: 10_000 });
+    this.agent = (o.dispatcher as Agent | null | undefined) ?? new (undici().Agent)({ connections: 32, keepAliveTimeout: 10_000 });
   }
 
   get pending(): number {

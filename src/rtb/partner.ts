@@ -1,4 +1,5 @@
-import { buildConnector, Pool, type Dispatcher } from 'undici';
+import type { Dispatcher, Pool } from 'undici';
+import { undici } from '../shared/undici.js';
 import type { BreakerOutcome, BreakerState, BreakerStateChange, CircuitBreaker } from '../core/breaker.js';
 import { limitDropped, type LimitChange, type ResolvedLimitSpec } from '../core/concurrency.js';
 import type { Fleet } from '../core/fleet.js';
@@ -137,8 +138,8 @@ export class Partner {
     this.endpoint = normalizeUrlEndpoint(config.url);
     this.cap = o.cap ?? config.maxConcurrency;
     this.ownDispatcher = !o.dispatcher;
-    this.connector = o.dispatcher ? null : new WarmConnector(buildConnector({ timeout: config.timeoutMs + config.lateGraceMs + 100 }));
-    this.dispatcher = o.dispatcher ?? new Pool(this.origin, {
+    this.connector = o.dispatcher ? null : new WarmConnector(undici().buildConnector({ timeout: config.timeoutMs + config.lateGraceMs + 100 }));
+    this.dispatcher = o.dispatcher ?? new (undici().Pool)(this.origin, {
       connections: this.cap,
       pipelining: 1,
       keepAliveTimeout: 30_000,

@@ -161,7 +161,9 @@ export function collectGarbage(): number | null {
     gcFn = null;
     try {
       const own = (globalThis as { gc?: unknown }).gc;
+      const bun = (globalThis as { Bun?: { gc?: (force: boolean) => void } }).Bun;
       if (typeof own === 'function') gcFn = own as () => void;
+      else if (typeof bun?.gc === 'function') gcFn = () => bun.gc!(true); // Bun: no V8 flags; its own collector call
       else {
         v8.setFlagsFromString('--expose-gc');
         const fn = vm.runInNewContext('gc') as unknown;

@@ -45,8 +45,8 @@ export const PEER_POLICIES: readonly SimPolicy[] = Object.freeze([
   },
   {
     name: 'p-retry',
-    summary: 'p-retry 7 defaults: 10 retries, 1 s ×2, no jitter (randomize false), maxTimeout ∞',
-    source: 'p-retry 7.1.1 index.js: retries 10, factor 2, minTimeout 1000, maxTimeout Infinity, randomize false; delay = minTimeout·factor^(retry−1)',
+    summary: 'p-retry 9 defaults: 10 retries, 1 s ×2, no jitter (randomize false), maxTimeout ∞',
+    source: 'p-retry 9.0.0 index.js (unchanged since 7): retries 10, factor 2, minTimeout 1000, maxTimeout Infinity, randomize false; delay = minTimeout·factor^(retry−1)',
     gaps: [
       'maxTimeout Infinity is written as the largest relent wait (2^31−1 ms)',
       'p-retry clamps the last wait to what is left of maxRetryTime; relent stops instead (the same calls are made: no attempt fits after the deadline either way)',
@@ -64,8 +64,8 @@ export const PEER_POLICIES: readonly SimPolicy[] = Object.freeze([
   },
   {
     name: 'got',
-    summary: 'got 14 defaults: 2 retries, 2^(n−1)·1 s + U[0,100) ms noise',
-    source: 'got 14.6.6 options.js: retry.limit 2, noise 100, backoffLimit Infinity, statusCodes 408 413 429 500 502 503 504 521 522 524; calculate-retry-delay.js',
+    summary: 'got 16 defaults: 2 retries, 2^(n−1)·1 s + U[0,100) ms noise',
+    source: 'got 16.2.0 options.js (unchanged since 14): retry.limit 2, noise 100, backoffLimit Infinity, statusCodes 408 413 429 500 502 503 504 521 522 524; calculate-retry-delay.js',
     gaps: [
       'got adds the noise after the backoffLimit cap, relent\'s truncated-exponential before it; identical with got\'s infinite cap',
       'got waits for any Retry-After up to maxRetryAfter (unset by default: no cap); relent\'s cap is 2^31−1 ms',
@@ -81,8 +81,8 @@ export const PEER_POLICIES: readonly SimPolicy[] = Object.freeze([
   },
   {
     name: 'ky',
-    summary: 'ky 1 defaults: 2 retries, 0.3 s ×2, no jitter',
-    source: 'ky 1.14.3 utils/normalize.js: limit 2, delay 0.3·2^(n−1) s, backoffLimit Infinity, jitter off, statusCodes 408 413 429 500 502 503 504, afterStatusCodes 413 429 503, retryOnTimeout false',
+    summary: 'ky 2 defaults: 2 retries, 0.3 s ×2, no jitter',
+    source: 'ky 2.1.0 utils/normalize.js (unchanged since 1): limit 2, delay 0.3·2^(n−1) s, backoffLimit Infinity, jitter off, statusCodes 408 413 429 500 502 503 504, afterStatusCodes 413 429 503, retryOnTimeout false',
     gaps: ['ky clamps Retry-After to maxRetryAfter (Infinity by default); relent\'s cap is 2^31−1 ms'],
     policy: {
       maxAttempts: 3,
@@ -95,8 +95,8 @@ export const PEER_POLICIES: readonly SimPolicy[] = Object.freeze([
   },
   {
     name: 'undici',
-    summary: 'undici 7 retry interceptor defaults: 5 retries, 0.5 s ×2 up to 30 s, no jitter',
-    source: 'undici 7.30.2 lib/handler/retry-handler.js: maxRetries 5, minTimeout 500, timeoutFactor 2, maxTimeout 30 s, statusCodes 500 502 503 504 429, retryAfter honoured',
+    summary: 'undici 8 retry interceptor defaults: 5 retries, 0.5 s ×2 up to 30 s, no jitter',
+    source: 'undici 8.14.0 lib/handler/retry-handler.js (unchanged since 7): maxRetries 5, minTimeout 500, timeoutFactor 2, maxTimeout 30 s, statusCodes 500 502 503 504 429, retryAfter honoured',
     gaps: ['undici clamps a Retry-After above maxTimeout to 30 s and waits; relent stops (retry_after_over_cap)'],
     policy: {
       maxAttempts: 6,
@@ -123,8 +123,8 @@ export const PEER_POLICIES: readonly SimPolicy[] = Object.freeze([
   },
   {
     name: 'cockatiel',
-    summary: 'cockatiel 3 defaults: unlimited retries, no delay (until the caller\'s signal aborts)',
-    source: 'cockatiel 3.2.1 Policy.js retry(): maxAttempts Infinity (counts retries), backoff ConstantBackoff(0)',
+    summary: 'cockatiel 4 defaults: unlimited retries, no delay (until the caller\'s signal aborts)',
+    source: 'cockatiel 4.0.0 Policy.js retry() (unchanged since 3): maxAttempts Infinity (counts retries), backoff ConstantBackoff(0)',
     gaps: ['unlimited attempts are written as relent\'s largest maxAttempts, 10000; the 2 s deadline ends every operation long before that'],
     policy: {
       maxAttempts: 10_000,

@@ -1,11 +1,15 @@
 // Each row of WIRE_ERROR_TABLE against a real socket behaviour on loopback: what the
 // client reports (errorClass, sent) when undici fails in that way, one attempt only.
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { describe, it, expect, afterAll } from 'vitest';
 import { Agent } from 'undici';
+import { ERROR_MESSAGE_CLASSES, errorClassOfCode } from '../../src/core/error-codes.js';
 import { createClient } from '../../src/http/client.js';
 import { classifyWireError, WIRE_ERROR_TABLE, WireError } from '../../src/core/wire.js';
 import { RelentFetchError } from '../../src/http/errors.js';
 import { closedPort, eventLog, selfSignedCert, startRawServer, startServer } from '../http/helpers.js';
+import { runtimeBin } from '../support/runtimes.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterAll(async () => {
@@ -172,5 +176,47 @@ describe('each row against a real socket', () => {
     const e = new WireError(Object.assign(new Error('x'), { code: 'ECONNRESET' }), { errorClass: 'reset', sent: 'unknown' });
     expect(WireError.is(e)).toBe(true);
     expect(e.message).toBe('reset (ECONNRESET): the request may have reached the server');
+  });
+});
+
+// Deno's own fetch rejects with TypeError "fetch failed" and a cause that has no code, only
+// a message. The messages below are Deno 2.9.6's, as its fetch printed them on loopback.
+describe("errors without a code: Deno's fetch", () => {
+  const refused = new TypeError('fetch failed', { cause: new Error('error sending request for url (http://127.0.0.1:45741/): client error (Connect): tcp connect error: Connection refused (os error 111)') });
+  const dns = new TypeError('fetch failed', { cause: new Error('error sending request for url (http://relent-test.invalid/): client error (Connect): dns error: failed to lookup address information: Name or service not known') });
+
+  it('a refused connection is connect_refused, a failed lookup dns; nothing else matches', () => {
+    expect(errorClassOfCode(refused)).toBe('connect_refused');
+    expect(errorClassOfCode(dns)).toBe('dns');
+    expect(classifyWireError(refused, 'before_request')).toEqual({ errorClass: 'connect_refused', sent: 'not_sent' });
+    expect(classifyWireError(dns, 'before_request')).toEqual({ errorClass: 'dns', sent: 'not_sent' });
+    expect(errorClassOfCode(new TypeError('fetch failed', { cause: new Error('error sending request for url (http://x/): connection closed before message completed') }))).toBeNull();
+    expect(errorClassOfCode(new Error('Connection refused by the remote user'))).toBeNull();
+    // A code, when there is one, wins over the message.
+    expect(errorClassOfCode(Object.assign(new Error('tcp connect error: Connection refused'), { code: 'ECONNRESET' }))).toBe('reset');
+    expect(ERROR_MESSAGE_CLASSES.map(([, cls]) => cls)).toEqual(['connect_refused', 'dns']);
+  });
+
+  const deno = runtimeBin('deno');
+  it.skipIf(deno === null)('under Deno, run() over fetch: a refused POST is retried as connect_refused, an unknown name is dns', async () => {
+    const root = fileURLToPath(new URL('../..', import.meta.url));
+    const script = `
+      import { run } from './dist/index.js';
+      const out = {};
+      for (const [name, url] of [['refused', Deno.args[0]], ['dns', 'http://relent-test.invalid/']]) {
+        const events = [];
+        await run(({ signal }) => fetch(url, { method: 'POST', body: 'x', signal }), {
+          method: 'POST', policy: { maxAttempts: 3, deadlineMs: 5000, backoff: { kind: 'constant', delayMs: 1 } }, onEvent: (e) => events.push(e),
+        }).catch(() => {});
+        out[name] = events.find((e) => e.type === 'result');
+      }
+      console.log(JSON.stringify(out));`;
+    const url = `http://127.0.0.1:${await closedPort()}/`;
+    const stdout = await new Promise<string>((resolve, reject) => {
+      execFile(deno!, ['eval', '--ext=js', script, url], { cwd: root, timeout: 60_000 }, (err, out, stderr) => (err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(out)));
+    });
+    const out = JSON.parse(stdout) as Record<string, { errorClass: string; reason: string; attempts: number }>;
+    expect(out.refused).toMatchObject({ errorClass: 'connect_refused', reason: 'max_attempts', attempts: 3 });
+    expect(out.dns).toMatchObject({ errorClass: 'dns', reason: 'max_attempts', attempts: 3 });
   });
 });

@@ -103,7 +103,11 @@ export async function ownRedis(extra: string[] = []): Promise<OwnRedis> {
     const deadline = Date.now() + 10_000;
     for (;;) {
       const r = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false, enableReadyCheck: false });
-      r.on('error', () => {});
+      // A server with a password answers NOAUTH: it is up. ioredis 6 says so on connect (its HELLO), 5 on the PING.
+      let noAuth = false;
+      r.on('error', (e: Error) => {
+        if (/NOAUTH/.test(e.message)) noAuth = true;
+      });
       try {
         await r.connect();
         await r.ping().catch((e: Error) => {
@@ -111,6 +115,7 @@ export async function ownRedis(extra: string[] = []): Promise<OwnRedis> {
         });
         return;
       } catch {
+        if (noAuth) return;
         if (Date.now() > deadline) throw new Error(`redis-server on port ${port} did not start`);
         await new Promise((res) => setTimeout(res, 50));
       } finally {
