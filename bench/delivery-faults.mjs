@@ -1,4 +1,4 @@
-// Durable delivery when PostgreSQL is cut off (issue 20): two workers deliver a steady load
+// Durable delivery when PostgreSQL is cut off: two workers deliver a steady load
 // through relent/testing/proxy in front of PostgreSQL; the proxy blackholes it for 15 s
 // (every connection stalls, new ones are never made: a partition; after the heal, bytes held
 // go on at TCP's next retransmission), then heals. The lease (5 s) is shorter than the cut.

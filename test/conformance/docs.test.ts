@@ -21,7 +21,7 @@ const cell = (s: string): string => s.replace(/\|/g, '\\|').replace(/\n/g, ' ');
 const show = (v: unknown): string => cell(v === undefined ? '—' : typeof v === 'string' ? v : JSON.stringify(v));
 
 function counts(): string {
-  const rows = ['| source | cases | agree | documented difference | not applicable | of the agreeing, waiting for an issue 21 fix |', '| --- | ---: | ---: | ---: | ---: | ---: |'];
+  const rows = ['| source | cases | agree | documented difference | not applicable | of the agreeing, waiting for a fix |', '| --- | ---: | ---: | ---: | ---: | ---: |'];
   const total = { all: 0, agree: 0, differs: 0, na: 0, pending: 0 };
   for (const s of SOURCES) {
     const c = countsOf(s);
@@ -53,7 +53,7 @@ function differences(): string {
 function pending(): string {
   const rows: string[] = [];
   for (const s of SOURCES) for (const c of allCases(s).filter((x) => x.pending !== undefined)) rows.push(`| ${s.title} | ${c.id} | ${cell(c.from)} | ${cell(c.pending!)} | ${show(statusOf(c) === 'differs' ? c.relent : c.expected)} |`);
-  if (rows.length === 0) return 'None: every case that waited for a fix of issue 21 passes on main.';
+  if (rows.length === 0) return 'None: every case that waited for a fix passes.';
   return ['| source | case | upstream | waits for | expected answer |', '| --- | --- | --- | --- | --- |', ...rows].join('\n');
 }
 
