@@ -3,14 +3,16 @@
 // dependency (its hedging state, its guard and budget from run()'s own options).
 import type { CircuitBreaker } from '../core/breaker.js';
 import type { RetryBudget } from '../core/budget.js';
-import { injectedObservation, type ChaosInjection } from '../core/chaos.js';
+import { injectedError, injectedObservation, type ChaosInjection } from '../core/chaos.js';
 import { describe, RelentError } from '../core/errors.js';
 import { createHedgeState, type HedgeState } from '../core/hedge.js';
 import type { EndCommand } from '../core/operation.js';
 import type { Policy } from '../core/policy.js';
 import type { Clock, DecisionResult, Observation } from '../core/types.js';
 import { checkShared, createGuard, type Guard } from './guard.js';
-import type { AttemptContext, AttemptScope, Classified, ExecuteOptions, RunOptions } from './types.js';
+import { classifyErrorDefault, classifyValueDefault } from './classify.js';
+import { ABORTED_OUTCOME, TIMEOUT_OUTCOME, ValueOutcome, type AttemptOutcome } from './outcome.js';
+import type { AttemptContext, AttemptScope, Classified, ExecuteOptions, RunOptions, RunResult } from './types.js';
 
 export const TIMEOUT_REASON = 'relent: attempt timed out';
 
@@ -237,4 +239,54 @@ export function guardOf(o: ExecuteOptions<unknown>, clock: Clock): Guard | null 
     dependency: o.dependency ?? null, fleet: o.fleet ?? null, breaker: b ?? null, rateLimit: o.rateLimiter ?? null,
     bulkhead: o.bulkhead ?? null, concurrencyLimit: o.concurrencyLimit ?? null, clock,
   });
+}
+
+/** What an attempt observed, by the caller's classifiers or the defaults (may throw: the executor ends the operation with it). */
+export function classifyAttempt<T>(options: ExecuteOptions<T>, policy: Policy, aborted: boolean, ctx: AttemptContext, kind: Settled, payload: unknown): Classified {
+  switch (kind) {
+    case Settled.Value:
+      return (options.classifyValue?.(payload as T, policy)) ?? classifyValueDefault(payload);
+    case Settled.Error:
+      // An error after the caller's abort is the cancellation, not a new fact.
+      return aborted ? ABORTED : ((options.classifyError?.(payload)) ?? classifyErrorDefault(payload));
+    case Settled.Timeout:
+      return (options.classifyTimeout?.(ctx)) ?? TIMED_OUT;
+    case Settled.Injected:
+      return injectedClassified(payload as Exclude<ChaosInjection, { kind: 'latency' }>);
+    default:
+      return ABORTED;
+  }
+}
+
+/** How the last attempt ended, for the outcome (built only off the success path). */
+export function lastOutcomeOf<T>(settled: Settled, payload: unknown): AttemptOutcome<T> | null {
+  switch (settled) {
+    case Settled.Value: return new ValueOutcome(payload as T);
+    case Settled.Error: return { kind: 'error', error: payload };
+    case Settled.Timeout: return TIMEOUT_OUTCOME;
+    case Settled.Aborted: return ABORTED_OUTCOME;
+    case Settled.Injected: return { kind: 'error', error: injectedError(payload as Exclude<ChaosInjection, { kind: 'latency' }>) };
+    default: return null;
+  }
+}
+
+/**
+ * How a state check ends the operation: its answer is the result (with what it
+ * observed), or ERR_UNKNOWN_OUTCOME when it failed too; a classifier that throws ends
+ * it with its error.
+ */
+export function stateCheckEnd<T>(options: ExecuteOptions<T>, policy: Policy, kind: Settled, payload: unknown, attempts: number, operationId: string): Partial<RunResult<T>> {
+  let c: Classified;
+  try {
+    c = kind === Settled.Value ? (options.classifyValue?.(payload as T, policy)) ?? classifyValueDefault(payload)
+      : kind === Settled.Timeout ? { errorClass: 'timeout' } : kind === Settled.Aborted ? { errorClass: 'aborted' }
+        : ((options.classifyError?.(payload)) ?? classifyErrorDefault(payload));
+  } catch (error) {
+    return { outcome: { ok: false, error } };
+  }
+  if (kind === Settled.Value) return { outcome: { ok: true, value: payload as T }, stateCheck: c };
+  const error = new RelentError('ERR_UNKNOWN_OUTCOME', `Outcome unknown after attempt ${attempts}, and the state check failed (${'errorClass' in c ? c.errorClass : c.status})`, {
+    reason: 'check_state', attempts, operationId, cause: kind === Settled.Error ? payload : undefined,
+  });
+  return { outcome: { ok: false, error }, stateCheck: c };
 }

@@ -1,7 +1,7 @@
 // How an operation ends for its caller: the result record, the outcome (the last real
 // answer, the operation's own error, or a RelentError with a stable code), the messages.
 import { RelentError, REASON_CODES } from '../core/errors.js';
-import type { DecisionResult, DecisionWhy, ErrorClass, Observation, SendState, TerminalReason } from '../core/types.js';
+import type { DecisionResult, DecisionWhy, ErrorClass, Observation, ResultEvent, SendState, TerminalReason } from '../core/types.js';
 import { observedHeaders } from './classify.js';
 import type { Classified, RunResult } from './types.js';
 
@@ -162,3 +162,21 @@ export function outcomeFor<T>(
   return { ok: false, error };
 }
 
+
+/** The result event of an operation: how it ended, with what it said only when there is something to say. */
+export function resultEvent(
+  operationId: string, last: Observation | null, reason: TerminalReason, attempts: number, wallNow: number, stateCheck: Classified | null,
+  d: DecisionResult | null, op: { readonly hedges: number; readonly hedgeWon: boolean } | undefined,
+): ResultEvent {
+  const ev: ResultEvent & { stateCheck?: Classified; why?: DecisionWhy; hedges?: number; hedgeWon?: boolean } = {
+    type: 'result', operationId, status: last?.status ?? null, errorClass: last?.errorClass ?? null, reason, attempts, ts: Math.round(wallNow),
+  };
+  if (stateCheck !== null) ev.stateCheck = stateCheck;
+  // Said only when the server asked not to retry (optional: other result events keep their shape).
+  if (d?.why === 'retry_after_no_retry') ev.why = d.why;
+  if (op !== undefined && op.hedges > 0) {
+    ev.hedges = op.hedges;
+    ev.hedgeWon = op.hedgeWon;
+  }
+  return ev;
+}

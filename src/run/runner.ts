@@ -1,157 +1,32 @@
 // The executor: one operation over the core's operation state machine, carried out on a
 // clock with real (or test) timers, the dependency's guard, chaos, events and tracing.
-import { safeEndpoint } from '../core/endpoint.js';
-import type { RetryBudget } from '../core/budget.js';
 import { attemptLimitMs, isPlainAnswer } from '../core/decide.js';
 import {
-  HEDGE_LOST, operationAttemptTimeoutMs, operationDeadlineMs, OperationMachine, type CallCommand, type Command, type EndCommand, type HedgeCommand, type Operation,
+  HEDGE_LOST, operationAttemptTimeoutMs, operationDeadlineMs, type CallCommand, type Command, type EndCommand, type HedgeCommand,
 } from '../core/operation.js';
-import type { HedgeState } from '../core/hedge.js';
-import { injectedError, type ChaosInjection } from '../core/chaos.js';
+import type { ChaosInjection } from '../core/chaos.js';
 import { attemptEvent } from '../core/events.js';
 import { RelentError } from '../core/errors.js';
-import type { Policy } from '../core/policy.js';
-import type { Clock, DecisionResult, DecisionWhy, Observation, ResultEvent } from '../core/types.js';
-import { resolvePolicy } from '../presets/index.js';
-import { classifyErrorDefault, classifyValueDefault, noticeClientRetries, OK_200 } from './classify.js';
-import { clearTimerRecord, setTimerRecord, systemClock, systemRandom, turnNow, type TimerRecord } from '../shared/clock.js';
+import type { Observation } from '../core/types.js';
+import { noticeClientRetries, OK_200 } from './classify.js';
 import {
-  ABORTED, AttemptCtx, attemptSignal, CANCELLED_ATTEMPT, CRASHED, fleetBudget, guardOf, hedgingOf, ignore, injectedClassified, Phase, Settled, thenableOf,
-  TIMED_OUT, TIMEOUT_REASON, UNTIMED_200, waitFor, type AttemptHandle, type WaitResult,
+  AttemptCtx, CANCELLED_ATTEMPT, classifyAttempt, CRASHED, ignore, lastOutcomeOf, Phase, Settled, thenableOf, UNTIMED_200, waitFor, type AttemptHandle, type WaitResult,
 } from './attempt.js';
-import type { AttemptExit, Protection } from './guard.js';
-import {
-  ABORTED_OUTCOME, newOperationId, NO_EXTRA, observation, outcomeFor, refusalOutcome, RunResultRecord, TIMEOUT_OUTCOME, ValueOutcome, type AttemptOutcome,
-} from './outcome.js';
-import type { AttemptFn, AttemptScope, Classified, ExecuteOptions, FirstAttemptEnd, OperationScope, RelentEvent, RunResult } from './types.js';
+import { observation, refusalOutcome } from './outcome.js';
+import type { AttemptFn, AttemptScope, Classified, FirstAttemptEnd } from './types.js';
 
-const NO_GATES: readonly Protection[] = Object.freeze([]);
+import { OperationRun } from './operation-run.js';
 
 /**
  * One operation in flight: the core's operation state machine (createOperation) decides
  * every step; this class only carries its commands out on the clock it is given —
  * calls with a timer and the caller's signal racing them, waits, the dependency's guard
- * (its protections, entered in the one gate order), chaos, events. It is driven by callbacks rather than async/await, so that the
- * success path costs the operation's own promise and one more, not a chain of them;
- * on the system clock it is its own lazy timer and reads the clock once per turn.
+ * (its protections, entered in the one gate order), chaos, events. It is driven by
+ * callbacks rather than async/await, so that the success path costs the operation's own
+ * promise and one more, not a chain of them; on the system clock it is its own lazy
+ * timer and reads the clock once per turn.
  */
-export class Runner<T> implements TimerRecord, AttemptHandle {
-  readonly policy: Policy;
-  private readonly clock: Clock;
-  /** The system clock: timers are this object itself (no allocation), `now` is read once per turn. */
-  private readonly system: boolean;
-  private readonly callerSignal: AbortSignal | undefined;
-  private readonly budget: RetryBudget | null;
-  /** The dependency's protections in the gate order (empty: nothing guards it). */
-  private readonly gates: readonly Protection[];
-  /** What a protection hears when an attempt it let through ends (reused). */
-  private readonly exitInfo: AttemptExit;
-  /** The first attempt was admitted by the driver (guard.admit()): it enters no gate. */
-  private admitted: boolean;
-  /** The dependency's hedging state when the policy hedges (attempts then have timers of their own). */
-  private readonly hedging: HedgeState | null;
-  /** Attempts in flight, when hedging. */
-  private flying: AttemptHandle[] | null = null;
-  private cancelHedge: (() => void) | null = null;
-  private readonly scope: OperationScope | null;
-  /** The endpoint for events (never a query, userinfo or fragment), made on first use. */
-  private safe: string | null | undefined = undefined;
-  opId: string | null;
-  /**
-   * The core's operation, made at the start; or, on the success path's shortcut, only if
-   * the first attempt needs more than the core's plain-answer rule (see start()).
-   */
-  private op: Operation | undefined = undefined;
-  startedAt = 0;
-  phase = Phase.Idle;
-  ctx: AttemptHandle | null = null;
-  // The first attempt's context (this object): see AttemptHandle.
-  readonly attempt = 1;
-  timeoutMs = 0;
-  remainingMs = 0;
-  done = false;
-  timedOut = false;
-  controller: AbortController | null = null;
-  callStart = 0;
-  aScope: AttemptScope | null = null;
-  generation = 0;
-  isHedge = false;
-  cancel: (() => void) | null = null;
-  inject: ChaosInjection | null = null;
-  delay: (() => void) | null = null;
-  private checking = false;
-  private cancelTimer: (() => void) | null = null;
-  private last: Observation | null = null;
-  private settled = Settled.None;
-  private payload: unknown = undefined;
-  private abortListener: (() => void) | null = null;
-  /** What the caller's event listener threw first, if it did. */
-  private thrown: { readonly error: unknown } | null = null;
-  timerDue = 0;
-  timerHandle: object | null = null;
-  timerSet = false;
-  timerQueued = 0;
-  timerNext: TimerRecord | null = null;
-  settleRun: ((r: RunResult<T>) => void) | null = null;
-  resolveValue: ((v: T) => void) | null = null;
-  rejectValue: ((e: unknown) => void) | null = null;
-
-  constructor(private readonly fn: AttemptFn<T>, private readonly options: ExecuteOptions<T>, policy?: Policy) {
-    this.callerSignal = options.signal;
-    this.policy = policy ?? resolvePolicy(options.policy);
-    const clock = options.clock;
-    this.clock = clock ?? systemClock;
-    this.system = clock === undefined || clock === systemClock;
-    const guard = guardOf(options as ExecuteOptions<unknown>, this.clock);
-    this.budget = options.budget !== undefined ? options.budget : guard !== null && guard.budget !== null ? guard.budget : fleetBudget(options, this.policy);
-    this.gates = guard === null ? NO_GATES : guard.protections;
-    this.admitted = options.admitted === true;
-    this.exitInfo = {
-      obs: null, cut: false, decision: null, startedAt: 0, now: 0, wallNow: 0, note: 0, policy: this.policy, verdict: options.breakerVerdict ?? null,
-    };
-    this.hedging = this.policy.hedge === null ? null : hedgingOf(options, this.policy);
-    if (this.hedging !== null) this.flying = [];
-    this.opId = options.operationId ?? null;
-    this.scope = options.instrumentation ? options.instrumentation.operation({ operationId: this.operationId, method: this.method, endpoint: this.endpoint }) : null;
-  }
-
-  private get method(): string | null {
-    return this.options.method ?? null;
-  }
-
-  /** Whatever the caller passed, events never carry a query, userinfo or fragment. */
-  private get endpoint(): string | null {
-    if (this.safe === undefined) this.safe = this.options.endpoint != null ? safeEndpoint(this.options.endpoint) : null;
-    return this.safe;
-  }
-
-  /** Fixed for the operation; made on first use (nothing reads it on a quiet success path). */
-  get operationId(): string {
-    return (this.opId ??= newOperationId());
-  }
-
-  // As the first attempt's context (AttemptContext):
-  get requestId(): string {
-    return `${this.operationId}/attempt-1`;
-  }
-
-  get signal(): AbortSignal {
-    return attemptSignal(this, this.callerSignal);
-  }
-
-  abort(reason: unknown): void {
-    this.controller?.abort(reason);
-  }
-
-  abortForTimeout(): void {
-    this.timedOut = true;
-    if (this.controller !== null) this.controller.abort(new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON));
-  }
-
-  private now(): number {
-    return this.system ? turnNow() : this.clock.now();
-  }
-
+export class Runner<T> extends OperationRun<T> {
   start(): void {
     const at = this.options.startedAt;
     const now = at !== undefined && at <= this.clock.now() ? at : this.now();
@@ -192,11 +67,6 @@ export class Runner<T> implements TimerRecord, AttemptHandle {
     }
   }
 
-  /** The core's operation (the caller's options are its options: no object per call). */
-  private operation(): Operation {
-    return (this.op ??= new OperationMachine(this.policy, this.options, this.budget, this.options.random ?? systemRandom, this.hedging));
-  }
-
   /** Carries out one command of the operation. */
   private carry(cmd: Command, now: number): void {
     switch (cmd.kind) {
@@ -222,19 +92,6 @@ export class Runner<T> implements TimerRecord, AttemptHandle {
         this.stopHedging();
         if (this.flying !== null && this.flying.length > 0) this.abortOthers(cmd);
         return this.end(cmd);
-    }
-  }
-
-  private setTimer(ms: number, now: number): void {
-    if (this.system) setTimerRecord(this, ms, now);
-    else this.cancelTimer = this.clock.setTimer(() => this.onTimerFired(), ms, now);
-  }
-
-  private clearTimer(): void {
-    if (this.system) clearTimerRecord(this);
-    else if (this.cancelTimer !== null) {
-      this.cancelTimer();
-      this.cancelTimer = null;
     }
   }
 
@@ -285,23 +142,8 @@ export class Runner<T> implements TimerRecord, AttemptHandle {
    */
   private refused(entered: number, cmd: Command, now: number, error: unknown): void {
     this.exitGates(entered, null, false, null, now, now, 0);
-    if (error !== null && cmd.kind === 'end') return this.end(cmd, refusalOutcome(cmd.reason, error, this.lastOutcome(), this.last, this.operationId, this.op!.attempt));
+    if (error !== null && cmd.kind === 'end') return this.end(cmd, refusalOutcome(cmd.reason, error, lastOutcomeOf<T>(this.settled, this.payload), this.last, this.operationId, this.op!.attempt));
     this.carry(cmd, now);
-  }
-
-  /** Tells the first `n` gates how their attempt ended (obs null: never made, or cut). */
-  private exitGates(n: number, obs: Observation | null, cut: boolean, decision: DecisionResult | null, startedAt: number, now: number, note: number): void {
-    if (n === 0) return;
-    const e = this.exitInfo;
-    e.obs = obs;
-    e.cut = cut;
-    e.decision = decision;
-    e.startedAt = startedAt;
-    e.now = now;
-    e.wallNow = this.clock.wallNow();
-    e.note = note;
-    const gates = this.gates;
-    for (let i = 0; i < n; i++) gates[i]!.exit(e);
   }
 
   /** A hedge: another call alongside those in flight, only if every gate grants it now (a hedge never waits). */
@@ -483,7 +325,7 @@ export class Runner<T> implements TimerRecord, AttemptHandle {
     this.settle(ctx, Settled.Timeout, undefined);
   }
 
-  private onCallerAbort(): void {
+  protected onCallerAbort(): void {
     if (this.phase === Phase.Calling && this.flying !== null && this.flying.length > 0) {
       // Hedging: the latest attempt ends as cancelled; the operation then aborts the others.
       const ctx = this.flying[this.flying.length - 1]!;
@@ -525,7 +367,7 @@ export class Runner<T> implements TimerRecord, AttemptHandle {
     const options = this.options;
     let c: Classified;
     try {
-      c = this.classify(ctx, kind, payload);
+      c = classifyAttempt(this.options, this.policy, this.callerSignal?.aborted === true, ctx, kind, payload);
     } catch (error) {
       // A classifier that throws (the caller's, or a value no classifier can read): the
       // operation ends with its error; the gates hear of an attempt that told nothing.
@@ -575,33 +417,6 @@ export class Runner<T> implements TimerRecord, AttemptHandle {
     this.carry(cmd, now);
   }
 
-  /** Hands an event to the caller's listener; what it throws is kept (the operation then ends with it) and never escapes. */
-  private emit(ev: RelentEvent): void {
-    try {
-      this.options.onEvent!(ev);
-    } catch (error) {
-      this.thrown ??= { error };
-    }
-  }
-
-  /** What the attempt observed, by the caller's classifiers or the defaults (may throw: see settle()). */
-  private classify(ctx: AttemptHandle, kind: Settled, payload: unknown): Classified {
-    const options = this.options;
-    switch (kind) {
-      case Settled.Value:
-        return (options.classifyValue?.(payload as T, this.policy)) ?? classifyValueDefault(payload);
-      case Settled.Error:
-        // An error after the caller's abort is the cancellation, not a new fact.
-        return this.callerSignal?.aborted ? ABORTED : ((options.classifyError?.(payload)) ?? classifyErrorDefault(payload));
-      case Settled.Timeout:
-        return (options.classifyTimeout?.(ctx)) ?? TIMED_OUT;
-      case Settled.Injected:
-        return injectedClassified(payload as Exclude<ChaosInjection, { kind: 'latency' }>);
-      default:
-        return ABORTED;
-    }
-  }
-
   /**
    * Ends the operation with `error` (a classifier or an event listener threw): attempts
    * still in flight are aborted, no further attempt is made.
@@ -621,96 +436,8 @@ export class Runner<T> implements TimerRecord, AttemptHandle {
     this.setTimer(delay, now);
   }
 
-  /** Listens to the caller's signal (once per operation): a cancel ends a call or a wait at once. */
-  private listenForAbort(): void {
-    if (this.abortListener === null) {
-      this.abortListener = () => this.onCallerAbort();
-      this.callerSignal!.addEventListener('abort', this.abortListener);
-    }
-  }
-
   private afterWait(now: number): void {
     this.phase = Phase.Idle;
     this.carry(this.callerSignal?.aborted ? this.op!.cancelled() : this.op!.timerFired(now), now);
   }
-
-  /** How the last attempt ended, for the outcome (built only off the success path). */
-  private lastOutcome(): AttemptOutcome<T> | null {
-    switch (this.settled) {
-      case Settled.Value: return new ValueOutcome(this.payload as T);
-      case Settled.Error: return { kind: 'error', error: this.payload };
-      case Settled.Timeout: return TIMEOUT_OUTCOME;
-      case Settled.Aborted: return ABORTED_OUTCOME;
-      case Settled.Injected: return { kind: 'error', error: injectedError(this.payload as Exclude<ChaosInjection, { kind: 'latency' }>) };
-      default: return null;
-    }
-  }
-
-  private settleCheck(kind: Settled, payload: unknown): void {
-    const options = this.options;
-    const cmd = this.op!.checked() as EndCommand;
-    let c: Classified;
-    try {
-      c = kind === Settled.Value ? (options.classifyValue?.(payload as T, this.policy)) ?? classifyValueDefault(payload)
-        : kind === Settled.Timeout ? { errorClass: 'timeout' } : kind === Settled.Aborted ? { errorClass: 'aborted' }
-          : ((options.classifyError?.(payload)) ?? classifyErrorDefault(payload));
-    } catch (error) {
-      return this.end(cmd, { outcome: { ok: false, error } });
-    }
-    if (kind === Settled.Value) return this.end(cmd, { outcome: { ok: true, value: payload as T }, stateCheck: c });
-    const attempts = this.op!.attempt;
-    const error = new RelentError('ERR_UNKNOWN_OUTCOME', `Outcome unknown after attempt ${attempts}, and the state check failed (${'errorClass' in c ? c.errorClass : c.status})`, {
-      reason: 'check_state', attempts, operationId: this.operationId, cause: kind === Settled.Error ? payload : undefined,
-    });
-    return this.end(cmd, { outcome: { ok: false, error }, stateCheck: c });
-  }
-
-  private end(cmd: EndCommand, extra: Partial<RunResult<T>> = NO_EXTRA): void {
-    if (this.phase === Phase.Done) return;
-    this.phase = Phase.Done;
-    if (this.admitted) {
-      // Admitted by the driver, ended before its first call (no time left): the gates get back what they gave.
-      this.admitted = false;
-      const now = this.clock.now();
-      this.exitGates(this.gates.length, null, false, null, now, now, 0);
-    }
-    if (this.abortListener !== null) this.callerSignal!.removeEventListener('abort', this.abortListener);
-    const reason = cmd.reason;
-    const options = this.options;
-    if (reason === 'return' && this.resolveValue !== null && extra.outcome === undefined && this.settled === Settled.Value && !options.onEvent && this.scope === null) {
-      return this.resolveValue(this.payload as T); // run()'s success path: nothing else to build
-    }
-    const d = cmd.decision;
-    const last = this.last;
-    const attempts = this.op?.attempt ?? 0;
-    let outcome = extra.outcome ?? outcomeFor(reason, d, this.lastOutcome(), last, this.operationId, attempts, this.callerSignal);
-    if (options.onEvent || this.scope !== null) {
-      const ev: ResultEvent & { stateCheck?: Classified; why?: DecisionWhy } = {
-        type: 'result', operationId: this.operationId, status: last?.status ?? null, errorClass: last?.errorClass ?? null, reason, attempts,
-        ts: Math.round(this.clock.wallNow()),
-      };
-      if (extra.stateCheck) ev.stateCheck = extra.stateCheck;
-      // Said only when the server asked not to retry (optional: other result events keep their shape).
-      if (d?.why === 'retry_after_no_retry') ev.why = d.why;
-      const op = this.op;
-      if (op !== undefined && op.hedges > 0) {
-        (ev as { hedges?: number }).hedges = op.hedges;
-        (ev as { hedgeWon?: boolean }).hedgeWon = op.hedgeWon;
-      }
-      if (options.onEvent) this.emit(ev);
-      if (this.scope !== null) this.scope.end(ev);
-      // A listener that threw ends the operation with its error (as p-retry's onFailedAttempt does).
-      if (this.thrown !== null) outcome = { ok: false, error: this.thrown.error };
-    }
-    if (this.settleRun === null) {
-      if (outcome.ok) this.resolveValue!(outcome.value);
-      else this.rejectValue!(outcome.error);
-      return;
-    }
-    this.settleRun(new RunResultRecord(
-      this.operationId, reason, cmd.why, attempts, last, outcome, extra.stateCheck ?? null, d?.delayMs ?? null, d?.retryAfterMs ?? null,
-      (this.op?.deadlineAt ?? this.startedAt) - this.clock.now(), this.op === undefined ? 0 : this.op.deadlineAt - this.op.startedAt,
-    ) as RunResult<T>);
-  }
 }
-
