@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { hostname } from 'node:os';
-import type { ChainableCommander, Redis, RedisOptions } from 'ioredis';
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type * as IORedis from 'ioredis';
 import { createCircuitBreaker, normalizeBreakerSpec, type BreakerOptions, type BreakerSpec, type CircuitBreaker } from '../core/breaker.js';
 import { createRetryBudget, normalizeBudget, type BudgetSpec, type RetryBudget } from '../core/budget.js';
@@ -9,24 +9,50 @@ import type { Fleet } from '../core/fleet.js';
 import { normalizeRateLimit, type RateLimitSpec, type TokenBucket } from '../core/token-bucket.js';
 import { FleetBreaker, type Announcement, type FleetBreakerStats } from './breaker.js';
 import { FleetBudget, type FleetBudgetStats } from './budget.js';
-import { FleetRateLimit, type FleetRateStats } from './rate.js';
+import { afterFailure, afterSuccess, initialHealth, probeDelay, syncDeadline, type Health, type HealthStep } from './health.js';
 import type { Command, Link, Member } from './link.js';
-import { checkUrl, invalid, resolveSettings, where, type FleetSettings } from './options.js';
-import { BREAKER_SYNC_SCRIPT, BREAKER_TRIAL_SCRIPT, BUDGET_SCRIPT, RATE_SCRIPT } from './scripts.js';
+import {
+  checkCluster, checkRedisOptions, checkSentinels, checkUrl, invalid, resolveSettings, where, type FleetSettings, type SentinelAddress,
+} from './options.js';
+import { FleetRateLimit, type FleetRateStats } from './rate.js';
+import { keySlot } from './slot.js';
+import { ClusterStore, MAIN, SingleStore, type Store, type StoreListener, type StoreSettings } from './store.js';
 
-/** `createRedisFleet(options)`: `url` or `client`; every other field optional (see FLEET_DEFAULTS). */
+/**
+ * `createRedisFleet(options)`: where Redis is — exactly one of `url`, `cluster`,
+ * `sentinels` (with `name`) and `client` — and every other field optional (see FLEET_DEFAULTS).
+ */
 export interface RedisFleetOptions {
-  /** `redis://[[user]:password@]host[:port][/db]` or `rediss://…` (TLS). */
-  readonly url?: string;
   /**
-   * An ioredis client to send commands through (not closed by `close()`); the fleet
-   * opens one more connection (`client.duplicate()`) for pub/sub. Give it
-   * `enableOfflineQueue: false` so that nothing queues while Redis is away.
+   * `redis://[[user]:password@]host[:port][/db]` or `rediss://…` (TLS). A Redis Cluster
+   * node works too: the fleet finds that it is one (INFO cluster) and uses the cluster.
    */
-  readonly client?: Redis;
+  readonly url?: string;
+  /** The seed nodes of a Redis Cluster: `['redis://:password@h1:7000', 'redis://h2:7000', …]` (one scheme and password for all). */
+  readonly cluster?: readonly string[];
+  /** The Sentinels of a master, as ioredis takes them: `[{ host, port }, …]` (or `'host:port'`); with `name`. */
+  readonly sentinels?: readonly (SentinelAddress | string)[];
+  /** The master's name in the Sentinels' configuration (with `sentinels`). */
+  readonly name?: string;
+  /**
+   * ioredis options for every connection the fleet opens (`password`, `username`, `tls`,
+   * `sentinelPassword`, …). Not with `client`. The fleet's own connection settings win
+   * (no offline queue, `connectTimeoutMs`, `reconnectMs`).
+   */
+  readonly redisOptions?: Readonly<Record<string, unknown>>;
+  /**
+   * An ioredis client (`Redis`, including one on Sentinels, or `Cluster`): the fleet opens
+   * connections of its own with its settings (`duplicate()`), so that it can replace one
+   * that stops answering; yours is never used for commands, changed or closed.
+   */
+  readonly client?: Redis | Cluster;
   /** Prefix of every key and channel. Default `relent:`; use one per environment. */
   readonly prefix?: string;
-  /** The longest a sync's round trip may take before Redis counts as away, ms. Default 10. */
+  /**
+   * The shortest time a sync may take before it counts as failed, ms. Default 50. The
+   * deadline follows the measured round trip (plus four deviations, as TCP's), up to
+   * `connectTimeoutMs`; a joined node falls back after three failed syncs in a row.
+   */
   readonly timeoutMs?: number;
   /** Deposits, counts and lease top-ups are handed in at least this often while there are any, ms. Default 1000. */
   readonly syncMs?: number;
@@ -36,9 +62,9 @@ export interface RedisFleetOptions {
   readonly leaseTokens?: number | null;
   /** Keys live this long after their last use, ms (a budget's bucket at least until it would have refilled). Default 600 000. */
   readonly keyTtlMs?: number;
-  /** The longest wait between two reconnection attempts, ms. Default 500. */
+  /** The longest wait between two reconnection attempts, ms. Default 250. */
   readonly reconnectMs?: number;
-  /** How long a connection attempt may take, ms. Default 2000. */
+  /** How long a connection attempt may take, ms; also the longest deadline of a sync. Default 1000. */
   readonly connectTimeoutMs?: number;
   /** Mode changes and other notices (see FleetEvent). */
   readonly onEvent?: ((event: FleetEvent) => void) | null;
@@ -55,20 +81,35 @@ export type FleetEvent =
   /** A listener (breaker state change or onEvent) threw; the error was caught. */
   | { readonly type: 'fleet_listener_error'; readonly ts: number; readonly during: string; readonly message: string };
 
+/** What stats() tells of one Redis node (one for a single Redis; one per master of a cluster). */
+export interface FleetNodeStats {
+  /** `fleet`: syncs succeed; `local`: fell back (`reason`); `connecting`: not joined yet. */
+  readonly mode: 'connecting' | 'fleet' | 'local';
+  readonly reason: string | null;
+  /** Dependencies whose keys this node serves. */
+  readonly dependencies: number;
+  /** The deadline of its next sync, ms. */
+  readonly deadlineMs: number;
+  /** Failed syncs or probes in a row. */
+  readonly failures: number;
+}
+
 export interface FleetStats {
-  /** `fleet`: shared state in use; `local`: every budget and breaker runs on this process's own state. */
+  /** `fleet`: shared state in use for every dependency; `local`: some or all run on this process's own share (see `nodes`). */
   readonly mode: 'fleet' | 'local';
   /** Why the mode is local (null in fleet mode). */
   readonly reason: string | null;
   /** When the mode last changed (wall clock ms). */
   readonly since: number;
-  /** The command connection is up. */
+  /** Where the fleet connects: `redis://host:port`, `cluster …`, `sentinel …` (never credentials). */
+  readonly store: string;
+  /** Commands can be sent (the connection is up; for a cluster, its slots are known). */
   readonly connected: boolean;
   /** The pub/sub connection is subscribed to breaker announcements. */
   readonly subscribed: boolean;
-  /** Syncs sent (each one round trip, however many dependencies it carries). */
+  /** Round trips sent: one per node a sync visits (however many dependencies it carries), and probes. */
   readonly roundTrips: number;
-  /** Syncs that failed or took longer than timeoutMs. */
+  /** Syncs or probes that failed or took longer than their deadline. */
   readonly syncFailures: number;
   /** Times the process fell back to local state, and joined again. */
   readonly fallbacks: number;
@@ -77,6 +118,8 @@ export interface FleetStats {
   readonly rttMs: { readonly last: number | null; readonly avg: number | null; readonly max: number | null };
   /** The last error seen (connection or sync), without secrets. */
   readonly lastError: string | null;
+  /** Each Redis node the fleet's keys live on (`main` for one node, `host:port` in a cluster). */
+  readonly nodes: Readonly<Record<string, FleetNodeStats>>;
   readonly budgets: Readonly<Record<string, FleetBudgetStats>>;
   readonly breakers: Readonly<Record<string, FleetBreakerStats>>;
   readonly rateLimits: Readonly<Record<string, FleetRateStats>>;
@@ -88,13 +131,14 @@ export interface RedisFleet extends Fleet {
   /** `fleet` or `local` (see stats()). */
   readonly mode: 'fleet' | 'local';
   /**
-   * Resolves true once the process has joined the fleet (syncs succeed, and breaker
-   * announcements arrive), false if it has not within `timeoutMs` (default 2000) or the
-   * fleet is closed. Never rejects. Calls need not wait for it: until then they run on local state.
+   * Resolves true once the process has joined the fleet (syncs succeed on every node, and
+   * breaker announcements arrive), false if it has not within `timeoutMs` (default 2000),
+   * the fleet is closed, or its configuration cannot work (stats().reason says why). Never
+   * rejects. Calls need not wait for it: until then they run on local state.
    */
   ready(timeoutMs?: number): Promise<boolean>;
   stats(): FleetStats;
-  /** Hands in what is pending (bounded by timeoutMs), then ends the fleet's own connections. Budgets and breakers keep working, locally. */
+  /** Hands in what is pending (bounded by the sync deadline), then ends the fleet's own connections. Budgets and breakers keep working, locally. */
   close(): Promise<void>;
 }
 
@@ -105,69 +149,147 @@ function ioredis(): typeof IORedis {
     try {
       ioredisModule = createRequire(import.meta.url)('ioredis') as typeof IORedis;
     } catch (e) {
-      throw new Error('relent/fleet needs the optional peer dependency `ioredis` (npm install ioredis@6; 5 works too)', { cause: e });
+      throw new Error('relent/fleet needs the optional peer dependency `ioredis` (npm install ioredis)', { cause: e });
     }
   }
   return ioredisModule;
 }
 
-const SCRIPTS = { budget: BUDGET_SCRIPT, breakerSync: BREAKER_SYNC_SCRIPT, breakerTrial: BREAKER_TRIAL_SCRIPT, rate: RATE_SCRIPT } as const;
-const SHA: Readonly<Record<keyof typeof SCRIPTS, string>> = Object.freeze({
-  budget: createHash('sha1').update(BUDGET_SCRIPT).digest('hex'),
-  breakerSync: createHash('sha1').update(BREAKER_SYNC_SCRIPT).digest('hex'),
-  breakerTrial: createHash('sha1').update(BREAKER_TRIAL_SCRIPT).digest('hex'),
-  rate: createHash('sha1').update(RATE_SCRIPT).digest('hex'),
-});
-const SCRIPT_COUNT = Object.keys(SCRIPTS).length;
-
 /** Dependencies shared by one fleet object; past this, new ones get in-process state (said once). */
 const MAX_SHARED = 10_000;
 
+/** Where Redis is, validated. */
+type Target =
+  | { readonly kind: 'url'; readonly url: URL; readonly redisOptions: Readonly<Record<string, unknown>> }
+  | { readonly kind: 'cluster'; readonly urls: readonly URL[]; readonly redisOptions: Readonly<Record<string, unknown>> }
+  | { readonly kind: 'sentinel'; readonly sentinels: readonly SentinelAddress[]; readonly name: string; readonly redisOptions: Readonly<Record<string, unknown>> }
+  | { readonly kind: 'client'; readonly client: Redis | Cluster };
+
+const KNOWN = ['url', 'cluster', 'sentinels', 'name', 'redisOptions', 'client', 'prefix', 'timeoutMs', 'syncMs', 'syncEvery', 'leaseTokens', 'keyTtlMs', 'reconnectMs', 'connectTimeoutMs', 'onEvent', 'clock'];
+
+function resolveTarget(raw: Record<string, unknown>): Target {
+  const given = (['url', 'cluster', 'sentinels', 'client'] as const).filter((k) => raw[k] !== undefined);
+  if (given.length !== 1) {
+    throw invalid(given[1] ?? 'url', `Expected exactly one of \`url\`, \`cluster\`, \`sentinels\` (with \`name\`) and \`client\`${given.length > 1 ? `, got ${given.join(' and ')}` : ''}`);
+  }
+  if (raw.name !== undefined && raw.sentinels === undefined) throw invalid('name', 'Expected `name` only with `sentinels` (the master\'s name in their configuration)');
+  const redisOptions = raw.redisOptions === undefined ? {} : checkRedisOptions(raw.redisOptions);
+  switch (given[0]) {
+    case 'url':
+      return { kind: 'url', url: checkUrl(raw.url), redisOptions };
+    case 'cluster':
+      return { kind: 'cluster', urls: checkCluster(raw.cluster), redisOptions };
+    case 'sentinels': {
+      const sentinels = checkSentinels(raw.sentinels);
+      if (typeof raw.name !== 'string' || raw.name === '') throw invalid('name', 'Expected `name` (the master\'s name in the Sentinels\' configuration) with `sentinels`');
+      return { kind: 'sentinel', sentinels, name: raw.name, redisOptions };
+    }
+    default: {
+      const client = raw.client as Redis | Cluster;
+      if (typeof client !== 'object' || client === null || typeof (client as { duplicate?: unknown }).duplicate !== 'function' || typeof (client as { defineCommand?: unknown }).defineCommand !== 'function') {
+        throw invalid('client', 'Expected `client` to be an ioredis client (Redis or Cluster)');
+      }
+      if (raw.redisOptions !== undefined) throw invalid('redisOptions', 'Expected no `redisOptions` with `client` (the client carries its own)');
+      return { kind: 'client', client };
+    }
+  }
+}
+
 /**
- * A fleet whose budgets and breakers are shared through Redis. Nothing a call does ever
- * waits on Redis: budgets and breakers answer from this process's state, and a
- * background sync (one pipelined round trip for every dependency) keeps that state in
- * step. When a sync fails or takes longer than `timeoutMs`, or the connection drops,
- * the process falls back to local state (said once, in a `fleet_mode` event and in
- * stats()), reconnects by itself and joins again.
+ * A fleet whose budgets and breakers are shared through Redis (one node, a master behind
+ * Sentinels, or a Redis Cluster). Nothing a call does ever waits on Redis: budgets and
+ * breakers answer from this process's state, and a background sync (one round trip per
+ * Redis node for every dependency it serves) keeps that state in step. When a node is
+ * away (its connection drops, or three syncs in a row fail or take longer than their
+ * deadline) the dependencies it serves fall back to local state — each process spending
+ * its share of the fleet's budget (share.ts) — said once, in a `fleet_mode` event and in
+ * stats(); the fleet replaces a connection that stopped answering, probes the node, and
+ * joins again after three good probes in a row.
  *
  * Bad options throw ERR_INVALID_INPUT here (never later, in a call). An unreachable URL
  * or a wrong password does not throw: the fleet stays local and says why.
  */
 export function createRedisFleet(options: RedisFleetOptions): RedisFleet {
-  if (typeof options !== 'object' || options === null || Array.isArray(options)) throw invalid('options', 'Expected `options` to be an object with `url` or `client`');
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) throw invalid('options', 'Expected `options` to be an object with `url`, `cluster`, `sentinels` or `client`');
   const raw = options as Record<string, unknown>;
-  const known = ['url', 'client', 'prefix', 'timeoutMs', 'syncMs', 'syncEvery', 'leaseTokens', 'keyTtlMs', 'reconnectMs', 'connectTimeoutMs', 'onEvent', 'clock'];
-  for (const k of Object.keys(raw)) if (!known.includes(k)) throw invalid(k, `Unknown option \`${k}\` (createRedisFleet takes ${known.join(', ')})`);
-  if ((raw.url === undefined) === (raw.client === undefined)) throw invalid('url', 'Expected exactly one of `url` and `client`');
-  const url = raw.url !== undefined ? checkUrl(raw.url) : null;
-  const client = raw.client as Redis | undefined;
-  if (client !== undefined && (typeof client !== 'object' || client === null || typeof client.pipeline !== 'function' || typeof client.duplicate !== 'function')) {
-    throw invalid('client', 'Expected `client` to be an ioredis client');
-  }
+  for (const k of Object.keys(raw)) if (!KNOWN.includes(k)) throw invalid(k, `Unknown option \`${k}\` (createRedisFleet takes ${KNOWN.join(', ')})`);
+  const target = resolveTarget(raw);
   const settings = resolveSettings(raw);
   const onEvent = raw.onEvent ?? null;
   if (onEvent !== null && typeof onEvent !== 'function') throw invalid('onEvent', 'Expected `onEvent` to be a function');
   const clock = raw.clock ?? null;
   if (clock !== null && (typeof clock !== 'object' || typeof (clock as { wallNow?: unknown }).wallNow !== 'function')) throw invalid('clock', 'Expected `clock` to have a wallNow() function');
-  return new RedisFleetImpl(url, client ?? null, settings, onEvent as ((e: FleetEvent) => void) | null, (clock as { wallNow: () => number } | null) ?? { wallNow: Date.now });
+  return new RedisFleetImpl(target, settings, onEvent as ((e: FleetEvent) => void) | null, (clock as { wallNow: () => number } | null) ?? { wallNow: Date.now });
+}
+
+/** One Redis node the fleet's keys live on (one for a single Redis; one per master of a cluster). */
+class Lane {
+  health: Health = initialHealth();
+  reason: string | null = 'connecting';
+  /** Redis's clock minus this process's wall clock, ms (each node has its own clock). */
+  offset = 0;
+  inFlight = 0;
+  again = false;
+  againAll = false;
+  probing = false;
+  probeTimer: ReturnType<typeof setTimeout> | null = null;
+  /** performance.now() of the last exchange with the node. */
+  lastExchange = -Infinity;
+  constructor(readonly key: string) {}
+}
+
+/**
+ * A dependency as its shared objects see the fleet: local or not by the node that serves
+ * its keys (one hash slot: the keys share the hash tag `{name}`), Redis times mapped with
+ * that node's clock.
+ */
+class Route implements Link {
+  local = true;
+  lane: Lane | null = null;
+  readonly members: Member[] = [];
+  readonly syncEvery: number;
+  readonly keyTtlMs: number;
+  readonly channel: string;
+  readonly id: string;
+
+  constructor(private readonly fleet: RedisFleetImpl, readonly slot: number) {
+    this.syncEvery = fleet.settings.syncEvery;
+    this.keyTtlMs = fleet.settings.keyTtlMs;
+    this.channel = fleet.channel;
+    this.id = fleet.id;
+  }
+
+  soon(urgent?: boolean): void {
+    this.fleet.soon(urgent);
+  }
+
+  wallNow(): number {
+    return this.fleet.clock.wallNow();
+  }
+
+  toLocal(serverMs: number): number {
+    return serverMs - (this.lane?.offset ?? 0);
+  }
+
+  swallow(during: string, error: unknown): void {
+    this.fleet.swallow(during, error);
+  }
 }
 
 type Mode = 'connecting' | 'fleet' | 'local';
+type Outcome = { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly error: unknown } | null;
 
-class RedisFleetImpl implements RedisFleet, Link {
-  local = true;
-  readonly syncEvery: number;
-  readonly keyTtlMs: number;
+class RedisFleetImpl implements RedisFleet {
   readonly channel: string;
   readonly id = `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
   private mode_: Mode = 'connecting';
   private reason: string | null = 'connecting';
   private since: number;
-  private readonly redis: Redis;
-  private readonly sub: Redis;
-  private readonly ownsClient: boolean;
-  private readonly members: Member[] = [];
+  private store: Store;
+  private fatal: string | null = null;
+  private readonly label: string;
+  private readonly lanes = new Map<string, Lane>();
+  private readonly routes = new Map<string, Route>();
   private readonly budgets = new Map<string, RetryBudget>();
   private readonly breakers = new Map<string, FleetBreaker>();
   private readonly rates = new Map<string, FleetRateLimit>();
@@ -176,17 +298,12 @@ class RedisFleetImpl implements RedisFleet, Link {
   private readonly byKey = new Map<string, FleetBreaker>();
   private readonly heard = new Map<string, Announcement>();
   private readonly timer: ReturnType<typeof setInterval>;
-  private scriptsLoaded = false;
-  private inFlight = 0;
-  private again = false;
-  private againAll = false;
+  private memberCount = 0;
   private soonArmed = false;
   private urgentArmed = false;
-  private retry: ReturnType<typeof setTimeout> | null = null;
+  private subPinging = false;
   private closed = false;
   private closing: Promise<void> | null = null;
-  private subscribed = false;
-  private offset = 0;
   private roundTrips = 0;
   private syncFailures = 0;
   private fallbacks = 0;
@@ -196,77 +313,103 @@ class RedisFleetImpl implements RedisFleet, Link {
   private rttMax: number | null = null;
   private lastError: string | null = null;
   private waiters: ((joined: boolean) => void)[] = [];
-  private readonly secret: string | null;
-  /** What the fleet listens to on the command connection (taken off a caller's client at close()). */
-  private readonly listeners: Record<'error' | 'ready' | 'close', (...args: unknown[]) => void>;
+  private readonly secrets: string[];
+  private readonly storeSettings: StoreSettings;
+  private readonly listener: StoreListener;
 
   constructor(
-    url: URL | null, client: Redis | null, private readonly settings: FleetSettings,
-    private readonly onEvent: ((e: FleetEvent) => void) | null, private readonly clock: { readonly wallNow: () => number },
+    private readonly target: Target, readonly settings: FleetSettings,
+    private readonly onEvent: ((e: FleetEvent) => void) | null, readonly clock: { readonly wallNow: () => number },
   ) {
-    this.syncEvery = settings.syncEvery;
-    this.keyTtlMs = settings.keyTtlMs;
     this.channel = `${settings.prefix}breaker`;
     this.since = clock.wallNow();
-    this.secret = url !== null && url.password !== '' ? decodeURIComponent(url.password) : null;
-    const { Redis: RedisClass } = ioredis();
-    const connection: RedisOptions = {
-      // Nothing waits for a connection: a command while Redis is away fails at once.
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      connectTimeout: settings.connectTimeoutMs,
-      // A backstop for replies that never come (the fleet stops waiting after timeoutMs).
-      commandTimeout: Math.max(1000, 20 * settings.timeoutMs),
-      retryStrategy: (times: number) => Math.min(settings.reconnectMs, 20 * 2 ** Math.min(times, 12)),
-      reconnectOnError: () => false,
-      lazyConnect: false,
+    this.secrets = secretsOf(target);
+    this.label = labelOf(target);
+    this.storeSettings = { connectTimeoutMs: settings.connectTimeoutMs, reconnectMs: settings.reconnectMs, channel: this.channel, clean: (e) => this.clean(e) };
+    this.listener = {
+      changed: () => this.changed(),
+      lost: (lane, why) => this.lost(lane, why),
+      error: (why) => this.connectionError(why),
+      message: (m) => this.announcement(m),
+      subscribed: () => this.changed(),
+      cluster: (seed, o) => this.toCluster(seed, o),
+      fatal: (why) => this.fail(why),
     };
-    if (client !== null) {
-      this.redis = client;
-      this.ownsClient = false;
-      this.sub = client.duplicate(connection);
-    } else {
-      this.redis = new RedisClass(url!.href, connection);
-      this.ownsClient = true;
-      this.sub = new RedisClass(url!.href, connection);
-    }
-    const label = url !== null ? where(url) : 'the given client';
-    this.listeners = {
-      error: (e: unknown) => this.connectionError(e, label),
-      ready: () => {
-        this.scriptsLoaded = false;
-        void this.sync(true);
-      },
-      close: () => {
-        if (this.mode_ !== 'local') this.setMode('local', this.lastError ?? `the connection to Redis (${label}) closed`);
-      },
-    };
-    for (const [event, fn] of Object.entries(this.listeners)) this.redis.on(event, fn);
-    this.sub.on('error', (e: unknown) => {
-      this.lastError = this.clean(e);
-    });
-    this.sub.on('ready', () => {
-      this.sub.subscribe(this.channel).then(() => {
-        this.subscribed = true;
-        this.wake();
-      }, (e: unknown) => {
-        this.lastError = this.clean(e);
-      });
-    });
-    this.sub.on('close', () => {
-      this.subscribed = false;
-    });
-    this.sub.on('message', (_channel: string, message: string) => this.announcement(message));
+    this.store = this.openStore();
     this.timer = setInterval(() => this.tick(), settings.syncMs);
     this.timer.unref();
-    if (this.redis.status === 'ready') void this.sync(true);
   }
 
   get mode(): 'fleet' | 'local' {
-    return this.local ? 'local' : 'fleet';
+    return this.mode_ === 'fleet' ? 'fleet' : 'local';
+  }
+
+  // --- connections -----------------------------------------------------------------
+
+  private openStore(): Store {
+    const t = this.target;
+    const { Redis: RedisClass, Cluster: ClusterClass } = ioredis();
+    const s = this.storeSettings;
+    const l = this.listener;
+    switch (t.kind) {
+      case 'url':
+        return new SingleStore('single', this.label, (own) => new RedisClass(t.url.href, { ...(t.redisOptions as RedisOptions), ...own }), s, l);
+      case 'sentinel':
+        return new SingleStore('sentinel', this.label, (own) => new RedisClass({ ...(t.redisOptions as RedisOptions), sentinels: [...t.sentinels], name: t.name, ...own }), s, l);
+      case 'cluster': {
+        const first = t.urls[0]!;
+        const seeds = t.urls.map((u) => ({ host: u.hostname.replace(/^\[|\]$/g, ''), port: u.port === '' ? 6379 : Number(u.port) }));
+        const redisOptions: RedisOptions = { ...credentials(first), ...(t.redisOptions as RedisOptions) };
+        return new ClusterStore(this.label, (over) => new ClusterClass(seeds, { ...over, redisOptions: { ...redisOptions, ...ownNodeOptions(s) } }), ioredis(), s, l);
+      }
+      case 'client': {
+        const c = t.client;
+        if ((c as { isCluster?: unknown }).isCluster === true) {
+          const cluster = c as Cluster;
+          return new ClusterStore(this.label, (over) => cluster.duplicate([], { ...over, redisOptions: { ...(cluster.options.redisOptions ?? {}), ...ownNodeOptions(s) } }), ioredis(), s, l);
+        }
+        const redis = c as Redis;
+        return new SingleStore(redis.options.sentinels ? 'sentinel' : 'single', this.label, (own) => redis.duplicate(own), s, l);
+      }
+    }
+  }
+
+  /** The URL's node is a cluster node: the cluster, seeded by it, with the same credentials and TLS. */
+  private toCluster(seed: { readonly host: string; readonly port: number }, o: RedisOptions): void {
+    if (this.closed || this.store.kind === 'cluster') return;
+    const old = this.store;
+    const { Cluster: ClusterClass } = ioredis();
+    const s = this.storeSettings;
+    const carried: RedisOptions = {};
+    for (const k of ['username', 'password', 'tls', 'family', 'connectionName', 'keepAlive', 'noDelay'] as const) {
+      if (o[k] !== undefined) (carried as Record<string, unknown>)[k] = o[k];
+    }
+    this.store = new ClusterStore(`cluster via ${this.label}`, (over) => new ClusterClass([seed], { ...over, redisOptions: { ...carried, ...ownNodeOptions(s) } }), ioredis(), s, this.listener);
+    old.close();
+    this.lanes.clear();
+    for (const r of this.routes.values()) r.lane = null;
+  }
+
+  /** A configuration that cannot work: local for good, said once, ready() false. */
+  private fail(why: string): void {
+    this.fatal = why;
+    this.lastError = why;
+    this.store.close();
+    this.setMode('local', why);
+    for (const w of [...this.waiters]) w(false);
   }
 
   // --- Fleet ---------------------------------------------------------------------
+
+  private route(name: string): Route {
+    let r = this.routes.get(name);
+    if (r === undefined) {
+      r = new Route(this, keySlot(this.key(name, 'budget')));
+      this.routes.set(name, r);
+      this.place(r);
+    }
+    return r;
+  }
 
   budget(dependency: string, spec: BudgetSpec): RetryBudget {
     const name = checkDependency(dependency);
@@ -282,10 +425,13 @@ class RedisFleetImpl implements RedisFleet, Link {
       this.emit({ type: 'fleet_budget_local', ts: this.clock.wallNow(), dependency: name, kind: resolved.kind, reason });
     } else {
       const lease = this.settings.leaseTokens ?? Math.max(1, Math.round(resolved.maxTokens / 10));
-      const fb = new FleetBudget(this, this.key(name, 'budget'), resolved, Math.min(lease, resolved.maxTokens));
-      this.members.push(fb);
+      const route = this.route(name);
+      const s = this.settings;
+      const fb = new FleetBudget(route, [this.key(name, 'budget'), this.key(name, 'members')], resolved, Math.min(lease, resolved.maxTokens), {
+        renewMs: 3 * s.syncMs, memberTtlMs: Math.max(10 * s.syncMs, 3 * s.syncMs + 2 * s.connectTimeoutMs),
+      });
+      this.join(route, fb);
       b = fb;
-      if (!this.local) this.soon();
     }
     this.budgets.set(name, b);
     return b;
@@ -299,7 +445,8 @@ class RedisFleetImpl implements RedisFleet, Link {
       // Past the limit a breaker is this process's own (rare: 10 000 dependencies).
       if (this.full()) return createCircuitBreaker(resolved, { ...options, name: options.name ?? name });
       const keyName = this.keyName(name);
-      b = new FleetBreaker(this, keyName, [this.key(name, 'breaker'), this.key(name, 'window'), this.key(name, 'trial')], resolved, options.name ?? name);
+      const route = this.route(name);
+      b = new FleetBreaker(route, keyName, [this.key(name, 'breaker'), this.key(name, 'window'), this.key(name, 'trial')], resolved, options.name ?? name);
       this.breakers.set(name, b);
       this.byKey.set(keyName, b);
       const heard = this.heard.get(keyName);
@@ -307,8 +454,7 @@ class RedisFleetImpl implements RedisFleet, Link {
         this.heard.delete(keyName);
         b.announced(heard);
       }
-      this.members.push(b);
-      if (!this.local) this.soon();
+      this.join(route, b);
     }
     b.addListener(options.onStateChange);
     return b;
@@ -320,19 +466,25 @@ class RedisFleetImpl implements RedisFleet, Link {
     if (known !== undefined) return known;
     const resolved = normalizeRateLimit(spec);
     const keyName = this.keyName(name);
-    const r = new FleetRateLimit(this, [this.key(name, 'rate-members'), this.key(name, 'rate')], resolved, this.settings.syncMs, keyName);
+    const route = this.route(name);
+    const r = new FleetRateLimit(route, [this.key(name, 'rate-members'), this.key(name, 'rate')], resolved, this.settings.syncMs, keyName);
     if (!this.full()) {
-      this.members.push(r);
       this.ratesByKey.set(keyName, r);
-      if (!this.local) this.soon();
+      this.join(route, r);
     }
     this.rates.set(name, r);
     return r;
   }
 
+  private join(route: Route, m: Member): void {
+    route.members.push(m);
+    this.memberCount++;
+    if (!route.local) this.soon();
+  }
+
   ready(timeoutMs = 2000): Promise<boolean> {
     if (this.joined()) return Promise.resolve(true);
-    if (this.closed) return Promise.resolve(false);
+    if (this.closed || this.fatal !== null) return Promise.resolve(false);
     return new Promise<boolean>((resolve) => {
       const t = setTimeout(() => done(false), timeoutMs);
       const done = (joined: boolean): void => {
@@ -352,31 +504,40 @@ class RedisFleetImpl implements RedisFleet, Link {
     for (const [k, b] of this.breakers) breakers[k] = b.stats(now);
     const rateLimits: Record<string, FleetRateStats> = {};
     for (const [k, r] of this.rates) rateLimits[k] = r.stats();
+    const deps = new Map<Lane, number>();
+    for (const r of this.routes.values()) if (r.lane !== null) deps.set(r.lane, (deps.get(r.lane) ?? 0) + 1);
+    const nodes: Record<string, FleetNodeStats> = {};
+    for (const lane of this.lanes.values()) {
+      nodes[lane.key] = {
+        mode: lane.health.mode, reason: lane.health.mode === 'fleet' ? null : lane.reason, dependencies: deps.get(lane) ?? 0,
+        deadlineMs: Math.round(this.deadline(lane) * 1000) / 1000, failures: lane.health.failures,
+      };
+    }
     const r = (v: number | null): number | null => (v === null ? null : Math.round(v * 1000) / 1000);
     return {
-      mode: this.mode, reason: this.local ? this.reason : null, since: this.since, connected: this.redis.status === 'ready', subscribed: this.subscribed,
+      mode: this.mode, reason: this.mode_ === 'fleet' ? null : this.reason, since: this.since, store: this.store.describe(),
+      connected: this.fatal === null && this.store.ready(), subscribed: this.store.subscribed(),
       roundTrips: this.roundTrips, syncFailures: this.syncFailures, fallbacks: this.fallbacks, rejoins: this.rejoins,
-      rttMs: { last: r(this.rttLast), avg: r(this.rttAvg), max: r(this.rttMax) }, lastError: this.lastError, budgets, breakers, rateLimits,
+      rttMs: { last: r(this.rttLast), avg: r(this.rttAvg), max: r(this.rttMax) }, lastError: this.lastError, nodes, budgets, breakers, rateLimits,
     };
   }
 
   close(): Promise<void> {
     this.closing ??= (async () => {
       clearInterval(this.timer);
-      if (this.retry !== null) clearTimeout(this.retry);
-      // Hand in what is pending, within timeoutMs; then no more syncs.
-      if (!this.local) await this.sync(false);
+      for (const lane of this.lanes.values()) if (lane.probeTimer !== null) clearTimeout(lane.probeTimer);
+      // Hand in what is pending, within the deadline; then no more syncs.
+      if (this.fatal === null) await this.sync(false);
       this.closed = true;
       this.setMode('local', 'the fleet was closed');
+      for (const r of this.routes.values()) r.local = true;
       for (const w of [...this.waiters]) w(false);
-      this.sub.disconnect();
-      if (this.ownsClient) this.redis.disconnect();
-      else for (const [event, fn] of Object.entries(this.listeners)) this.redis.off(event, fn);
+      this.store.close();
     })();
     return this.closing;
   }
 
-  // --- Link ----------------------------------------------------------------------
+  // --- what the shared objects call ----------------------------------------------
 
   soon(urgent = false): void {
     if (this.closed) return;
@@ -397,149 +558,296 @@ class RedisFleetImpl implements RedisFleet, Link {
     });
   }
 
-  wallNow(): number {
-    return this.clock.wallNow();
-  }
-
-  toLocal(serverMs: number): number {
-    return serverMs - this.offset;
-  }
-
   swallow(during: string, error: unknown): void {
     this.emit({ type: 'fleet_listener_error', ts: this.clock.wallNow(), during, message: this.clean(error) });
   }
 
-  // --- syncing -------------------------------------------------------------------
+  // --- lanes and routes ------------------------------------------------------------
 
-  private tick(): void {
-    if (this.closed) return;
-    // In local mode every tick tries to join again (when the connection is up).
-    void this.sync(this.local);
+  private lane(key: string): Lane {
+    let lane = this.lanes.get(key);
+    if (lane === undefined) {
+      lane = new Lane(key);
+      this.lanes.set(key, lane);
+    }
+    return lane;
   }
 
-  /** One round trip: every member's commands in one pipeline. Never throws. */
-  private async sync(all: boolean, urgent = false): Promise<void> {
-    if (this.closed) return;
-    // One sync at a time (a stalled Redis gets one pipeline, not a pile); an urgent one may pass a sync in flight.
-    if (this.inFlight >= (urgent && !this.local ? 2 : 1)) {
-      this.again = true;
-      this.againAll ||= all;
-      return;
-    }
-    const redis = this.redis;
-    if (redis.status !== 'ready') {
-      if (this.mode_ === 'fleet') this.setMode('local', this.lastError ?? 'not connected to Redis');
-      return;
-    }
-    const cmds: Command[] = [];
-    try {
-      for (const m of this.members) if (all || m.dirty()) m.write(cmds, all);
-    } catch (e) {
-      this.lastError = this.clean(e);
-    }
-    if (cmds.length === 0 && !all) return;
-    this.inFlight++;
-    const loading = !this.scriptsLoaded;
-    const wall0 = this.clock.wallNow();
-    const t0 = performance.now();
-    let res: [Error | null, unknown][] | Error;
-    try {
-      const pipeline = redis.pipeline();
-      if (loading) for (const src of Object.values(SCRIPTS)) pipeline.script('LOAD', src);
-      if (cmds.length === 0) pipeline.time();
-      for (const c of cmds) pipeline.evalsha(SHA[c.script], c.keys.length, ...c.keys, ...c.args);
-      // Joining (scripts to load, a cold connection) may take longer than a steady sync.
-      res = await this.bounded(pipeline, this.local ? Math.max(this.settings.timeoutMs, this.settings.connectTimeoutMs) : this.settings.timeoutMs);
-    } catch (e) {
-      res = e instanceof Error ? e : new Error(String(e));
-    }
-    const rtt = performance.now() - t0;
-    this.inFlight--;
-    this.roundTrips++;
-    try {
-      this.settle(res, cmds, loading, wall0, rtt);
-    } catch (e) {
-      this.lastError = this.clean(e);
-    }
-    if (this.again && !this.closed && this.inFlight === 0) {
-      const again = this.againAll;
-      this.again = false;
-      this.againAll = false;
-      if (again) void this.sync(true);
-      else this.soon();
-    }
-  }
-
-  private settle(res: [Error | null, unknown][] | Error, cmds: Command[], loading: boolean, wall0: number, rtt: number): void {
-    if (!Array.isArray(res)) {
-      for (const c of cmds) c.onFail();
-      return this.failed(this.clean(res));
-    }
-    let i = 0;
-    let error: string | null = null;
-    if (loading) {
-      for (let k = 0; k < SCRIPT_COUNT; k++, i++) if (res[i]?.[0]) error ??= this.clean(res[i]![0]);
-      if (error === null) this.scriptsLoaded = true;
-    }
-    // Redis's clock, from the first reply: { µs, … } of a script or TIME's [seconds, µs].
-    const first = res[i]?.[1];
-    if (Array.isArray(first) && res[i]?.[0] === null) {
-      const serverMs = cmds.length === 0 ? Number(first[0]) * 1000 + Number(first[1]) / 1000 : Number(first[0]) / 1000;
-      if (Number.isFinite(serverMs)) this.offset = serverMs - (wall0 + rtt / 2);
-    }
-    if (cmds.length === 0) i++;
-    const results = cmds.map((_, k) => res[i + k]);
-    for (const r of results) {
-      if (r === undefined || r[0] !== null || !Array.isArray(r[1])) error ??= r?.[0] ? this.clean(r[0]) : 'an unexpected reply from Redis';
-      if (r?.[0] && /NOSCRIPT/.test(String((r[0] as Error).message))) this.scriptsLoaded = false;
-    }
-    if (error === null && !this.closed) {
-      this.rttLast = rtt;
-      this.rttAvg = this.rttAvg === null ? rtt : this.rttAvg * 0.9 + rtt * 0.1;
-      this.rttMax = this.rttMax === null ? rtt : Math.max(this.rttMax, rtt);
-      if (this.local) {
-        for (const m of this.members) m.rejoined?.();
-        this.setMode('fleet', null);
+  /** Puts a route on the node that serves its slot now; says when it becomes local or shared. */
+  private place(r: Route): void {
+    const key = this.fatal === null && !this.closed && this.store.ready() ? this.store.laneOf(r.slot) : null;
+    const lane = key === null ? null : this.lane(key);
+    r.lane = lane;
+    const local = this.closed || lane === null || lane.health.mode !== 'fleet';
+    if (local === r.local) return;
+    r.local = local;
+    if (!local) {
+      // Shared again (or for the first time): whatever the fleet says now is news.
+      for (const m of r.members) {
+        try {
+          m.rejoined?.();
+        } catch (e) {
+          this.lastError = this.clean(e);
+        }
       }
     }
-    cmds.forEach((c, k) => {
-      const r = results[k];
-      if (r !== undefined && r[0] === null && Array.isArray(r[1])) c.onReply(r[1] as unknown[]);
-      else c.onFail();
-    });
-    if (error !== null) this.failed(error);
   }
 
-  private failed(reason: string): void {
-    this.syncFailures++;
-    this.lastError = reason;
-    if (this.mode_ !== 'local') this.setMode('local', reason);
-    // Try to join again soon (a reconnection joins at once by itself).
-    if (this.retry === null && !this.closed) {
-      this.retry = setTimeout(() => {
-        this.retry = null;
-        if (this.local) void this.sync(true);
-      }, this.settings.reconnectMs);
-      this.retry.unref();
+  /** Topology, readiness or a node's mode changed: lanes, routes and the process's mode follow. */
+  private changed(): void {
+    if (this.closed) return;
+    if (this.fatal === null && this.store.ready()) {
+      const current = new Set(this.store.lanes());
+      for (const key of current) this.lane(key);
+      // A node that serves nothing any more (a failed master replaced by its replica) is forgotten.
+      for (const [key, lane] of this.lanes) {
+        if (!current.has(key)) {
+          if (lane.probeTimer !== null) clearTimeout(lane.probeTimer);
+          this.lanes.delete(key);
+        }
+      }
+    }
+    for (const r of this.routes.values()) this.place(r);
+    for (const lane of this.lanes.values()) if (lane.health.mode !== 'fleet') this.scheduleProbe(lane, 0);
+    this.updateMode();
+  }
+
+  /** The process's mode: fleet when every node is joined (and the store is up); local as soon as one has fallen back. */
+  private updateMode(): void {
+    if (this.closed) return;
+    if (this.fatal !== null) return this.setMode('local', this.fatal);
+    const lanes = [...this.lanes.values()];
+    const fallen = lanes.find((l) => l.health.mode === 'local');
+    if (fallen !== undefined) return this.setMode('local', this.laneReason(fallen));
+    if (lanes.length > 0 && this.store.ready() && lanes.every((l) => l.health.mode === 'fleet')) return this.setMode('fleet', null);
+    this.wake();
+  }
+
+  private laneReason(lane: Lane): string {
+    const why = lane.reason ?? 'not joined';
+    return lane.key === MAIN ? why : `Redis Cluster node ${lane.key}: ${why}`;
+  }
+
+  /** A node's connection closed: it falls back at once. */
+  private lost(key: string | null, why: string): void {
+    if (this.closed) return;
+    this.lastError ??= why;
+    const lanes = key === null ? [...this.lanes.values()] : [this.lanes.get(key)].filter((l): l is Lane => l !== undefined);
+    for (const lane of lanes) this.observe(lane, afterFailure(lane.health, true), this.lastError ?? why);
+    this.changed();
+  }
+
+  /** Applies a health step to a node. */
+  private observe(lane: Lane, step: HealthStep, reason: string | null): void {
+    const before = lane.health.mode;
+    lane.health = step.health;
+    if (step.health.mode !== 'fleet') lane.reason = reason ?? lane.reason;
+    if (step.change === 'local' && before === 'fleet') this.fallbacks++;
+    if (step.change === 'fleet' && before === 'local') this.rejoins++;
+    if (step.change !== null) {
+      for (const r of this.routes.values()) if (r.lane === lane) this.place(r);
+      if (step.change === 'fleet') void this.sync(true, false, lane);
+      else this.scheduleProbe(lane, probeDelay(this.settings.syncMs));
+      this.updateMode();
     }
   }
 
-  /** The pipeline's replies, or an Error when it failed or took longer than timeoutMs. */
-  private bounded(pipeline: ChainableCommander, timeoutMs: number): Promise<[Error | null, unknown][] | Error> {
-    return new Promise((resolve) => {
-      let done = false;
-      const finish = (v: [Error | null, unknown][] | Error): void => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        resolve(v);
-      };
-      // The verdict waits one more turn of the event loop: a reply that has arrived while
-      // this process was busy is read (poll phase) before a late timer calls it lost.
-      const timer = setTimeout(() => setImmediate(() => finish(new Error(`Redis did not answer within ${timeoutMs} ms`))), timeoutMs);
-      timer.unref();
-      pipeline.exec().then((r) => finish((r ?? []) as [Error | null, unknown][]), (e: unknown) => finish(e instanceof Error ? e : new Error(String(e))));
+  private deadline(lane: Lane): number {
+    return syncDeadline(lane.health, { timeoutMs: this.settings.timeoutMs, maxMs: this.settings.connectTimeoutMs });
+  }
+
+  // --- probes (a node not joined) --------------------------------------------------
+
+  private scheduleProbe(lane: Lane, ms: number): void {
+    if (this.closed || this.fatal !== null || lane.probing || lane.probeTimer !== null || lane.health.mode === 'fleet') return;
+    lane.probeTimer = setTimeout(() => {
+      lane.probeTimer = null;
+      void this.probe(lane);
+    }, ms);
+    lane.probeTimer.unref();
+  }
+
+  /** TIME on a node that is not joined: good probes in a row join it again. */
+  private async probe(lane: Lane): Promise<void> {
+    if (this.closed || this.fatal !== null || lane.probing || this.lanes.get(lane.key) !== lane || lane.health.mode === 'fleet') return;
+    const p = this.store.time(lane.key);
+    if (p === null) {
+      // No connection (yet): not a failure of the node's answers, but not a good probe either.
+      if (lane.health.good > 0) lane.health = { ...lane.health, good: 0 };
+      this.store.refresh();
+      this.scheduleProbe(lane, probeDelay(this.settings.syncMs));
+      return;
+    }
+    lane.probing = true;
+    const deadline = this.deadline(lane);
+    const wall0 = this.clock.wallNow();
+    const t0 = performance.now();
+    const outcome = (await bounded([p], deadline))[0] ?? null;
+    const rtt = performance.now() - t0;
+    lane.probing = false;
+    lane.lastExchange = performance.now();
+    this.roundTrips++;
+    if (this.closed || this.lanes.get(lane.key) !== lane) return;
+    if (outcome?.ok === true && Array.isArray(outcome.value)) {
+      const [sec, us] = outcome.value as [string, string];
+      const serverMs = Number(sec) * 1000 + Number(us) / 1000;
+      if (Number.isFinite(serverMs)) lane.offset = serverMs - (wall0 + rtt / 2);
+      this.good(rtt);
+      this.observe(lane, afterSuccess(lane.health, rtt), null);
+    } else {
+      const why = outcome === null ? `${this.where(lane)} did not answer within ${round(deadline)} ms` : outcome.ok ? 'an unexpected reply to TIME' : this.clean(outcome.error);
+      this.syncFailures++;
+      this.lastError = why;
+      // A connection that stopped answering is replaced: a new one does not wait out TCP's backoff.
+      if (outcome === null) this.store.replace(lane.key);
+      this.store.refresh();
+      this.observe(lane, afterFailure(lane.health, false), why);
+    }
+    this.scheduleProbe(lane, probeDelay(this.settings.syncMs));
+  }
+
+  // --- syncs (nodes joined) --------------------------------------------------------
+
+  private tick(): void {
+    if (this.closed || this.fatal !== null) return;
+    this.changed();
+    void this.sync(false);
+    const now = performance.now();
+    // An idle node is asked the time now and then: a dead one is noticed, its clock followed.
+    for (const lane of this.lanes.values()) {
+      if (lane.health.mode === 'fleet' && lane.inFlight === 0 && now - lane.lastExchange >= 2 * this.settings.syncMs) void this.sync(true, false, lane, true);
+    }
+    void this.pingSub();
+  }
+
+  /** PING on the subscriber connection; one that stopped answering is replaced. */
+  private async pingSub(): Promise<void> {
+    if (this.subPinging) return;
+    const p = this.store.pingSub();
+    if (p === null) return;
+    this.subPinging = true;
+    const main = this.lanes.values().next().value as Lane | undefined;
+    const deadline = main === undefined ? this.settings.connectTimeoutMs : this.deadline(main);
+    const outcome = (await bounded([p], Math.max(deadline, this.settings.timeoutMs)))[0] ?? null;
+    this.subPinging = false;
+    if (outcome === null && !this.closed) {
+      this.lastError = `the pub/sub connection did not answer a PING within ${round(deadline)} ms`;
+      this.store.replaceSub();
+    }
+  }
+
+  /**
+   * One round trip per joined node: the commands of every dependency it serves (`all`:
+   * also those with nothing to hand in, to read the fleet's state; `timeOnly`: just its
+   * clock). One sync at a time per node (a stalled node gets one batch, not a pile); an
+   * urgent one may pass a sync in flight. Never throws.
+   */
+  private async sync(all: boolean, urgent = false, only: Lane | null = null, timeOnly = false): Promise<void> {
+    if (this.closed || this.fatal !== null) return;
+    if (!this.store.ready()) return;
+    const byLane = new Map<Lane, Route[]>();
+    for (const r of this.routes.values()) {
+      this.place(r);
+      if (r.lane === null || r.local || (only !== null && r.lane !== only)) continue;
+      let list = byLane.get(r.lane);
+      if (list === undefined) byLane.set(r.lane, (list = []));
+      list.push(r);
+    }
+    const work: Promise<void>[] = [];
+    const lanes = only !== null ? [only] : [...this.lanes.values()];
+    for (const lane of lanes) {
+      if (lane.health.mode !== 'fleet' || this.lanes.get(lane.key) !== lane) continue;
+      if (lane.inFlight >= (urgent ? 2 : 1)) {
+        lane.again = true;
+        lane.againAll ||= all;
+        continue;
+      }
+      const cmds: Command[] = [];
+      if (!timeOnly) {
+        try {
+          for (const r of byLane.get(lane) ?? []) for (const m of r.members) if (all || m.dirty()) m.write(cmds, all);
+        } catch (e) {
+          this.lastError = this.clean(e);
+        }
+      }
+      if (cmds.length === 0 && !all) continue;
+      work.push(this.send(lane, cmds));
+    }
+    await Promise.all(work);
+  }
+
+  private async send(lane: Lane, cmds: Command[]): Promise<void> {
+    lane.inFlight++;
+    const deadline = this.deadline(lane);
+    const wall0 = this.clock.wallNow();
+    const t0 = performance.now();
+    const calls: (Promise<unknown> | null)[] = cmds.length === 0 ? [this.store.time(lane.key)] : cmds.map((c) => this.store.call(c.script, c.keys, c.args));
+    const outcomes = await bounded(calls, deadline);
+    const rtt = performance.now() - t0;
+    lane.inFlight--;
+    lane.lastExchange = performance.now();
+    this.roundTrips++;
+    try {
+      this.settle(lane, cmds, outcomes, deadline, wall0, rtt);
+    } catch (e) {
+      this.lastError = this.clean(e);
+    }
+    if (lane.again && !this.closed && lane.inFlight === 0) {
+      const again = lane.againAll;
+      lane.again = false;
+      lane.againAll = false;
+      void this.sync(again, false, lane);
+    }
+  }
+
+  private settle(lane: Lane, cmds: Command[], outcomes: Outcome[], deadline: number, wall0: number, rtt: number): void {
+    let error: string | null = null;
+    let timedOut = false;
+    for (const o of outcomes) {
+      if (o === null) timedOut = true;
+      else if (!o.ok) error ??= this.clean(o.error);
+      else if (!Array.isArray(o.value)) error ??= 'an unexpected reply from Redis';
+    }
+    if (timedOut) error = `${this.where(lane)} did not answer within ${round(deadline)} ms`;
+    // Redis's clock, from the first reply: { µs, … } of a script or TIME's [seconds, µs].
+    const first = outcomes[0];
+    if (first?.ok === true && Array.isArray(first.value)) {
+      const v = first.value as unknown[];
+      const serverMs = cmds.length === 0 ? Number(v[0]) * 1000 + Number(v[1]) / 1000 : Number(v[0]) / 1000;
+      if (Number.isFinite(serverMs)) lane.offset = serverMs - (wall0 + rtt / 2);
+    }
+    cmds.forEach((c, k) => {
+      const o = outcomes[k];
+      if (o?.ok === true && Array.isArray(o.value)) c.onReply(o.value as unknown[]);
+      else c.onFail();
     });
+    if (this.closed) return;
+    if (error === null) {
+      this.good(rtt);
+      this.observe(lane, afterSuccess(lane.health, rtt), null);
+      return;
+    }
+    this.syncFailures++;
+    this.lastError = error;
+    const step = afterFailure(lane.health, false);
+    // The fallback's connection stopped answering: a new one (the old one may sit in TCP's backoff).
+    if (timedOut && step.change === 'local') this.store.replace(lane.key);
+    if (step.change === null && lane.health.mode === 'fleet') {
+      // Tried again soon: a node is judged by syncs in a row, not by the next tick.
+      const t = setTimeout(() => void this.sync(true, false, lane), probeDelay(this.settings.syncMs));
+      t.unref();
+    }
+    this.observe(lane, step, error);
+  }
+
+  private good(rtt: number): void {
+    this.rttLast = rtt;
+    this.rttAvg = this.rttAvg === null ? rtt : this.rttAvg * 0.9 + rtt * 0.1;
+    this.rttMax = this.rttMax === null ? rtt : Math.max(this.rttMax, rtt);
+  }
+
+  private where(lane: Lane): string {
+    return lane.key === MAIN ? `Redis (${this.store.describe()})` : `Redis Cluster node ${lane.key}`;
   }
 
   private announcement(message: string): void {
@@ -575,34 +883,37 @@ class RedisFleetImpl implements RedisFleet, Link {
   // --- modes, events, errors -----------------------------------------------------
 
   private setMode(mode: Mode, reason: string | null): void {
-    if (this.mode_ === mode) return;
-    const before = this.mode_;
+    if (this.mode_ === mode) {
+      if (mode === 'local') this.reason = reason;
+      this.wake();
+      return;
+    }
     this.mode_ = mode;
-    this.local = mode !== 'fleet';
     this.reason = reason;
     this.since = this.clock.wallNow();
-    if (mode === 'local') this.fallbacks += before === 'fleet' ? 1 : 0;
-    if (mode === 'fleet') {
-      if (before === 'local') this.rejoins++;
-      this.wake();
-    }
     this.emit({ type: 'fleet_mode', ts: this.since, mode: mode === 'fleet' ? 'fleet' : 'local', reason });
+    this.wake();
   }
 
-  /** Joined: syncs succeed and announcements arrive. */
+  /** Joined: every node's syncs succeed and announcements arrive. */
   private joined(): boolean {
-    return !this.local && this.subscribed;
+    return this.mode_ === 'fleet' && this.store.subscribed() && !this.closed;
   }
 
   private wake(): void {
     if (this.joined()) for (const w of [...this.waiters]) w(true);
   }
 
-  private connectionError(e: unknown, label: string): void {
-    const why = this.clean(e);
+  private connectionError(why: string): void {
     this.lastError = why;
     // Said once: the first failure to connect (later ones only update stats()).
-    if (this.mode_ === 'connecting') this.setMode('local', `cannot use Redis at ${label}: ${why}`);
+    if (this.mode_ === 'connecting') {
+      for (const lane of this.lanes.values()) {
+        if (lane.health.mode === 'connecting') lane.health = { ...lane.health, mode: 'local' };
+        lane.reason = `cannot use Redis at ${this.store.describe()}: ${why}`;
+      }
+      this.setMode('local', `cannot use Redis at ${this.store.describe()}: ${why}`);
+    }
   }
 
   private emit(e: FleetEvent): void {
@@ -614,11 +925,11 @@ class RedisFleetImpl implements RedisFleet, Link {
     }
   }
 
-  /** An error as one line, without the password. */
+  /** An error as one line, without passwords. */
   private clean(e: unknown): string {
     const code = typeof (e as { code?: unknown })?.code === 'string' ? `${(e as { code: string }).code}: ` : '';
     let msg = e instanceof Error ? e.message : String(e);
-    if (this.secret !== null && this.secret.length > 0) msg = msg.split(this.secret).join('***');
+    for (const secret of this.secrets) msg = msg.split(secret).join('***');
     msg = `${msg.startsWith(code) ? '' : code}${msg}`.replace(/\s+/g, ' ').trim();
     return msg.length > 300 ? `${msg.slice(0, 297)}...` : msg;
   }
@@ -626,7 +937,7 @@ class RedisFleetImpl implements RedisFleet, Link {
   // --- keys ----------------------------------------------------------------------
 
   private full(): boolean {
-    return this.members.length >= 2 * MAX_SHARED;
+    return this.memberCount >= 2 * MAX_SHARED;
   }
 
   /** The dependency as it appears in keys and announcements (long names are hashed). */
@@ -639,9 +950,96 @@ class RedisFleetImpl implements RedisFleet, Link {
     return k;
   }
 
-  /** `{prefix}{dependency}:what`: one hash tag per dependency, so a cluster keeps a dependency's keys together. */
+  /** `{prefix}{dependency}:what`: one hash tag per dependency, so a cluster keeps a dependency's keys in one slot. */
   private key(name: string, what: string): string {
     return `${this.settings.prefix}{${this.keyName(name)}}:${what}`;
+  }
+}
+
+/** Waits for every call, or until `ms`; a call not answered by then is null (as is a call that could not be sent: an error). */
+async function bounded(calls: readonly (Promise<unknown> | null)[], ms: number): Promise<Outcome[]> {
+  const out: Outcome[] = calls.map(() => null);
+  let left = calls.length;
+  await new Promise<void>((resolve) => {
+    let done = false;
+    const finish = (): void => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      resolve();
+    };
+    // The verdict waits one more turn of the event loop: a reply that has arrived while
+    // this process was busy is read (poll phase) before a late timer calls it lost.
+    const timer = setTimeout(() => setImmediate(finish), ms);
+    timer.unref();
+    calls.forEach((p, i) => {
+      if (p === null) {
+        out[i] = { ok: false, error: new Error('not connected') };
+        if (--left === 0) finish();
+        return;
+      }
+      p.then((value) => {
+        if (done) return;
+        out[i] = { ok: true, value };
+        if (--left === 0) finish();
+      }, (error: unknown) => {
+        if (done) return;
+        out[i] = { ok: false, error };
+        if (--left === 0) finish();
+      });
+    });
+    if (calls.length === 0) finish();
+  });
+  return out;
+}
+
+function round(ms: number): number {
+  return Math.round(ms);
+}
+
+/** What every node connection of a cluster gets from the fleet (ioredis sets the rest: pool connections have their own queue and no reconnection). */
+function ownNodeOptions(s: { readonly connectTimeoutMs: number }): RedisOptions {
+  return { connectTimeout: s.connectTimeoutMs, maxRetriesPerRequest: 0, reconnectOnError: () => false, enableAutoPipelining: false };
+}
+
+/** Credentials and TLS of a URL, as ioredis options. */
+function credentials(u: URL): RedisOptions {
+  const o: RedisOptions = {};
+  if (u.username !== '') o.username = decodeURIComponent(u.username);
+  if (u.password !== '') o.password = decodeURIComponent(u.password);
+  if (u.protocol === 'rediss:') o.tls = {};
+  return o;
+}
+
+function secretsOf(t: Target): string[] {
+  const out: string[] = [];
+  const add = (v: unknown): void => {
+    if (typeof v === 'string' && v.length > 0) out.push(v);
+  };
+  if (t.kind === 'url') add(decodeURIComponent(t.url.password));
+  if (t.kind === 'cluster') for (const u of t.urls) add(decodeURIComponent(u.password));
+  if (t.kind !== 'client') {
+    add(t.redisOptions.password);
+    add(t.redisOptions.sentinelPassword);
+  } else {
+    const o = (t.client as { options?: { password?: unknown; sentinelPassword?: unknown; redisOptions?: { password?: unknown } } }).options;
+    add(o?.password);
+    add(o?.sentinelPassword);
+    add(o?.redisOptions?.password);
+  }
+  return [...new Set(out)];
+}
+
+function labelOf(t: Target): string {
+  switch (t.kind) {
+    case 'url':
+      return where(t.url);
+    case 'cluster':
+      return `cluster ${where(t.urls[0]!)}${t.urls.length > 1 ? ` (+${t.urls.length - 1} seed${t.urls.length > 2 ? 's' : ''})` : ''}`;
+    case 'sentinel':
+      return `sentinel master "${t.name}" via ${t.sentinels.map((s) => `${s.host}:${s.port}`).join(', ')}`;
+    case 'client':
+      return (t.client as { isCluster?: unknown }).isCluster === true ? 'the given cluster client' : 'the given client';
   }
 }
 
@@ -649,3 +1047,5 @@ function checkDependency(d: unknown): string {
   if (typeof d !== 'string' || d.length === 0) throw invalid('dependency', 'Expected `dependency` to be a non-empty string (e.g. the origin or a service name)');
   return d;
 }
+
+

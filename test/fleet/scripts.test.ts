@@ -8,6 +8,7 @@ import { normalizeBreakerSpec, windowTrips } from '../../src/core/breaker.js';
 import { normalizeBudget, type RatioBudgetSpec } from '../../src/core/budget.js';
 import { fleetRateGrant, stepSharedRate, takeFromSharedBucket, type SharedBucket, type SharedRateState } from '../../src/core/fleet.js';
 import { BREAKER_SYNC_SCRIPT, BREAKER_TRIAL_SCRIPT, BUDGET_SCRIPT, RATE_SCRIPT } from '../../src/fleet/scripts.js';
+import { visitMembers, type Members } from '../../src/fleet/share.js';
 import { dropPrefix, REDIS_URL, redisEnabled, uniquePrefix } from './support.js';
 
 const enabled = await redisEnabled();
@@ -35,7 +36,7 @@ describe.skipIf(!enabled)('Lua scripts (real Redis)', () => {
         const key = `${prefix}{b${n++}}:budget`;
         let model: SharedBucket | null = null;
         for (const [deposit, want] of visits) {
-          const r = await redis.eval(BUDGET_SCRIPT, 1, key, spec.maxTokens, spec.minPerSecond, deposit, want, 60_000) as [number, number, string];
+          const r = await redis.eval(BUDGET_SCRIPT, 2, key, `${key}:members`, spec.maxTokens, spec.minPerSecond, deposit, want, 60_000, 'me', 60_000) as [number, number, string, number];
           const now = Math.floor(Number(r[0]) / 1000);
           const step = takeFromSharedBucket(model, now, spec, deposit, want);
           expect(Number(r[1])).toBe(step.granted);
@@ -47,6 +48,32 @@ describe.skipIf(!enabled)('Lua scripts (real Redis)', () => {
         expect(ttl).toBeLessThanOrEqual(60_000);
       },
     ), { numRuns: 60, seed: 3 });
+  });
+
+  it('the budget script counts the processes drawing on the bucket as visitMembers() does', async () => {
+    let n = 0;
+    await fc.assert(fc.asyncProperty(
+      // One time-to-live per fleet (as its processes share their settings); visits of
+      // processes p0…p4, some after a pause longer than it (so that entries expire).
+      fc.constantFrom(100, 60_000),
+      fc.array(fc.tuple(fc.integer({ min: 0, max: 4 }), fc.constantFrom(0, 0, 0, 0, 150)), { minLength: 1, maxLength: 10 }),
+      async (ttl, visits) => {
+        const key = `${prefix}{m${n++}}:budget`;
+        let model: Members | null = null;
+        let keyUntil = Infinity; // the members hash expires ttl after the last visit
+        for (const [who, pause] of visits) {
+          if (pause > 0) await new Promise((r) => setTimeout(r, pause));
+          const r = await redis.eval(BUDGET_SCRIPT, 2, key, `${key}:members`, 10, 0, 0, 0, 60_000, `p${who}`, ttl) as [number, number, string, number];
+          const now = Math.floor(Number(r[0]) / 1000);
+          const step = visitMembers(now > keyUntil && model !== null ? { expiry: new Map(), pruneAt: model.pruneAt } : model, `p${who}`, now, ttl);
+          expect(Number(r[3])).toBe(step.count);
+          const stored = await redis.hgetall(`${key}:members`);
+          expect(new Map(Object.entries(stored).map(([k, v]) => [k, Number(v)]))).toEqual(step.members.expiry);
+          model = step.members;
+          keyUntil = now + ttl;
+        }
+      },
+    ), { numRuns: 20, seed: 5 });
   });
 
   it('the breaker opens on the fleet window exactly when windowTrips() says so', async () => {
