@@ -148,3 +148,187 @@ export async function until(check: () => boolean, ms = 2000, what = 'the conditi
     await sleep(5);
   }
 }
+
+/** One node of a cluster of the test's own. */
+export interface ClusterNode {
+  readonly port: number;
+  readonly url: string;
+}
+
+/** A Redis Cluster of the test's own: 3 masters + 3 replicas on free ports (never the shared 6379). */
+export interface OwnCluster {
+  readonly nodes: readonly ClusterNode[];
+  /** redis:// URLs of every node (seeds for the fleet). */
+  readonly urls: readonly string[];
+  /** The master serving a key now (asks a live node: CLUSTER KEYSLOT and CLUSTER SLOTS). */
+  masterOf(key: string): Promise<number>;
+  /** The ports of the masters serving slots now. */
+  masters(): Promise<number[]>;
+  /** kill -9 of a node. */
+  kill(port: number): Promise<void>;
+  /** Waits until `port` has no slots any more and every slot is served by a live master (a replica took over). */
+  failedOver(port: number, ms?: number): Promise<void>;
+  /** A client of one live node (not a cluster client), for checks. */
+  node(port: number): Redis;
+  /** Kills every node and removes its files. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts six redis-servers with `cluster-enabled yes` (node timeout `nodeTimeoutMs`: how
+ * long before a silent master is failed over), joins them with `redis-cli --cluster
+ * create … --cluster-replicas 1`, and waits for `cluster_state:ok` on every node.
+ */
+export async function ownCluster(nodeTimeoutMs = 1000): Promise<OwnCluster> {
+  const { mkdtempSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const dir = mkdtempSync(join(tmpdir(), 'relent-cluster-'));
+  const ports: number[] = [];
+  while (ports.length < 6) {
+    const p = await freePort();
+    // The cluster bus listens on port + 10000: both must be free.
+    if (p + 10000 < 65536 && !ports.includes(p)) ports.push(p);
+  }
+  const procs = new Map<number, ChildProcess>();
+  const clients = new Map<number, Redis>();
+  const stop = async (): Promise<void> => {
+    for (const c of clients.values()) c.disconnect();
+    clients.clear();
+    await Promise.all([...procs.values()].map((p) => new Promise<void>((resolve) => {
+      if (p.exitCode !== null || p.signalCode !== null) return resolve();
+      p.once('exit', () => resolve());
+      p.kill('SIGKILL');
+    })));
+    procs.clear();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  const node = (port: number): Redis => {
+    let c = clients.get(port);
+    if (c === undefined) {
+      c = new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: true, lazyConnect: false });
+      c.on('error', () => {});
+      clients.set(port, c);
+    }
+    return c;
+  };
+  try {
+    for (const port of ports) {
+      const p = spawn('redis-server', [
+        '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir,
+        '--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`, '--cluster-node-timeout', String(nodeTimeoutMs),
+      ], { stdio: 'ignore' });
+      procs.set(port, p);
+    }
+    for (const port of ports) {
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        try {
+          if ((await node(port).ping()) === 'PONG') break;
+        } catch {
+          clients.get(port)?.disconnect();
+          clients.delete(port);
+        }
+        if (Date.now() > deadline) throw new Error(`cluster node ${port} did not start`);
+        await sleep(50);
+      }
+    }
+    await new Promise<void>((resolve, reject) => {
+      const cli = spawn('redis-cli', ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '1', '--cluster-yes'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      cli.stdout!.on('data', (d) => (out += d));
+      cli.stderr!.on('data', (d) => (out += d));
+      cli.on('error', reject);
+      cli.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`redis-cli --cluster create exited with ${code}: ${out.slice(-1000)}`))));
+    });
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      const states = await Promise.all(ports.map(async (p) => {
+        const info = await node(p).cluster('INFO') as string;
+        return /cluster_state:ok/.test(info) && /cluster_known_nodes:6/.test(info);
+      }));
+      // Every replica has its master's data link up (so that a failover can pick it).
+      const replicas = await Promise.all(ports.map(async (p) => {
+        const info = await node(p).info('replication');
+        return !/role:slave/.test(info) || /master_link_status:up/.test(info);
+      }));
+      if (states.every(Boolean) && replicas.every(Boolean)) break;
+      if (Date.now() > deadline) throw new Error('the cluster did not reach cluster_state:ok');
+      await sleep(100);
+    }
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  const alive = (): number[] => ports.filter((p) => procs.get(p)?.exitCode === null && procs.get(p)?.signalCode === null);
+  const slotsMap = async (): Promise<{ from: number; to: number; port: number }[]> => {
+    for (const p of alive()) {
+      try {
+        const slots = await node(p).cluster('SLOTS') as unknown as [number, number, [string, number]][];
+        return slots.map(([from, to, master]) => ({ from, to, port: Number(master[1]) }));
+      } catch {
+        // try the next node
+      }
+    }
+    throw new Error('no live cluster node answered CLUSTER SLOTS');
+  };
+  return {
+    nodes: ports.map((port) => ({ port, url: `redis://127.0.0.1:${port}` })),
+    urls: ports.map((port) => `redis://127.0.0.1:${port}`),
+    node,
+    async masterOf(key) {
+      const slot = await node(alive()[0]!).cluster('KEYSLOT', key) as number;
+      const hit = (await slotsMap()).find((r) => slot >= r.from && slot <= r.to);
+      if (hit === undefined) throw new Error(`no master serves slot ${slot}`);
+      return hit.port;
+    },
+    async masters() {
+      return [...new Set((await slotsMap()).map((r) => r.port))].sort((a, b) => a - b);
+    },
+    async kill(port) {
+      const p = procs.get(port);
+      clients.get(port)?.disconnect();
+      clients.delete(port);
+      if (p === undefined || p.exitCode !== null || p.signalCode !== null) return;
+      await new Promise<void>((resolve) => {
+        p.once('exit', () => resolve());
+        p.kill('SIGKILL');
+      });
+    },
+    async failedOver(port, ms = 20_000) {
+      const deadline = Date.now() + ms;
+      for (;;) {
+        try {
+          const live = alive();
+          const views = await Promise.all(live.map(async (p) => {
+            const info = await node(p).cluster('INFO') as string;
+            const slots = await node(p).cluster('SLOTS') as unknown as [number, number, [string, number]][];
+            const covered = slots.reduce((n, [a, b]) => n + (b - a + 1), 0);
+            return /cluster_state:ok/.test(info) && covered === 16384 && slots.every(([, , m]) => Number(m[1]) !== port);
+          }));
+          if (views.every(Boolean)) return;
+        } catch {
+          // a node still catching up
+        }
+        if (Date.now() > deadline) throw new Error(`no failover of ${port} within ${ms} ms`);
+        await sleep(20);
+      }
+    },
+    stop,
+  };
+}
+
+/** A name whose fleet keys (`{prefix}{name}:…`) a given master serves, for each master: dependencies on different masters. */
+export async function namesOnMasters(cluster: OwnCluster, prefix: string): Promise<Map<number, string>> {
+  const { keySlot } = await import('../../src/fleet/slot.js');
+  const masters = await cluster.masters();
+  const slots = await cluster.node(masters[0]!).cluster('SLOTS') as unknown as [number, number, [string, number]][];
+  const out = new Map<number, string>();
+  for (let i = 0; out.size < masters.length && i < 10_000; i++) {
+    const name = `dep-${i}`;
+    const slot = keySlot(`${prefix}{${name}}:budget`);
+    const port = slots.map(([a, b, m]) => (slot >= a && slot <= b ? Number(m[1]) : null)).find((x) => x !== null);
+    if (port !== undefined && port !== null && !out.has(port)) out.set(port, name);
+  }
+  return out;
+}
