@@ -1,7 +1,9 @@
 import { isAnswer, type BudgetObservation, type RatioBudgetSpec, type RetryBudget } from '../core/budget.js';
 import { createLeasedBudget, type LeasedBudget } from '../core/fleet.js';
 import type { Command, Link, Member } from './link.js';
-import { createShareBudget, settleShare, shareOnFallback, type ShareBudget } from './share.js';
+import { createShareBudget, refillDebt, settleShare, shareOnFallback, type ShareBudget } from './share.js';
+
+const NO_RETRY = { throttled: false, timeout: false };
 
 /** What stats() tells of one shared budget. */
 export interface FleetBudgetStats {
@@ -59,6 +61,12 @@ export class FleetBudget implements RetryBudget, Member {
   private processes: number | null = null;
   private lastVisit = -Infinity;
   private answerAt: number | null = null;
+  /** Lease tokens moved into shares (not retries paid from the lease). */
+  private moved = 0;
+  /** The shared floor's running total at the last visit (null before the first). */
+  private floor: number | null = null;
+  /** The floor this process's shares added while it ran alone, to repay once the shared floor's total is read again. */
+  private refill: { refilled: number; floorBefore: number | null; processes: number | null } | null = null;
 
   constructor(
     private readonly link: Link, keys: readonly [string, string], spec: RatioBudgetSpec, private readonly leaseTokens: number,
@@ -73,13 +81,21 @@ export class FleetBudget implements RetryBudget, Member {
   private isLocal(): boolean {
     const local = this.link.local;
     if (local) {
-      this.share ??= createShareBudget(this.spec, shareOnFallback(this.spec, this.leaseTokens, this.lease.held(), this.shared, this.processes));
+      if (this.share === null) {
+        // The lease's whole tokens move into the share (spent once, here or there); a fraction stays in the lease.
+        let moved = 0;
+        if (this.processes !== null) while (this.lease.tryAcquire(NO_RETRY, 0) !== false) moved++;
+        this.moved += moved;
+        this.share = createShareBudget(this.spec, shareOnFallback(this.spec, this.leaseTokens, moved, this.shared, this.processes));
+        this.refill ??= { refilled: 0, floorBefore: this.floor, processes: this.processes };
+      }
     } else if (this.share !== null) {
       const s = this.share;
       this.share = null;
-      const net = settleShare(s.held(), s.start.owed, s.refilled(), s.start.refillOwedMax);
+      const net = settleShare(s.held(), s.start.owed);
       if (net > 0) this.lease.grant(net);
       else if (net < 0) this.lease.keepDebt(net);
+      if (this.refill !== null) this.refill.refilled += s.refilled();
       this.asking = true;
     }
     return local;
@@ -144,6 +160,19 @@ export class FleetBudget implements RetryBudget, Member {
         this.shared = Number(r[2]);
         const p = Number(r[3]);
         if (Number.isFinite(p) && p >= 1) this.processes = p;
+        const floor = Number(r[4]);
+        if (Number.isFinite(floor)) {
+          // Back from running alone: the refill it got is owed, up to its part of what the shared floor added meanwhile.
+          if (this.refill !== null && this.share === null) {
+            const debt = refillDebt(this.refill.refilled, this.refill.floorBefore, floor, this.refill.processes);
+            this.refill = null;
+            if (debt > 0) {
+              this.lease.keepDebt(-debt);
+              this.link.soon();
+            }
+          }
+          this.floor = floor;
+        }
         this.short = granted < want;
         this.asking = false;
         this.events = 0;
@@ -163,7 +192,7 @@ export class FleetBudget implements RetryBudget, Member {
     const local = this.link.local;
     return {
       mode: local ? 'local' : 'fleet', lease: this.lease.held(), pending: this.lease.pending(), shared: this.shared, processes: this.processes,
-      share: local && this.share !== null ? this.share.held() : null, spentFromLease: this.lease.spent(),
+      share: local && this.share !== null ? this.share.held() : null, spentFromLease: this.lease.spent() - this.moved,
     };
   }
 }

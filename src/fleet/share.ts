@@ -2,17 +2,18 @@
 // its own: the arithmetic, as pure functions (no clock: times come from the callers).
 //
 // Joined, the fleet holds one shared bucket (in Redis) and P leases (one per process).
-// When a process falls back it takes:
-//   - what its lease holds, and its share of the shared bucket as it last saw it
-//     (shared / P, P being the processes it last saw), as its starting tokens;
-//   - a bucket of maxTokens / P + leaseTokens that refills at minPerSecond / P, and
-//     the deposits of its own answered calls, as the in-process budget does.
-// Across P processes that is one budget: what the fleet held, its floor, and its
-// deposits, never P budgets. When it rejoins it settles: what it holds then, minus what
-// it took (its lease, its share, and the refill it got — at most its share of what the
-// shared bucket could have refilled meanwhile, since Redis refilled that too): more goes
-// back to its lease and the shared bucket, less is a debt the shared bucket pays.
-// So the bound of docs/fleet.md holds through any number of fallbacks.
+// When a process falls back it takes what its lease holds (out of the lease: spent once)
+// into a bucket of
+// maxTokens / P + leaseTokens that refills at minPerSecond / P, plus the deposits of its
+// own answered calls (as the in-process budget). Across P processes that is at most one
+// budget: the leases, one floor, the fleet's deposits — never P budgets. It takes nothing
+// from the shared bucket: the processes' views of it are up to a sync old, and shares
+// taken from stale views could add up to more than the bucket held.
+// When it rejoins, what it holds goes back to its lease (what does not fit, to the shared
+// bucket); and it owes the refill it got, up to its part (1/P) of what the shared bucket's floor added
+// meanwhile (Redis refilled the bucket too: counted twice otherwise). The budget script
+// keeps the floor's running total for that. So the bound of docs/fleet.md holds through
+// any number of fallbacks.
 
 import { isAnswer, ratioDeposit, type BudgetObservation, type RatioBudgetSpec, type RetryBudget } from '../core/budget.js';
 
@@ -22,43 +23,59 @@ export interface ShareStart {
   readonly capacity: number;
   /** Its floor: minPerSecond / P. */
   readonly ratePerSecond: number;
-  /** Its tokens at the fallback: its lease plus its share of the shared bucket. */
+  /** Its tokens at the fallback: what it took out of its lease. */
   readonly tokens: number;
-  /** What it owes back at the rejoin, refill aside (= tokens). */
+  /** What it owes back at the rejoin, refill aside (0, unless it never saw the fleet: then the bucket it assumed). */
   readonly owed: number;
-  /** The most of its refill it owes back: its share of what the shared bucket had room to refill. */
-  readonly refillOwedMax: number;
+  /** The processes its part of the shared floor is 1/ of (null: never seen; its refill is not owed). */
+  readonly processes: number | null;
 }
 
 /**
- * The share of a process that falls back. `held`: its lease's tokens; `shared`: the
+ * The share of a process that falls back. `held`: what it took out of its lease; `shared`: the
  * shared bucket as last seen (null: never seen — a fresh bucket is full); `processes`:
  * the processes last seen (null: never seen — then the process has the whole budget, as
- * relent without a fleet: it cannot know how many others there are).
+ * relent without a fleet, from the bucket as last seen: it cannot know how many others
+ * there are; it owes it back when it joins).
  */
 export function shareOnFallback(spec: RatioBudgetSpec, leaseTokens: number, held: number, shared: number | null, processes: number | null): ShareStart {
-  const bucket = shared === null || !Number.isFinite(shared) ? spec.maxTokens : Math.min(spec.maxTokens, Math.max(0, shared));
   if (processes === null || !Number.isFinite(processes) || processes < 1) {
-    return { capacity: spec.maxTokens, ratePerSecond: spec.minPerSecond, tokens: bucket, owed: bucket, refillOwedMax: spec.maxTokens - bucket };
+    const bucket = shared === null || !Number.isFinite(shared) ? spec.maxTokens : Math.min(spec.maxTokens, Math.max(0, shared));
+    return { capacity: spec.maxTokens, ratePerSecond: spec.minPerSecond, tokens: bucket, owed: bucket, processes: null };
   }
-  const p = processes;
   const lease = Number.isFinite(held) && held > 0 ? held : 0;
-  const share = bucket / p;
   return {
-    capacity: spec.maxTokens / p + leaseTokens,
-    ratePerSecond: spec.minPerSecond / p,
-    tokens: lease + share,
-    owed: lease + share,
-    refillOwedMax: (spec.maxTokens - bucket) / p,
+    capacity: spec.maxTokens / processes + leaseTokens,
+    ratePerSecond: spec.minPerSecond / processes,
+    tokens: lease,
+    owed: 0,
+    processes,
   };
 }
 
 /**
  * What a process hands back when it rejoins (positive: tokens for its lease and the
- * shared bucket; negative: a debt): what it holds, minus what it took.
+ * shared bucket; negative: a debt), refill aside: what it holds, minus what it took.
  */
-export function settleShare(remaining: number, owed: number, refilled: number, refillOwedMax: number): number {
-  return remaining - owed - Math.min(Math.max(0, refilled), Math.max(0, refillOwedMax));
+export function settleShare(remaining: number, owed: number): number {
+  return remaining - owed;
+}
+
+/**
+ * The refill a process that ran alone owes once it has read the shared floor's running
+ * total again (`floorAfter`; `floorBefore`: as it last read it before the fallback): what
+ * its own floor added, up to its part of what the shared floor added meanwhile.
+ */
+export function refillDebt(refilled: number, floorBefore: number | null, floorAfter: number, processes: number | null): number {
+  if (processes === null || floorBefore === null || !(refilled > 0)) return 0;
+  const added = floorAfter - floorBefore;
+  return Math.min(refilled, added > 0 && Number.isFinite(added) ? added / processes : 0);
+}
+
+/** What the floor adds to a shared bucket at a visit (takeFromSharedBucket's refill): the budget script's running total grows by it. */
+export function refillOf(bucket: { readonly tokens: number; readonly at: number } | null, now: number, spec: RatioBudgetSpec): number {
+  if (bucket === null || !(now > bucket.at) || !(spec.minPerSecond > 0)) return 0;
+  return Math.max(0, Math.min(spec.maxTokens, bucket.tokens + ((now - bucket.at) / 1000) * spec.minPerSecond) - bucket.tokens);
 }
 
 /** A share while the process runs alone: a ratio budget that starts from `start`. */

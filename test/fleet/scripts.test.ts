@@ -8,7 +8,7 @@ import { normalizeBreakerSpec, windowTrips } from '../../src/core/breaker.js';
 import { normalizeBudget, type RatioBudgetSpec } from '../../src/core/budget.js';
 import { fleetRateGrant, stepSharedRate, takeFromSharedBucket, type SharedBucket, type SharedRateState } from '../../src/core/fleet.js';
 import { BREAKER_SYNC_SCRIPT, BREAKER_TRIAL_SCRIPT, BUDGET_SCRIPT, RATE_SCRIPT } from '../../src/fleet/scripts.js';
-import { visitMembers, type Members } from '../../src/fleet/share.js';
+import { refillOf, visitMembers, type Members } from '../../src/fleet/share.js';
 import { dropPrefix, REDIS_URL, redisEnabled, uniquePrefix } from './support.js';
 
 const enabled = await redisEnabled();
@@ -26,7 +26,7 @@ afterAll(async () => {
 });
 
 describe.skipIf(!enabled)('Lua scripts (real Redis)', () => {
-  it('the budget script is takeFromSharedBucket() at Redis time, with exact tokens', async () => {
+  it('the budget script is takeFromSharedBucket() at Redis time, with exact tokens, and keeps the floor\'s running total (refillOf())', async () => {
     let n = 0;
     await fc.assert(fc.asyncProperty(
       fc.record({ ratio: fc.constantFrom(0.1, 0.5), minPerSecond: fc.constantFrom(0, 1, 1000, 1e6), maxTokens: fc.constantFrom(1, 10, 33.3) }),
@@ -35,12 +35,15 @@ describe.skipIf(!enabled)('Lua scripts (real Redis)', () => {
         const spec = normalizeBudget({ kind: 'ratio', ...over }) as RatioBudgetSpec;
         const key = `${prefix}{b${n++}}:budget`;
         let model: SharedBucket | null = null;
+        let floor = 0;
         for (const [deposit, want] of visits) {
-          const r = await redis.eval(BUDGET_SCRIPT, 2, key, `${key}:members`, spec.maxTokens, spec.minPerSecond, deposit, want, 60_000, 'me', 60_000) as [number, number, string, number];
+          const r = await redis.eval(BUDGET_SCRIPT, 2, key, `${key}:members`, spec.maxTokens, spec.minPerSecond, deposit, want, 60_000, 'me', 60_000) as [number, number, string, number, string];
           const now = Math.floor(Number(r[0]) / 1000);
+          floor += refillOf(model, now, spec);
           const step = takeFromSharedBucket(model, now, spec, deposit, want);
           expect(Number(r[1])).toBe(step.granted);
           expect(Number(r[2])).toBe(step.bucket.tokens);
+          expect(Number(r[4])).toBeCloseTo(floor, 9);
           model = step.bucket;
         }
         const ttl = await redis.pttl(key);
