@@ -332,3 +332,72 @@ export async function namesOnMasters(cluster: OwnCluster, prefix: string): Promi
   }
   return out;
 }
+
+/** A master, a replica and a Sentinel of the test's own (quorum 1). */
+export interface OwnSentinel {
+  readonly name: string;
+  readonly sentinelPort: number;
+  readonly master: OwnRedis;
+  readonly replica: OwnRedis;
+  /** The master's port as the Sentinel sees it now. */
+  masterPort(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+export async function ownSentinel(name = 'relent-test'): Promise<OwnSentinel> {
+  const { mkdtempSync, rmSync, writeFileSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const master = await ownRedis();
+  const replica = await ownRedis(['--replicaof', '127.0.0.1', String(master.port)]);
+  const dir = mkdtempSync(join(tmpdir(), 'relent-sentinel-'));
+  const sentinelPort = await freePort();
+  const conf = join(dir, 'sentinel.conf');
+  writeFileSync(conf, [
+    `port ${sentinelPort}`, 'bind 127.0.0.1', `dir ${dir}`,
+    `sentinel monitor ${name} 127.0.0.1 ${master.port} 1`,
+    `sentinel down-after-milliseconds ${name} 1000`,
+    `sentinel failover-timeout ${name} 3000`,
+    `sentinel parallel-syncs ${name} 1`, '',
+  ].join('\n'));
+  const proc = spawn('redis-server', [conf, '--sentinel'], { stdio: 'ignore' });
+  const client = new Redis({ port: sentinelPort, host: '127.0.0.1', maxRetriesPerRequest: 0, retryStrategy: () => 50, lazyConnect: false });
+  client.on('error', () => {});
+  const replicaClient = new Redis(replica.url, { maxRetriesPerRequest: 0, retryStrategy: () => 50 });
+  replicaClient.on('error', () => {});
+  const masterPort = async (): Promise<number> => {
+    const r = await client.call('SENTINEL', 'get-master-addr-by-name', name) as [string, string] | null;
+    return r === null ? 0 : Number(r[1]);
+  };
+  const stop = async (): Promise<void> => {
+    client.disconnect();
+    replicaClient.disconnect();
+    await new Promise<void>((resolve) => {
+      if (proc.exitCode !== null || proc.signalCode !== null) return resolve();
+      proc.once('exit', () => resolve());
+      proc.kill('SIGKILL');
+    });
+    await master.stop();
+    await replica.stop();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    const deadline = Date.now() + 15_000;
+    for (;;) {
+      try {
+        const info = await replicaClient.info('replication');
+        // The replica follows the master, and the Sentinel knows both.
+        const replicas = await client.call('SENTINEL', 'replicas', name) as unknown[];
+        if (/master_link_status:up/.test(info) && (await masterPort()) === master.port && replicas.length > 0) break;
+      } catch {
+        // not yet
+      }
+      if (Date.now() > deadline) throw new Error('the Sentinel did not find its master and replica');
+      await sleep(100);
+    }
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  return { name, sentinelPort, master, replica, masterPort, stop };
+}
