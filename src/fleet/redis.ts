@@ -679,6 +679,8 @@ class RedisFleetImpl implements RedisFleet {
       return;
     }
     lane.probing = true;
+    // The pub/sub connection may have stopped answering too (a partition): checked at the same pace.
+    void this.pingSub();
     const deadline = this.deadline(lane);
     const wall0 = this.clock.wallNow();
     const t0 = performance.now();

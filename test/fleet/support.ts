@@ -401,3 +401,117 @@ export async function ownSentinel(name = 'relent-test'): Promise<OwnSentinel> {
   }
   return { name, sentinelPort, master, replica, masterPort, stop };
 }
+
+/** A redis-server in a network namespace of the test's own, reached over a veth pair; `partition()` drops every packet both ways (iptables DROP inside the namespace), `heal()` lets them through again. */
+export interface NamespacedRedis {
+  readonly url: string;
+  readonly host: string;
+  readonly port: number;
+  partition(): Promise<void>;
+  heal(): Promise<void>;
+  /** Connections Redis has accepted so far (INFO stats total_connections_received). */
+  connectionsReceived(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+function run(cmd: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    p.stdout!.on('data', (d) => (out += d));
+    p.stderr!.on('data', (d) => (err += d));
+    p.on('error', reject);
+    p.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${cmd} ${args.join(' ')}: exit ${code}: ${err.trim()}`))));
+  });
+}
+
+/** Whether this process may make namespaces and iptables rules (root, with ip and iptables installed); why not otherwise. */
+export async function namespacesUnavailable(): Promise<string | null> {
+  if (typeof process.getuid === 'function' && process.getuid() !== 0) return 'not root';
+  try {
+    await run('ip', ['-V']);
+    await run('iptables', ['-V']);
+    return null;
+  } catch (e) {
+    return e instanceof Error ? e.message : String(e);
+  }
+}
+
+export async function namespacedRedis(): Promise<NamespacedRedis> {
+  const tag = randomBytes(3).toString('hex');
+  const ns = `relent-${tag}`;
+  const outer = `rl${tag}a`;
+  const inner = `rl${tag}b`;
+  // A /30 of its own in 10.77.0.0/16 (another test's namespace picks another one).
+  const n = randomBytes(2).readUInt16BE(0) & 0x3fff;
+  const base = `10.77.${n >> 6}.${(n & 0x3f) << 2}`;
+  const [a, b, c] = base.split('.').map(Number) as [number, number, number, number];
+  const d = Number(base.split('.')[3]);
+  const outerIp = `${a}.${b}.${c}.${d + 1}`;
+  const innerIp = `${a}.${b}.${c}.${d + 2}`;
+  const port = 6379;
+  const cleanup = async (): Promise<void> => {
+    await run('ip', ['link', 'del', outer]).catch(() => {});
+    await run('ip', ['netns', 'del', ns]).catch(() => {});
+  };
+  let proc: ChildProcess | null = null;
+  try {
+    await run('ip', ['netns', 'add', ns]);
+    await run('ip', ['link', 'add', outer, 'type', 'veth', 'peer', 'name', inner]);
+    await run('ip', ['link', 'set', inner, 'netns', ns]);
+    await run('ip', ['addr', 'add', `${outerIp}/30`, 'dev', outer]);
+    await run('ip', ['link', 'set', outer, 'up']);
+    await run('ip', ['netns', 'exec', ns, 'ip', 'addr', 'add', `${innerIp}/30`, 'dev', inner]);
+    await run('ip', ['netns', 'exec', ns, 'ip', 'link', 'set', inner, 'up']);
+    await run('ip', ['netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up']);
+    proc = spawn('ip', ['netns', 'exec', ns, 'redis-server', '--port', String(port), '--bind', innerIp, '--save', '', '--appendonly', 'no', '--protected-mode', 'no'], { stdio: 'ignore' });
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const r = new Redis({ host: innerIp, port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 500 });
+      r.on('error', () => {});
+      try {
+        await r.connect();
+        await r.ping();
+        break;
+      } catch {
+        if (Date.now() > deadline) throw new Error(`redis-server in namespace ${ns} did not start`);
+        await sleep(50);
+      } finally {
+        r.disconnect();
+      }
+    }
+  } catch (e) {
+    proc?.kill('SIGKILL');
+    await cleanup();
+    throw e;
+  }
+  const iptables = (...args: string[]): Promise<string> => run('ip', ['netns', 'exec', ns, 'iptables', ...args]);
+  return {
+    url: `redis://${innerIp}:${port}`, host: innerIp, port,
+    async partition() {
+      await iptables('-A', 'INPUT', '-i', inner, '-j', 'DROP');
+      await iptables('-A', 'OUTPUT', '-o', inner, '-j', 'DROP');
+    },
+    async heal() {
+      await iptables('-F');
+    },
+    async connectionsReceived() {
+      const r = new Redis({ host: innerIp, port, maxRetriesPerRequest: 0, retryStrategy: () => null });
+      r.on('error', () => {});
+      try {
+        return Number(/total_connections_received:(\d+)/.exec(await r.info('stats'))?.[1] ?? NaN);
+      } finally {
+        r.disconnect();
+      }
+    },
+    async stop() {
+      await new Promise<void>((resolve) => {
+        if (proc === null || proc.exitCode !== null || proc.signalCode !== null) return resolve();
+        proc.once('exit', () => resolve());
+        proc.kill('SIGKILL');
+      });
+      await cleanup();
+    },
+  };
+}
