@@ -130,17 +130,17 @@ async function clusterSection(quick) {
     for (const [, name] of names) deps.push(await dependency(name));
     const breaker = { failureRatio: 0.5, minimumThroughput: 200, windowMs: 10_000, openMs: 3000 };
     const runs = [];
-    for (const [label, redis] of [['one Redis', { url: single.url }], ['Redis Cluster', { cluster: cluster.urls }]]) {
+    for (const [label, redis, withBreaker] of [['one Redis', { url: single.url }, false], ['Redis Cluster', { cluster: cluster.urls }, false], ['Redis Cluster + breaker', { cluster: cluster.urls }, true]]) {
       for (const d of deps) {
         d.reset();
         d.answer = () => 503;
       }
-      const r = await fleetRun({ redis, prefix: `${prefix}${label === 'one Redis' ? 's' : 'c'}:`, deps: deps.map((d) => ({ name: d.name, url: d.url })), rate, durationMs, breaker });
+      const r = await fleetRun({ redis, prefix: `${prefix}${runs.length}:`, deps: deps.map((d) => ({ name: d.name, url: d.url })), rate, durationMs, breaker: withBreaker ? breaker : false });
       const perDep = deps.map((d) => {
         const opens = r.summaries.map((s) => s.breakerChanges.find((c) => c.dep === d.name && c.to === 'open')?.t ?? Infinity);
         const opened = opens.filter(Number.isFinite);
         const shared = r.summaries.filter((s) => s.stats?.budgets[d.name]?.mode === 'fleet' && s.stats?.budgets[d.name]?.processes === P).length;
-        return { name: d.name, first: d.first, retries: d.retries, opened: opened.length, spread: Math.max(...opened) - Math.min(...opened), shared };
+        return { name: d.name, first: d.first, retries: d.retries, opened: withBreaker ? opened.length : null, spread: Math.max(...opened) - Math.min(...opened), shared };
       });
       runs.push({ label, r, perDep });
     }
@@ -148,15 +148,15 @@ async function clusterSection(quick) {
     const rows = [];
     for (const run of runs) {
       for (const d of run.perDep) {
-        rows.push([run.label, d.name, `${d.shared}/${P}`, d.first, d.retries, `${d.opened}/${P}`, fmt(d.spread)]);
+        rows.push([run.label, d.name, `${d.shared}/${P}`, d.first, d.retries, d.opened === null ? '—' : `${d.opened}/${P}`, d.opened === null ? '—' : fmt(d.spread)]);
       }
       const fb = sum(run.r.summaries.map((s) => s.stats?.fallbacks ?? 0));
-      rows.push([run.label, 'all', `joined ${run.r.joined}/${P}`, sum(run.perDep.map((d) => d.first)), sum(run.perDep.map((d) => d.retries)), '', `fallbacks ${fb}`]);
+      rows.push([run.label, 'all', `joined ${run.r.joined}/${P}`, sum(run.perDep.map((d) => d.first)), sum(run.perDep.map((d) => d.retries)), `problems ${sum(run.r.summaries.map((s) => s.problems.length))}`, `fallbacks ${fb}`]);
     }
     const ratio = sum(clu.perDep.map((d) => d.retries)) / Math.max(1, sum(one.perDep.map((d) => d.retries)));
-    table(`Redis Cluster (3 masters + 3 replicas) against one Redis: ${P} processes × 3 dependencies × ${rate} calls/s, each dependency on its own master, failing 100 % for ${durationMs / 1000} s; relent's default policy and budget, breaker ${JSON.stringify(breaker)} (load ${load()})`,
+    table(`Redis Cluster (3 masters + 3 replicas) against one Redis: ${P} processes × 3 dependencies × ${rate} calls/s, each dependency on its own master, failing 100 % for ${durationMs / 1000} s; relent's default policy and budget; the last run with breakers ${JSON.stringify(breaker)} (load ${load()})`,
       ['store', 'dependency', 'shared by', 'first attempts', 'retries', 'breaker open in', 'first → last open'], rows,
-      `retries on the cluster ÷ on one Redis: ${ratio.toFixed(2)} (goal ≤ 1.2). Bound per dependency (one floor + ${P} leases): ${BUDGET.maxTokens + BUDGET.minPerSecond * durationMs / 1000 + P * BUDGET.lease}; separate budgets: ${P * (BUDGET.maxTokens + BUDGET.minPerSecond * durationMs / 1000)}.`);
+      `retries on the cluster ÷ on one Redis (budgets only): ${ratio.toFixed(2)} (goal ≤ 1.2). Bound per dependency (one floor + ${P} leases): ${BUDGET.maxTokens + BUDGET.minPerSecond * durationMs / 1000 + P * BUDGET.lease}; separate budgets: ${P * (BUDGET.maxTokens + BUDGET.minPerSecond * durationMs / 1000)}.`);
 
     // kill -9 of the master of the first dependency, under load.
     const [victim, victimDep] = names[0];
@@ -180,7 +180,7 @@ async function clusterSection(quick) {
       const lastBack = Math.max(...back);
       return [d.name, d.name === victimDep ? `yes (${victim})` : 'no', `${wentLocal.length}/${P}`, fmt(Math.min(...wentLocal) - killedAt), Number.isFinite(lastBack) ? fmt(Math.max(0, lastBack - promotedAt)) : 'never', d.first + d.retries];
     });
-    table(`kill -9 of a master under load (${P} processes × 3 dependencies × ${rate} calls/s, 10 % 503): promotion ${promotedAt - killedAt} ms after the kill (cluster-node-timeout 1000 ms); errors raised by relent: ${rejected(kill.summaries)}; problems: ${sum(kill.summaries.map((s) => s.problems.length))}`,
+    table(`kill -9 of a master under load (${P} processes × 3 dependencies × ${rate} calls/s, 10 % 503): promotion ${promotedAt - killedAt} ms after the kill (cluster-node-timeout 1000 ms); errors raised by relent: ${rejected(kill.summaries)}; uncaught errors and unhandled rejections: ${sum(kill.summaries.map((s) => s.problems.length))}`,
       ['dependency', 'on the killed master', 'processes that fell back', 'first fallback after the kill', 'all shared again after the promotion', 'calls answered'], krows,
       '(goal: 0 errors; shared again within 1 s of the promotion. With cluster-require-full-coverage (the default) every slot is refused from the failure report to the promotion, so dependencies on other masters may fall back too.)');
 
@@ -222,11 +222,13 @@ async function slowSection(quick) {
       const rtt = r.summaries.map((s) => s.stats?.rtt.avg).filter((x) => typeof x === 'number').sort((a, b) => a - b);
       const shared = r.summaries.filter((s) => s.stats?.budgets[dep.name]?.mode === 'fleet').length;
       out[separate ? 'separate' : 'fleet'] = { retries: dep.retries, changes };
+      const why = r.live.events.filter((e) => e.mode === 'local' && e.t >= r.live.startedAt && e.reason !== 'the fleet was closed').map((e) => `${e.t - r.live.startedAt} ms: ${e.reason}`);
+      if (why.length > 0) out.reasons = why;
       rows.push([separate ? 'a budget per process' : 'fleet (defaults)', separate ? '—' : `${r.joined}/${P}`, separate ? '—' : `${shared}/${P}`, dep.first, dep.retries, separate ? '—' : `${Math.max(...changes)} (total ${sum(changes)})`, separate ? '—' : `${Math.round(rtt[rtt.length >> 1] ?? 0)} ms`]);
     }
     table(`Redis behind the fault proxy: 100 ± 20 ms each way, 10 % loss (a lost segment and what follows it 200 ms+ late); ${P} processes × ${rate} calls/s, a dependency failing 100 % for ${durationMs / 1000} s (load ${load()})`,
       ['budget', 'joined', 'shared at the end', 'first attempts', 'retries', 'fleet_mode changes per process (max)', 'median sync rtt'], rows,
-      `fleet ÷ separate retries: ${(out.fleet.retries / Math.max(1, out.separate.retries)).toFixed(2)} (goal ≤ 1); goal ≤ 2 mode changes per process in 15 s.`);
+      `fleet ÷ separate retries: ${(out.fleet.retries / Math.max(1, out.separate.retries)).toFixed(2)} (goal ≤ 1); goal ≤ 2 mode changes per process in 15 s.${out.reasons ? `\nfallbacks: ${out.reasons.join('; ')}` : ''}`);
     return out;
   } finally {
     dep.server.close();

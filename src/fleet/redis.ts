@@ -51,7 +51,7 @@ export interface RedisFleetOptions {
   /**
    * The shortest time a sync may take before it counts as failed, ms. Default 50. The
    * deadline follows the measured round trip (plus four deviations, as TCP's), up to
-   * `connectTimeoutMs`; a joined node falls back after three failed syncs in a row.
+   * twice `connectTimeoutMs`; a joined node falls back after three failed syncs in a row.
    */
   readonly timeoutMs?: number;
   /** Deposits, counts and lease top-ups are handed in at least this often while there are any, ms. Default 1000. */
@@ -64,7 +64,7 @@ export interface RedisFleetOptions {
   readonly keyTtlMs?: number;
   /** The longest wait between two reconnection attempts, ms. Default 250. */
   readonly reconnectMs?: number;
-  /** How long a connection attempt may take, ms; also the longest deadline of a sync. Default 1000. */
+  /** How long a connection attempt may take, ms; twice this is the longest deadline of a sync. Default 1000. */
   readonly connectTimeoutMs?: number;
   /** Mode changes and other notices (see FleetEvent). */
   readonly onEvent?: ((event: FleetEvent) => void) | null;
@@ -653,7 +653,7 @@ class RedisFleetImpl implements RedisFleet {
   }
 
   private deadline(lane: Lane): number {
-    return syncDeadline(lane.health, { timeoutMs: this.settings.timeoutMs, maxMs: this.settings.connectTimeoutMs });
+    return syncDeadline(lane.health, { timeoutMs: this.settings.timeoutMs, maxMs: 2 * this.settings.connectTimeoutMs });
   }
 
   // --- probes (a node not joined) --------------------------------------------------
