@@ -4,7 +4,10 @@
 // Never the shared 6379: free ports, or a network namespace of their own.
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Redis } from 'ioredis';
 export function freePort() {
   return new Promise((resolve, reject) => {
@@ -18,9 +21,12 @@ export function freePort() {
 }
 export async function ownRedis(extra = []) {
   const port = await freePort();
+  // Its files (a replica's sync writes an RDB) go to a folder of its own, removed by stop().
+  const dir = join(tmpdir(), `relent-redis-${process.pid}-${port}`);
   let proc = null;
   const start = async () => {
-    proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extra], { stdio: 'ignore' });
+    mkdirSync(dir, { recursive: true });
+    proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extra], { stdio: 'ignore' });
     const deadline = Date.now() + 10_000;
     for (;;) {
       const r = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false, enableReadyCheck: false });
@@ -53,9 +59,13 @@ export async function ownRedis(extra = []) {
   const stop = () => new Promise((resolve) => {
     const p = proc;
     proc = null;
+    const done = () => {
+      rmSync(dir, { recursive: true, force: true });
+      resolve();
+    };
     if (p === null || p.exitCode !== null)
-      return resolve();
-    p.once('exit', () => resolve());
+      return done();
+    p.once('exit', done);
     p.kill('SIGKILL');
   });
   await start();
@@ -72,9 +82,6 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
  * create … --cluster-replicas 1`, and waits for `cluster_state:ok` on every node.
  */
 export async function ownCluster(nodeTimeoutMs = 1000) {
-  const { mkdtempSync, rmSync } = await import('node:fs');
-  const { tmpdir } = await import('node:os');
-  const { join } = await import('node:path');
   const dir = mkdtempSync(join(tmpdir(), 'relent-cluster-'));
   const ports = [];
   while (ports.length < 6) {
