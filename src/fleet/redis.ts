@@ -1,22 +1,19 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { createRequire } from 'node:module';
 import { hostname } from 'node:os';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
-import type * as IORedis from 'ioredis';
 import { createCircuitBreaker, normalizeBreakerSpec, type BreakerOptions, type BreakerSpec, type CircuitBreaker } from '../core/breaker.js';
 import { createRetryBudget, normalizeBudget, type BudgetSpec, type RetryBudget } from '../core/budget.js';
 import type { Fleet } from '../core/fleet.js';
 import { normalizeRateLimit, type RateLimitSpec, type TokenBucket } from '../core/token-bucket.js';
 import { FleetBreaker, type Announcement, type FleetBreakerStats } from './breaker.js';
 import { FleetBudget, type FleetBudgetStats } from './budget.js';
-import { afterFailure, afterSuccess, initialHealth, probeDelay, syncDeadline, type Health, type HealthStep } from './health.js';
-import type { Command, Link, Member } from './link.js';
-import {
-  checkCluster, checkRedisOptions, checkSentinels, checkUrl, invalid, resolveSettings, where, type FleetSettings, type SentinelAddress,
-} from './options.js';
+import type { Member } from './link.js';
+import { invalid, resolveSettings, type FleetSettings, type SentinelAddress } from './options.js';
 import { FleetRateLimit, type FleetRateStats } from './rate.js';
 import { keySlot } from './slot.js';
-import { ClusterStore, MAIN, SingleStore, type Store, type StoreListener, type StoreSettings } from './store.js';
+import type { Store, StoreListener, StoreSettings } from './store.js';
+import { Sync, type Route, type SyncHost } from './sync.js';
+import { clusterOfNode, KNOWN, labelOf, openStore, resolveTarget, secretsOf, type Target } from './target.js';
 
 /**
  * `createRedisFleet(options)`: where Redis is — exactly one of `url`, `cluster`,
@@ -142,58 +139,8 @@ export interface RedisFleet extends Fleet {
   close(): Promise<void>;
 }
 
-let ioredisModule: typeof IORedis | null = null;
-/** ioredis, loaded on first use: importing any other part of relent never needs it. */
-function ioredis(): typeof IORedis {
-  if (ioredisModule === null) {
-    try {
-      ioredisModule = createRequire(import.meta.url)('ioredis') as typeof IORedis;
-    } catch (e) {
-      throw new Error('relent/fleet needs the optional peer dependency `ioredis` (npm install ioredis)', { cause: e });
-    }
-  }
-  return ioredisModule;
-}
-
 /** Dependencies shared by one fleet object; past this, new ones get in-process state (said once). */
 const MAX_SHARED = 10_000;
-
-/** Where Redis is, validated. */
-type Target =
-  | { readonly kind: 'url'; readonly url: URL; readonly redisOptions: Readonly<Record<string, unknown>> }
-  | { readonly kind: 'cluster'; readonly urls: readonly URL[]; readonly redisOptions: Readonly<Record<string, unknown>> }
-  | { readonly kind: 'sentinel'; readonly sentinels: readonly SentinelAddress[]; readonly name: string; readonly redisOptions: Readonly<Record<string, unknown>> }
-  | { readonly kind: 'client'; readonly client: Redis | Cluster };
-
-const KNOWN = ['url', 'cluster', 'sentinels', 'name', 'redisOptions', 'client', 'prefix', 'timeoutMs', 'syncMs', 'syncEvery', 'leaseTokens', 'keyTtlMs', 'reconnectMs', 'connectTimeoutMs', 'onEvent', 'clock'];
-
-function resolveTarget(raw: Record<string, unknown>): Target {
-  const given = (['url', 'cluster', 'sentinels', 'client'] as const).filter((k) => raw[k] !== undefined);
-  if (given.length !== 1) {
-    throw invalid(given[1] ?? 'url', `Expected exactly one of \`url\`, \`cluster\`, \`sentinels\` (with \`name\`) and \`client\`${given.length > 1 ? `, got ${given.join(' and ')}` : ''}`);
-  }
-  if (raw.name !== undefined && raw.sentinels === undefined) throw invalid('name', 'Expected `name` only with `sentinels` (the master\'s name in their configuration)');
-  const redisOptions = raw.redisOptions === undefined ? {} : checkRedisOptions(raw.redisOptions);
-  switch (given[0]) {
-    case 'url':
-      return { kind: 'url', url: checkUrl(raw.url), redisOptions };
-    case 'cluster':
-      return { kind: 'cluster', urls: checkCluster(raw.cluster), redisOptions };
-    case 'sentinels': {
-      const sentinels = checkSentinels(raw.sentinels);
-      if (typeof raw.name !== 'string' || raw.name === '') throw invalid('name', 'Expected `name` (the master\'s name in the Sentinels\' configuration) with `sentinels`');
-      return { kind: 'sentinel', sentinels, name: raw.name, redisOptions };
-    }
-    default: {
-      const client = raw.client as Redis | Cluster;
-      if (typeof client !== 'object' || client === null || typeof (client as { duplicate?: unknown }).duplicate !== 'function' || typeof (client as { defineCommand?: unknown }).defineCommand !== 'function') {
-        throw invalid('client', 'Expected `client` to be an ioredis client (Redis or Cluster)');
-      }
-      if (raw.redisOptions !== undefined) throw invalid('redisOptions', 'Expected no `redisOptions` with `client` (the client carries its own)');
-      return { kind: 'client', client };
-    }
-  }
-}
 
 /**
  * A fleet whose budgets and breakers are shared through Redis (one node, a master behind
@@ -222,74 +169,18 @@ export function createRedisFleet(options: RedisFleetOptions): RedisFleet {
   return new RedisFleetImpl(target, settings, onEvent as ((e: FleetEvent) => void) | null, (clock as { wallNow: () => number } | null) ?? { wallNow: Date.now });
 }
 
-/** One Redis node the fleet's keys live on (one for a single Redis; one per master of a cluster). */
-class Lane {
-  health: Health = initialHealth();
-  reason: string | null = 'connecting';
-  /** Redis's clock minus this process's wall clock, ms (each node has its own clock). */
-  offset = 0;
-  inFlight = 0;
-  again = false;
-  againAll = false;
-  probing = false;
-  probeTimer: ReturnType<typeof setTimeout> | null = null;
-  /** performance.now() of the last exchange with the node. */
-  lastExchange = -Infinity;
-  constructor(readonly key: string) {}
-}
-
-/**
- * A dependency as its shared objects see the fleet: local or not by the node that serves
- * its keys (one hash slot: the keys share the hash tag `{name}`), Redis times mapped with
- * that node's clock.
- */
-class Route implements Link {
-  local = true;
-  lane: Lane | null = null;
-  readonly members: Member[] = [];
-  readonly syncEvery: number;
-  readonly keyTtlMs: number;
-  readonly channel: string;
-  readonly id: string;
-
-  constructor(private readonly fleet: RedisFleetImpl, readonly slot: number) {
-    this.syncEvery = fleet.settings.syncEvery;
-    this.keyTtlMs = fleet.settings.keyTtlMs;
-    this.channel = fleet.channel;
-    this.id = fleet.id;
-  }
-
-  soon(urgent?: boolean): void {
-    this.fleet.soon(urgent);
-  }
-
-  wallNow(): number {
-    return this.fleet.clock.wallNow();
-  }
-
-  toLocal(serverMs: number): number {
-    return serverMs - (this.lane?.offset ?? 0);
-  }
-
-  swallow(during: string, error: unknown): void {
-    this.fleet.swallow(during, error);
-  }
-}
-
 type Mode = 'connecting' | 'fleet' | 'local';
-type Outcome = { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly error: unknown } | null;
 
-class RedisFleetImpl implements RedisFleet {
+class RedisFleetImpl implements RedisFleet, SyncHost {
   readonly channel: string;
   readonly id = `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
   private mode_: Mode = 'connecting';
   private reason: string | null = 'connecting';
   private since: number;
-  private store: Store;
-  private fatal: string | null = null;
+  private store_: Store;
+  private fatal_: string | null = null;
   private readonly label: string;
-  private readonly lanes = new Map<string, Lane>();
-  private readonly routes = new Map<string, Route>();
+  private readonly sync: Sync;
   private readonly budgets = new Map<string, RetryBudget>();
   private readonly breakers = new Map<string, FleetBreaker>();
   private readonly rates = new Map<string, FleetRateLimit>();
@@ -299,44 +190,33 @@ class RedisFleetImpl implements RedisFleet {
   private readonly heard = new Map<string, Announcement>();
   private readonly timer: ReturnType<typeof setInterval>;
   private memberCount = 0;
-  private soonArmed = false;
-  private urgentArmed = false;
-  private subPinging = false;
-  private closed = false;
   private closing: Promise<void> | null = null;
-  private roundTrips = 0;
-  private syncFailures = 0;
-  private fallbacks = 0;
-  private rejoins = 0;
-  private rttLast: number | null = null;
-  private rttAvg: number | null = null;
-  private rttMax: number | null = null;
-  private lastError: string | null = null;
   private waiters: ((joined: boolean) => void)[] = [];
   private readonly secrets: string[];
   private readonly storeSettings: StoreSettings;
   private readonly listener: StoreListener;
 
   constructor(
-    private readonly target: Target, readonly settings: FleetSettings,
+    target: Target, readonly settings: FleetSettings,
     private readonly onEvent: ((e: FleetEvent) => void) | null, readonly clock: { readonly wallNow: () => number },
   ) {
     this.channel = `${settings.prefix}breaker`;
     this.since = clock.wallNow();
     this.secrets = secretsOf(target);
     this.label = labelOf(target);
+    this.sync = new Sync(this);
     this.storeSettings = { connectTimeoutMs: settings.connectTimeoutMs, reconnectMs: settings.reconnectMs, channel: this.channel, clean: (e) => this.clean(e) };
     this.listener = {
-      changed: () => this.changed(),
-      lost: (lane, why) => this.lost(lane, why),
+      changed: () => this.sync.changed(),
+      lost: (lane, why) => this.sync.lost(lane, why),
       error: (why) => this.connectionError(why),
       message: (m) => this.announcement(m),
-      subscribed: () => this.changed(),
+      subscribed: () => this.sync.changed(),
       cluster: (seed, o) => this.toCluster(seed, o),
       fatal: (why) => this.fail(why),
     };
-    this.store = this.openStore();
-    this.timer = setInterval(() => this.tick(), settings.syncMs);
+    this.store_ = openStore(target, this.label, this.storeSettings, this.listener);
+    this.timer = setInterval(() => this.sync.tick(), settings.syncMs);
     this.timer.unref();
   }
 
@@ -344,71 +224,80 @@ class RedisFleetImpl implements RedisFleet {
     return this.mode_ === 'fleet' ? 'fleet' : 'local';
   }
 
-  // --- connections -----------------------------------------------------------------
+  // --- SyncHost --------------------------------------------------------------------
 
-  private openStore(): Store {
-    const t = this.target;
-    const { Redis: RedisClass, Cluster: ClusterClass } = ioredis();
-    const s = this.storeSettings;
-    const l = this.listener;
-    switch (t.kind) {
-      case 'url':
-        return new SingleStore('single', this.label, (own) => new RedisClass(t.url.href, { ...(t.redisOptions as RedisOptions), ...own }), s, l);
-      case 'sentinel':
-        return new SingleStore('sentinel', this.label, (own) => new RedisClass({ ...(t.redisOptions as RedisOptions), sentinels: [...t.sentinels], name: t.name, ...own }), s, l);
-      case 'cluster': {
-        const first = t.urls[0]!;
-        const seeds = t.urls.map((u) => ({ host: u.hostname.replace(/^\[|\]$/g, ''), port: u.port === '' ? 6379 : Number(u.port) }));
-        const redisOptions: RedisOptions = { ...credentials(first), ...(t.redisOptions as RedisOptions) };
-        return new ClusterStore(this.label, (over) => new ClusterClass(seeds, { ...over, redisOptions: { ...redisOptions, ...ownNodeOptions(s) } }), ioredis(), s, l);
-      }
-      case 'client': {
-        const c = t.client;
-        if ((c as { isCluster?: unknown }).isCluster === true) {
-          const cluster = c as Cluster;
-          return new ClusterStore(this.label, (over) => cluster.duplicate([], { ...over, redisOptions: { ...(cluster.options.redisOptions ?? {}), ...ownNodeOptions(s) } }), ioredis(), s, l);
-        }
-        const redis = c as Redis;
-        return new SingleStore(redis.options.sentinels ? 'sentinel' : 'single', this.label, (own) => redis.duplicate(own), s, l);
-      }
-    }
+  store(): Store {
+    return this.store_;
   }
+
+  fatal(): string | null {
+    return this.fatal_;
+  }
+
+  swallow(during: string, error: unknown): void {
+    this.emit({ type: 'fleet_listener_error', ts: this.clock.wallNow(), during, message: this.clean(error) });
+  }
+
+  setMode(mode: 'fleet' | 'local', reason: string | null): void {
+    if (this.mode_ === mode) {
+      if (mode === 'local') this.reason = reason;
+      this.wake();
+      return;
+    }
+    this.mode_ = mode;
+    this.reason = reason;
+    this.since = this.clock.wallNow();
+    this.emit({ type: 'fleet_mode', ts: this.since, mode, reason });
+    this.wake();
+  }
+
+  wake(): void {
+    if (this.joined()) for (const w of [...this.waiters]) w(true);
+  }
+
+  /** An error as one line, without passwords. */
+  clean(e: unknown): string {
+    const code = typeof (e as { code?: unknown })?.code === 'string' ? `${(e as { code: string }).code}: ` : '';
+    let msg = e instanceof Error ? e.message : String(e);
+    for (const secret of this.secrets) msg = msg.split(secret).join('***');
+    msg = `${msg.startsWith(code) ? '' : code}${msg}`.replace(/\s+/g, ' ').trim();
+    return msg.length > 300 ? `${msg.slice(0, 297)}...` : msg;
+  }
+
+  // --- connections -----------------------------------------------------------------
 
   /** The URL's node is a cluster node: the cluster, seeded by it, with the same credentials and TLS. */
   private toCluster(seed: { readonly host: string; readonly port: number }, o: RedisOptions): void {
-    if (this.closed || this.store.kind === 'cluster') return;
-    const old = this.store;
-    const { Cluster: ClusterClass } = ioredis();
-    const s = this.storeSettings;
-    const carried: RedisOptions = {};
-    for (const k of ['username', 'password', 'tls', 'family', 'connectionName', 'keepAlive', 'noDelay'] as const) {
-      if (o[k] !== undefined) (carried as Record<string, unknown>)[k] = o[k];
-    }
-    this.store = new ClusterStore(`cluster via ${this.label}`, (over) => new ClusterClass([seed], { ...over, redisOptions: { ...carried, ...ownNodeOptions(s) } }), ioredis(), s, this.listener);
+    if (this.sync.closed || this.store_.kind === 'cluster') return;
+    const old = this.store_;
+    this.store_ = clusterOfNode(this.label, seed, o, this.storeSettings, this.listener);
     old.close();
-    this.lanes.clear();
-    for (const r of this.routes.values()) r.lane = null;
+    this.sync.reset();
   }
 
   /** A configuration that cannot work: local for good, said once, ready() false. */
   private fail(why: string): void {
-    this.fatal = why;
-    this.lastError = why;
-    this.store.close();
+    this.fatal_ = why;
+    this.sync.lastError = why;
+    this.store_.close();
     this.setMode('local', why);
     for (const w of [...this.waiters]) w(false);
+  }
+
+  private connectionError(why: string): void {
+    this.sync.lastError = why;
+    // Said once: the first failure to connect (later ones only update stats()).
+    if (this.mode_ === 'connecting') {
+      const reason = `cannot use Redis at ${this.store_.describe()}: ${why}`;
+      this.sync.refuseAll(reason);
+      this.setMode('local', reason);
+    }
   }
 
   // --- Fleet ---------------------------------------------------------------------
 
   private route(name: string): Route {
-    let r = this.routes.get(name);
-    if (r === undefined) {
-      r = new Route(this, keySlot(this.key(name, 'budget')));
-      this.routes.set(name, r);
-      this.place(r);
-    }
-    return r;
+    return this.sync.route(name, keySlot(this.key(name, 'budget')));
   }
 
   budget(dependency: string, spec: BudgetSpec): RetryBudget {
@@ -430,7 +319,7 @@ class RedisFleetImpl implements RedisFleet {
       const fb = new FleetBudget(route, [this.key(name, 'budget'), this.key(name, 'members')], resolved, Math.min(lease, resolved.maxTokens), {
         renewMs: 3 * s.syncMs, memberTtlMs: Math.max(10 * s.syncMs, 3 * s.syncMs + 2 * s.connectTimeoutMs),
       });
-      this.join(route, fb);
+      this.joinRoute(route, fb);
       b = fb;
     }
     this.budgets.set(name, b);
@@ -454,7 +343,7 @@ class RedisFleetImpl implements RedisFleet {
         this.heard.delete(keyName);
         b.announced(heard);
       }
-      this.join(route, b);
+      this.joinRoute(route, b);
     }
     b.addListener(options.onStateChange);
     return b;
@@ -470,21 +359,20 @@ class RedisFleetImpl implements RedisFleet {
     const r = new FleetRateLimit(route, [this.key(name, 'rate-members'), this.key(name, 'rate')], resolved, this.settings.syncMs, keyName);
     if (!this.full()) {
       this.ratesByKey.set(keyName, r);
-      this.join(route, r);
+      this.joinRoute(route, r);
     }
     this.rates.set(name, r);
     return r;
   }
 
-  private join(route: Route, m: Member): void {
-    route.members.push(m);
+  private joinRoute(route: Route, m: Member): void {
     this.memberCount++;
-    if (!route.local) this.soon();
+    this.sync.join(route, m);
   }
 
   ready(timeoutMs = 2000): Promise<boolean> {
     if (this.joined()) return Promise.resolve(true);
-    if (this.closed || this.fatal !== null) return Promise.resolve(false);
+    if (this.sync.closed || this.fatal !== null) return Promise.resolve(false);
     return new Promise<boolean>((resolve) => {
       const t = setTimeout(() => done(false), timeoutMs);
       const done = (joined: boolean): void => {
@@ -504,352 +392,27 @@ class RedisFleetImpl implements RedisFleet {
     for (const [k, b] of this.breakers) breakers[k] = b.stats(now);
     const rateLimits: Record<string, FleetRateStats> = {};
     for (const [k, r] of this.rates) rateLimits[k] = r.stats();
-    const deps = new Map<Lane, number>();
-    for (const r of this.routes.values()) if (r.lane !== null) deps.set(r.lane, (deps.get(r.lane) ?? 0) + 1);
-    const nodes: Record<string, FleetNodeStats> = {};
-    for (const lane of this.lanes.values()) {
-      nodes[lane.key] = {
-        mode: lane.health.mode, reason: lane.health.mode === 'fleet' ? null : lane.reason, dependencies: deps.get(lane) ?? 0,
-        deadlineMs: Math.round(this.deadline(lane) * 1000) / 1000, failures: lane.health.failures,
-      };
-    }
+    const s = this.sync;
     const r = (v: number | null): number | null => (v === null ? null : Math.round(v * 1000) / 1000);
     return {
-      mode: this.mode, reason: this.mode_ === 'fleet' ? null : this.reason, since: this.since, store: this.store.describe(),
-      connected: this.fatal === null && this.store.ready(), subscribed: this.store.subscribed(),
-      roundTrips: this.roundTrips, syncFailures: this.syncFailures, fallbacks: this.fallbacks, rejoins: this.rejoins,
-      rttMs: { last: r(this.rttLast), avg: r(this.rttAvg), max: r(this.rttMax) }, lastError: this.lastError, nodes, budgets, breakers, rateLimits,
+      mode: this.mode, reason: this.mode_ === 'fleet' ? null : this.reason, since: this.since, store: this.store_.describe(),
+      connected: this.fatal_ === null && this.store_.ready(), subscribed: this.store_.subscribed(),
+      roundTrips: s.roundTrips, syncFailures: s.syncFailures, fallbacks: s.fallbacks, rejoins: s.rejoins,
+      rttMs: { last: r(s.rttLast), avg: r(s.rttAvg), max: r(s.rttMax) }, lastError: s.lastError, nodes: s.nodes(), budgets, breakers, rateLimits,
     };
   }
 
   close(): Promise<void> {
     this.closing ??= (async () => {
       clearInterval(this.timer);
-      for (const lane of this.lanes.values()) if (lane.probeTimer !== null) clearTimeout(lane.probeTimer);
       // Hand in what is pending, within the deadline; then no more syncs.
-      if (this.fatal === null) await this.sync(false);
-      this.closed = true;
+      if (this.fatal_ === null) await this.sync.sync(false);
+      this.sync.end();
       this.setMode('local', 'the fleet was closed');
-      for (const r of this.routes.values()) r.local = true;
       for (const w of [...this.waiters]) w(false);
-      this.store.close();
+      this.store_.close();
     })();
     return this.closing;
-  }
-
-  // --- what the shared objects call ----------------------------------------------
-
-  soon(urgent = false): void {
-    if (this.closed) return;
-    if (urgent) {
-      if (this.urgentArmed) return;
-      this.urgentArmed = true;
-      setImmediate(() => {
-        this.urgentArmed = false;
-        void this.sync(false, true);
-      });
-      return;
-    }
-    if (this.soonArmed) return;
-    this.soonArmed = true;
-    setImmediate(() => {
-      this.soonArmed = false;
-      void this.sync(false);
-    });
-  }
-
-  swallow(during: string, error: unknown): void {
-    this.emit({ type: 'fleet_listener_error', ts: this.clock.wallNow(), during, message: this.clean(error) });
-  }
-
-  // --- lanes and routes ------------------------------------------------------------
-
-  private lane(key: string): Lane {
-    let lane = this.lanes.get(key);
-    if (lane === undefined) {
-      lane = new Lane(key);
-      this.lanes.set(key, lane);
-    }
-    return lane;
-  }
-
-  /** Puts a route on the node that serves its slot now; says when it becomes local or shared. */
-  private place(r: Route): void {
-    const key = this.fatal === null && !this.closed && this.store.ready() ? this.store.laneOf(r.slot) : null;
-    const lane = key === null ? null : this.lane(key);
-    r.lane = lane;
-    const local = this.closed || lane === null || lane.health.mode !== 'fleet';
-    if (local === r.local) return;
-    r.local = local;
-    if (!local) {
-      // Shared again (or for the first time): whatever the fleet says now is news.
-      for (const m of r.members) {
-        try {
-          m.rejoined?.();
-        } catch (e) {
-          this.lastError = this.clean(e);
-        }
-      }
-    }
-  }
-
-  /** Topology, readiness or a node's mode changed: lanes, routes and the process's mode follow. */
-  private changed(): void {
-    if (this.closed) return;
-    if (this.fatal === null && this.store.ready()) {
-      const current = new Set(this.store.lanes());
-      for (const key of current) this.lane(key);
-      // A node that serves nothing any more (a failed master replaced by its replica) is forgotten.
-      for (const [key, lane] of this.lanes) {
-        if (!current.has(key)) {
-          if (lane.probeTimer !== null) clearTimeout(lane.probeTimer);
-          this.lanes.delete(key);
-        }
-      }
-    }
-    for (const r of this.routes.values()) this.place(r);
-    for (const lane of this.lanes.values()) if (lane.health.mode !== 'fleet') this.scheduleProbe(lane, 0);
-    this.updateMode();
-  }
-
-  /** The process's mode: fleet when every node is joined (and the store is up); local as soon as one has fallen back. */
-  private updateMode(): void {
-    if (this.closed) return;
-    if (this.fatal !== null) return this.setMode('local', this.fatal);
-    const lanes = [...this.lanes.values()];
-    const fallen = lanes.find((l) => l.health.mode === 'local');
-    if (fallen !== undefined) return this.setMode('local', this.laneReason(fallen));
-    if (lanes.length > 0 && this.store.ready() && lanes.every((l) => l.health.mode === 'fleet')) return this.setMode('fleet', null);
-    this.wake();
-  }
-
-  private laneReason(lane: Lane): string {
-    const why = lane.reason ?? 'not joined';
-    return lane.key === MAIN ? why : `Redis Cluster node ${lane.key}: ${why}`;
-  }
-
-  /** A node's connection closed: it falls back at once. */
-  private lost(key: string | null, why: string): void {
-    if (this.closed) return;
-    this.lastError ??= why;
-    const lanes = key === null ? [...this.lanes.values()] : [this.lanes.get(key)].filter((l): l is Lane => l !== undefined);
-    for (const lane of lanes) this.observe(lane, afterFailure(lane.health, true), this.lastError ?? why);
-    this.changed();
-  }
-
-  /** Applies a health step to a node. */
-  private observe(lane: Lane, step: HealthStep, reason: string | null): void {
-    const before = lane.health.mode;
-    lane.health = step.health;
-    if (step.health.mode !== 'fleet') lane.reason = reason ?? lane.reason;
-    if (step.change === 'local' && before === 'fleet') this.fallbacks++;
-    if (step.change === 'fleet' && before === 'local') this.rejoins++;
-    if (step.change !== null) {
-      for (const r of this.routes.values()) if (r.lane === lane) this.place(r);
-      if (step.change === 'fleet') void this.sync(true, false, lane);
-      else this.scheduleProbe(lane, probeDelay(this.settings.syncMs));
-      this.updateMode();
-    }
-  }
-
-  private deadline(lane: Lane): number {
-    return syncDeadline(lane.health, { timeoutMs: this.settings.timeoutMs, maxMs: 2 * this.settings.connectTimeoutMs });
-  }
-
-  // --- probes (a node not joined) --------------------------------------------------
-
-  private scheduleProbe(lane: Lane, ms: number): void {
-    if (this.closed || this.fatal !== null || lane.probing || lane.probeTimer !== null || lane.health.mode === 'fleet') return;
-    lane.probeTimer = setTimeout(() => {
-      lane.probeTimer = null;
-      void this.probe(lane);
-    }, ms);
-    lane.probeTimer.unref();
-  }
-
-  /** TIME on a node that is not joined: good probes in a row join it again. */
-  private async probe(lane: Lane): Promise<void> {
-    if (this.closed || this.fatal !== null || lane.probing || this.lanes.get(lane.key) !== lane || lane.health.mode === 'fleet') return;
-    const p = this.store.time(lane.key);
-    if (p === null) {
-      // No connection (yet): not a failure of the node's answers, but not a good probe either.
-      if (lane.health.good > 0) lane.health = { ...lane.health, good: 0 };
-      this.store.refresh();
-      this.scheduleProbe(lane, probeDelay(this.settings.syncMs));
-      return;
-    }
-    lane.probing = true;
-    // The pub/sub connection may have stopped answering too (a partition): checked at the same pace.
-    void this.pingSub();
-    const deadline = this.deadline(lane);
-    const wall0 = this.clock.wallNow();
-    const t0 = performance.now();
-    const outcome = (await bounded([p], deadline))[0] ?? null;
-    const rtt = performance.now() - t0;
-    lane.probing = false;
-    lane.lastExchange = performance.now();
-    this.roundTrips++;
-    if (this.closed || this.lanes.get(lane.key) !== lane) return;
-    if (outcome?.ok === true && Array.isArray(outcome.value)) {
-      const [sec, us] = outcome.value as [string, string];
-      const serverMs = Number(sec) * 1000 + Number(us) / 1000;
-      if (Number.isFinite(serverMs)) lane.offset = serverMs - (wall0 + rtt / 2);
-      this.good(rtt);
-      this.observe(lane, afterSuccess(lane.health, rtt), null);
-    } else {
-      const why = outcome === null ? `${this.where(lane)} did not answer within ${round(deadline)} ms` : outcome.ok ? 'an unexpected reply to TIME' : this.clean(outcome.error);
-      this.syncFailures++;
-      this.lastError = why;
-      // A connection that stopped answering is replaced: a new one does not wait out TCP's backoff.
-      if (outcome === null) this.store.replace(lane.key);
-      this.store.refresh();
-      this.observe(lane, afterFailure(lane.health, false), why);
-    }
-    this.scheduleProbe(lane, probeDelay(this.settings.syncMs));
-  }
-
-  // --- syncs (nodes joined) --------------------------------------------------------
-
-  private tick(): void {
-    if (this.closed || this.fatal !== null) return;
-    this.changed();
-    void this.sync(false);
-    const now = performance.now();
-    // An idle node is asked the time now and then: a dead one is noticed, its clock followed.
-    for (const lane of this.lanes.values()) {
-      if (lane.health.mode === 'fleet' && lane.inFlight === 0 && now - lane.lastExchange >= 2 * this.settings.syncMs) void this.sync(true, false, lane, true);
-    }
-    void this.pingSub();
-  }
-
-  /** PING on the subscriber connection; one that stopped answering is replaced. */
-  private async pingSub(): Promise<void> {
-    if (this.subPinging) return;
-    const p = this.store.pingSub();
-    if (p === null) return;
-    this.subPinging = true;
-    const main = this.lanes.values().next().value as Lane | undefined;
-    const deadline = main === undefined ? this.settings.connectTimeoutMs : this.deadline(main);
-    const outcome = (await bounded([p], Math.max(deadline, this.settings.timeoutMs)))[0] ?? null;
-    this.subPinging = false;
-    if (outcome === null && !this.closed) {
-      this.lastError = `the pub/sub connection did not answer a PING within ${round(deadline)} ms`;
-      this.store.replaceSub();
-    }
-  }
-
-  /**
-   * One round trip per joined node: the commands of every dependency it serves (`all`:
-   * also those with nothing to hand in, to read the fleet's state; `timeOnly`: just its
-   * clock). One sync at a time per node (a stalled node gets one batch, not a pile); an
-   * urgent one may pass a sync in flight. Never throws.
-   */
-  private async sync(all: boolean, urgent = false, only: Lane | null = null, timeOnly = false): Promise<void> {
-    if (this.closed || this.fatal !== null) return;
-    if (!this.store.ready()) return;
-    const byLane = new Map<Lane, Route[]>();
-    for (const r of this.routes.values()) {
-      this.place(r);
-      if (r.lane === null || r.local || (only !== null && r.lane !== only)) continue;
-      let list = byLane.get(r.lane);
-      if (list === undefined) byLane.set(r.lane, (list = []));
-      list.push(r);
-    }
-    const work: Promise<void>[] = [];
-    const lanes = only !== null ? [only] : [...this.lanes.values()];
-    for (const lane of lanes) {
-      if (lane.health.mode !== 'fleet' || this.lanes.get(lane.key) !== lane) continue;
-      if (lane.inFlight >= (urgent ? 2 : 1)) {
-        lane.again = true;
-        lane.againAll ||= all;
-        continue;
-      }
-      const cmds: Command[] = [];
-      if (!timeOnly) {
-        try {
-          for (const r of byLane.get(lane) ?? []) for (const m of r.members) if (all || m.dirty()) m.write(cmds, all);
-        } catch (e) {
-          this.lastError = this.clean(e);
-        }
-      }
-      if (cmds.length === 0 && !all) continue;
-      work.push(this.send(lane, cmds));
-    }
-    await Promise.all(work);
-  }
-
-  private async send(lane: Lane, cmds: Command[]): Promise<void> {
-    lane.inFlight++;
-    const deadline = this.deadline(lane);
-    const wall0 = this.clock.wallNow();
-    const t0 = performance.now();
-    const calls: (Promise<unknown> | null)[] = cmds.length === 0 ? [this.store.time(lane.key)] : cmds.map((c) => this.store.call(c.script, c.keys, c.args));
-    const outcomes = await bounded(calls, deadline);
-    const rtt = performance.now() - t0;
-    lane.inFlight--;
-    lane.lastExchange = performance.now();
-    this.roundTrips++;
-    try {
-      this.settle(lane, cmds, outcomes, deadline, wall0, rtt);
-    } catch (e) {
-      this.lastError = this.clean(e);
-    }
-    if (lane.again && !this.closed && lane.inFlight === 0) {
-      const again = lane.againAll;
-      lane.again = false;
-      lane.againAll = false;
-      void this.sync(again, false, lane);
-    }
-  }
-
-  private settle(lane: Lane, cmds: Command[], outcomes: Outcome[], deadline: number, wall0: number, rtt: number): void {
-    let error: string | null = null;
-    let timedOut = false;
-    for (const o of outcomes) {
-      if (o === null) timedOut = true;
-      else if (!o.ok) error ??= this.clean(o.error);
-      else if (!Array.isArray(o.value)) error ??= 'an unexpected reply from Redis';
-    }
-    if (timedOut) error = `${this.where(lane)} did not answer within ${round(deadline)} ms`;
-    // Redis's clock, from the first reply: { µs, … } of a script or TIME's [seconds, µs].
-    const first = outcomes[0];
-    if (first?.ok === true && Array.isArray(first.value)) {
-      const v = first.value as unknown[];
-      const serverMs = cmds.length === 0 ? Number(v[0]) * 1000 + Number(v[1]) / 1000 : Number(v[0]) / 1000;
-      if (Number.isFinite(serverMs)) lane.offset = serverMs - (wall0 + rtt / 2);
-    }
-    cmds.forEach((c, k) => {
-      const o = outcomes[k];
-      if (o?.ok === true && Array.isArray(o.value)) c.onReply(o.value as unknown[]);
-      else c.onFail();
-    });
-    if (this.closed) return;
-    if (error === null) {
-      this.good(rtt);
-      this.observe(lane, afterSuccess(lane.health, rtt), null);
-      return;
-    }
-    this.syncFailures++;
-    this.lastError = error;
-    const step = afterFailure(lane.health, false);
-    // The fallback's connection stopped answering: a new one (the old one may sit in TCP's backoff).
-    if (timedOut && step.change === 'local') this.store.replace(lane.key);
-    if (step.change === null && lane.health.mode === 'fleet') {
-      // Tried again soon: a node is judged by syncs in a row, not by the next tick.
-      const t = setTimeout(() => void this.sync(true, false, lane), probeDelay(this.settings.syncMs));
-      t.unref();
-    }
-    this.observe(lane, step, error);
-  }
-
-  private good(rtt: number): void {
-    this.rttLast = rtt;
-    this.rttAvg = this.rttAvg === null ? rtt : this.rttAvg * 0.9 + rtt * 0.1;
-    this.rttMax = this.rttMax === null ? rtt : Math.max(this.rttMax, rtt);
-  }
-
-  private where(lane: Lane): string {
-    return lane.key === MAIN ? `Redis (${this.store.describe()})` : `Redis Cluster node ${lane.key}`;
   }
 
   private announcement(message: string): void {
@@ -882,40 +445,9 @@ class RedisFleetImpl implements RedisFleet {
     this.heard.set(m.d, a);
   }
 
-  // --- modes, events, errors -----------------------------------------------------
-
-  private setMode(mode: Mode, reason: string | null): void {
-    if (this.mode_ === mode) {
-      if (mode === 'local') this.reason = reason;
-      this.wake();
-      return;
-    }
-    this.mode_ = mode;
-    this.reason = reason;
-    this.since = this.clock.wallNow();
-    this.emit({ type: 'fleet_mode', ts: this.since, mode: mode === 'fleet' ? 'fleet' : 'local', reason });
-    this.wake();
-  }
-
   /** Joined: every node's syncs succeed and announcements arrive. */
   private joined(): boolean {
-    return this.mode_ === 'fleet' && this.store.subscribed() && !this.closed;
-  }
-
-  private wake(): void {
-    if (this.joined()) for (const w of [...this.waiters]) w(true);
-  }
-
-  private connectionError(why: string): void {
-    this.lastError = why;
-    // Said once: the first failure to connect (later ones only update stats()).
-    if (this.mode_ === 'connecting') {
-      for (const lane of this.lanes.values()) {
-        if (lane.health.mode === 'connecting') lane.health = { ...lane.health, mode: 'local' };
-        lane.reason = `cannot use Redis at ${this.store.describe()}: ${why}`;
-      }
-      this.setMode('local', `cannot use Redis at ${this.store.describe()}: ${why}`);
-    }
+    return this.mode_ === 'fleet' && this.store_.subscribed() && !this.sync.closed;
   }
 
   private emit(e: FleetEvent): void {
@@ -925,15 +457,6 @@ class RedisFleetImpl implements RedisFleet {
     } catch {
       // An event listener cannot break the fleet (nor be reported through itself).
     }
-  }
-
-  /** An error as one line, without passwords. */
-  private clean(e: unknown): string {
-    const code = typeof (e as { code?: unknown })?.code === 'string' ? `${(e as { code: string }).code}: ` : '';
-    let msg = e instanceof Error ? e.message : String(e);
-    for (const secret of this.secrets) msg = msg.split(secret).join('***');
-    msg = `${msg.startsWith(code) ? '' : code}${msg}`.replace(/\s+/g, ' ').trim();
-    return msg.length > 300 ? `${msg.slice(0, 297)}...` : msg;
   }
 
   // --- keys ----------------------------------------------------------------------
@@ -955,93 +478,6 @@ class RedisFleetImpl implements RedisFleet {
   /** `{prefix}{dependency}:what`: one hash tag per dependency, so a cluster keeps a dependency's keys in one slot. */
   private key(name: string, what: string): string {
     return `${this.settings.prefix}{${this.keyName(name)}}:${what}`;
-  }
-}
-
-/** Waits for every call, or until `ms`; a call not answered by then is null (as is a call that could not be sent: an error). */
-async function bounded(calls: readonly (Promise<unknown> | null)[], ms: number): Promise<Outcome[]> {
-  const out: Outcome[] = calls.map(() => null);
-  let left = calls.length;
-  await new Promise<void>((resolve) => {
-    let done = false;
-    const finish = (): void => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      resolve();
-    };
-    // The verdict waits one more turn of the event loop: a reply that has arrived while
-    // this process was busy is read (poll phase) before a late timer calls it lost.
-    const timer = setTimeout(() => setImmediate(finish), ms);
-    timer.unref();
-    calls.forEach((p, i) => {
-      if (p === null) {
-        out[i] = { ok: false, error: new Error('not connected') };
-        if (--left === 0) finish();
-        return;
-      }
-      p.then((value) => {
-        if (done) return;
-        out[i] = { ok: true, value };
-        if (--left === 0) finish();
-      }, (error: unknown) => {
-        if (done) return;
-        out[i] = { ok: false, error };
-        if (--left === 0) finish();
-      });
-    });
-    if (calls.length === 0) finish();
-  });
-  return out;
-}
-
-function round(ms: number): number {
-  return Math.round(ms);
-}
-
-/** What every node connection of a cluster gets from the fleet (ioredis sets the rest: pool connections have their own queue and no reconnection). */
-function ownNodeOptions(s: { readonly connectTimeoutMs: number }): RedisOptions {
-  return { connectTimeout: s.connectTimeoutMs, maxRetriesPerRequest: 0, reconnectOnError: () => false, enableAutoPipelining: false };
-}
-
-/** Credentials and TLS of a URL, as ioredis options. */
-function credentials(u: URL): RedisOptions {
-  const o: RedisOptions = {};
-  if (u.username !== '') o.username = decodeURIComponent(u.username);
-  if (u.password !== '') o.password = decodeURIComponent(u.password);
-  if (u.protocol === 'rediss:') o.tls = {};
-  return o;
-}
-
-function secretsOf(t: Target): string[] {
-  const out: string[] = [];
-  const add = (v: unknown): void => {
-    if (typeof v === 'string' && v.length > 0) out.push(v);
-  };
-  if (t.kind === 'url') add(decodeURIComponent(t.url.password));
-  if (t.kind === 'cluster') for (const u of t.urls) add(decodeURIComponent(u.password));
-  if (t.kind !== 'client') {
-    add(t.redisOptions.password);
-    add(t.redisOptions.sentinelPassword);
-  } else {
-    const o = (t.client as { options?: { password?: unknown; sentinelPassword?: unknown; redisOptions?: { password?: unknown } } }).options;
-    add(o?.password);
-    add(o?.sentinelPassword);
-    add(o?.redisOptions?.password);
-  }
-  return [...new Set(out)];
-}
-
-function labelOf(t: Target): string {
-  switch (t.kind) {
-    case 'url':
-      return where(t.url);
-    case 'cluster':
-      return `cluster ${where(t.urls[0]!)}${t.urls.length > 1 ? ` (+${t.urls.length - 1} seed${t.urls.length > 2 ? 's' : ''})` : ''}`;
-    case 'sentinel':
-      return `sentinel master "${t.name}" via ${t.sentinels.map((s) => `${s.host}:${s.port}`).join(', ')}`;
-    case 'client':
-      return (t.client as { isCluster?: unknown }).isCluster === true ? 'the given cluster client' : 'the given client';
   }
 }
 
