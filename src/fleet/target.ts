@@ -14,7 +14,7 @@ export function ioredis(): typeof IORedis {
     try {
       ioredisModule = createRequire(import.meta.url)('ioredis') as typeof IORedis;
     } catch (e) {
-      throw new Error('relent/fleet needs the optional peer dependency `ioredis` (npm install ioredis)', { cause: e });
+      throw new Error('relent/fleet needs the optional peer dependency `ioredis` (npm install ioredis@6; 5 works too)', { cause: e });
     }
   }
   return ioredisModule;
