@@ -372,7 +372,7 @@ class RedisFleetImpl implements RedisFleet, SyncHost {
 
   ready(timeoutMs = 2000): Promise<boolean> {
     if (this.joined()) return Promise.resolve(true);
-    if (this.sync.closed || this.fatal !== null) return Promise.resolve(false);
+    if (this.sync.closed || this.fatal_ !== null) return Promise.resolve(false);
     return new Promise<boolean>((resolve) => {
       const t = setTimeout(() => done(false), timeoutMs);
       const done = (joined: boolean): void => {
