@@ -85,7 +85,7 @@ describe('README', () => {
       // It joined the fleet: close() handed in the budget's deposits and the breaker's counts.
       const r = new Redis(REDIS_URL);
       try {
-        expect((await r.keys(`${prefix}*`)).sort()).toEqual([`${prefix}{http://127.0.0.1:${port}}:budget`, `${prefix}{http://127.0.0.1:${port}}:window`]);
+        expect((await r.keys(`${prefix}*`)).sort()).toEqual([`${prefix}{http://127.0.0.1:${port}}:budget`, `${prefix}{http://127.0.0.1:${port}}:members`, `${prefix}{http://127.0.0.1:${port}}:window`]);
       } finally {
         r.disconnect();
       }

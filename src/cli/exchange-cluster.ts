@@ -196,12 +196,12 @@ export async function openFleet(options: Readonly<Record<string, unknown>> | nul
     throw e;
   }
   if (join) await fleet.ready(2_000);
-  const u = new URL(String(options.url));
   return {
     fleet,
     describe: () => {
+      // Where it connects (a URL, a cluster or Sentinels; never credentials).
       const st = fleet.stats();
-      return `${u.protocol}//${u.host} (${st.mode === 'fleet' ? 'shared' : `local: ${st.reason ?? 'not joined'}`})`;
+      return `${st.store} (${st.mode === 'fleet' ? 'shared' : `local: ${st.reason ?? 'not joined'}`})`;
     },
     close: () => fleet.close(),
   };

@@ -1,7 +1,9 @@
 // relent/fleet: budgets and breakers shared by every process that calls a dependency,
-// through Redis (ioredis, an optional peer dependency loaded only here).
+// through Redis — one node, a master behind Sentinels, or a Redis Cluster (ioredis, an
+// optional peer dependency loaded only here).
 export { createRedisFleet } from './redis.js';
-export type { RedisFleet, RedisFleetOptions, FleetEvent, FleetStats } from './redis.js';
+export type { RedisFleet, RedisFleetOptions, FleetEvent, FleetStats, FleetNodeStats } from './redis.js';
+export type { SentinelAddress } from './options.js';
 export { FLEET_DEFAULTS } from './options.js';
 export type { FleetBudgetStats } from './budget.js';
 export type { FleetBreakerStats } from './breaker.js';

@@ -3,13 +3,13 @@ import { RelentError } from '../core/errors.js';
 /** The defaults of createRedisFleet(), written once. */
 export const FLEET_DEFAULTS = Object.freeze({
   prefix: 'relent:',
-  timeoutMs: 10,
+  timeoutMs: 50,
   syncMs: 1000,
   syncEvery: 10,
   leaseTokens: null,
   keyTtlMs: 600_000,
-  reconnectMs: 500,
-  connectTimeoutMs: 2000,
+  reconnectMs: 250,
+  connectTimeoutMs: 1000,
 });
 
 /** Fleet options after validation (connection fields aside). */
@@ -67,24 +67,66 @@ function hasSpaceOrControl(s: string): boolean {
 }
 
 /** Checks a Redis URL without ever echoing it (it may hold a password). */
-export function checkUrl(url: unknown): URL {
-  if (typeof url !== 'string') throw invalid('url', 'Expected `url` to be a string like redis://host:6379');
+export function checkUrl(url: unknown, field = 'url'): URL {
+  const f = `\`${field}\``;
+  if (typeof url !== 'string') throw invalid(field, `Expected ${f} to be a string like redis://host:6379`);
   let u: URL;
   try {
     u = new URL(url);
   } catch {
-    throw invalid('url', 'Expected `url` to be a redis:// or rediss:// URL (the value is not shown: it may hold a password)');
+    throw invalid(field, `Expected ${f} to be a redis:// or rediss:// URL (the value is not shown: it may hold a password)`);
   }
   if (u.protocol !== 'redis:' && u.protocol !== 'rediss:') {
-    throw invalid('url', `Expected \`url\` to start with redis:// or rediss://, got ${u.protocol}// (the rest is not shown: it may hold a password)`);
+    throw invalid(field, `Expected ${f} to start with redis:// or rediss://, got ${u.protocol}// (the rest is not shown: it may hold a password)`);
   }
-  if (u.hostname === '') throw invalid('url', 'Expected `url` to name a host (redis://host:6379)');
+  if (u.hostname === '') throw invalid(field, `Expected ${f} to name a host (redis://host:6379)`);
   const db = u.pathname.replace(/^\//, '');
-  if (db !== '' && !/^\d{1,5}$/.test(db)) throw invalid('url', 'Expected the path of `url` to be a database number (redis://host:6379/0)');
+  if (db !== '' && !/^\d{1,5}$/.test(db)) throw invalid(field, `Expected the path of ${f} to be a database number (redis://host:6379/0)`);
   return u;
 }
 
 /** host:port of a URL, for messages (never userinfo, path or query). */
 export function where(u: URL): string {
   return `${u.protocol}//${u.host}`;
+}
+
+/** A Sentinel's address as ioredis takes it. */
+export interface SentinelAddress {
+  readonly host: string;
+  readonly port: number;
+}
+
+/** `{ host, port }`, `'host:port'` or `'redis://host:port'` → `{ host, port }` (credentials belong in `redisOptions`). */
+export function checkSentinels(v: unknown): SentinelAddress[] {
+  if (!Array.isArray(v) || v.length === 0) throw invalid('sentinels', 'Expected `sentinels` to be a non-empty array of { host, port } (or "host:port")');
+  return v.map((s: unknown, i) => {
+    if (typeof s === 'object' && s !== null && typeof (s as { host?: unknown }).host === 'string' && (s as { host: string }).host !== '') {
+      const port = (s as { port?: unknown }).port ?? 26379;
+      if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) throw invalid('sentinels', `Expected \`sentinels[${i}].port\` to be a port number`);
+      return { host: (s as { host: string }).host, port };
+    }
+    if (typeof s === 'string') {
+      const m = /^(?:redis:\/\/)?([^:/@\s]+|\[[0-9a-fA-F:]+\]):(\d{1,5})\/?$/.exec(s);
+      if (m !== null && Number(m[2]) >= 1 && Number(m[2]) <= 65535) return { host: m[1]!.replace(/^\[|\]$/g, ''), port: Number(m[2]) };
+    }
+    throw invalid('sentinels', `Expected \`sentinels[${i}]\` to be { host, port } or "host:port" (credentials go in \`redisOptions\`: sentinelPassword)`);
+  });
+}
+
+/** The seed nodes of a cluster: redis:// or rediss:// URLs, one scheme and one set of credentials for all. */
+export function checkCluster(v: unknown): URL[] {
+  if (!Array.isArray(v) || v.length === 0) throw invalid('cluster', 'Expected `cluster` to be a non-empty array of redis:// URLs (seed nodes of the cluster)');
+  const urls = v.map((u: unknown) => checkUrl(u, 'cluster'));
+  for (const u of urls) {
+    const db = u.pathname.replace(/^\//, '');
+    if (db !== '' && db !== '0') throw invalid('cluster', 'Expected the URLs of `cluster` to name no database: a Redis Cluster has only database 0');
+    if (u.protocol !== urls[0]!.protocol) throw invalid('cluster', 'Expected every URL of `cluster` to use the same scheme (redis:// or rediss://)');
+  }
+  return urls;
+}
+
+/** Options for every connection the fleet opens: a plain object (never a client). */
+export function checkRedisOptions(v: unknown): Readonly<Record<string, unknown>> {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid('redisOptions', 'Expected `redisOptions` to be an object of ioredis options (password, username, tls, sentinelPassword, …)');
+  return v as Record<string, unknown>;
 }

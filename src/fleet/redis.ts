@@ -1,32 +1,55 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { createRequire } from 'node:module';
 import { hostname } from 'node:os';
-import type { ChainableCommander, Redis, RedisOptions } from 'ioredis';
-import type * as IORedis from 'ioredis';
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { createCircuitBreaker, normalizeBreakerSpec, type BreakerOptions, type BreakerSpec, type CircuitBreaker } from '../core/breaker.js';
 import { createRetryBudget, normalizeBudget, type BudgetSpec, type RetryBudget } from '../core/budget.js';
 import type { Fleet } from '../core/fleet.js';
 import { normalizeRateLimit, type RateLimitSpec, type TokenBucket } from '../core/token-bucket.js';
 import { FleetBreaker, type Announcement, type FleetBreakerStats } from './breaker.js';
 import { FleetBudget, type FleetBudgetStats } from './budget.js';
+import type { Member } from './link.js';
+import { invalid, resolveSettings, type FleetSettings, type SentinelAddress } from './options.js';
 import { FleetRateLimit, type FleetRateStats } from './rate.js';
-import type { Command, Link, Member } from './link.js';
-import { checkUrl, invalid, resolveSettings, where, type FleetSettings } from './options.js';
-import { BREAKER_SYNC_SCRIPT, BREAKER_TRIAL_SCRIPT, BUDGET_SCRIPT, RATE_SCRIPT } from './scripts.js';
+import { keySlot } from './slot.js';
+import type { Store, StoreListener, StoreSettings } from './store.js';
+import { Sync, type Route, type SyncHost } from './sync.js';
+import { clusterOfNode, KNOWN, labelOf, openStore, resolveTarget, secretsOf, type Target } from './target.js';
 
-/** `createRedisFleet(options)`: `url` or `client`; every other field optional (see FLEET_DEFAULTS). */
+/**
+ * `createRedisFleet(options)`: where Redis is — exactly one of `url`, `cluster`,
+ * `sentinels` (with `name`) and `client` — and every other field optional (see FLEET_DEFAULTS).
+ */
 export interface RedisFleetOptions {
-  /** `redis://[[user]:password@]host[:port][/db]` or `rediss://…` (TLS). */
-  readonly url?: string;
   /**
-   * An ioredis client to send commands through (not closed by `close()`); the fleet
-   * opens one more connection (`client.duplicate()`) for pub/sub. Give it
-   * `enableOfflineQueue: false` so that nothing queues while Redis is away.
+   * `redis://[[user]:password@]host[:port][/db]` or `rediss://…` (TLS). A Redis Cluster
+   * node works too: the fleet finds that it is one (INFO cluster) and uses the cluster.
    */
-  readonly client?: Redis;
+  readonly url?: string;
+  /** The seed nodes of a Redis Cluster: `['redis://:password@h1:7000', 'redis://h2:7000', …]` (one scheme and password for all). */
+  readonly cluster?: readonly string[];
+  /** The Sentinels of a master, as ioredis takes them: `[{ host, port }, …]` (or `'host:port'`); with `name`. */
+  readonly sentinels?: readonly (SentinelAddress | string)[];
+  /** The master's name in the Sentinels' configuration (with `sentinels`). */
+  readonly name?: string;
+  /**
+   * ioredis options for every connection the fleet opens (`password`, `username`, `tls`,
+   * `sentinelPassword`, …). Not with `client`. The fleet's own connection settings win
+   * (no offline queue, `connectTimeoutMs`, `reconnectMs`).
+   */
+  readonly redisOptions?: Readonly<Record<string, unknown>>;
+  /**
+   * An ioredis client (`Redis`, including one on Sentinels, or `Cluster`): the fleet opens
+   * connections of its own with its settings (`duplicate()`), so that it can replace one
+   * that stops answering; yours is never used for commands, changed or closed.
+   */
+  readonly client?: Redis | Cluster;
   /** Prefix of every key and channel. Default `relent:`; use one per environment. */
   readonly prefix?: string;
-  /** The longest a sync's round trip may take before Redis counts as away, ms. Default 10. */
+  /**
+   * The shortest time a sync may take before it counts as failed, ms. Default 50. The
+   * deadline follows the measured round trip (plus four deviations, as TCP's), up to
+   * twice `connectTimeoutMs`; a joined node falls back after three failed syncs in a row.
+   */
   readonly timeoutMs?: number;
   /** Deposits, counts and lease top-ups are handed in at least this often while there are any, ms. Default 1000. */
   readonly syncMs?: number;
@@ -36,9 +59,9 @@ export interface RedisFleetOptions {
   readonly leaseTokens?: number | null;
   /** Keys live this long after their last use, ms (a budget's bucket at least until it would have refilled). Default 600 000. */
   readonly keyTtlMs?: number;
-  /** The longest wait between two reconnection attempts, ms. Default 500. */
+  /** The longest wait between two reconnection attempts, ms. Default 250. */
   readonly reconnectMs?: number;
-  /** How long a connection attempt may take, ms. Default 2000. */
+  /** How long a connection attempt may take, ms; twice this is the longest deadline of a sync. Default 1000. */
   readonly connectTimeoutMs?: number;
   /** Mode changes and other notices (see FleetEvent). */
   readonly onEvent?: ((event: FleetEvent) => void) | null;
@@ -55,20 +78,35 @@ export type FleetEvent =
   /** A listener (breaker state change or onEvent) threw; the error was caught. */
   | { readonly type: 'fleet_listener_error'; readonly ts: number; readonly during: string; readonly message: string };
 
+/** What stats() tells of one Redis node (one for a single Redis; one per master of a cluster). */
+export interface FleetNodeStats {
+  /** `fleet`: syncs succeed; `local`: fell back (`reason`); `connecting`: not joined yet. */
+  readonly mode: 'connecting' | 'fleet' | 'local';
+  readonly reason: string | null;
+  /** Dependencies whose keys this node serves. */
+  readonly dependencies: number;
+  /** The deadline of its next sync, ms. */
+  readonly deadlineMs: number;
+  /** Failed syncs or probes in a row. */
+  readonly failures: number;
+}
+
 export interface FleetStats {
-  /** `fleet`: shared state in use; `local`: every budget and breaker runs on this process's own state. */
+  /** `fleet`: shared state in use for every dependency; `local`: some or all run on this process's own share (see `nodes`). */
   readonly mode: 'fleet' | 'local';
   /** Why the mode is local (null in fleet mode). */
   readonly reason: string | null;
   /** When the mode last changed (wall clock ms). */
   readonly since: number;
-  /** The command connection is up. */
+  /** Where the fleet connects: `redis://host:port`, `cluster …`, `sentinel …` (never credentials). */
+  readonly store: string;
+  /** Commands can be sent (the connection is up; for a cluster, its slots are known). */
   readonly connected: boolean;
   /** The pub/sub connection is subscribed to breaker announcements. */
   readonly subscribed: boolean;
-  /** Syncs sent (each one round trip, however many dependencies it carries). */
+  /** Round trips sent: one per node a sync visits (however many dependencies it carries), and probes. */
   readonly roundTrips: number;
-  /** Syncs that failed or took longer than timeoutMs. */
+  /** Syncs or probes that failed or took longer than their deadline. */
   readonly syncFailures: number;
   /** Times the process fell back to local state, and joined again. */
   readonly fallbacks: number;
@@ -77,6 +115,8 @@ export interface FleetStats {
   readonly rttMs: { readonly last: number | null; readonly avg: number | null; readonly max: number | null };
   /** The last error seen (connection or sync), without secrets. */
   readonly lastError: string | null;
+  /** Each Redis node the fleet's keys live on (`main` for one node, `host:port` in a cluster). */
+  readonly nodes: Readonly<Record<string, FleetNodeStats>>;
   readonly budgets: Readonly<Record<string, FleetBudgetStats>>;
   readonly breakers: Readonly<Record<string, FleetBreakerStats>>;
   readonly rateLimits: Readonly<Record<string, FleetRateStats>>;
@@ -88,86 +128,59 @@ export interface RedisFleet extends Fleet {
   /** `fleet` or `local` (see stats()). */
   readonly mode: 'fleet' | 'local';
   /**
-   * Resolves true once the process has joined the fleet (syncs succeed, and breaker
-   * announcements arrive), false if it has not within `timeoutMs` (default 2000) or the
-   * fleet is closed. Never rejects. Calls need not wait for it: until then they run on local state.
+   * Resolves true once the process has joined the fleet (syncs succeed on every node, and
+   * breaker announcements arrive), false if it has not within `timeoutMs` (default 2000),
+   * the fleet is closed, or its configuration cannot work (stats().reason says why). Never
+   * rejects. Calls need not wait for it: until then they run on local state.
    */
   ready(timeoutMs?: number): Promise<boolean>;
   stats(): FleetStats;
-  /** Hands in what is pending (bounded by timeoutMs), then ends the fleet's own connections. Budgets and breakers keep working, locally. */
+  /** Hands in what is pending (bounded by the sync deadline), then ends the fleet's own connections. Budgets and breakers keep working, locally. */
   close(): Promise<void>;
 }
-
-let ioredisModule: typeof IORedis | null = null;
-/** ioredis, loaded on first use: importing any other part of relent never needs it. */
-function ioredis(): typeof IORedis {
-  if (ioredisModule === null) {
-    try {
-      ioredisModule = createRequire(import.meta.url)('ioredis') as typeof IORedis;
-    } catch (e) {
-      throw new Error('relent/fleet needs the optional peer dependency `ioredis` (npm install ioredis@6; 5 works too)', { cause: e });
-    }
-  }
-  return ioredisModule;
-}
-
-const SCRIPTS = { budget: BUDGET_SCRIPT, breakerSync: BREAKER_SYNC_SCRIPT, breakerTrial: BREAKER_TRIAL_SCRIPT, rate: RATE_SCRIPT } as const;
-const SHA: Readonly<Record<keyof typeof SCRIPTS, string>> = Object.freeze({
-  budget: createHash('sha1').update(BUDGET_SCRIPT).digest('hex'),
-  breakerSync: createHash('sha1').update(BREAKER_SYNC_SCRIPT).digest('hex'),
-  breakerTrial: createHash('sha1').update(BREAKER_TRIAL_SCRIPT).digest('hex'),
-  rate: createHash('sha1').update(RATE_SCRIPT).digest('hex'),
-});
-const SCRIPT_COUNT = Object.keys(SCRIPTS).length;
 
 /** Dependencies shared by one fleet object; past this, new ones get in-process state (said once). */
 const MAX_SHARED = 10_000;
 
 /**
- * A fleet whose budgets and breakers are shared through Redis. Nothing a call does ever
- * waits on Redis: budgets and breakers answer from this process's state, and a
- * background sync (one pipelined round trip for every dependency) keeps that state in
- * step. When a sync fails or takes longer than `timeoutMs`, or the connection drops,
- * the process falls back to local state (said once, in a `fleet_mode` event and in
- * stats()), reconnects by itself and joins again.
+ * A fleet whose budgets and breakers are shared through Redis (one node, a master behind
+ * Sentinels, or a Redis Cluster). Nothing a call does ever waits on Redis: budgets and
+ * breakers answer from this process's state, and a background sync (one round trip per
+ * Redis node for every dependency it serves) keeps that state in step. When a node is
+ * away (its connection drops, or three syncs in a row fail or take longer than their
+ * deadline) the dependencies it serves fall back to local state — each process spending
+ * its share of the fleet's budget (share.ts) — said once, in a `fleet_mode` event and in
+ * stats(); the fleet replaces a connection that stopped answering, probes the node, and
+ * joins again after three good probes in a row.
  *
  * Bad options throw ERR_INVALID_INPUT here (never later, in a call). An unreachable URL
  * or a wrong password does not throw: the fleet stays local and says why.
  */
 export function createRedisFleet(options: RedisFleetOptions): RedisFleet {
-  if (typeof options !== 'object' || options === null || Array.isArray(options)) throw invalid('options', 'Expected `options` to be an object with `url` or `client`');
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) throw invalid('options', 'Expected `options` to be an object with `url`, `cluster`, `sentinels` or `client`');
   const raw = options as Record<string, unknown>;
-  const known = ['url', 'client', 'prefix', 'timeoutMs', 'syncMs', 'syncEvery', 'leaseTokens', 'keyTtlMs', 'reconnectMs', 'connectTimeoutMs', 'onEvent', 'clock'];
-  for (const k of Object.keys(raw)) if (!known.includes(k)) throw invalid(k, `Unknown option \`${k}\` (createRedisFleet takes ${known.join(', ')})`);
-  if ((raw.url === undefined) === (raw.client === undefined)) throw invalid('url', 'Expected exactly one of `url` and `client`');
-  const url = raw.url !== undefined ? checkUrl(raw.url) : null;
-  const client = raw.client as Redis | undefined;
-  if (client !== undefined && (typeof client !== 'object' || client === null || typeof client.pipeline !== 'function' || typeof client.duplicate !== 'function')) {
-    throw invalid('client', 'Expected `client` to be an ioredis client');
-  }
+  for (const k of Object.keys(raw)) if (!KNOWN.includes(k)) throw invalid(k, `Unknown option \`${k}\` (createRedisFleet takes ${KNOWN.join(', ')})`);
+  const target = resolveTarget(raw);
   const settings = resolveSettings(raw);
   const onEvent = raw.onEvent ?? null;
   if (onEvent !== null && typeof onEvent !== 'function') throw invalid('onEvent', 'Expected `onEvent` to be a function');
   const clock = raw.clock ?? null;
   if (clock !== null && (typeof clock !== 'object' || typeof (clock as { wallNow?: unknown }).wallNow !== 'function')) throw invalid('clock', 'Expected `clock` to have a wallNow() function');
-  return new RedisFleetImpl(url, client ?? null, settings, onEvent as ((e: FleetEvent) => void) | null, (clock as { wallNow: () => number } | null) ?? { wallNow: Date.now });
+  return new RedisFleetImpl(target, settings, onEvent as ((e: FleetEvent) => void) | null, (clock as { wallNow: () => number } | null) ?? { wallNow: Date.now });
 }
 
 type Mode = 'connecting' | 'fleet' | 'local';
 
-class RedisFleetImpl implements RedisFleet, Link {
-  local = true;
-  readonly syncEvery: number;
-  readonly keyTtlMs: number;
+class RedisFleetImpl implements RedisFleet, SyncHost {
   readonly channel: string;
   readonly id = `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
   private mode_: Mode = 'connecting';
   private reason: string | null = 'connecting';
   private since: number;
-  private readonly redis: Redis;
-  private readonly sub: Redis;
-  private readonly ownsClient: boolean;
-  private readonly members: Member[] = [];
+  private store_: Store;
+  private fatal_: string | null = null;
+  private readonly label: string;
+  private readonly sync: Sync;
   private readonly budgets = new Map<string, RetryBudget>();
   private readonly breakers = new Map<string, FleetBreaker>();
   private readonly rates = new Map<string, FleetRateLimit>();
@@ -176,97 +189,116 @@ class RedisFleetImpl implements RedisFleet, Link {
   private readonly byKey = new Map<string, FleetBreaker>();
   private readonly heard = new Map<string, Announcement>();
   private readonly timer: ReturnType<typeof setInterval>;
-  private scriptsLoaded = false;
-  private inFlight = 0;
-  private again = false;
-  private againAll = false;
-  private soonArmed = false;
-  private urgentArmed = false;
-  private retry: ReturnType<typeof setTimeout> | null = null;
-  private closed = false;
+  private memberCount = 0;
   private closing: Promise<void> | null = null;
-  private subscribed = false;
-  private offset = 0;
-  private roundTrips = 0;
-  private syncFailures = 0;
-  private fallbacks = 0;
-  private rejoins = 0;
-  private rttLast: number | null = null;
-  private rttAvg: number | null = null;
-  private rttMax: number | null = null;
-  private lastError: string | null = null;
   private waiters: ((joined: boolean) => void)[] = [];
-  private readonly secret: string | null;
-  /** What the fleet listens to on the command connection (taken off a caller's client at close()). */
-  private readonly listeners: Record<'error' | 'ready' | 'close', (...args: unknown[]) => void>;
+  private readonly secrets: string[];
+  private readonly storeSettings: StoreSettings;
+  private readonly listener: StoreListener;
 
   constructor(
-    url: URL | null, client: Redis | null, private readonly settings: FleetSettings,
-    private readonly onEvent: ((e: FleetEvent) => void) | null, private readonly clock: { readonly wallNow: () => number },
+    target: Target, readonly settings: FleetSettings,
+    private readonly onEvent: ((e: FleetEvent) => void) | null, readonly clock: { readonly wallNow: () => number },
   ) {
-    this.syncEvery = settings.syncEvery;
-    this.keyTtlMs = settings.keyTtlMs;
     this.channel = `${settings.prefix}breaker`;
     this.since = clock.wallNow();
-    this.secret = url !== null && url.password !== '' ? decodeURIComponent(url.password) : null;
-    const { Redis: RedisClass } = ioredis();
-    const connection: RedisOptions = {
-      // Nothing waits for a connection: a command while Redis is away fails at once.
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      connectTimeout: settings.connectTimeoutMs,
-      // A backstop for replies that never come (the fleet stops waiting after timeoutMs).
-      commandTimeout: Math.max(1000, 20 * settings.timeoutMs),
-      retryStrategy: (times: number) => Math.min(settings.reconnectMs, 20 * 2 ** Math.min(times, 12)),
-      reconnectOnError: () => false,
-      lazyConnect: false,
+    this.secrets = secretsOf(target);
+    this.label = labelOf(target);
+    this.sync = new Sync(this);
+    this.storeSettings = { connectTimeoutMs: settings.connectTimeoutMs, reconnectMs: settings.reconnectMs, channel: this.channel, clean: (e) => this.clean(e) };
+    this.listener = {
+      changed: () => this.sync.changed(),
+      lost: (lane, why) => this.sync.lost(lane, why),
+      error: (why) => this.connectionError(why),
+      message: (m) => this.announcement(m),
+      subscribed: () => this.sync.changed(),
+      cluster: (seed, o) => this.toCluster(seed, o),
+      fatal: (why) => this.fail(why),
     };
-    if (client !== null) {
-      this.redis = client;
-      this.ownsClient = false;
-      this.sub = client.duplicate(connection);
-    } else {
-      this.redis = new RedisClass(url!.href, connection);
-      this.ownsClient = true;
-      this.sub = new RedisClass(url!.href, connection);
-    }
-    const label = url !== null ? where(url) : 'the given client';
-    this.listeners = {
-      error: (e: unknown) => this.connectionError(e, label),
-      ready: () => {
-        this.scriptsLoaded = false;
-        void this.sync(true);
-      },
-      close: () => {
-        if (this.mode_ !== 'local') this.setMode('local', this.lastError ?? `the connection to Redis (${label}) closed`);
-      },
-    };
-    for (const [event, fn] of Object.entries(this.listeners)) this.redis.on(event, fn);
-    this.sub.on('error', (e: unknown) => {
-      this.lastError = this.clean(e);
-    });
-    this.sub.on('ready', () => {
-      this.sub.subscribe(this.channel).then(() => {
-        this.subscribed = true;
-        this.wake();
-      }, (e: unknown) => {
-        this.lastError = this.clean(e);
-      });
-    });
-    this.sub.on('close', () => {
-      this.subscribed = false;
-    });
-    this.sub.on('message', (_channel: string, message: string) => this.announcement(message));
-    this.timer = setInterval(() => this.tick(), settings.syncMs);
+    this.store_ = openStore(target, this.label, this.storeSettings, this.listener);
+    this.timer = setInterval(() => this.sync.tick(), settings.syncMs);
     this.timer.unref();
-    if (this.redis.status === 'ready') void this.sync(true);
   }
 
   get mode(): 'fleet' | 'local' {
-    return this.local ? 'local' : 'fleet';
+    return this.mode_ === 'fleet' ? 'fleet' : 'local';
+  }
+
+  // --- SyncHost --------------------------------------------------------------------
+
+  store(): Store {
+    return this.store_;
+  }
+
+  fatal(): string | null {
+    return this.fatal_;
+  }
+
+  swallow(during: string, error: unknown): void {
+    this.emit({ type: 'fleet_listener_error', ts: this.clock.wallNow(), during, message: this.clean(error) });
+  }
+
+  setMode(mode: 'fleet' | 'local', reason: string | null): void {
+    if (this.mode_ === mode) {
+      if (mode === 'local') this.reason = reason;
+      this.wake();
+      return;
+    }
+    this.mode_ = mode;
+    this.reason = reason;
+    this.since = this.clock.wallNow();
+    this.emit({ type: 'fleet_mode', ts: this.since, mode, reason });
+    this.wake();
+  }
+
+  wake(): void {
+    if (this.joined()) for (const w of [...this.waiters]) w(true);
+  }
+
+  /** An error as one line, without passwords. */
+  clean(e: unknown): string {
+    const code = typeof (e as { code?: unknown })?.code === 'string' ? `${(e as { code: string }).code}: ` : '';
+    let msg = e instanceof Error ? e.message : String(e);
+    for (const secret of this.secrets) msg = msg.split(secret).join('***');
+    msg = `${msg.startsWith(code) ? '' : code}${msg}`.replace(/\s+/g, ' ').trim();
+    return msg.length > 300 ? `${msg.slice(0, 297)}...` : msg;
+  }
+
+  // --- connections -----------------------------------------------------------------
+
+  /** The URL's node is a cluster node: the cluster, seeded by it, with the same credentials and TLS. */
+  private toCluster(seed: { readonly host: string; readonly port: number }, o: RedisOptions): void {
+    if (this.sync.closed || this.store_.kind === 'cluster') return;
+    const old = this.store_;
+    this.store_ = clusterOfNode(this.label, seed, o, this.storeSettings, this.listener);
+    old.close();
+    this.sync.reset();
+  }
+
+  /** A configuration that cannot work: local for good, said once, ready() false. */
+  private fail(why: string): void {
+    this.fatal_ = why;
+    this.sync.lastError = why;
+    this.store_.close();
+    this.setMode('local', why);
+    for (const w of [...this.waiters]) w(false);
+  }
+
+  private connectionError(why: string): void {
+    this.sync.lastError = why;
+    // Said once: the first failure to connect (later ones only update stats()).
+    if (this.mode_ === 'connecting') {
+      const reason = `cannot use Redis at ${this.store_.describe()}: ${why}`;
+      this.sync.refuseAll(reason);
+      this.setMode('local', reason);
+    }
   }
 
   // --- Fleet ---------------------------------------------------------------------
+
+  private route(name: string): Route {
+    return this.sync.route(name, keySlot(this.key(name, 'budget')));
+  }
 
   budget(dependency: string, spec: BudgetSpec): RetryBudget {
     const name = checkDependency(dependency);
@@ -282,10 +314,13 @@ class RedisFleetImpl implements RedisFleet, Link {
       this.emit({ type: 'fleet_budget_local', ts: this.clock.wallNow(), dependency: name, kind: resolved.kind, reason });
     } else {
       const lease = this.settings.leaseTokens ?? Math.max(1, Math.round(resolved.maxTokens / 10));
-      const fb = new FleetBudget(this, this.key(name, 'budget'), resolved, Math.min(lease, resolved.maxTokens));
-      this.members.push(fb);
+      const route = this.route(name);
+      const s = this.settings;
+      const fb = new FleetBudget(route, [this.key(name, 'budget'), this.key(name, 'members')], resolved, Math.min(lease, resolved.maxTokens), {
+        renewMs: 3 * s.syncMs, memberTtlMs: Math.max(10 * s.syncMs, 3 * s.syncMs + 2 * s.connectTimeoutMs),
+      });
+      this.joinRoute(route, fb);
       b = fb;
-      if (!this.local) this.soon();
     }
     this.budgets.set(name, b);
     return b;
@@ -299,7 +334,8 @@ class RedisFleetImpl implements RedisFleet, Link {
       // Past the limit a breaker is this process's own (rare: 10 000 dependencies).
       if (this.full()) return createCircuitBreaker(resolved, { ...options, name: options.name ?? name });
       const keyName = this.keyName(name);
-      b = new FleetBreaker(this, keyName, [this.key(name, 'breaker'), this.key(name, 'window'), this.key(name, 'trial')], resolved, options.name ?? name);
+      const route = this.route(name);
+      b = new FleetBreaker(route, keyName, [this.key(name, 'breaker'), this.key(name, 'window'), this.key(name, 'trial')], resolved, options.name ?? name);
       this.breakers.set(name, b);
       this.byKey.set(keyName, b);
       const heard = this.heard.get(keyName);
@@ -307,8 +343,7 @@ class RedisFleetImpl implements RedisFleet, Link {
         this.heard.delete(keyName);
         b.announced(heard);
       }
-      this.members.push(b);
-      if (!this.local) this.soon();
+      this.joinRoute(route, b);
     }
     b.addListener(options.onStateChange);
     return b;
@@ -320,19 +355,24 @@ class RedisFleetImpl implements RedisFleet, Link {
     if (known !== undefined) return known;
     const resolved = normalizeRateLimit(spec);
     const keyName = this.keyName(name);
-    const r = new FleetRateLimit(this, [this.key(name, 'rate-members'), this.key(name, 'rate')], resolved, this.settings.syncMs, keyName);
+    const route = this.route(name);
+    const r = new FleetRateLimit(route, [this.key(name, 'rate-members'), this.key(name, 'rate')], resolved, this.settings.syncMs, keyName);
     if (!this.full()) {
-      this.members.push(r);
       this.ratesByKey.set(keyName, r);
-      if (!this.local) this.soon();
+      this.joinRoute(route, r);
     }
     this.rates.set(name, r);
     return r;
   }
 
+  private joinRoute(route: Route, m: Member): void {
+    this.memberCount++;
+    this.sync.join(route, m);
+  }
+
   ready(timeoutMs = 2000): Promise<boolean> {
     if (this.joined()) return Promise.resolve(true);
-    if (this.closed) return Promise.resolve(false);
+    if (this.sync.closed || this.fatal_ !== null) return Promise.resolve(false);
     return new Promise<boolean>((resolve) => {
       const t = setTimeout(() => done(false), timeoutMs);
       const done = (joined: boolean): void => {
@@ -352,194 +392,27 @@ class RedisFleetImpl implements RedisFleet, Link {
     for (const [k, b] of this.breakers) breakers[k] = b.stats(now);
     const rateLimits: Record<string, FleetRateStats> = {};
     for (const [k, r] of this.rates) rateLimits[k] = r.stats();
+    const s = this.sync;
     const r = (v: number | null): number | null => (v === null ? null : Math.round(v * 1000) / 1000);
     return {
-      mode: this.mode, reason: this.local ? this.reason : null, since: this.since, connected: this.redis.status === 'ready', subscribed: this.subscribed,
-      roundTrips: this.roundTrips, syncFailures: this.syncFailures, fallbacks: this.fallbacks, rejoins: this.rejoins,
-      rttMs: { last: r(this.rttLast), avg: r(this.rttAvg), max: r(this.rttMax) }, lastError: this.lastError, budgets, breakers, rateLimits,
+      mode: this.mode, reason: this.mode_ === 'fleet' ? null : this.reason, since: this.since, store: this.store_.describe(),
+      connected: this.fatal_ === null && this.store_.ready(), subscribed: this.store_.subscribed(),
+      roundTrips: s.roundTrips, syncFailures: s.syncFailures, fallbacks: s.fallbacks, rejoins: s.rejoins,
+      rttMs: { last: r(s.rttLast), avg: r(s.rttAvg), max: r(s.rttMax) }, lastError: s.lastError, nodes: s.nodes(), budgets, breakers, rateLimits,
     };
   }
 
   close(): Promise<void> {
     this.closing ??= (async () => {
       clearInterval(this.timer);
-      if (this.retry !== null) clearTimeout(this.retry);
-      // Hand in what is pending, within timeoutMs; then no more syncs.
-      if (!this.local) await this.sync(false);
-      this.closed = true;
+      // Hand in what is pending, within the deadline; then no more syncs.
+      if (this.fatal_ === null) await this.sync.sync(false);
+      this.sync.end();
       this.setMode('local', 'the fleet was closed');
       for (const w of [...this.waiters]) w(false);
-      this.sub.disconnect();
-      if (this.ownsClient) this.redis.disconnect();
-      else for (const [event, fn] of Object.entries(this.listeners)) this.redis.off(event, fn);
+      this.store_.close();
     })();
     return this.closing;
-  }
-
-  // --- Link ----------------------------------------------------------------------
-
-  soon(urgent = false): void {
-    if (this.closed) return;
-    if (urgent) {
-      if (this.urgentArmed) return;
-      this.urgentArmed = true;
-      setImmediate(() => {
-        this.urgentArmed = false;
-        void this.sync(false, true);
-      });
-      return;
-    }
-    if (this.soonArmed) return;
-    this.soonArmed = true;
-    setImmediate(() => {
-      this.soonArmed = false;
-      void this.sync(false);
-    });
-  }
-
-  wallNow(): number {
-    return this.clock.wallNow();
-  }
-
-  toLocal(serverMs: number): number {
-    return serverMs - this.offset;
-  }
-
-  swallow(during: string, error: unknown): void {
-    this.emit({ type: 'fleet_listener_error', ts: this.clock.wallNow(), during, message: this.clean(error) });
-  }
-
-  // --- syncing -------------------------------------------------------------------
-
-  private tick(): void {
-    if (this.closed) return;
-    // In local mode every tick tries to join again (when the connection is up).
-    void this.sync(this.local);
-  }
-
-  /** One round trip: every member's commands in one pipeline. Never throws. */
-  private async sync(all: boolean, urgent = false): Promise<void> {
-    if (this.closed) return;
-    // One sync at a time (a stalled Redis gets one pipeline, not a pile); an urgent one may pass a sync in flight.
-    if (this.inFlight >= (urgent && !this.local ? 2 : 1)) {
-      this.again = true;
-      this.againAll ||= all;
-      return;
-    }
-    const redis = this.redis;
-    if (redis.status !== 'ready') {
-      if (this.mode_ === 'fleet') this.setMode('local', this.lastError ?? 'not connected to Redis');
-      return;
-    }
-    const cmds: Command[] = [];
-    try {
-      for (const m of this.members) if (all || m.dirty()) m.write(cmds, all);
-    } catch (e) {
-      this.lastError = this.clean(e);
-    }
-    if (cmds.length === 0 && !all) return;
-    this.inFlight++;
-    const loading = !this.scriptsLoaded;
-    const wall0 = this.clock.wallNow();
-    const t0 = performance.now();
-    let res: [Error | null, unknown][] | Error;
-    try {
-      const pipeline = redis.pipeline();
-      if (loading) for (const src of Object.values(SCRIPTS)) pipeline.script('LOAD', src);
-      if (cmds.length === 0) pipeline.time();
-      for (const c of cmds) pipeline.evalsha(SHA[c.script], c.keys.length, ...c.keys, ...c.args);
-      // Joining (scripts to load, a cold connection) may take longer than a steady sync.
-      res = await this.bounded(pipeline, this.local ? Math.max(this.settings.timeoutMs, this.settings.connectTimeoutMs) : this.settings.timeoutMs);
-    } catch (e) {
-      res = e instanceof Error ? e : new Error(String(e));
-    }
-    const rtt = performance.now() - t0;
-    this.inFlight--;
-    this.roundTrips++;
-    try {
-      this.settle(res, cmds, loading, wall0, rtt);
-    } catch (e) {
-      this.lastError = this.clean(e);
-    }
-    if (this.again && !this.closed && this.inFlight === 0) {
-      const again = this.againAll;
-      this.again = false;
-      this.againAll = false;
-      if (again) void this.sync(true);
-      else this.soon();
-    }
-  }
-
-  private settle(res: [Error | null, unknown][] | Error, cmds: Command[], loading: boolean, wall0: number, rtt: number): void {
-    if (!Array.isArray(res)) {
-      for (const c of cmds) c.onFail();
-      return this.failed(this.clean(res));
-    }
-    let i = 0;
-    let error: string | null = null;
-    if (loading) {
-      for (let k = 0; k < SCRIPT_COUNT; k++, i++) if (res[i]?.[0]) error ??= this.clean(res[i]![0]);
-      if (error === null) this.scriptsLoaded = true;
-    }
-    // Redis's clock, from the first reply: { µs, … } of a script or TIME's [seconds, µs].
-    const first = res[i]?.[1];
-    if (Array.isArray(first) && res[i]?.[0] === null) {
-      const serverMs = cmds.length === 0 ? Number(first[0]) * 1000 + Number(first[1]) / 1000 : Number(first[0]) / 1000;
-      if (Number.isFinite(serverMs)) this.offset = serverMs - (wall0 + rtt / 2);
-    }
-    if (cmds.length === 0) i++;
-    const results = cmds.map((_, k) => res[i + k]);
-    for (const r of results) {
-      if (r === undefined || r[0] !== null || !Array.isArray(r[1])) error ??= r?.[0] ? this.clean(r[0]) : 'an unexpected reply from Redis';
-      if (r?.[0] && /NOSCRIPT/.test(String((r[0] as Error).message))) this.scriptsLoaded = false;
-    }
-    if (error === null && !this.closed) {
-      this.rttLast = rtt;
-      this.rttAvg = this.rttAvg === null ? rtt : this.rttAvg * 0.9 + rtt * 0.1;
-      this.rttMax = this.rttMax === null ? rtt : Math.max(this.rttMax, rtt);
-      if (this.local) {
-        for (const m of this.members) m.rejoined?.();
-        this.setMode('fleet', null);
-      }
-    }
-    cmds.forEach((c, k) => {
-      const r = results[k];
-      if (r !== undefined && r[0] === null && Array.isArray(r[1])) c.onReply(r[1] as unknown[]);
-      else c.onFail();
-    });
-    if (error !== null) this.failed(error);
-  }
-
-  private failed(reason: string): void {
-    this.syncFailures++;
-    this.lastError = reason;
-    if (this.mode_ !== 'local') this.setMode('local', reason);
-    // Try to join again soon (a reconnection joins at once by itself).
-    if (this.retry === null && !this.closed) {
-      this.retry = setTimeout(() => {
-        this.retry = null;
-        if (this.local) void this.sync(true);
-      }, this.settings.reconnectMs);
-      this.retry.unref();
-    }
-  }
-
-  /** The pipeline's replies, or an Error when it failed or took longer than timeoutMs. */
-  private bounded(pipeline: ChainableCommander, timeoutMs: number): Promise<[Error | null, unknown][] | Error> {
-    return new Promise((resolve) => {
-      let done = false;
-      const finish = (v: [Error | null, unknown][] | Error): void => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        resolve(v);
-      };
-      // The verdict waits one more turn of the event loop: a reply that has arrived while
-      // this process was busy is read (poll phase) before a late timer calls it lost.
-      const timer = setTimeout(() => setImmediate(() => finish(new Error(`Redis did not answer within ${timeoutMs} ms`))), timeoutMs);
-      timer.unref();
-      pipeline.exec().then((r) => finish((r ?? []) as [Error | null, unknown][]), (e: unknown) => finish(e instanceof Error ? e : new Error(String(e))));
-    });
   }
 
   private announcement(message: string): void {
@@ -572,37 +445,9 @@ class RedisFleetImpl implements RedisFleet, Link {
     this.heard.set(m.d, a);
   }
 
-  // --- modes, events, errors -----------------------------------------------------
-
-  private setMode(mode: Mode, reason: string | null): void {
-    if (this.mode_ === mode) return;
-    const before = this.mode_;
-    this.mode_ = mode;
-    this.local = mode !== 'fleet';
-    this.reason = reason;
-    this.since = this.clock.wallNow();
-    if (mode === 'local') this.fallbacks += before === 'fleet' ? 1 : 0;
-    if (mode === 'fleet') {
-      if (before === 'local') this.rejoins++;
-      this.wake();
-    }
-    this.emit({ type: 'fleet_mode', ts: this.since, mode: mode === 'fleet' ? 'fleet' : 'local', reason });
-  }
-
-  /** Joined: syncs succeed and announcements arrive. */
+  /** Joined: every node's syncs succeed and announcements arrive. */
   private joined(): boolean {
-    return !this.local && this.subscribed;
-  }
-
-  private wake(): void {
-    if (this.joined()) for (const w of [...this.waiters]) w(true);
-  }
-
-  private connectionError(e: unknown, label: string): void {
-    const why = this.clean(e);
-    this.lastError = why;
-    // Said once: the first failure to connect (later ones only update stats()).
-    if (this.mode_ === 'connecting') this.setMode('local', `cannot use Redis at ${label}: ${why}`);
+    return this.mode_ === 'fleet' && this.store_.subscribed() && !this.sync.closed;
   }
 
   private emit(e: FleetEvent): void {
@@ -614,19 +459,10 @@ class RedisFleetImpl implements RedisFleet, Link {
     }
   }
 
-  /** An error as one line, without the password. */
-  private clean(e: unknown): string {
-    const code = typeof (e as { code?: unknown })?.code === 'string' ? `${(e as { code: string }).code}: ` : '';
-    let msg = e instanceof Error ? e.message : String(e);
-    if (this.secret !== null && this.secret.length > 0) msg = msg.split(this.secret).join('***');
-    msg = `${msg.startsWith(code) ? '' : code}${msg}`.replace(/\s+/g, ' ').trim();
-    return msg.length > 300 ? `${msg.slice(0, 297)}...` : msg;
-  }
-
   // --- keys ----------------------------------------------------------------------
 
   private full(): boolean {
-    return this.members.length >= 2 * MAX_SHARED;
+    return this.memberCount >= 2 * MAX_SHARED;
   }
 
   /** The dependency as it appears in keys and announcements (long names are hashed). */
@@ -639,7 +475,7 @@ class RedisFleetImpl implements RedisFleet, Link {
     return k;
   }
 
-  /** `{prefix}{dependency}:what`: one hash tag per dependency, so a cluster keeps a dependency's keys together. */
+  /** `{prefix}{dependency}:what`: one hash tag per dependency, so a cluster keeps a dependency's keys in one slot. */
   private key(name: string, what: string): string {
     return `${this.settings.prefix}{${this.keyName(name)}}:${what}`;
   }
@@ -649,3 +485,5 @@ function checkDependency(d: unknown): string {
   if (typeof d !== 'string' || d.length === 0) throw invalid('dependency', 'Expected `dependency` to be a non-empty string (e.g. the origin or a service name)');
   return d;
 }
+
+

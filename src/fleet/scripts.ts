@@ -2,9 +2,12 @@
 // clock (TIME), so every process refills and times out on one clock. Every reply starts
 // with that clock's ms, from which a process maps shared times onto its own.
 //
-// Arithmetic: the budget script is core/fleet.ts's takeFromSharedBucket(); the breaker's
-// closed → open rule is core/breaker.ts's windowTrips(). test/fleet/scripts.test.ts runs
-// both against the TypeScript on random inputs.
+// Arithmetic: the budget script is core/fleet.ts's takeFromSharedBucket() and share.ts's
+// visitMembers(); the breaker's closed → open rule is core/breaker.ts's windowTrips().
+// test/fleet/scripts.test.ts runs them against the TypeScript on random inputs.
+//
+// Every key a script touches carries the dependency's hash tag (`{name}`), so that in a
+// Redis Cluster they live in one slot, as a script needs.
 
 /** Effects replication (needed before Redis 5 for a script that calls TIME and then writes). */
 const PRELUDE = `
@@ -16,31 +19,56 @@ local function fmt(x) return string.format('%.0f', x) end
 `;
 
 /**
- * The shared bucket of a ratio budget: refill, add deposits (negative: a new lease's debt), grant up to `want` tokens.
- * KEYS[1] the bucket (hash: tokens, at). ARGV: maxTokens, minPerSecond, deposit, want, ttlMs.
- * Reply: { Redis µs, granted, tokens (string, exact) }.
+ * The shared bucket of a ratio budget: refill, add deposits (negative: a debt), grant up
+ * to `want` tokens; and the processes drawing on it (share.ts's visitMembers()).
+ * KEYS[1] the bucket (hash: tokens, at, prune, refilled), KEYS[2] the members (hash:
+ * process id → expiry, Redis ms). ARGV: maxTokens, minPerSecond, deposit, want, ttlMs, id,
+ * memberTtlMs. Reply: { Redis µs, granted, tokens (string, exact), processes, refilled
+ * (string: every token the floor ever added, share.ts's refillOf(); a process that ran
+ * alone repays its part of what was added meanwhile) }.
+ * Members are counted with HLEN; expired ones are removed at most twice per memberTtlMs
+ * (so a count may include processes that left less than memberTtlMs / 2 ago: a share
+ * computed from it is smaller, never larger).
  */
 export const BUDGET_SCRIPT = `${PRELUDE}
 local max = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local deposit = tonumber(ARGV[3])
 local want = tonumber(ARGV[4])
-local v = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local mttl = tonumber(ARGV[7])
+local v = redis.call('HMGET', KEYS[1], 'tokens', 'at', 'prune', 'refilled')
 local tokens = tonumber(v[1])
 local at = tonumber(v[2])
+local prune = tonumber(v[3]) or 0
+local refilled = tonumber(v[4]) or 0
 if tokens == nil or at == nil then tokens = max; at = now end
 if now > at then
-  if rate > 0 then tokens = math.min(max, tokens + (now - at) / 1000 * rate) end
+  if rate > 0 then
+    local before = tokens
+    tokens = math.min(max, tokens + (now - at) / 1000 * rate)
+    if tokens > before then refilled = refilled + (tokens - before) end
+  end
   at = now
 end
 if deposit ~= 0 then tokens = math.min(max, tokens + deposit) end
 local granted = math.min(math.floor(want), math.floor(tokens))
 if granted < 0 then granted = 0 end
 tokens = tokens - granted
+redis.call('HSET', KEYS[2], ARGV[6], fmt(now + mttl))
+if now >= prune then
+  local m = redis.call('HGETALL', KEYS[2])
+  for i = 1, #m, 2 do
+    if (tonumber(m[i + 1]) or 0) <= now then redis.call('HDEL', KEYS[2], m[i]) end
+  end
+  prune = now + math.floor(mttl / 2)
+end
+local n = redis.call('HLEN', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], mttl)
 local s = string.format('%.17g', tokens)
-redis.call('HSET', KEYS[1], 'tokens', s, 'at', at)
+local r = string.format('%.17g', refilled)
+redis.call('HSET', KEYS[1], 'tokens', s, 'at', at, 'prune', fmt(prune), 'refilled', r)
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return { us, granted, s }
+return { us, granted, s, n, r }
 `;
 
 /** Breaker reply codes (the second element of every breaker reply). */

@@ -49,8 +49,18 @@ describe('createRedisFleet: bad input', () => {
   it('bad options throw ERR_INVALID_INPUT naming the field, and never echo a URL', () => {
     const bad: [unknown, RegExp][] = [
       [undefined, /options/],
-      [{}, /exactly one of `url` and `client`/],
-      [{ url: 'redis://a', client: {} }, /exactly one/],
+      [{}, /exactly one of `url`, `cluster`, `sentinels` \(with `name`\) and `client`/],
+      [{ url: 'redis://a', client: {} }, /exactly one.*got url and client/],
+      [{ url: 'redis://a', cluster: ['redis://b:7000'] }, /exactly one.*got url and cluster/],
+      [{ cluster: [] }, /`cluster` to be a non-empty array/],
+      [{ cluster: ['redis://:hunter2@h:7000', 'rediss://h:7001'] }, /same scheme/],
+      [{ cluster: ['redis://:hunter2@h:7000/3'] }, /only database 0/],
+      [{ cluster: ['http://:hunter2@h:7000'] }, /`cluster` to start with redis:\/\//],
+      [{ sentinels: [{ host: 'h', port: 26379 }] }, /`name`/],
+      [{ sentinels: ['h:notaport'], name: 'm' }, /sentinels\[0\]/],
+      [{ sentinels: [{ host: 'h', port: 0 }], name: 'm' }, /sentinels\[0\]\.port/],
+      [{ url: 'redis://h', name: 'm' }, /`name` only with `sentinels`/],
+      [{ url: 'redis://h', redisOptions: 'pw' }, /redisOptions/],
       [{ url: 'http://user:hunter2@host:6379' }, /redis:\/\/ or rediss:\/\//],
       [{ url: 'not a url :hunter2' }, /not shown/],
       [{ url: 'redis://h:1/abc' }, /database number/],
@@ -65,6 +75,7 @@ describe('createRedisFleet: bad input', () => {
       [{ url: 'redis://h', clock: {} }, /clock/],
       [{ url: 'redis://h', timeout: 5 }, /Unknown option `timeout`/],
       [{ client: { pipeline: 1 } }, /ioredis client/],
+      [{ client: new Redis({ lazyConnect: true }), redisOptions: {} }, /no `redisOptions` with `client`/],
     ];
     for (const [o, msg] of bad) {
       let err: unknown;
@@ -197,12 +208,14 @@ describe.skipIf(!enabled)('shared budget (real Redis)', () => {
     const r = new Redis(REDIS_URL);
     try {
       const keys = await r.keys(`${p}*`);
-      expect(keys.sort()).toEqual([`${p}{dep}:breaker`, `${p}{dep}:budget`, `${p}{dep}:window`]);
+      expect(keys.sort()).toEqual([`${p}{dep}:breaker`, `${p}{dep}:budget`, `${p}{dep}:members`, `${p}{dep}:window`]);
       for (const k of keys) {
         const ttl = await r.pttl(k);
         expect(ttl, k).toBeGreaterThan(0);
-        // An open state lives at least as long as two trial claims (10 s each); the rest keyTtlMs or the window.
-        expect(ttl, k).toBeLessThanOrEqual(k.endsWith(':breaker') ? 20_000 : 1100);
+        // An open state lives at least as long as two trial claims (10 s each); the members
+        // as long as a process may go unseen (a few syncs and two connection timeouts); the
+        // rest keyTtlMs or the window.
+        expect(ttl, k).toBeLessThanOrEqual(k.endsWith(':breaker') ? 20_000 : k.endsWith(':members') ? 3 * 50 + 2 * 1000 : 1100);
       }
     } finally {
       r.disconnect();
@@ -286,7 +299,7 @@ describe.skipIf(!enabled)('shared breaker (real Redis)', () => {
 });
 
 describe.skipIf(!canSpawn)('Redis away (own redis-server)', () => {
-  it('killed: every process falls back at once, said once; back: it rejoins within a second', async () => {
+  it('killed: every process falls back at once to its share of the budget, said once; back: it rejoins within a second', async () => {
     const server = await ownRedis();
     const events: { who: number; e: FleetEvent; t: number }[] = [];
     const fleets = [0, 1, 2].map((who) => {
@@ -296,20 +309,23 @@ describe.skipIf(!canSpawn)('Redis away (own redis-server)', () => {
     });
     try {
       for (const f of fleets) expect(await f.ready()).toBe(true);
-      const budgets = fleets.map((f) => f.budget('dep', { kind: 'ratio', minPerSecond: 0, maxTokens: 4 }));
-      const shared = await drain(budgets, 200);
-      expect(shared).toBeGreaterThanOrEqual(4);
-      expect(shared).toBeLessThanOrEqual(4 + 3); // one bucket, plus a lease each
+      const spec = { kind: 'ratio' as const, minPerSecond: 0, maxTokens: 6 };
+      const budgets = fleets.map((f) => f.budget('dep', spec));
+      // Each has visited: its lease (1, on credit) paid, and three processes counted.
+      await until(() => fleets.every((f) => f.stats().budgets.dep?.processes === 3 && f.stats().budgets.dep?.pending === 0), 2000, 'three members');
+      const seen = fleets.map((f) => f.stats().budgets.dep!);
       await server.stop();
       await until(() => fleets.every((f) => f.mode === 'local'), 2000, 'local mode');
-      // Locally each process has its own budget (the one it kept all along: what it spent is spent).
-      const spentHere = fleets.map((f) => f.stats().budgets.dep!.spentFromLease);
-      const local = budgets.map((b, i) => {
+      // Locally each process spends what its lease holds, and a third of the floor (none
+      // here): together at most one budget of 6 (3 in Redis + 3 leases), not three (18).
+      const local = budgets.map((b) => {
         let n = 0;
         while (b.tryAcquire(RETRY, performance.now()) !== false) n++;
-        return n + spentHere[i]!;
+        return n;
       });
-      expect(local).toEqual([4, 4, 4]);
+      expect(local).toEqual(seen.map((b) => Math.floor(b.lease)));
+      expect(local).toEqual([1, 1, 1]);
+      expect(fleets[0]!.stats().budgets.dep).toMatchObject({ mode: 'local', processes: 3 });
       await sleep(700); // reconnection attempts go on
       const t = Date.now();
       await server.start();
@@ -322,8 +338,8 @@ describe.skipIf(!canSpawn)('Redis away (own redis-server)', () => {
         expect(events.filter((x) => x.who === who && x.e.type === 'fleet_mode').map((x) => (x.e as { mode: string }).mode)).toEqual(['fleet', 'local', 'fleet']);
         expect(fleets[who]!.stats()).toMatchObject({ fallbacks: 1, rejoins: 1 });
       }
-      // The new Redis starts empty: a fresh shared bucket (and the leases owe nothing).
-      expect(await drain(budgets, 300)).toBe(4);
+      // The new (empty) Redis starts a fresh bucket of 6: the fleet has it, as a new fleet would.
+      expect(await drain(budgets, 300)).toBe(6);
     } finally {
       await Promise.all(fleets.map((f) => f.close()));
       await server.stop();
@@ -359,7 +375,8 @@ describe.skipIf(!canSpawn)('Redis away (own redis-server)', () => {
       expect(slowest.ms).toBeLessThan(20);
       expect(f.mode).toBe('local');
       expect(f.stats().syncFailures).toBeGreaterThanOrEqual(1);
-      expect(events.filter((e) => e.type === 'fleet_mode').map((e) => (e as { reason: string | null }).reason)).toEqual([null, expect.stringMatching(/did not answer within 20 ms/)]);
+      // Three syncs in a row failed (deadlines 20, 40, 80 ms: doubled after each failure).
+      expect(events.filter((e) => e.type === 'fleet_mode').map((e) => (e as { reason: string | null }).reason)).toEqual([null, expect.stringMatching(/did not answer within 80 ms/)]);
       server.resume();
       await until(() => f.mode === 'fleet', 2000, 'rejoin after the stall');
     } finally {

@@ -8,6 +8,7 @@ import { normalizeBreakerSpec, windowTrips } from '../../src/core/breaker.js';
 import { normalizeBudget, type RatioBudgetSpec } from '../../src/core/budget.js';
 import { fleetRateGrant, stepSharedRate, takeFromSharedBucket, type SharedBucket, type SharedRateState } from '../../src/core/fleet.js';
 import { BREAKER_SYNC_SCRIPT, BREAKER_TRIAL_SCRIPT, BUDGET_SCRIPT, RATE_SCRIPT } from '../../src/fleet/scripts.js';
+import { refillOf, visitMembers, type Members } from '../../src/fleet/share.js';
 import { dropPrefix, REDIS_URL, redisEnabled, uniquePrefix } from './support.js';
 
 const enabled = await redisEnabled();
@@ -25,7 +26,7 @@ afterAll(async () => {
 });
 
 describe.skipIf(!enabled)('Lua scripts (real Redis)', () => {
-  it('the budget script is takeFromSharedBucket() at Redis time, with exact tokens', async () => {
+  it('the budget script is takeFromSharedBucket() at Redis time, with exact tokens, and keeps the floor\'s running total (refillOf())', async () => {
     let n = 0;
     await fc.assert(fc.asyncProperty(
       fc.record({ ratio: fc.constantFrom(0.1, 0.5), minPerSecond: fc.constantFrom(0, 1, 1000, 1e6), maxTokens: fc.constantFrom(1, 10, 33.3) }),
@@ -34,12 +35,15 @@ describe.skipIf(!enabled)('Lua scripts (real Redis)', () => {
         const spec = normalizeBudget({ kind: 'ratio', ...over }) as RatioBudgetSpec;
         const key = `${prefix}{b${n++}}:budget`;
         let model: SharedBucket | null = null;
+        let floor = 0;
         for (const [deposit, want] of visits) {
-          const r = await redis.eval(BUDGET_SCRIPT, 1, key, spec.maxTokens, spec.minPerSecond, deposit, want, 60_000) as [number, number, string];
+          const r = await redis.eval(BUDGET_SCRIPT, 2, key, `${key}:members`, spec.maxTokens, spec.minPerSecond, deposit, want, 60_000, 'me', 60_000) as [number, number, string, number, string];
           const now = Math.floor(Number(r[0]) / 1000);
+          floor += refillOf(model, now, spec);
           const step = takeFromSharedBucket(model, now, spec, deposit, want);
           expect(Number(r[1])).toBe(step.granted);
           expect(Number(r[2])).toBe(step.bucket.tokens);
+          expect(Number(r[4])).toBeCloseTo(floor, 9);
           model = step.bucket;
         }
         const ttl = await redis.pttl(key);
@@ -47,6 +51,40 @@ describe.skipIf(!enabled)('Lua scripts (real Redis)', () => {
         expect(ttl).toBeLessThanOrEqual(60_000);
       },
     ), { numRuns: 60, seed: 3 });
+  });
+
+  it('the budget script counts the processes drawing on the bucket as visitMembers() does', async () => {
+    let n = 0;
+    await fc.assert(fc.asyncProperty(
+      // One time-to-live per fleet (as its processes share their settings); visits of
+      // processes p0…p4, some after a pause longer than it (so that entries expire).
+      fc.constantFrom(100, 60_000),
+      fc.array(fc.tuple(fc.integer({ min: 0, max: 4 }), fc.constantFrom(0, 0, 0, 0, 150)), { minLength: 1, maxLength: 10 }),
+      async (ttl, visits) => {
+        const key = `${prefix}{m${n++}}:budget`;
+        let model: Members | null = null;
+        let keyUntil = Infinity; // the members hash expires ttl after the last visit
+        for (const [who, pause] of visits) {
+          if (pause > 0) await new Promise((r) => setTimeout(r, pause));
+          const r = await redis.eval(BUDGET_SCRIPT, 2, key, `${key}:members`, 10, 0, 0, 0, 60_000, `p${who}`, ttl) as [number, number, string, number];
+          const now = Math.floor(Number(r[0]) / 1000);
+          const stored = new Map(Object.entries(await redis.hgetall(`${key}:members`)).map(([k, v]) => [k, Number(v)]));
+          // Redis expires the hash on its clock at the start of the script, TIME is read a
+          // moment later: within 2 ms of the hash's expiry either may be seen. The model
+          // takes what Redis stored then (the rule is checked on the other visits).
+          if (Math.abs(now - keyUntil) <= 2) {
+            model = { expiry: stored, pruneAt: (model as Members | null)?.pruneAt ?? 0 };
+            keyUntil = now + ttl;
+            continue;
+          }
+          const step = visitMembers(now > keyUntil && model !== null ? { expiry: new Map(), pruneAt: model.pruneAt } : model, `p${who}`, now, ttl);
+          expect(Number(r[3])).toBe(step.count);
+          expect(stored).toEqual(step.members.expiry);
+          model = step.members;
+          keyUntil = now + ttl;
+        }
+      },
+    ), { numRuns: 20, seed: 5 });
   });
 
   it('the breaker opens on the fleet window exactly when windowTrips() says so', async () => {

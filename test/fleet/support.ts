@@ -1,10 +1,15 @@
 // Shared helpers of the fleet tests: the shared Redis (required in CI, skipped with a
-// message elsewhere), unique key prefixes, and private redis-server instances for the
-// tests that kill or lock Redis (never the shared one).
-import { spawn, type ChildProcess } from 'node:child_process';
+// message elsewhere), unique key prefixes, and private Redis servers for the tests that
+// kill, stall or partition Redis (never the shared one): one redis-server, a Redis Cluster
+// of 3 masters + 3 replicas, a redis-server in a network namespace (servers.mjs, shared
+// with the fleet-faults benchmark), a master with a replica and a Sentinel (here).
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
+import { freePort, ownRedis, sleep, type OwnCluster, type OwnRedis } from './servers.mjs';
+
+export { freePort, namespacedRedis, namespacesUnavailable, ownCluster, ownRedis, sleep } from './servers.mjs';
+export type { ClusterNode, NamespacedRedis, OwnCluster, OwnRedis } from './servers.mjs';
 
 export const REDIS_URL = process.env.RELENT_TEST_REDIS ?? 'redis://127.0.0.1:6379';
 export const IN_CI = process.env.CI === 'true';
@@ -73,73 +78,6 @@ export async function dropPrefix(prefix: string, url = REDIS_URL): Promise<void>
   }
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-/** A redis-server of the test's own, on a free port; `stop()` kills it (SIGKILL), `start()` starts it again on the same port. */
-export interface OwnRedis {
-  readonly port: number;
-  readonly url: string;
-  start(): Promise<void>;
-  stop(): Promise<void>;
-  /** SIGSTOP / SIGCONT: Redis stops answering without closing its connections (as in a partition). */
-  pause(): void;
-  resume(): void;
-}
-
-export async function ownRedis(extra: string[] = []): Promise<OwnRedis> {
-  const port = await freePort();
-  let proc: ChildProcess | null = null;
-  const start = async (): Promise<void> => {
-    proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extra], { stdio: 'ignore' });
-    const deadline = Date.now() + 10_000;
-    for (;;) {
-      const r = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false, enableReadyCheck: false });
-      // A server with a password answers NOAUTH: it is up. ioredis 6 says so on connect (its HELLO), 5 on the PING.
-      let noAuth = false;
-      r.on('error', (e: Error) => {
-        if (/NOAUTH/.test(e.message)) noAuth = true;
-      });
-      try {
-        await r.connect();
-        await r.ping().catch((e: Error) => {
-          if (!/NOAUTH/.test(e.message)) throw e;
-        });
-        return;
-      } catch {
-        if (noAuth) return;
-        if (Date.now() > deadline) throw new Error(`redis-server on port ${port} did not start`);
-        await new Promise((res) => setTimeout(res, 50));
-      } finally {
-        r.disconnect();
-      }
-    }
-  };
-  const stop = (): Promise<void> => new Promise((resolve) => {
-    const p = proc;
-    proc = null;
-    if (p === null || p.exitCode !== null) return resolve();
-    p.once('exit', () => resolve());
-    p.kill('SIGKILL');
-  });
-  await start();
-  return {
-    port, url: `redis://127.0.0.1:${port}`, start, stop,
-    pause: () => void (proc as ChildProcess | null)?.kill('SIGSTOP'),
-    resume: () => void (proc as ChildProcess | null)?.kill('SIGCONT'),
-  };
-}
-
-export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
 /** Waits until `check()` is true (polling every 5 ms), or fails after `ms`. */
 export async function until(check: () => boolean, ms = 2000, what = 'the condition'): Promise<void> {
   const end = Date.now() + ms;
@@ -148,3 +86,88 @@ export async function until(check: () => boolean, ms = 2000, what = 'the conditi
     await sleep(5);
   }
 }
+
+/** A name whose fleet keys (`{prefix}{name}:…`) a given master serves, for each master: dependencies on different masters. */
+export async function namesOnMasters(cluster: OwnCluster, prefix: string): Promise<Map<number, string>> {
+  const { keySlot } = await import('../../src/fleet/slot.js');
+  const masters = await cluster.masters();
+  const slots = await cluster.node(masters[0]!).cluster('SLOTS') as unknown as [number, number, [string, number]][];
+  const out = new Map<number, string>();
+  for (let i = 0; out.size < masters.length && i < 10_000; i++) {
+    const name = `dep-${i}`;
+    const slot = keySlot(`${prefix}{${name}}:budget`);
+    const port = slots.map(([a, b, m]) => (slot >= a && slot <= b ? Number(m[1]) : null)).find((x) => x !== null);
+    if (port !== undefined && port !== null && !out.has(port)) out.set(port, name);
+  }
+  return out;
+}
+
+/** A master, a replica and a Sentinel of the test's own (quorum 1). */
+export interface OwnSentinel {
+  readonly name: string;
+  readonly sentinelPort: number;
+  readonly master: OwnRedis;
+  readonly replica: OwnRedis;
+  /** The master's port as the Sentinel sees it now. */
+  masterPort(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+export async function ownSentinel(name = 'relent-test'): Promise<OwnSentinel> {
+  const { mkdtempSync, rmSync, writeFileSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const master = await ownRedis();
+  const replica = await ownRedis(['--replicaof', '127.0.0.1', String(master.port)]);
+  const dir = mkdtempSync(join(tmpdir(), 'relent-sentinel-'));
+  const sentinelPort = await freePort();
+  const conf = join(dir, 'sentinel.conf');
+  writeFileSync(conf, [
+    `port ${sentinelPort}`, 'bind 127.0.0.1', `dir ${dir}`,
+    `sentinel monitor ${name} 127.0.0.1 ${master.port} 1`,
+    `sentinel down-after-milliseconds ${name} 1000`,
+    `sentinel failover-timeout ${name} 3000`,
+    `sentinel parallel-syncs ${name} 1`, '',
+  ].join('\n'));
+  const proc = spawn('redis-server', [conf, '--sentinel'], { stdio: 'ignore' });
+  const client = new Redis({ port: sentinelPort, host: '127.0.0.1', maxRetriesPerRequest: 0, retryStrategy: () => 50, lazyConnect: false });
+  client.on('error', () => {});
+  const replicaClient = new Redis(replica.url, { maxRetriesPerRequest: 0, retryStrategy: () => 50 });
+  replicaClient.on('error', () => {});
+  const masterPort = async (): Promise<number> => {
+    const r = await client.call('SENTINEL', 'get-master-addr-by-name', name) as [string, string] | null;
+    return r === null ? 0 : Number(r[1]);
+  };
+  const stop = async (): Promise<void> => {
+    client.disconnect();
+    replicaClient.disconnect();
+    await new Promise<void>((resolve) => {
+      if (proc.exitCode !== null || proc.signalCode !== null) return resolve();
+      proc.once('exit', () => resolve());
+      proc.kill('SIGKILL');
+    });
+    await master.stop();
+    await replica.stop();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    const deadline = Date.now() + 15_000;
+    for (;;) {
+      try {
+        const info = await replicaClient.info('replication');
+        // The replica follows the master, and the Sentinel knows both.
+        const replicas = await client.call('SENTINEL', 'replicas', name) as unknown[];
+        if (/master_link_status:up/.test(info) && (await masterPort()) === master.port && replicas.length > 0) break;
+      } catch {
+        // not yet
+      }
+      if (Date.now() > deadline) throw new Error('the Sentinel did not find its master and replica');
+      await sleep(100);
+    }
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  return { name, sentinelPort, master, replica, masterPort, stop };
+}
+
