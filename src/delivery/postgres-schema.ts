@@ -59,6 +59,16 @@ export class PgMigrator {
     return r.rows.length > 0;
   }
 
+  /**
+   * Adds a column (then runs `then`) unless the table has it already: looked up first, so
+   * tables that have it take no lock (ALTER TABLE would take an exclusive one, and workers
+   * of an older relent may be using them).
+   */
+  async addColumn(table: keyof PgTables, column: string, type: string, then = ''): Promise<void> {
+    if (await this.hasColumn(table, column)) return;
+    await this.exec(`ALTER TABLE {${table}} ADD COLUMN ${column} ${type}; ${then}`);
+  }
+
   async hasTable(table: keyof PgTables): Promise<boolean> {
     return (await this.c.query(`SELECT to_regclass($1) AS t`, [this.names[table]])).rows[0].t !== null;
   }
@@ -68,7 +78,12 @@ export class PgMigrator {
   }
 }
 
-/** The migrations, in order. 1 to 5 may meet tables made before numbered migrations: each changes only what is missing. */
+/**
+ * The migrations, in order. Each makes its tables as they are now (so new tables are the
+ * ones earlier relents made), and 1 to 5 may meet tables made before numbered migrations,
+ * at any of the shapes earlier relents left: each also adds what such tables lack, and
+ * changes nothing that is there.
+ */
 export const PG_MIGRATIONS: readonly Migration<PgMigrator, Promise<unknown>>[] = [
   {
     version: 1,
@@ -106,11 +121,13 @@ export const PG_MIGRATIONS: readonly Migration<PgMigrator, Promise<unknown>>[] =
         op_started_at BIGINT,
         op_deadline_at BIGINT,
         prev_delay_ms BIGINT,
+        op_throttled INTEGER NOT NULL DEFAULT 0,
         last_status INTEGER,
         last_error_class TEXT,
         last_decision TEXT,
         last_why TEXT,
-        finished_at BIGINT
+        finished_at BIGINT,
+        enqueued_at BIGINT
       );
       CREATE INDEX IF NOT EXISTS "{prefix}batches_due" ON {batches} (destination, due_at, id) WHERE state = 'queued';
       CREATE INDEX IF NOT EXISTS "{prefix}batches_dropped" ON {batches} (destination, id) WHERE state = 'dropped';
@@ -133,31 +150,31 @@ export const PG_MIGRATIONS: readonly Migration<PgMigrator, Promise<unknown>>[] =
   {
     version: 2,
     name: "the operation's throttled attempts (batches.op_throttled)",
-    up: (m) => m.exec('ALTER TABLE {batches} ADD COLUMN IF NOT EXISTS op_throttled INTEGER NOT NULL DEFAULT 0'),
+    // (in the tables of the first release)
+    up: (m) => m.addColumn('batches', 'op_throttled', 'INTEGER NOT NULL DEFAULT 0'),
   },
   {
     version: 3,
     name: 'shared limits, pause and retention',
-    up: (m) => m.exec(`
-      ALTER TABLE {batches} ADD COLUMN IF NOT EXISTS enqueued_at BIGINT;
-      UPDATE {batches} SET enqueued_at = created_at WHERE enqueued_at IS NULL;
-      DROP INDEX IF EXISTS "{schema}"."{prefix}batches_key";
-      CREATE TABLE IF NOT EXISTS {dests} (destination TEXT PRIMARY KEY, paused_at BIGINT);
-      CREATE TABLE IF NOT EXISTS {rate} (id BIGSERIAL PRIMARY KEY, destination TEXT NOT NULL, at BIGINT NOT NULL, n INTEGER NOT NULL);
-      CREATE INDEX IF NOT EXISTS "{prefix}batches_leased" ON {batches} (destination, lease_until) WHERE state = 'queued' AND lease_owner IS NOT NULL;
-      CREATE INDEX IF NOT EXISTS "{prefix}batches_delivered_at" ON {batches} (finished_at) WHERE state = 'delivered';
-      CREATE INDEX IF NOT EXISTS "{prefix}batches_dropped_at" ON {batches} (finished_at) WHERE state = 'dropped';`),
+    up: async (m) => {
+      // The oldest item's enqueue time (the batch's creation time for batches made before it).
+      await m.addColumn('batches', 'enqueued_at', 'BIGINT', 'UPDATE {batches} SET enqueued_at = created_at WHERE enqueued_at IS NULL;');
+      // Live leases per destination (shared concurrency, stats), finished batches by age (retention);
+      // the index on batches.key goes: no query used it, and every batch update paid for it.
+      await m.exec(`
+        DROP INDEX IF EXISTS "{schema}"."{prefix}batches_key";
+        CREATE TABLE IF NOT EXISTS {dests} (destination TEXT PRIMARY KEY, paused_at BIGINT);
+        CREATE TABLE IF NOT EXISTS {rate} (id BIGSERIAL PRIMARY KEY, destination TEXT NOT NULL, at BIGINT NOT NULL, n INTEGER NOT NULL, end_at BIGINT NOT NULL);
+        CREATE INDEX IF NOT EXISTS "{prefix}batches_leased" ON {batches} (destination, lease_until) WHERE state = 'queued' AND lease_owner IS NOT NULL;
+        CREATE INDEX IF NOT EXISTS "{prefix}batches_delivered_at" ON {batches} (finished_at) WHERE state = 'delivered';
+        CREATE INDEX IF NOT EXISTS "{prefix}batches_dropped_at" ON {batches} (finished_at) WHERE state = 'dropped';`);
+    },
   },
   {
     version: 4,
     name: 'a rate permit counts until its requests were answered (rate.end_at)',
     up: async (m) => {
-      if (!await m.hasColumn('rate', 'end_at')) {
-        await m.exec(`
-          DROP INDEX IF EXISTS "{schema}"."{prefix}rate_window";
-          ALTER TABLE {rate} ADD COLUMN end_at BIGINT NOT NULL DEFAULT 0;
-          UPDATE {rate} SET end_at = at;`);
-      }
+      await m.addColumn('rate', 'end_at', 'BIGINT NOT NULL DEFAULT 0', 'DROP INDEX IF EXISTS "{schema}"."{prefix}rate_window"; UPDATE {rate} SET end_at = at;');
       await m.exec('CREATE INDEX IF NOT EXISTS "{prefix}rate_end" ON {rate} (destination, end_at)');
     },
   },

@@ -53,7 +53,12 @@ export class SqliteMigrator {
   }
 }
 
-/** The migrations, in order. 1 to 5 may meet tables made before numbered migrations: each changes only what is missing. */
+/**
+ * The migrations, in order. Each makes its tables as they are now (so new tables are the
+ * ones earlier relents made), and 1 to 5 may meet tables made before numbered migrations,
+ * at any of the shapes earlier relents left: each also adds what such tables lack, and
+ * changes nothing that is there.
+ */
 export const SQLITE_MIGRATIONS: readonly Migration<SqliteMigrator>[] = [
   {
     version: 1,
@@ -91,11 +96,13 @@ export const SQLITE_MIGRATIONS: readonly Migration<SqliteMigrator>[] = [
         op_started_at INTEGER,
         op_deadline_at INTEGER,
         prev_delay_ms INTEGER,
+        op_throttled INTEGER NOT NULL DEFAULT 0,
         last_status INTEGER,
         last_error_class TEXT,
         last_decision TEXT,
         last_why TEXT,
-        finished_at INTEGER
+        finished_at INTEGER,
+        enqueued_at INTEGER
       );
       CREATE INDEX IF NOT EXISTS {batches}_due ON {batches} (destination, due_at, id) WHERE state = 'queued';
       CREATE INDEX IF NOT EXISTS {batches}_dropped ON {batches} (destination, id) WHERE state = 'dropped';
@@ -118,6 +125,7 @@ export const SQLITE_MIGRATIONS: readonly Migration<SqliteMigrator>[] = [
   {
     version: 2,
     name: "the operation's throttled attempts (batches.op_throttled)",
+    // (in the tables of the first release)
     up: (m) => m.addColumn('batches', 'op_throttled', 'INTEGER NOT NULL DEFAULT 0'),
   },
   {
@@ -131,7 +139,7 @@ export const SQLITE_MIGRATIONS: readonly Migration<SqliteMigrator>[] = [
       m.exec(`
         DROP INDEX IF EXISTS {batches}_key;
         CREATE TABLE IF NOT EXISTS {dests} (destination TEXT PRIMARY KEY, paused_at INTEGER);
-        CREATE TABLE IF NOT EXISTS {rate} (id INTEGER PRIMARY KEY, destination TEXT NOT NULL, at INTEGER NOT NULL, n INTEGER NOT NULL);
+        CREATE TABLE IF NOT EXISTS {rate} (id INTEGER PRIMARY KEY, destination TEXT NOT NULL, at INTEGER NOT NULL, n INTEGER NOT NULL, end_at INTEGER NOT NULL);
         CREATE INDEX IF NOT EXISTS {batches}_leased ON {batches} (destination, lease_until) WHERE state = 'queued' AND lease_owner IS NOT NULL;
         CREATE INDEX IF NOT EXISTS {batches}_delivered_at ON {batches} (finished_at) WHERE state = 'delivered';
         CREATE INDEX IF NOT EXISTS {batches}_dropped_at ON {batches} (finished_at) WHERE state = 'dropped';`);
