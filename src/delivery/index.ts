@@ -4,7 +4,7 @@
 export { openDeliveryQueue, MAX_ITEM_BYTES } from './queue.js';
 export type { DeliveryQueue, QueueOptions, EnqueueOptions } from './queue.js';
 export { createWorker } from './worker.js';
-export type { DeliveryWorker, WorkerOptions, WorkerCounters, DeliveryEvent } from './worker.js';
+export type { DeliveryWorker, WorkerOptions, WorkerCounters, DeliveryEvent, DeliveryAttemptEvent } from './worker.js';
 export {
   resolveDestinations, resolveWorkerSettings, parseDeliveryConfig, DESTINATION_DEFAULTS, WORKER_DEFAULTS, BODY_FORMATS,
 } from './config.js';

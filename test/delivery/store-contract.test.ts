@@ -375,7 +375,7 @@ for (const f of factories) {
 interface Upgrade {
   readonly name: string;
   open(): Promise<DeliveryStore>;
-  /** Runs SQL on the database behind the store's back; `{batches}` is the batches table. */
+  /** Runs SQL on the database behind the store's back; `{batches}` is the batches table (`{counts}`, `{meta}` likewise). */
   sql(text: string): Promise<Record<string, unknown>[]>;
   cleanup(): Promise<void>;
 }
@@ -389,7 +389,7 @@ function sqliteUpgrade(): Upgrade {
     sql(text) {
       const db = new Sqlite(file);
       try {
-        const stmt = db.prepare(text.replaceAll('{batches}', 'relent_batches').replaceAll('{counts}', 'relent_counts'));
+        const stmt = db.prepare(text.replaceAll('{batches}', 'relent_batches').replaceAll('{counts}', 'relent_counts').replaceAll('{meta}', 'relent_meta'));
         return Promise.resolve(stmt.reader ? stmt.all() as Record<string, unknown>[] : (stmt.run(), []));
       } finally {
         db.close();
@@ -408,7 +408,7 @@ function postgresUpgrade(): Upgrade {
       const c = new pg.Client({ connectionString: PG_URL });
       await c.connect();
       try {
-        return (await c.query(text.replaceAll('{batches}', `"${schema}".relent_batches`).replaceAll('{counts}', `"${schema}".relent_counts`))).rows as Record<string, unknown>[];
+        return (await c.query(text.replaceAll('{batches}', `"${schema}".relent_batches`).replaceAll('{counts}', `"${schema}".relent_counts`).replaceAll('{meta}', `"${schema}".relent_meta`))).rows as Record<string, unknown>[];
       } finally {
         await c.end();
       }
@@ -431,6 +431,7 @@ for (const u of [sqliteUpgrade(), ...(withPg ? [postgresUpgrade()] : [])]) {
       await s.complete([outcome(b!, { state: 'queued', notBefore: now + 1_000, prevDelayMs: 1_000, lastStatus: 503, lastDecision: 'retry', lastWhy: 'retryable' }, now)]);
       await s.close();
       await u.sql('ALTER TABLE {batches} DROP COLUMN op_throttled'); // the previous schema
+      await u.sql(`DELETE FROM {meta} WHERE k = 'migration'`); // (made before numbered migrations)
       s = await u.open();
       clock.advance(1_000);
       const [again] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w2');
@@ -453,6 +454,7 @@ for (const u of [sqliteUpgrade(), ...(withPg ? [postgresUpgrade()] : [])]) {
       expect(before).toMatchObject({ pendingItems: 1, readyBatches: 1, deliveredBatches: 1 });
       await s.close();
       await u.sql('DROP TABLE {counts}'); // the previous schema
+      await u.sql(`DELETE FROM {meta} WHERE k = 'migration'`); // (made before numbered migrations)
       s = await u.open();
       expect((await s.stats(clock.wallNow())).find((x) => x.destination === 'e')).toEqual(before);
       await s.close();

@@ -479,3 +479,38 @@ describe('what each attempt tells the receiver', () => {
       .rejects.toMatchObject({ code: 'ERR_INVALID_CONFIG', field: 'destinations.d.propagate.attemptHeader' });
   });
 });
+
+describe('attempt events: the core attempt event, with the batch', () => {
+  it('every field of the core attempt event plus destination, batchId, key, items, round and why; the endpoint never has the query', async () => {
+    const t = await setup({ policy: 'adobe-best-effort' }, (_r, n) => ({ status: n === 1 ? 503 : 200 }));
+    await t.queue.enqueue('d', { profile: 1 }, { key: 'p1' });
+    await t.clock.advanceAsync(60_000);
+    const attempts = t.events.filter((e) => e.type === 'attempt');
+    const [batch] = await t.queue.list({ state: 'delivered' });
+    const key = batch!.key;
+    const common = {
+      type: 'attempt', operationId: key, method: 'POST', endpoint: 'https://receiver.example/in', errorClass: null, elapsedMs: 0,
+      retryAfterMs: null, retryAfterValid: null, destination: 'd', batchId: batch!.id, key, items: 1, round: 1,
+    };
+    expect(attempts).toEqual([
+      { ...common, requestId: `${key}/attempt-1`, attempt: 1, status: 503, remainingMs: 120_000, decision: 'retry', why: 'retryable', delayMs: 15_000, ts: t.start },
+      { ...common, requestId: `${key}/attempt-2`, attempt: 2, status: 200, remainingMs: 105_000, decision: 'return', why: 'success', delayMs: null, ts: t.start + 15_000 },
+    ]);
+    await finish(t.queue, t.worker);
+  });
+
+  it('a requeued batch\'s attempts say their round, in the event and in the request id', async () => {
+    const t = await setup({ policy: 'adobe-best-effort' }, (_r, n) => ({ status: n === 1 ? 400 : 200 }));
+    await t.queue.enqueue('d', { profile: 1 }, { key: 'p1' });
+    await t.clock.advanceAsync(1_000);
+    expect(await t.queue.requeue({ destination: 'd' })).toBe(1);
+    t.worker.wake();
+    await t.clock.advanceAsync(1_000);
+    const [batch] = await t.queue.list({ state: 'delivered' });
+    expect(t.events.filter((e) => e.type === 'attempt').map((e) => e.type === 'attempt' && [e.round, e.attempt, e.requestId, e.status, e.why])).toEqual([
+      [1, 1, `${batch!.key}/attempt-1`, 400, 'status_not_retryable'],
+      [2, 1, `${batch!.key}/round-2/attempt-1`, 200, 'success'],
+    ]);
+    await finish(t.queue, t.worker);
+  });
+});
