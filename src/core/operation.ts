@@ -1,13 +1,12 @@
 import type { RetryBudget } from './budget.js';
 import type { HedgeState } from './hedge.js';
 import {
-  advanceAttempt, attemptLimitMs, decide, isIdempotent, preflight, recordRetry, RETURN_NO_BID, RETURN_SUCCESS, type BudgetGate, type DecideContext,
-  type MutableState, type OperationState,
+  advanceAttempt, attemptLimitMs, decide, isIdempotent, preflight, recordRetry, RETURN_NO_BID, RETURN_SUCCESS, type BudgetGate, type DecideContext, type MutableState, type OperationState,
 } from './decide.js';
 import { RelentError } from './errors.js';
 import { drawChaos, type ChaosInjection, type ResolvedChaos } from './chaos.js';
 import type { Policy } from './policy.js';
-import type { DecisionResult, DecisionWhy, Observation, Random, TerminalReason } from './types.js';
+import type { DecisionResult, Observation, Random, TerminalReason } from './types.js';
 
 /**
  * The loop of one operation, as a state machine that does no I/O (the "sans-I/O" shape
@@ -47,86 +46,8 @@ import type { DecisionResult, DecisionWhy, Observation, Random, TerminalReason }
  * decision, and tells `lost()` how long each ran); a failure while others are in flight
  * is `await` (its decision `await_hedge`); the last one in flight is decided as ever.
  */
-export type Command = CallCommand | HedgeCommand | WaitCommand | AwaitCommand | CheckStateCommand | EndCommand;
-
-/** Make attempt `attempt` now; it may take `timeoutMs`, then it is a `timeout`. (The operation reuses this object: read it at once.) */
-export interface CallCommand {
-  readonly kind: 'call';
-  /** 1-based attempt number (the identity of this call). */
-  readonly attempt: number;
-  /** min(attempt timeout, remaining), ms. */
-  readonly timeoutMs: number;
-  /** Time left in the operation when the attempt starts, ms. */
-  readonly remainingMs: number;
-  /** Hedging: if no attempt has answered after this many ms, feed `hedgeDue(now)`; null: no hedge is planned. */
-  readonly hedgeInMs: number | null;
-  /**
-   * The policy's chaos for this attempt (undefined: a plain call). `fault` and `outcome`: make
-   * no call, feed `answered(injectedObservation(inject), now)` at once; `latency`: make
-   * the call `delayMs` later, within `timeoutMs`.
-   */
-  readonly inject?: ChaosInjection;
-}
-
-/** Make attempt `attempt` now, alongside the attempts in flight (a hedge); as a call otherwise. */
-export interface HedgeCommand {
-  readonly kind: 'hedge';
-  readonly attempt: number;
-  readonly timeoutMs: number;
-  readonly remainingMs: number;
-  /** The next hedge: after this many more ms without an answer, feed `hedgeDue(now)` again; null: no more. */
-  readonly hedgeInMs: number | null;
-  /** As a call's. */
-  readonly inject?: ChaosInjection;
-}
-
-/** Nothing to do now: the attempts in flight (`inFlight`) go on; feed their answers as they come. */
-export interface AwaitCommand {
-  readonly kind: 'await';
-  readonly inFlight: number;
-}
-
-/** Wait `delayMs` (0: the next attempt may start at once), then feed `timerFired(now)`. */
-export interface WaitCommand {
-  readonly kind: 'wait';
-  readonly delayMs: number;
-  /** `retryable`: a backoff or the server's wait; `budget_wait`: the shared budget is empty, ask it again after the wait. */
-  readonly why: 'retryable' | 'budget_wait';
-}
-
-/** The outcome is unknown and the operation may not be repeated: read the real state within `timeoutMs`, then feed `checked()`. */
-export interface CheckStateCommand {
-  readonly kind: 'check_state';
-  /** The attempt whose outcome is unknown. */
-  readonly attempt: number;
-  readonly timeoutMs: number;
-  readonly remainingMs: number;
-}
-
-/** The operation is over. */
-export interface EndCommand {
-  readonly kind: 'end';
-  readonly reason: TerminalReason;
-  /** Why, one level finer (null when the caller cancelled between attempts or a slot was refused). */
-  readonly why: DecisionWhy | null;
-  /** The decision that ended the operation (its `retryAfterMs` is the server's asked wait, its `delayMs` a deferral's wait). */
-  readonly decision: DecisionResult | null;
-}
-
-/** Why a driver could not make the call the operation asked for. */
-export type SlotRefusal =
-  /** The dependency's circuit breaker is open. */
-  | 'circuit_open'
-  /** The dependency's bulkhead queue is full. */
-  | 'bulkhead_full'
-  /** The dependency's adaptive concurrency limit is reached and its queue is full. */
-  | 'concurrency_limited'
-  /** The dependency's rate limit has no token for this call within the time it may wait. */
-  | 'rate_limited'
-  /** The deadline passed while waiting for a slot. */
-  | 'deadline'
-  /** The caller cancelled while waiting for a slot. */
-  | 'cancelled';
+export type { AwaitCommand, CallCommand, CheckStateCommand, Command, EndCommand, HedgeCommand, SlotRefusal, WaitCommand } from './commands.js';
+import type { CallCommand, Command, EndCommand, AwaitCommand, HedgeCommand, SlotRefusal } from './commands.js';
 
 export interface OperationOptions {
   /** For the idempotency rule and nothing else. */
