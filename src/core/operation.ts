@@ -47,7 +47,7 @@ import type { DecisionResult, Observation, Random, TerminalReason } from './type
  * is `await` (its decision `await_hedge`); the last one in flight is decided as ever.
  */
 export type { AwaitCommand, CallCommand, CheckStateCommand, Command, EndCommand, HedgeCommand, SlotRefusal, WaitCommand } from './commands.js';
-import type { CallCommand, Command, EndCommand, AwaitCommand, HedgeCommand, SlotRefusal } from './commands.js';
+import type { CallCommand, Command, EndCommand, AwaitCommand, SlotRefusal } from './commands.js';
 
 export interface OperationOptions {
   /** For the idempotency rule and nothing else. */
