@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { systemClock } from '../shared/clock.js';
+import { clockOption, systemClock } from '../shared/clock.js';
 import type { Clock } from '../core/types.js';
 import { checkDestinationName, resolveDestinations, type DestinationOptions, type ResolvedDestination } from './config.js';
 import { describe } from '../core/errors.js';
@@ -95,7 +95,7 @@ export async function openDeliveryQueue(options: QueueOptions): Promise<Delivery
     ? null
     : options.destinations instanceof Map ? options.destinations as ReadonlyMap<string, ResolvedDestination> : resolveDestinations(options.destinations);
   const store = typeof options.store === 'string' ? await openStore(options.store, { mustExist: options.mustExist === true, ...(options.sqliteRunIn !== undefined ? { sqliteRunIn: options.sqliteRunIn } : {}) }) : options.store;
-  const clock = options.clock ?? systemClock;
+  const clock = clockOption(options.clock) ?? systemClock;
   const workers = new Set<DeliveryWorker>();
   const known = (destination: string): void => {
     if (destinations && !destinations.has(destination)) {

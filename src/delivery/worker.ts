@@ -10,7 +10,7 @@ import { createLimitAlgorithm } from '../core/concurrency.js';
 import type { Fleet } from '../core/fleet.js';
 import type { Clock, Random } from '../core/types.js';
 import type { Instrumentation } from '../run/run.js';
-import { systemClock, systemRandom } from '../shared/clock.js';
+import { clockOption, systemClock, systemRandom } from '../shared/clock.js';
 import { resolveDestinations, resolveWorkerSettings, type DestinationOptions, type ResolvedDestination, type WorkerSettings } from './config.js';
 import { DeliveryError } from './errors.js';
 import type { DeliveryEvent } from './events.js';
@@ -109,7 +109,7 @@ class Worker implements DeliveryWorker, WorkerCore {
 
   constructor(o: WorkerOptions) {
     this.store = o.store;
-    this.clock = o.clock ?? systemClock;
+    this.clock = clockOption(o.clock) ?? systemClock;
     this.random = o.random ?? systemRandom;
     this.ownTransport = o.transport === undefined;
     this.transport = o.transport ?? createHttpTransport();

@@ -9,7 +9,7 @@ import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import { forDriver } from '../run/instrument.js';
 import type { AttemptContext, Classified, DriverName, ExecuteOptions, Instrumentation, RelentEvent } from '../run/run.js';
-import { systemClock } from '../shared/clock.js';
+import { clockOption, systemClock } from '../shared/clock.js';
 import {
   Dependencies, invalid, PROTECTION_DEFAULTS, listenerOf, observeRateLimited, observeResponse, timeoutOf, type Call, type CallLimits, type Dependency, type ProtectionOptions,
 } from './operation.js';
@@ -76,7 +76,7 @@ export class DriverContext {
     this.basePolicy = resolvePolicy(options.policy ?? null);
     this.onEvent = options.onEvent ?? null;
     this.autoKey = options.autoIdempotencyKey ?? HTTP_DRIVER_DEFAULTS.autoIdempotencyKey;
-    this.clock = options.clock ?? undefined;
+    this.clock = clockOption(options.clock);
     this.random = options.random ?? undefined;
     this.timers = this.clock ?? systemClock;
     this.deps = new Dependencies(options, this.clock ?? null);

@@ -3,7 +3,7 @@ import { headerSafe, listenOn, plain } from './http-util.js';
 import { createSeededRandom } from '../core/random.js';
 import type { Clock, Random } from '../core/types.js';
 import { createIdempotencyCache, noticeKey, type IdempotencyCache } from '../shared/idempotency-cache.js';
-import { systemClock, systemRandom } from '../shared/clock.js';
+import { clockOption, systemClock, systemRandom } from '../shared/clock.js';
 import { resolveBidderConfig, type BidderConfig, type LatencySpec, type PriceSpec, type ResolvedBidderConfig } from './config.js';
 import { formatDecimal } from './macros.js';
 import { checkBidRequest, type BidRequest } from './model.js';
@@ -116,7 +116,7 @@ class BidderImpl implements Bidder {
   constructor(config: ResolvedBidderConfig, o: BidderOptions) {
     this.config = config;
     this.random = o.random ?? (config.seed !== null ? createSeededRandom(config.seed) : systemRandom);
-    this.clock = o.clock ?? systemClock;
+    this.clock = clockOption(o.clock) ?? systemClock;
     this.onRequest = o.onRequest ?? null;
     this.publicUrl = config.publicUrl;
     const cache = { maxKeys: config.noticeMaxKeys, ttlMs: config.noticeTtlMs, clock: this.clock };

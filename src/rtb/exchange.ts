@@ -7,7 +7,7 @@ import type { BreakerStateChange } from '../core/breaker.js';
 import { RelentError } from '../core/errors.js';
 import type { Fleet } from '../core/fleet.js';
 import type { Clock, Random } from '../core/types.js';
-import { systemClock, systemRandom } from '../shared/clock.js';
+import { clockOption, systemClock, systemRandom } from '../shared/clock.js';
 import { forDriver } from '../run/instrument.js';
 import { execute, type Instrumentation, type RelentEvent, type RunResult, type WorkScope } from '../run/run.js';
 import type { PartnerAnswer } from './answer.js';
@@ -428,7 +428,7 @@ class ExchangeImpl implements Exchange {
 
   constructor(config: ResolvedExchangeConfig, o: ExchangeOptions) {
     this.config = config;
-    this.clock = o.clock ?? systemClock;
+    this.clock = clockOption(o.clock) ?? systemClock;
     this.lanes = new TimerLanes(this.clock);
     this.random = o.random ?? systemRandom;
     const userEvent = o.onEvent ?? null;

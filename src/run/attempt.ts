@@ -9,7 +9,7 @@ import { createHedgeState, type HedgeState } from '../core/hedge.js';
 import type { EndCommand } from '../core/operation.js';
 import type { Policy } from '../core/policy.js';
 import type { Clock, DecisionResult, Observation } from '../core/types.js';
-import { checkShared, createGuard, type Guard } from './guard.js';
+import { checkShared, createGuard, dependencyOf, type Guard } from './guard.js';
 import { classifyErrorDefault, classifyValueDefault } from './classify.js';
 import { ABORTED_OUTCOME, TIMEOUT_OUTCOME, ValueOutcome, type AttemptOutcome } from './outcome.js';
 import type { AttemptContext, AttemptScope, Classified, ExecuteOptions, RunOptions, RunResult } from './types.js';
@@ -214,10 +214,7 @@ type FleetFields = Pick<RunOptions<unknown>, 'fleet' | 'dependency'>;
 export function fleetBudget(o: FleetFields, policy: Policy): RetryBudget | null {
   const fleet = o.fleet;
   if (fleet === undefined || fleet === null || policy.budget === null) return null;
-  if (typeof o.dependency !== 'string' || o.dependency.length === 0) {
-    throw new RelentError('ERR_INVALID_INPUT', 'Expected `dependency` (the name of what is called, e.g. "payments") with `fleet`', { field: 'dependency' });
-  }
-  return fleet.budget(o.dependency, policy.budget);
+  return fleet.budget(dependencyOf(o), policy.budget);
 }
 
 /**

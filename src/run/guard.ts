@@ -212,7 +212,8 @@ export interface GuardOptions {
   readonly clock: Clock;
 }
 
-function dependencyOf(o: GuardOptions): string {
+/** The dependency's name, required with a fleet (its shared state is kept by name). */
+export function dependencyOf(o: Pick<GuardOptions, 'dependency'>): string {
   if (typeof o.dependency !== 'string' || o.dependency.length === 0) {
     throw new RelentError('ERR_INVALID_INPUT', 'Expected `dependency` (the name of what is called, e.g. "payments") with `fleet`', { field: 'dependency' });
   }

@@ -9,7 +9,7 @@ import { RelentError } from '../core/errors.js';
 import type { Policy } from '../core/policy.js';
 import type { Clock, DecisionResult, Observation } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
-import { clearTimerRecord, setTimerRecord, systemClock, systemRandom, turnNow, type TimerRecord } from '../shared/clock.js';
+import { clearTimerRecord, clockOption, setTimerRecord, systemClock, systemRandom, turnNow, type TimerRecord } from '../shared/clock.js';
 import {
   attemptSignal, fleetBudget, guardOf, hedgingOf, lastOutcomeOf, Phase, Settled, stateCheckEnd, TIMEOUT_REASON, type AttemptHandle,
 } from './attempt.js';
@@ -89,7 +89,7 @@ export abstract class OperationRun<T> implements TimerRecord, AttemptHandle {
   constructor(protected readonly fn: AttemptFn<T>, protected readonly options: ExecuteOptions<T>, policy?: Policy) {
     this.callerSignal = options.signal;
     this.policy = policy ?? resolvePolicy(options.policy);
-    const clock = options.clock;
+    const clock = options.clock === undefined ? undefined : clockOption(options.clock);
     this.clock = clock ?? systemClock;
     this.system = clock === undefined || clock === systemClock;
     const guard = guardOf(options as ExecuteOptions<unknown>, this.clock);

@@ -302,10 +302,23 @@ export class Runner<T> extends OperationRun<T> {
 
   private subscribe(ctx: AttemptHandle, p: PromiseLike<T>): void {
     try {
-      p.then((value) => this.settle(ctx, Settled.Value, value), (error: unknown) => this.settle(ctx, Settled.Error, error));
+      p.then((value) => this.settleOrFail(ctx, Settled.Value, value), (error: unknown) => this.settleOrFail(ctx, Settled.Error, error));
     } catch (error) {
       // A thenable whose then throws: a failed attempt.
       this.settle(ctx, Settled.Error, error);
+    }
+  }
+
+  /**
+   * settle() from an answer's callback: whatever throws there (an injected clock or
+   * instrumentation that fails) ends the operation with its error, where it would
+   * otherwise be lost in a promise nobody holds and leave the caller waiting for good.
+   */
+  private settleOrFail(ctx: AttemptHandle, kind: Settled, payload: unknown): void {
+    try {
+      this.settle(ctx, kind, payload);
+    } catch (error) {
+      this.fail(error);
     }
   }
 

@@ -11,7 +11,7 @@ import {
   ATTEMPT_HEADER, DEADLINE_HEADER, headerNameOption, MAX_DEADLINE_MS, NO_RETRY_HEADER, readIncomingHints, type HeaderProblem, type IncomingHeaderSpec,
 } from '../core/propagation.js';
 import type { Clock } from '../core/types.js';
-import { systemClock } from '../shared/clock.js';
+import { clockOption, systemClock } from '../shared/clock.js';
 import { runIncoming, type IncomingCall } from '../run/incoming.js';
 import { Admission, type ShedReason, type Ticket } from './admission.js';
 
@@ -387,7 +387,7 @@ class Guard {
     const onEvent = o.onEvent ?? null;
     if (onEvent !== null && typeof onEvent !== 'function') throw invalid('onEvent', 'a function or null', onEvent);
     this.onEvent = onEvent;
-    this.clock = o.clock ?? systemClock;
+    this.clock = clockOption(o.clock) ?? systemClock;
     this.admission = new Admission({ maxConcurrent, maxQueue, queueTimeoutMs }, this.clock);
     const text = { 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' };
     this.shedHeaders = { ...text, ...(retryAfterSec !== null ? { 'retry-after': String(retryAfterSec) } : {}), ...(this.marker ? { [NO_RETRY_HEADER]: 'overloaded' } : {}) };

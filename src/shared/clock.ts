@@ -1,4 +1,5 @@
 import { MAX_TIMER_MS, type Clock, type Random } from '../core/types.js';
+import { RelentError } from '../core/errors.js';
 import { nextTurn } from './turn.js';
 
 /**
@@ -273,3 +274,25 @@ export const systemClock: Clock = Object.freeze({
 
 /** The real random source. */
 export const systemRandom: Random = Math.random;
+
+const CLOCK_METHODS = ['now', 'wallNow', 'setTimer'] as const;
+
+/**
+ * An injected clock as an option (`field` names it in the error): undefined when none is
+ * given; ERR_INVALID_INPUT naming the missing method otherwise. A clock missing one
+ * (JavaScript has no type check) would fail later, inside a timer or an answer's
+ * callback, where nothing could end the operation with its error.
+ */
+export function clockOption(value: unknown, field = 'clock'): Clock | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (value === systemClock) return systemClock;
+  if (typeof value !== 'object' && typeof value !== 'function') {
+    throw new RelentError('ERR_INVALID_INPUT', `Expected \`${field}\` to be a clock with now(), wallNow() and setTimer(fn, ms) (relent/testing's createTestClock() makes one)`, { field });
+  }
+  for (const m of CLOCK_METHODS) {
+    if (typeof (value as Record<string, unknown>)[m] !== 'function') {
+      throw new RelentError('ERR_INVALID_INPUT', `Expected \`${field}\` to have a ${m}() function (a clock needs now(), wallNow() and setTimer(fn, ms); relent/testing's createTestClock() makes one)`, { field });
+    }
+  }
+  return value as Clock;
+}

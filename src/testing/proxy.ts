@@ -10,7 +10,7 @@
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { createSeededRandom } from '../core/random.js';
 import type { Clock, Random } from '../core/types.js';
-import { systemClock } from '../shared/clock.js';
+import { clockOption, systemClock } from '../shared/clock.js';
 
 /** Which way a fault applies: `upstream` is client → server, `downstream` server → client. */
 export type FaultDirection = 'both' | 'upstream' | 'downstream';
@@ -245,7 +245,7 @@ class Proxy implements FaultProxy {
     if (o.port !== undefined && !(Number.isInteger(o.port) && o.port >= 0 && o.port <= 65_535)) throw invalid('port', 'an integer in [0, 65535]', o.port);
     if (o.random !== undefined && typeof o.random !== 'function') throw invalid('random', 'a function returning numbers in [0, 1)', typeof o.random);
     this.random = o.random ?? createSeededRandom(o.seed ?? 1);
-    this.clock = o.clock ?? systemClock;
+    this.clock = clockOption(o.clock) ?? systemClock;
     if (o.faults !== undefined) this.set(o.faults);
     this.server = createServer({ allowHalfOpen: true, pauseOnConnect: false }, (socket) => this.accept(socket));
   }

@@ -378,3 +378,13 @@ describe('the deadline covers reading the body (on an injected test clock)', () 
     expect((await text2).length).toBe(41);
   });
 });
+
+describe('an injected clock missing a method', () => {
+  // Before, a clock without wallNow() was taken, and the first answer after it threw
+  // inside undici's handler: the call never settled (the error was lost in the driver).
+  it('is refused when the client or the interceptor is made, naming the method', () => {
+    const { wallNow: _w, ...noWall } = createTestClock();
+    expect(() => createClient({ clock: noWall as never })).toThrow(/`clock` to have a wallNow\(\) function/);
+    expect(() => relentInterceptor({ clock: noWall as never })).toThrow(/`clock` to have a wallNow\(\) function/);
+  });
+});
