@@ -1,4 +1,4 @@
-// relent/fleet on real infrastructure (issue 20): a Redis Cluster of 3 masters + 3
+// relent/fleet on real infrastructure: a Redis Cluster of 3 masters + 3
 // replicas, a slow and lossy link to Redis, a partition. Ten processes (child processes,
 // bench/workers/fleet-faults-child.mjs) each call the dependencies at a steady offered
 // load; the dependencies are loopback node:http servers that count first attempts and
