@@ -163,11 +163,11 @@ function report(entry, program, files) {
   const tail = extra.length === 0 ? [] : [
     '## Referenced, not exported here',
     '',
-    'Types of relent that the exports above use without this entry point exporting them.',
+    'Types of relent that the exports above use and another entry point exports.',
     '',
     ...extra.flatMap((s) => [`### ${s.name} (${kindOf(s)}, not exported)`, '', '```ts', printSymbol(s, s.name), '```', '']),
   ];
-  return { text: [...head, '## Exports', '', ...lines, ...tail].join('\n').replace(/\n+$/, '\n'), names, count: exports.length };
+  return { text: [...head, '## Exports', '', ...lines, ...tail].join('\n').replace(/\n+$/, '\n'), names, extra, count: exports.length, values };
 }
 
 const entries = entryPoints();
@@ -183,6 +183,17 @@ for (const r of reports) {
     const prev = owners.get(name);
     if (prev && prev.symbol !== symbol) problems.push(`\`${name}\` is two different things: in ${prev.entry} and in ${r.entry.name}`);
     else if (!prev) owners.set(name, { symbol, entry: r.entry.name });
+  }
+}
+// Every type an export refers to is exported by some entry point (a user can name what a
+// public function takes or returns); a report says where the ones it does not export are.
+const exportedBy = new Map();
+for (const r of reports) for (const symbol of r.names.values()) if (!exportedBy.has(symbol)) exportedBy.set(symbol, r.entry.name);
+for (const r of reports) {
+  for (const s of r.extra) {
+    const home = exportedBy.get(s);
+    if (home === undefined) problems.push(`\`${s.name}\` (used by ${r.entry.name}) is exported by no entry point: export its type`);
+    else r.text = r.text.replace(`### ${s.name} (${kindOf(s)}, not exported)`, `### ${s.name} (${kindOf(s)}, exported by ${home})`);
   }
 }
 if (problems.length > 0) {

@@ -34,6 +34,31 @@ export { createOperation, restoreOperation } from './core/operation.js';
 export type { Operation, OperationOptions, Command } from './core/operation.js';
 export { parseRetryAfter } from './core/retry-after.js';
 
+// The types the functions above take and return, so that a caller can name them: the
+// protections' specs, states and snapshots, the operation machine's commands and snapshot,
+// the decision's state and context, the executor's options with the drivers' hooks.
+export type { BreakerOptions, BreakerOutcome, BreakerSnapshot, BreakerState, BreakerStateChange, BreakerTransitionReason, ResolvedBreakerSpec } from './core/breaker.js';
+export type { BudgetObservation, ResolvedBudgetSpec } from './core/budget.js';
+export type { ChaosInjection, ChaosSpec, ResolvedChaos } from './core/chaos.js';
+export type { AwaitCommand, CallCommand, CheckStateCommand, EndCommand, HedgeCommand, SlotRefusal, WaitCommand } from './core/commands.js';
+export type { AimdLimitSpec, GradientLimitSpec, LimitAlgorithm, LimitChange, LimitSample, LimitSpec, ResolvedLimitSpec } from './core/concurrency.js';
+export type { DecideContext, OperationState } from './core/decide.js';
+export type { HedgePercentile, HedgeSpec, HedgeState, HedgeStats, ResolvedHedgeSpec } from './core/hedge.js';
+export type { LatencyEstimator } from './core/latency.js';
+export type { OperationSnapshot } from './core/operation.js';
+export type { ResolvedPolicySpec, RetryAfterSpec, StatusPattern, StatusSet } from './core/policy.js';
+export type { ResolvedPropagation } from './core/propagation.js';
+export type { RetryAfterForm, RetryAfterParse } from './core/retry-after.js';
+export type { RateLimitSpec, ResolvedRateLimitSpec, TokenBucket, TokenBucketState } from './core/token-bucket.js';
+export type { SendState } from './core/types.js';
+export type { PresetDefinition } from './presets/types.js';
+export type { ResolvedBulkheadOptions } from './run/bulkhead.js';
+export type { ConcurrencyLimit, ConcurrencyLimitContext, ConcurrencyLimitOptions, LimitOutcome } from './run/concurrency-limit.js';
+export type { AttemptExit, BreakerVerdict, Guard, Protection } from './run/guard.js';
+export type { RateLimiter } from './run/rate-limiter.js';
+export type { ReplayOutput, TimelineObservation } from './run/replay.js';
+export type { DriverHooks, ExecuteOptions, Instrumentation, InstrumentationAttributes, OperationInfo, OperationScope, AttemptScope, WorkInfo, WorkScope, DriverName } from './run/types.js';
+
 // Errors.
 export { RelentError } from './core/errors.js';
 export type { RelentErrorCode } from './core/errors.js';

@@ -5,11 +5,12 @@ export { openDeliveryQueue, MAX_ITEM_BYTES } from './queue.js';
 export type { DeliveryQueue, QueueOptions, EnqueueOptions } from './queue.js';
 export { createWorker } from './worker.js';
 export type { DeliveryWorker, WorkerOptions, WorkerCounters, DeliveryEvent, DeliveryAttemptEvent } from './worker.js';
+export type { BatchRef } from './events.js';
 export {
   resolveDestinations, resolveWorkerSettings, parseDeliveryConfig, DESTINATION_DEFAULTS, WORKER_DEFAULTS, BODY_FORMATS,
 } from './config.js';
 export type {
-  DestinationOptions, ResolvedDestination, RateLimitOptions, ConcurrencyOptions, BodyFormat, WorkerSettings, DeliveryConfig,
+  DestinationOptions, ResolvedDestination, RateLimitOptions, ConcurrencyOptions, BodyFormat, WorkerSettings, DeliveryConfig, LimitScope,
 } from './config.js';
 export { openStore } from './store.js';
 export { openSqliteStore, SQLITE_DEFAULTS } from './sqlite-store.js';

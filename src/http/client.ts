@@ -2,16 +2,11 @@
 // defaults (createClient), and the client's context; each call is a ClientCall
 // (client-call.ts), its request prepared in request.ts, its Response made in response.ts.
 import type { Agent, Dispatcher } from 'undici';
-import type { BreakerSnapshot, CircuitBreaker } from '../core/breaker.js';
-import type { RetryBudget } from '../core/budget.js';
 import type { Policy, PolicySpec, PresetName } from '../core/policy.js';
-import type { Bulkhead } from '../run/bulkhead.js';
-import type { ConcurrencyLimit } from '../run/concurrency-limit.js';
-import type { RateLimiter } from '../run/rate-limiter.js';
 import type { AttemptContext, RelentEvent } from '../run/run.js';
 import { undici } from '../shared/undici.js';
 import { ClientCall } from './client-call.js';
-import { DriverContext, HTTP_DRIVER_DEFAULTS, type HttpDriverOptions } from './driver.js';
+import { DriverContext, HTTP_DRIVER_DEFAULTS, type DependencyState, type HttpDriverOptions } from './driver.js';
 import { originKey } from './endpoint.js';
 import { invalid } from './operation.js';
 import { prepareRequest } from './request.js';
@@ -86,23 +81,11 @@ export const CLIENT_DEFAULTS = Object.freeze({
   maxRedirections: 20,
 });
 
-export interface RelentClient {
+export interface RelentClient extends DependencyState {
   /** fetch with relent's decisions: see the contract in `createClient`. Bound: `const { fetch } = client` works. */
   readonly fetch: (input: string | URL | Request, init?: RelentRequestInit) => Promise<Response>;
   /** The dispatcher the client sends through. */
   readonly dispatcher: Dispatcher;
-  /** The breakers by key (empty without the `breaker` option). */
-  readonly breakers: ReadonlyMap<string, CircuitBreaker>;
-  /** The bulkheads by key (empty without the `bulkhead` option). */
-  readonly bulkheads: ReadonlyMap<string, Bulkhead>;
-  /** The shared retry budgets by key. */
-  readonly budgets: ReadonlyMap<string, RetryBudget>;
-  /** The adaptive concurrency limits by key (empty without the `concurrencyLimit` option). */
-  readonly concurrencyLimits: ReadonlyMap<string, ConcurrencyLimit>;
-  /** The rate limiters by key (empty without the `rateLimit` option). */
-  readonly rateLimiters: ReadonlyMap<string, RateLimiter>;
-  /** Every breaker's state as JSON, by key (for `breakerState` after a restart). */
-  breakerSnapshot(): Record<string, BreakerSnapshot>;
   /** Closes the own Agent (not a dispatcher that was passed in). */
   close(): Promise<void>;
 }

@@ -5,6 +5,11 @@
 import type { Policy, PolicySpec, PresetName } from '../core/policy.js';
 import { PROPAGATION_DEFAULTS, resolvePropagation, type PropagationSpec, type ResolvedPropagation } from '../core/propagation.js';
 import type { HedgeState } from '../core/hedge.js';
+import type { BreakerSnapshot, CircuitBreaker } from '../core/breaker.js';
+import type { RetryBudget } from '../core/budget.js';
+import type { Bulkhead } from '../run/bulkhead.js';
+import type { ConcurrencyLimit } from '../run/concurrency-limit.js';
+import type { RateLimiter } from '../run/rate-limiter.js';
 import type { Clock, Random } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import { forDriver } from '../run/instrument.js';
@@ -39,6 +44,22 @@ export interface HttpDriverOptions extends ProtectionOptions {
   readonly bodyDeadline?: boolean;
   /** Spans and metrics (relent/otel's createOtelInstrumentation()); every operation is marked with the driver's name. */
   readonly instrumentation?: Instrumentation | null;
+}
+
+/** What the client and the interceptor keep per dependency key, for the caller to read. */
+export interface DependencyState {
+  /** The breakers by key (empty without the `breaker` option). */
+  readonly breakers: ReadonlyMap<string, CircuitBreaker>;
+  /** The bulkheads by key (empty without the `bulkhead` option). */
+  readonly bulkheads: ReadonlyMap<string, Bulkhead>;
+  /** The shared retry budgets by key. */
+  readonly budgets: ReadonlyMap<string, RetryBudget>;
+  /** The adaptive concurrency limits by key (empty without the `concurrencyLimit` option). */
+  readonly concurrencyLimits: ReadonlyMap<string, ConcurrencyLimit>;
+  /** The rate limiters by key (empty without the `rateLimit` option). */
+  readonly rateLimiters: ReadonlyMap<string, RateLimiter>;
+  /** Every breaker's state as JSON, by key (for `breakerState` after a restart). */
+  breakerSnapshot(): Record<string, BreakerSnapshot>;
 }
 
 /** The defaults of the options both drivers take, written once. */

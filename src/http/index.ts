@@ -5,7 +5,9 @@ export type { ClientOptions, RelentClient, RelentRequestInit, HeadersLike, Reque
 export { RelentFetchError } from './errors.js';
 export { relentInterceptor, INTERCEPTOR_DEFAULTS } from './interceptor.js';
 export type { InterceptorOptions, RelentDispatchOptions, RelentInterceptor } from './interceptor.js';
-export type { ProtectionOptions } from './operation.js';
+export type { ProtectionOptions, Dependencies, Dependency } from './operation.js';
+export type { HttpDriverOptions, DependencyState } from './driver.js';
+export type { Dispatch } from './intercepted.js';
 export { PROPAGATION_DEFAULTS } from '../core/propagation.js';
 export type { PropagationSpec } from '../core/propagation.js';
 export { pickHintHeaders, SERVER_HINT_HEADERS } from '../core/hints.js';

@@ -3,9 +3,9 @@
 // InterceptedOperation (intercepted.ts).
 import type { Policy, PolicySpec, PresetName } from '../core/policy.js';
 import type { RelentEvent } from '../run/run.js';
-import { DriverContext, HTTP_DRIVER_DEFAULTS, type HttpDriverOptions } from './driver.js';
+import { DriverContext, HTTP_DRIVER_DEFAULTS, type DependencyState, type HttpDriverOptions } from './driver.js';
 import { InterceptedOperation, type Dispatch } from './intercepted.js';
-import { asError, type Dependencies } from './operation.js';
+import { asError } from './operation.js';
 
 /** relentInterceptor(options): every field optional (see INTERCEPTOR_DEFAULTS). */
 export interface InterceptorOptions extends HttpDriverOptions {
@@ -33,14 +33,8 @@ export interface RelentDispatchOptions {
 }
 
 /** The interceptor as undici's `compose` takes it, with its breakers, bulkheads and budgets by key. */
-export interface RelentInterceptor {
+export interface RelentInterceptor extends DependencyState {
   (dispatch: Dispatch): Dispatch;
-  readonly breakers: Dependencies['breakers'];
-  readonly bulkheads: Dependencies['bulkheads'];
-  readonly concurrencyLimits: Dependencies['concurrencyLimits'];
-  readonly rateLimiters: Dependencies['rateLimiters'];
-  readonly budgets: Dependencies['budgets'];
-  breakerSnapshot(): ReturnType<Dependencies['snapshot']>;
 }
 
 /** An interceptor's settings, resolved once and read by every operation (InterceptedOperation). */

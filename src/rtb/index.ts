@@ -26,4 +26,4 @@ export type { Candidate, Winner, Selection, BidRejection, BidFate } from './sele
 export { WIN_NOTICE_OVERRIDES, NOTICE_WORKER_DEFAULTS } from './notices.js';
 export type { NoticeKind, NoticeCounters, NoticeStats, NoticeOutlet, Notice, Billable, BillingEventResult } from './notices.js';
 export type { SkipReason, PartnerCounters } from './partner.js';
-export type { LatencySummary } from './stats.js';
+export type { LatencySummary, Histogram, SparseHistogram } from './stats.js';

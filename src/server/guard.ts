@@ -68,7 +68,7 @@ export const SERVER_DEFAULTS = Object.freeze({
 });
 
 /** What every server event carries. */
-interface ServerEventBase {
+export interface ServerEventBase {
   /** Wall-clock epoch ms (from the injected clock). */
   readonly ts: number;
   readonly method: string;

@@ -3,7 +3,7 @@
 
 export { createServerGuard, relentMiddleware, relentFastify, SERVER_DEFAULTS } from './guard.js';
 export type {
-  ServerOptions, ServerGuard, WithRelent, ServerStats, ServedRequest, ServerEvent, ServerRequestEvent, ServerShedEvent, ServerDeadlineEvent, ServerAbandonedEvent, ServerInvalidHeaderEvent,
+  ServerOptions, ServerGuard, WithRelent, ServerStats, ServedRequest, ServerEvent, ServerEventBase, ServerRequestEvent, ServerShedEvent, ServerDeadlineEvent, ServerAbandonedEvent, ServerInvalidHeaderEvent,
   FastifyPlugin, FastifyLike, FastifyRequestLike, FastifyReplyLike,
 } from './guard.js';
 export type { ShedReason } from './admission.js';

@@ -1,8 +1,6 @@
-import type { AttemptEvent, ResultEvent } from '../core/types.js';
+import type { RelentEvent } from '../run/types.js';
 import { formatHuman, formatJsonLine } from '../run/format.js';
 import { safeEndpoint } from './endpoint.js';
-
-type RelentEvent = AttemptEvent | ResultEvent;
 
 /** Anything that takes events: a function (pass as `onEvent`) or an object with `onEvent` (e.g. a JSONL sink). */
 export type Sink<E = RelentEvent> = ((event: E) => void) | { readonly onEvent: (event: E) => void };
