@@ -40,6 +40,17 @@ export default tseslint.config(
   { files: ['src/shared/**/*.ts'], rules: { 'no-restricted-imports': layerRule('shared', [], ['run']) } },
   ...['run', 'testing'].map((d) => ({ files: [`src/${d}/**/*.ts`], rules: { 'no-restricted-imports': layerRule(d) } })),
   {
+    // Type-aware rules on the sources: every switch over a union names every case (a new
+    // command or decision kind fails lint where it is not handled), and no promise is
+    // dropped without a decision (`void` marks the ones left on purpose).
+    files: ['src/**/*.ts'],
+    languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
+    rules: {
+      '@typescript-eslint/switch-exhaustiveness-check': ['error', { considerDefaultExhaustiveForUnions: true }],
+      '@typescript-eslint/no-floating-promises': 'error',
+    },
+  },
+  {
     // The decision core is pure: no clocks, no randomness, no I/O, no Node modules.
     files: ['src/core/**/*.ts'],
     rules: {

@@ -252,6 +252,10 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
         return finish(i, now, 'check_state'); // never for these idempotent calls; no state to read
       case 'end':
         return finish(i, now, cmd.reason);
+      case 'hedge':
+      case 'await':
+        // Its operations are made without hedging state, so the machine never asks for a hedge.
+        throw new Error(`relent sim: a "${cmd.kind}" command, but this model does not hedge`);
     }
   };
 

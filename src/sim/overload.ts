@@ -484,6 +484,10 @@ function overloadRun(queue: EventQueue, p: ResolvedSimPolicy, c: OverloadConfig,
         return acc.end(startAt[i]!, now, 'check_state'); // no state to read in this model
       case 'end':
         return acc.end(startAt[i]!, now, cmd.reason);
+      case 'hedge':
+      case 'await':
+        // Its operations are made without hedging state, so the machine never asks for a hedge.
+        throw new Error(`relent sim: a "${cmd.kind}" command, but this model does not hedge`);
     }
   };
 
