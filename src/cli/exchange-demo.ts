@@ -4,9 +4,9 @@ import { fileURLToPath } from 'node:url';
 import { undici } from '../shared/undici.js';
 import { RelentError } from '../core/errors.js';
 import { createSeededRandom } from '../core/random.js';
-import { createBidder, type Bidder } from '../rtb/bidder.js';
+import { createBidder, type Bidder, type BidderStats } from '../rtb/bidder.js';
 import type { ExchangeConfig, PartnerConfig } from '../rtb/config.js';
-import { createExchange } from '../rtb/exchange.js';
+import { createExchange, type Exchange, type ExchangeStats } from '../rtb/exchange.js';
 import { Histogram } from '../rtb/stats.js';
 import { EXIT, fsReason, parseDuration, parseFlags, processIo, usageError, type Io } from './args.js';
 import { onOutputClosed } from './io.js';
@@ -33,8 +33,17 @@ function loopback(host: string): boolean {
   return host === '127.0.0.1' || host === 'localhost' || host === '[::1]';
 }
 
-/** `relent exchange-demo` (what `npm start` runs). */
-export async function exchangeDemoCommand(argv: string[], io: Io, opts: { isTTY?: boolean } = {}): Promise<number> {
+/** A checked `relent exchange-demo` command line. */
+interface DemoOptions {
+  readonly durationMs: number;
+  readonly rate: number;
+  readonly dir: string;
+  readonly isTTY: boolean;
+  readonly seed: string | number;
+}
+
+/** Reads and checks the flags; --dir must be a directory with exchange.json and bidders/. */
+async function demoOptions(argv: string[], opts: { isTTY?: boolean }): Promise<DemoOptions> {
   const { values } = parseFlags({
     args: argv,
     options: {
@@ -58,9 +67,20 @@ export async function exchangeDemoCommand(argv: string[], io: Io, opts: { isTTY?
     }
   }
   const isTTY = opts.isTTY ?? (process.stdout.isTTY === true);
-  const random = createSeededRandom(values.seed ?? 1);
+  return { durationMs, rate, dir, isTTY, seed: values.seed ?? 1 };
+}
 
-  // The bidders, on free loopback ports; the exchange's partner URLs are pointed at them.
+/** The example running: its bidders (each with the port its config names and the one it got) and the exchange. */
+interface DemoServers {
+  readonly bidders: readonly { b: Bidder; configuredPort: number }[];
+  /** A bidder's configured port → the loopback port it listens on. */
+  readonly ports: ReadonlyMap<number, number>;
+  readonly exchange: Exchange;
+  readonly url: string;
+}
+
+/** Starts the bidders on free loopback ports and the exchange with its partner URLs pointed at them. */
+async function startServers(dir: string): Promise<DemoServers> {
   const bidderFiles = (await readdir(join(dir, 'bidders'))).filter((f) => f.endsWith('.json')).sort();
   const bidders: { b: Bidder; configuredPort: number }[] = [];
   const ports = new Map<number, number>();
@@ -100,21 +120,33 @@ export async function exchangeDemoCommand(argv: string[], io: Io, opts: { isTTY?
     throw e;
   }
   const info = await exchange.listen(0, '127.0.0.1');
-  io.out(`relent exchange-demo: exchange ${info.url} · bidders ${bidders.map((x) => `${x.b.config.name}:${ports.get(x.configuredPort)}`).join(' ')} · ${rate}/s for ${durationMs / 1000}s\n`);
+  return { bidders, ports, exchange, url: info.url };
+}
 
-  // The traffic generator: an open loop at `rate`, a few malformed and disabled-source requests among them.
-  const agent = new (undici().Agent)({ connections: 128, keepAliveTimeout: 10_000 });
-  const clientMs = new Histogram();
-  const clientStatus: Record<string, number> = {};
-  let sent = 0;
-  let inFlight = 0;
-  let overTmax = 0;
-  let clientErrors = 0;
-  let seq = 0;
-  const maxInFlight = 512;
-  const send = (): void => {
-    if (inFlight >= maxInFlight) return;
-    const n = ++seq;
+/**
+ * The traffic generator: an open loop of bid requests, a few malformed and disabled-source
+ * ones among them, and what the source saw of the answers.
+ */
+class DemoTraffic {
+  readonly clientMs = new Histogram();
+  readonly clientStatus: Record<string, number> = {};
+  sent = 0;
+  inFlight = 0;
+  overTmax = 0;
+  clientErrors = 0;
+  private seq = 0;
+  private readonly maxInFlight = 512;
+  private readonly agent = new (undici().Agent)({ connections: 128, keepAliveTimeout: 10_000 });
+  private readonly origin: string;
+
+  constructor(url: string, private readonly random: () => number) {
+    this.origin = url.slice(0, url.indexOf('/', 8));
+  }
+
+  send(): void {
+    if (this.inFlight >= this.maxInFlight) return;
+    const random = this.random;
+    const n = ++this.seq;
     const r = random();
     let body: string;
     const tmax = [120, 150, 200, 300][Math.floor(random() * 4)]!;
@@ -125,23 +157,39 @@ export async function exchangeDemoCommand(argv: string[], io: Io, opts: { isTTY?
       const pub = r < 0.03 ? 'pub-disabled' : `pub-${1 + Math.floor(random() * 5)}`;
       body = JSON.stringify({ id: `demo-${n}`, imp: imps, ...(tmaxGiven ? { tmax } : {}), site: { domain: 'example.com', publisher: { id: pub } }, cur: ['USD'] });
     }
-    sent++;
-    inFlight++;
+    this.sent++;
+    this.inFlight++;
     const t0 = performance.now();
-    agent.request({ origin: info.url.slice(0, info.url.indexOf('/', 8)), path: '/openrtb2/auction', method: 'POST', headers: { 'content-type': 'application/json' }, body })
+    this.agent.request({ origin: this.origin, path: '/openrtb2/auction', method: 'POST', headers: { 'content-type': 'application/json' }, body })
       .then(async (res) => {
         await res.body.dump();
         const ms = performance.now() - t0;
-        clientMs.record(ms);
-        clientStatus[res.statusCode] = (clientStatus[res.statusCode] ?? 0) + 1;
-        if (tmaxGiven && res.statusCode !== 400 && ms > tmax) overTmax++;
+        this.clientMs.record(ms);
+        this.clientStatus[res.statusCode] = (this.clientStatus[res.statusCode] ?? 0) + 1;
+        if (tmaxGiven && res.statusCode !== 400 && ms > tmax) this.overTmax++;
       }, () => {
-        clientErrors++;
+        this.clientErrors++;
       })
       .finally(() => {
-        inFlight--;
+        this.inFlight--;
       });
-  };
+  }
+
+  close(): Promise<void> {
+    return this.agent.close();
+  }
+}
+
+/** `relent exchange-demo` (what `npm start` runs). */
+export async function exchangeDemoCommand(argv: string[], io: Io, opts: { isTTY?: boolean } = {}): Promise<number> {
+  const { durationMs, rate, dir, isTTY, seed } = await demoOptions(argv, opts);
+  const random = createSeededRandom(seed);
+  const servers = await startServers(dir);
+  const { bidders, ports, exchange } = servers;
+  io.out(`relent exchange-demo: exchange ${servers.url} · bidders ${bidders.map((x) => `${x.b.config.name}:${ports.get(x.configuredPort)}`).join(' ')} · ${rate}/s for ${durationMs / 1000}s\n`);
+
+  // The traffic generator: an open loop at `rate`, a few malformed and disabled-source requests among them.
+  const traffic = new DemoTraffic(servers.url, random);
   const started = performance.now();
   let owed = 0;
   let last = started;
@@ -151,7 +199,7 @@ export async function exchangeDemoCommand(argv: string[], io: Io, opts: { isTTY?
     last = now;
     while (owed >= 1) {
       owed--;
-      send();
+      traffic.send();
     }
   }, 10);
   const line = (): string => `t=${((performance.now() - started) / 1000).toFixed(1)}s ${statsLine(exchange.stats(), (performance.now() - started) / 1000)}`;
@@ -173,20 +221,26 @@ export async function exchangeDemoCommand(argv: string[], io: Io, opts: { isTTY?
   clearInterval(tick);
   clearInterval(live);
   const elapsed = (performance.now() - started) / 1000;
-  for (let i = 0; i < 100 && inFlight > 0; i++) await new Promise((r) => setTimeout(r, 20));
+  for (let i = 0; i < 100 && traffic.inFlight > 0; i++) await new Promise((r) => setTimeout(r, 20));
   if (isTTY) io.out(`\r\x1b[2K${line().slice(0, columns)}\n`);
   await exchange.close({ noticeDrainMs: 3_000 });
-  await agent.close();
+  await traffic.close();
   const stats = exchange.stats();
   const bstats = bidders.map((x) => ({ name: x.b.config.name, s: x.b.stats() }));
   await Promise.all(bidders.map((x) => x.b.close()));
+  io.out(summary(elapsed, traffic, stats, bstats));
+  return EXIT.ok;
+}
 
+/** The closing summary: what the source saw, what the exchange counted, what the bidders counted. */
+function summary(elapsed: number, traffic: DemoTraffic, stats: ExchangeStats, bstats: readonly { name: string; s: BidderStats }[]): string {
+  const { sent, clientStatus, clientErrors, clientMs, overTmax } = traffic;
   const a = stats.auctions;
   const reasons = Object.entries(a.byReason).map(([k, v]) => `${k} ${v}`).join(', ');
   const billedUnique = bstats.reduce((n, x) => n + x.s.billed, 0);
   const billedRepeats = bstats.reduce((n, x) => n + x.s.billingDuplicates, 0);
   const wins = bstats.reduce((n, x) => n + x.s.wins, 0);
-  io.out([
+  return [
     '',
     `relent exchange-demo — ${elapsed.toFixed(1)} s, ${sent} bid requests (${Math.round(sent / elapsed)}/s), all on loopback`,
     `source answers: ${Object.entries(clientStatus).map(([k, v]) => `${k} ×${v}`).join(' · ')}${clientErrors ? ` · transport errors ${clientErrors}` : ''} (${reasons})`,
@@ -201,6 +255,5 @@ export async function exchangeDemoCommand(argv: string[], io: Io, opts: { isTTY?
     '',
     'Next: relent exchange --config examples/exchange/exchange.json, with relent bidder --config examples/exchange/bidders/<name>.json for each bidder (docs/exchange.md).',
     '',
-  ].join('\n'));
-  return EXIT.ok;
+  ].join('\n');
 }

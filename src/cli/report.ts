@@ -1,7 +1,8 @@
 import { createReadStream } from 'node:fs';
 import { stat, writeFile } from 'node:fs/promises';
 import { RelentError } from '../core/errors.js';
-import { analyzeEventStream, REPORT_DEFAULTS, type EventReport } from '../report/analyze.js';
+import { analyzeEventStream, REPORT_DEFAULTS } from '../report/analyze.js';
+import type { EventReport } from '../report/types.js';
 import { formatReport } from '../report/format.js';
 import { renderReportHtml } from '../report/html.js';
 import { EXIT, parseFlags, processIo, type Io } from './args.js';

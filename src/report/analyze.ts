@@ -1,10 +1,15 @@
 import { createReadStream } from 'node:fs';
 import type { Decision, TerminalReason } from '../core/types.js';
 import { safeEndpoint } from '../core/endpoint.js';
+import { clip, idKey, MAX_ENDPOINT, NameCounts, NO_ENDPOINT, optNonNeg, OTHER_ENDPOINTS, printable, statusClass, timeOf, type Json } from './fields.js';
 import { LineSplitter } from './lines.js';
-import { AdaptiveSeries, type SeriesBucket } from './series.js';
-import { LogSketch, type SketchBin, type SketchSummary } from './sketch.js';
-import { retryVerdict, VERDICT_THRESHOLDS, type RetryVerdict } from './verdict.js';
+import { AdaptiveSeries } from './series.js';
+import { LogSketch } from './sketch.js';
+import type { EndpointReport, EventReport, MalformedLine, ReportOptions } from './types.js';
+import { retryVerdict, VERDICT_THRESHOLDS } from './verdict.js';
+
+export type { Distribution, EndpointReport, EventReport, MalformedLine, ReportOptions } from './types.js';
+export { printable } from './fields.js';
 
 /** relent's decisions (a closed set), in the order reports list them. */
 export const REPORT_DECISIONS: readonly Decision[] = Object.freeze([
@@ -39,135 +44,6 @@ export const REPORT_DEFAULTS = Object.freeze({
   maxAttemptsBar: 100,
 });
 
-export interface ReportOptions {
-  readonly maxOpenOperations?: number;
-  readonly maxEndpoints?: number;
-  readonly malformedLinesKept?: number;
-  readonly maxLineBytes?: number;
-  readonly seriesBuckets?: number;
-  /** What the log is called in the report (a file name); not read. */
-  readonly source?: string | null;
-}
-
-export interface MalformedLine {
-  readonly line: number;
-  /** What is wrong, in words; never the line's content (it may hold what must not leak). */
-  readonly reason: string;
-}
-
-/** Retry figures of one endpoint (or of all: `retrySuccess.overall`). */
-export interface EndpointReport {
-  /** Normalised: no query, fragment or userinfo, whatever the log held. */
-  readonly endpoint: string;
-  /** Operations that ended (by a result line, or by their last attempt's terminal decision). */
-  readonly operations: number;
-  /** Attempt lines seen. */
-  readonly attempts: number;
-  /** Load sent: attempts ÷ operations seen (ended or not); null without operations. */
-  readonly attemptsPerOperation: number | null;
-  /** Operations that ended with `return`. */
-  readonly returned: number;
-  /** Operations that needed at least one retry (2 attempts or more). */
-  readonly retried: number;
-  /** …of which ended with `return`. */
-  readonly retriedReturned: number;
-  /** retriedReturned ÷ retried; null without retried operations. */
-  readonly retrySuccessRate: number | null;
-  /** Attempts that timed out (`timeout` or `connect_timeout`). */
-  readonly timeouts: number;
-  readonly timeoutShare: number | null;
-  /** Operations seen whose end is not in the log. */
-  readonly unfinished: number;
-  readonly reasons: Readonly<Partial<Record<TerminalReason, number>>>;
-  readonly verdict: RetryVerdict;
-}
-
-export interface Distribution extends SketchSummary {
-  /** One bar per doubling (ms): see LogSketch.bins. */
-  readonly bins: readonly SketchBin[];
-}
-
-/** Everything `relent report` prints; plain JSON (what `--json` writes). */
-export interface EventReport {
-  readonly source: string | null;
-  readonly lines: number;
-  readonly blankLines: number;
-  readonly events: { readonly attempt: number; readonly result: number; readonly other: Readonly<Record<string, number>> };
-  readonly malformed: { readonly count: number; readonly lines: readonly MalformedLine[]; readonly byReason: Readonly<Record<string, number>> };
-  readonly operations: {
-    /** Operations that ended: withResult + inferred. */
-    readonly ended: number;
-    /** Ended by their result line. */
-    readonly withResult: number;
-    /** No result line, but their last attempt's decision ended them (logs of attempts only, e.g. the delivery worker's). */
-    readonly inferred: number;
-    /** Seen, but their last attempt decided `retry` and nothing followed (open at the end, or evicted). */
-    readonly unfinished: number;
-    /** Operations dropped from the open set to keep memory bounded (counted as inferred or unfinished). */
-    readonly evicted: number;
-    /** The bound on operations held open at once. */
-    readonly maxOpen: number;
-  };
-  /** Load sent to the dependencies: attempts ÷ operations seen. */
-  readonly load: { readonly attempts: number; readonly operations: number; readonly attemptsPerOperation: number | null; readonly retries: number; readonly retryShare: number | null };
-  /**
-   * Hedged requests: attempts sent while another of their operation was in flight, those
-   * whose answer was the operation's, and the extra load they added (hedges ÷ operations).
-   */
-  readonly hedging: { readonly hedges: number; readonly won: number; readonly extraLoad: number | null };
-  /**
-   * Attempts the policy's chaos injected into (their events say `injected`), counted
-   * apart: faults and outcomes reached no dependency; latencies delayed a real call.
-   * They are in `load` and every other count too, as the attempts they were.
-   */
-  readonly chaos: { readonly injected: number; readonly fault: number; readonly outcome: number; readonly latency: number; readonly share: number | null };
-  readonly attemptsPerOperation: {
-    /** Operations that ended, by their number of attempts (only counts that occur). */
-    readonly histogram: readonly { readonly attempts: number; readonly operations: number; readonly share: number }[];
-    /** Operations with more attempts than maxAttemptsBar, together. */
-    readonly more: { readonly from: number; readonly operations: number } | null;
-    readonly mean: number | null;
-    readonly max: number | null;
-  };
-  /** Share of ended operations per terminal reason (only reasons that occur, in vocabulary order). */
-  readonly reasons: readonly { readonly reason: TerminalReason; readonly operations: number; readonly share: number }[];
-  /** How ended operations ended: `2xx`…`5xx` of the final status, the final error class, or `no call`. */
-  readonly outcomes: Readonly<Record<string, number>>;
-  /** Per attempt: status classes, statuses, error classes, decisions. */
-  readonly perAttempt: {
-    readonly statusClasses: Readonly<Record<string, number>>;
-    readonly statuses: readonly { readonly status: number; readonly attempts: number }[];
-    readonly errorClasses: readonly { readonly errorClass: string; readonly attempts: number }[];
-    readonly decisions: readonly { readonly decision: Decision; readonly attempts: number }[];
-  };
-  readonly timeouts: { readonly attempts: number; readonly share: number | null };
-  /** The chosen waits (`delayMs` of attempts that set one), ms. */
-  readonly delays: Distribution;
-  /** How long attempts took (`elapsedMs`), ms. */
-  readonly elapsed: Distribution;
-  readonly retryAfter: { readonly seen: number; readonly valid: number; readonly invalid: number };
-  readonly retrySuccess: {
-    readonly overall: EndpointReport;
-    /** By operations, most first. */
-    readonly endpoints: readonly EndpointReport[];
-    /** Operations of endpoints beyond maxEndpoints, counted in the row "(other endpoints)". */
-    readonly endpointsFolded: boolean;
-    readonly thresholds: typeof VERDICT_THRESHOLDS;
-  };
-  /** Load vs retries over time (or over the log's lines when events carry no time). */
-  readonly series: {
-    readonly basis: 'time' | 'line';
-    /** The event field the times came from, or null (line order). */
-    readonly field: 'ts' | 'time' | null;
-    readonly unit: 'ms' | 'lines';
-    readonly bucketWidth: number;
-    readonly buckets: readonly SeriesBucket[];
-    /** In time mode: attempts without a usable time, counted at the last time seen. */
-    readonly attemptsWithoutTime: number;
-    readonly note: string;
-  };
-}
-
 interface EndpointAcc {
   readonly key: string;
   operations: number;
@@ -186,85 +62,6 @@ interface OpenOp {
   last: number;
   status: number | null;
   errorClass: string | null;
-}
-
-type Json = Record<string, unknown>;
-
-const NO_ENDPOINT = '(no endpoint)';
-const OTHER_ENDPOINTS = '(other endpoints)';
-const OTHER = '(other)';
-const MAX_NAME = 60;
-const MAX_ENDPOINT = 300;
-const MAX_ID = 200;
-
-/** A short stable key for an over-long operation id (its head, its length and a 53-bit hash). */
-function idKey(id: string): string {
-  if (id.length <= MAX_ID) return id;
-  let h1 = 0xdeadbeef;
-  let h2 = 0x41c6ce57;
-  for (let i = 0; i < id.length; i++) {
-    const c = id.charCodeAt(i);
-    h1 = Math.imul(h1 ^ c, 2654435761);
-    h2 = Math.imul(h2 ^ c, 1597334677);
-  }
-  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
-  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
-  return `${id.slice(0, 64)}…${id.length}:${(4294967296 * (2097151 & h2) + (h1 >>> 0)).toString(36)}`;
-}
-
-/**
- * Names from the log are untrusted: control characters (terminal escapes) and bidi
- * overrides become U+FFFD so that no output — text, JSON or HTML — can carry them.
- */
-// eslint-disable-next-line no-control-regex
-const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
-export function printable(s: string): string {
-  return s.replace(UNPRINTABLE, '\ufffd');
-}
-
-function clip(s: string, max: number): string {
-  return s.length <= max ? s : `${s.slice(0, max - 1)}…`;
-}
-
-/** A bounded name → count table: after `max` names, new ones count as "(other)". */
-class NameCounts {
-  private readonly m = new Map<string, number>();
-  constructor(private readonly max: number) {}
-  add(name: string, n = 1): void {
-    let key = clip(name, MAX_NAME);
-    if (!this.m.has(key) && this.m.size >= this.max) key = OTHER;
-    this.m.set(key, (this.m.get(key) ?? 0) + n);
-  }
-  entries(): [string, number][] {
-    return [...this.m.entries()].map(([k, v]): [string, number] => [printable(k), v]).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
-  }
-  record(): Record<string, number> {
-    return Object.fromEntries(this.entries());
-  }
-}
-
-function statusClass(status: number): string {
-  return `${Math.floor(status / 100)}xx`;
-}
-
-/** A finite number ≥ 0, or undefined for absent/null; NaN marks a wrong value. */
-function optNonNeg(v: unknown): number | undefined {
-  if (v === undefined || v === null) return undefined;
-  return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : Number.NaN;
-}
-
-/** The event's time in ms from `ts` or `time` (a number of ms, or a date text), or null. */
-function timeOf(o: Json): { at: number; field: 'ts' | 'time' } | null {
-  for (const field of ['ts', 'time'] as const) {
-    const v = o[field];
-    if (v === undefined || v === null) continue;
-    if (typeof v === 'number' && Number.isFinite(v)) return { at: v, field };
-    if (typeof v === 'string' && v.length <= 64) {
-      const t = Date.parse(v);
-      if (Number.isFinite(t)) return { at: t, field };
-    }
-  }
-  return null;
 }
 
 /**

@@ -1,4 +1,4 @@
-import type { Distribution, EventReport } from './analyze.js';
+import type { Distribution, EventReport } from './types.js';
 import type { SketchBin } from './sketch.js';
 import { textTable } from '../shared/text-table.js';
 import { percent } from './verdict.js';

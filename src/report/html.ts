@@ -1,4 +1,4 @@
-import type { Distribution, EndpointReport, EventReport } from './analyze.js';
+import type { Distribution, EndpointReport, EventReport } from './types.js';
 import { binLabel, count, duration, fixed2, seriesStart, share } from './format.js';
 import { htmlPage, htmlTable } from '../shared/html.js';
 import { barChart, compact, esc, hBarChart, lineChart, PALETTE } from '../shared/svg.js';

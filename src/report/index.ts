@@ -3,7 +3,7 @@
 // charts. Every export is named here (no `export *`).
 
 export { EventLogAnalyzer, analyzeEventText, analyzeEventStream, analyzeEventFile, REPORT_DEFAULTS, REPORT_DECISIONS, REPORT_REASONS } from './analyze.js';
-export type { ReportOptions, EventReport, EndpointReport, MalformedLine, Distribution } from './analyze.js';
+export type { ReportOptions, EventReport, EndpointReport, MalformedLine, Distribution } from './types.js';
 export { retryVerdict, VERDICT_THRESHOLDS } from './verdict.js';
 export type { RetryVerdict, VerdictKind } from './verdict.js';
 export type { SketchSummary, SketchBin } from './sketch.js';

@@ -209,6 +209,28 @@ function runOne(c: CapacityConfig, contender: CapacityContender): CapacityRow {
     now = t;
     fn();
   }
+  return capacityRow(c, contender.name, { samples, healthy, degraded, ok, failed, failedInDrop, limitTrace, inFlightTrace });
+}
+
+/** What one contender's run left behind, for its row. */
+interface CapacityRun {
+  /** [t, calls in flight], one per 50 ms. */
+  readonly samples: readonly [number, number][];
+  /** The dependency's latencies at healthy capacity and from 2 s after the drop (sorted here). */
+  readonly healthy: number[];
+  readonly degraded: number[];
+  readonly ok: number;
+  readonly failed: number;
+  readonly failedInDrop: number;
+  readonly limitTrace: readonly (number | null)[];
+  readonly inFlightTrace: readonly number[];
+}
+
+/** A contender's row: when calls in flight converged after the drop, their spread, and the latency change. */
+function capacityRow(c: CapacityConfig, name: string, run: CapacityRun): CapacityRow {
+  const { samples, healthy, degraded } = run;
+  const dropEnd = c.dropAtMs + c.dropForMs;
+  const inDrop = (t: number): boolean => t >= c.dropAtMs && t < dropEnd;
   let converged: number | null = null;
   for (let i = samples.length - 1; i >= 0; i--) {
     const [t, n] = samples[i]!;
@@ -222,18 +244,18 @@ function runOne(c: CapacityConfig, contender: CapacityContender): CapacityRow {
   const h = sortedQuantile(healthy, 0.5);
   const d = sortedQuantile(degraded, 0.5);
   return {
-    name: contender.name,
+    name,
     convergedMs: converged,
     inFlightP50: sortedQuantile(during, 0.5),
     inFlightP99: sortedQuantile(during, 0.99),
     healthyLatencyP50: round2(h),
     dropLatencyP50: round2(d),
     latencyRatio: h > 0 ? round2(d / h) : 0,
-    ok,
-    failed,
-    failedInDrop,
-    limitTrace,
-    inFlightTrace,
+    ok: run.ok,
+    failed: run.failed,
+    failedInDrop: run.failedInDrop,
+    limitTrace: run.limitTrace,
+    inFlightTrace: run.inFlightTrace,
   };
 }
 
