@@ -18,7 +18,7 @@ describe('the API report', () => {
     // Types are not capped: every type a public function takes or returns is exported (next test).
     expect(values('relent.api.md')).toBeLessThanOrEqual(30);
     const root = readFileSync(`${API}relent.api.md`, 'utf8');
-    for (const internal of ['startOperation', 'beginAttempt', 'afterRetry', 'preflight', 'compileStatuses', 'normalizeBudget', 'boundObservation', 'MAX_TIMER_MS', 'systemClock']) {
+    for (const internal of ['advanceAttempt', 'recordRetry', 'isIdempotent', 'preflight', 'compileStatuses', 'normalizeBudget', 'boundObservation', 'MAX_TIMER_MS', 'systemClock']) {
       expect(root).not.toContain(`### ${internal} (`);
     }
   });

@@ -7,9 +7,10 @@ import { ERROR_CLASSES, IDEMPOTENT_METHODS, type Policy } from './policy.js';
 import type { Decision, DecisionResult, DecisionWhy, Observation, Random, SendState } from './types.js';
 
 /**
- * What the core knows about one operation between attempts. Drivers create it with
- * `startOperation`, move it forward with `beginAttempt` / `afterRetry`, and never
- * interpret it themselves.
+ * What the core knows about one operation between attempts; decide() reads it. The
+ * operation state machine (`createOperation()`, operation.ts) keeps it and moves it
+ * forward in place (advanceAttempt, recordRetry, below); drivers feed the machine events
+ * and never change or interpret the state themselves.
  */
 export interface OperationState {
   /** The attempt being made or just observed (1-based); 0 before the first call. */
@@ -36,14 +37,12 @@ export interface OperationState {
   readonly pushbackAt?: number;
 }
 
-export interface StartOptions {
-  readonly now: number;
+/** What the idempotency rule reads of an operation's options. */
+export interface IdempotencyOptions {
   readonly method?: string | null;
   readonly idempotencyKey?: string | null;
   /** The caller's declaration: beats the key, the policy and the method. */
   readonly idempotent?: boolean | null;
-  /** A deadline for this operation only (ms from now), never longer than the policy's. */
-  readonly deadlineMs?: number | null;
 }
 
 export interface DecideContext {
@@ -63,26 +62,12 @@ export interface DecideContext {
  * policy's declaration, which beats the method. An operation without a method (a
  * plain function given to run()) is idempotent unless declared otherwise.
  */
-export function isIdempotent(policy: Policy, o: Pick<StartOptions, 'method' | 'idempotencyKey' | 'idempotent'>): boolean {
+export function isIdempotent(policy: Policy, o: IdempotencyOptions): boolean {
   if (typeof o.idempotent === 'boolean') return o.idempotent;
   if (typeof o.idempotencyKey === 'string' && o.idempotencyKey.length > 0) return true;
   if (policy.idempotent !== null) return policy.idempotent;
   if (typeof o.method === 'string' && o.method.length > 0) return IDEMPOTENT_METHODS.has(o.method.toUpperCase());
   return true;
-}
-
-export function startOperation(policy: Policy, o: StartOptions): OperationState {
-  const own = o.deadlineMs;
-  const deadlineMs = typeof own === 'number' && own >= 0 && own < policy.deadlineMs ? own : policy.deadlineMs;
-  return {
-    attempt: 0,
-    startedAt: o.now,
-    deadlineAt: o.now + deadlineMs,
-    idempotent: isIdempotent(policy, o),
-    prevDelayMs: null,
-    lastBudgetCost: 0,
-    throttled: 0,
-  };
 }
 
 /** A state the core moves forward in place (the operation state machine's own, see operation.ts). */
@@ -102,28 +87,6 @@ export function recordRetry(state: MutableState, result: DecisionResult): void {
   state.throttled = (state.throttled ?? 0) + (result.uncounted === true ? 1 : 0);
   state.budgetPending = result.budgetPending === true;
   if (result.pushback === true) state.pushbackAt = state.attempt;
-}
-
-function copyState(s: OperationState): MutableState {
-  // An explicit literal, not a spread: spreads are several times slower.
-  return {
-    attempt: s.attempt, startedAt: s.startedAt, deadlineAt: s.deadlineAt, idempotent: s.idempotent, prevDelayMs: s.prevDelayMs,
-    lastBudgetCost: s.lastBudgetCost, throttled: s.throttled ?? 0, budgetPending: s.budgetPending ?? false, pushbackAt: s.pushbackAt ?? 0,
-  };
-}
-
-/** The state for the next attempt (a copy; the operation state machine advances its own in place). */
-export function beginAttempt(state: OperationState): OperationState {
-  const next = copyState(state);
-  advanceAttempt(next);
-  return next;
-}
-
-/** The state after a `retry` (or `defer`) decision: remembers the wait and its cost (a copy). */
-export function afterRetry(state: OperationState, result: DecisionResult): OperationState {
-  const next = copyState(state);
-  recordRetry(next, result);
-  return next;
 }
 
 /** What preflight() needs to charge a retry that waited for the budget. */

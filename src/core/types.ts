@@ -97,7 +97,7 @@ export interface DecisionResult {
   readonly budgetCost: number;
   /**
    * The attempt was throttled (429) under a policy whose throttled attempts do not count
-   * against maxAttempts (`throttleCountsAsAttempt: false`); afterRetry() remembers it.
+   * against maxAttempts (`throttleCountsAsAttempt: false`); the operation remembers it (recordRetry).
    */
   readonly uncounted?: boolean;
   /** The retry has not been paid for: the driver must pass the budget gate in preflight() before sending it. */

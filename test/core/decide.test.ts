@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { afterRetry, beginAttempt, boundObservation, decide, preflight, startOperation, attemptBudgetMs, type OperationState } from '../../src/core/decide.js';
+import { boundObservation, decide, isIdempotent, preflight, attemptBudgetMs, type OperationState } from '../../src/core/decide.js';
+import { createOperation } from '../../src/core/operation.js';
 import { createPolicy, type PolicySpec } from '../../src/core/policy.js';
 import { createRetryBudget, type BudgetSpec, type RetryBudget } from '../../src/core/budget.js';
 import { createSeededRandom } from '../../src/core/random.js';
@@ -9,32 +10,42 @@ import type { Observation } from '../../src/core/types.js';
 const rnd = createSeededRandom(7);
 const WALL = Date.UTC(2026, 0, 1, 10, 0, 0);
 
-function opAt(spec: PolicySpec, o: { method?: string; key?: string; idempotent?: boolean; attempt?: number; now?: number } = {}) {
+/**
+ * What decide() is given on attempt `attempt` of an operation that started at 0 and has
+ * not retried yet: a fixture for the unit tests of decide() alone. Tests of a sequence of
+ * attempts drive the operation state machine (createOperation), as the drivers do.
+ */
+function stateOf(o: { attempt: number; deadlineAt: number; idempotent: boolean }): OperationState {
+  return { attempt: o.attempt, startedAt: 0, deadlineAt: o.deadlineAt, idempotent: o.idempotent, prevDelayMs: null, lastBudgetCost: 0, throttled: 0 };
+}
+
+/** The policy of `spec` and the state of attempt `attempt` (default 1) of an operation under it (the idempotency rule as the machine applies it). */
+function opAt(spec: PolicySpec, o: { method?: string; key?: string; idempotent?: boolean; attempt?: number } = {}) {
   const policy = createPolicy(spec);
-  let state = startOperation(policy, { now: 0, method: o.method ?? 'GET', idempotencyKey: o.key ?? null, idempotent: o.idempotent ?? null });
-  for (let i = 0; i < (o.attempt ?? 1); i++) state = beginAttempt(state);
-  return { policy, state };
+  const idempotent = isIdempotent(policy, { method: o.method ?? 'GET', idempotencyKey: o.key ?? null, idempotent: o.idempotent ?? null });
+  return { policy, state: stateOf({ attempt: o.attempt ?? 1, deadlineAt: policy.deadlineMs, idempotent }) };
 }
 
 const ctx = (now: number, extra: object = {}) => ({ now, wallNow: WALL + now, random: rnd, ...extra });
 
-describe('decide(): the S3 reference fixture as plain calls (R1, R3, R15)', () => {
+describe('decide(): the S3 reference fixture through the operation state machine (R1, R3, R15)', () => {
   it('503 (80) → retry, 503 (80) → retry, 200 (50) → return; remaining 400 → 280 → 160', () => {
     const policy = createPolicy({ maxAttempts: 3, deadlineMs: 400, backoff: { kind: 'constant', delayMs: 40 } });
-    let state = startOperation(policy, { now: 0, method: 'GET' });
+    const op = createOperation(policy, { method: 'GET', random: rnd });
     let now = 0;
+    let cmd = op.start(now);
     const seen: { remaining: number; decision: string }[] = [];
     for (const obs of [{ status: 503, elapsedMs: 80 }, { status: 503, elapsedMs: 80 }, { status: 200, elapsedMs: 50 }]) {
-      expect(preflight(state, now)).toBeNull();
-      state = beginAttempt(state);
-      const remaining = state.deadlineAt - now;
+      // A call, not the end: the deadline allows the attempt.
+      if (cmd.kind !== 'call') throw new Error(`expected a call, got ${cmd.kind}`);
+      const remaining = cmd.remainingMs;
       now += obs.elapsedMs;
-      const d = decide(policy, state, obs, ctx(now));
-      seen.push({ remaining, decision: d.decision });
-      if (d.decision !== 'retry') break;
-      expect(d.delayMs).toBe(40);
-      state = afterRetry(state, d);
-      now += d.delayMs!;
+      cmd = op.answered(obs, now, WALL + now);
+      seen.push({ remaining, decision: op.decision!.decision });
+      if (cmd.kind !== 'wait') break;
+      expect(cmd.delayMs).toBe(40);
+      now += cmd.delayMs;
+      cmd = op.timerFired(now);
     }
     expect(seen).toEqual([
       { remaining: 400, decision: 'retry' },
@@ -293,18 +304,19 @@ describe('R9 budgets', () => {
     const policy = createPolicy(spec);
     const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 2 });
     const results: string[] = [];
-    for (let op = 0; op < 4; op++) {
-      const state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
-      results.push(decide(policy, state, { status: 503, elapsedMs: 1 }, { now: 1, random: rnd, budget }).decision);
+    for (let i = 0; i < 4; i++) {
+      const op = createOperation(policy, { method: 'GET', random: rnd, budget });
+      op.start(0);
+      op.answered({ status: 503, elapsedMs: 1 }, 1);
+      results.push(op.decision!.decision);
     }
     expect(results).toEqual(['retry', 'retry', 'budget_exhausted', 'budget_exhausted']);
   });
   it('by default an empty budget keeps the retry unpaid (budgetExhausted "wait")', () => {
-    const policy = createPolicy({ maxAttempts: 10, backoff: { kind: 'constant', delayMs: 1 } });
+    const { policy, state } = opAt({ maxAttempts: 10, backoff: { kind: 'constant', delayMs: 1 } });
     const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 1 });
     budget.tryAcquire({ throttled: false, timeout: false }, 0);
     answered(budget, 0); // another call of this client was answered: the dependency is serving
-    const state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
     expect(decide(policy, state, { status: 503, elapsedMs: 1 }, { now: 1, random: rnd, budget })).toMatchObject({ decision: 'retry', why: 'budget_wait', budgetPending: true, budgetCost: 0 });
     // a dependency that has answered nothing for over a second is not waited for
     expect(decide(policy, state, { status: 503, elapsedMs: 1 }, { now: 1001, random: rnd, budget })).toMatchObject({ decision: 'budget_exhausted', why: 'budget_empty' });
@@ -321,15 +333,16 @@ describe('R9 budgets', () => {
     const ops = 10_000;
     for (let op = 0; op < ops; op++) {
       const now = op; // 1 operation per ms for 10 s
-      let state = beginAttempt(startOperation(policy, { now, method: 'GET' }));
-      for (;;) {
+      const operation = createOperation(policy, { method: 'GET', random: rnd, budget });
+      let cmd = operation.start(now);
+      while (cmd.kind === 'call') {
         const status = draw() < ok ? 200 : 503;
         if (status === 200) answered++;
-        else if (state.attempt > 1) failedRetries++;
-        const d = decide(policy, state, { status, elapsedMs: 0 }, { now, random: rnd, budget });
-        if (d.decision !== 'retry') break;
+        else if (operation.attempt > 1) failedRetries++;
+        cmd = operation.answered({ status, elapsedMs: 0 }, now);
+        if (cmd.kind !== 'wait') break;
         retries++;
-        state = beginAttempt(afterRetry(state, d));
+        cmd = operation.timerFired(now);
       }
     }
     return { ops, retries, failedRetries, answered };
@@ -358,14 +371,15 @@ describe('R9 budgets', () => {
   it('a retry that succeeds gets its token back; one that fails does not', () => {
     const policy = createPolicy({ maxAttempts: 3, backoff: { kind: 'constant', delayMs: 1 } });
     const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 5 });
-    let state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
-    let d = decide(policy, state, { status: 503, elapsedMs: 0 }, { now: 0, random: rnd, budget });
+    const op = createOperation(policy, { method: 'GET', random: rnd, budget });
+    op.start(0);
+    expect(op.answered({ status: 503, elapsedMs: 0 }, 0).kind).toBe('wait');
     expect(budget.available(0)).toBe(4);
-    state = beginAttempt(afterRetry(state, d));
-    d = decide(policy, state, { status: 503, elapsedMs: 0 }, { now: 0, random: rnd, budget });
+    op.timerFired(0);
+    expect(op.answered({ status: 503, elapsedMs: 0 }, 0).kind).toBe('wait');
     expect(budget.available(0)).toBe(3);
-    state = beginAttempt(afterRetry(state, d));
-    decide(policy, state, { status: 200, elapsedMs: 0 }, { now: 0, random: rnd, budget });
+    op.timerFired(0);
+    op.answered({ status: 200, elapsedMs: 0 }, 0);
     expect(budget.available(0)).toBe(4);
   });
   it('ratio budget options are validated by name', () => {
@@ -375,23 +389,24 @@ describe('R9 budgets', () => {
   it('the budget is charged only for retries that would happen', () => {
     const policy = createPolicy({ maxAttempts: 1 });
     const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 1 });
-    const state = beginAttempt(startOperation(policy, { now: 0 }));
-    decide(policy, state, { status: 503, elapsedMs: 1 }, { now: 1, random: rnd, budget });
+    const op = createOperation(policy, { random: rnd, budget });
+    op.start(0);
+    op.answered({ status: 503, elapsedMs: 1 }, 1);
     expect(budget.available(1)).toBe(1);
   });
 });
 
 describe('R12/R19 a throttled attempt may not count against maxAttempts (the policy\'s choice)', () => {
   const run = (spec: PolicySpec, statuses: number[]) => {
-    const policy = createPolicy(spec);
-    let state = startOperation(policy, { now: 0, method: 'GET' });
+    const op = createOperation(createPolicy(spec), { method: 'GET', random: rnd });
+    let cmd = op.start(0);
     const out: string[] = [];
     for (const status of statuses) {
-      state = beginAttempt(state);
-      const d = decide(policy, state, { status, elapsedMs: 0 }, { now: 0, random: rnd });
-      out.push(d.decision);
-      if (d.decision !== 'retry') break;
-      state = afterRetry(state, d);
+      if (cmd.kind !== 'call') throw new Error(`expected a call, got ${cmd.kind}`);
+      cmd = op.answered({ status, elapsedMs: 0 }, 0);
+      out.push(op.decision!.decision);
+      if (cmd.kind !== 'wait') break;
+      cmd = op.timerFired(0);
     }
     return out;
   };
@@ -418,35 +433,42 @@ describe('R9 budgetExhausted: "wait" — an unpaid retry waits for the budget at
     const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 2, maxTokens: 1 });
     budget.tryAcquire({ throttled: false, timeout: false }, 0); // empty it
     answered(budget, 0); // the dependency answers other calls
-    let state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
-    const d = decide(policy, state, { status: 503, elapsedMs: 10 }, { now: 10, random: rnd, budget });
-    expect(d).toMatchObject({ decision: 'retry', why: 'budget_wait', delayMs: 100, budgetCost: 0, budgetPending: true });
-    state = afterRetry(state, d);
-    const gate = { policy, budget, random: rnd };
-    expect(preflight(state, 110, gate)).toMatchObject({ decision: 'retry', why: 'budget_wait', delayMs: 100 }); // 0.2 tokens
-    expect(preflight(state, 510, gate)).toBeNull(); // 1 token after 0.5 s at 2/s: paid, go
+    const op = createOperation(policy, { method: 'GET', random: rnd, budget });
+    op.start(0);
+    expect(op.answered({ status: 503, elapsedMs: 10 }, 10)).toEqual({ kind: 'wait', delayMs: 100, why: 'budget_wait' });
+    expect(op.decision).toMatchObject({ decision: 'retry', why: 'budget_wait', delayMs: 100, budgetCost: 0, budgetPending: true });
+    // A second operation in the same state, still waiting for the budget after the first is paid.
+    const late = createOperation(policy, { method: 'GET', random: rnd, budget });
+    late.start(0);
+    expect(late.answered({ status: 503, elapsedMs: 10 }, 10)).toMatchObject({ kind: 'wait', why: 'budget_wait' });
+    expect(preflight(late, 110)).toMatchObject({ decision: 'budget_exhausted' }); // a driver that cannot wait ends it
+    // The machine's preflight (its own gate) when each wait is over.
+    expect(op.timerFired(110)).toEqual({ kind: 'wait', delayMs: 100, why: 'budget_wait' }); // 0.2 tokens
+    expect(op.timerFired(510)).toMatchObject({ kind: 'call', attempt: 2 }); // 1 token after 0.5 s at 2/s: paid, go
     expect(budget.available(510)).toBeLessThan(0.01);
+    expect(op.budgetPending).toBe(false);
     answered(budget, 600);
-    expect(preflight(state, 950, gate)).toMatchObject({ decision: 'budget_exhausted', why: 'budget_empty' }); // no slot fits any more
-    expect(preflight(state, 110)).toMatchObject({ decision: 'budget_exhausted' }); // a driver that cannot wait ends it
-    expect(beginAttempt(state).budgetPending).toBe(false);
+    expect(late.timerFired(950)).toMatchObject({ kind: 'end', reason: 'budget_exhausted', why: 'budget_empty' }); // no slot fits any more
   });
   it('waits only while the dependency answers someone: after a second of no answers, it ends', () => {
     const policy = createPolicy({ ...spec, deadlineMs: 10_000 });
     const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0.1, maxTokens: 1 });
     budget.tryAcquire({ throttled: false, timeout: false }, 0);
     answered(budget, 0);
-    const state = afterRetry(beginAttempt(startOperation(policy, { now: 0, method: 'GET' })), decide(policy, beginAttempt(startOperation(policy, { now: 0, method: 'GET' })), { status: 503, elapsedMs: 10 }, { now: 10, random: rnd, budget }));
-    const gate = { policy, budget, random: rnd };
-    expect(preflight(state, 900, gate)).toMatchObject({ decision: 'retry', why: 'budget_wait' });
-    expect(preflight(state, 1100, gate)).toMatchObject({ decision: 'budget_exhausted', why: 'budget_empty' });
+    const op = createOperation(policy, { method: 'GET', random: rnd, budget });
+    op.start(0);
+    expect(op.answered({ status: 503, elapsedMs: 10 }, 10)).toMatchObject({ kind: 'wait', why: 'budget_wait' });
+    expect(op.timerFired(900)).toMatchObject({ kind: 'wait', why: 'budget_wait' });
+    expect(op.timerFired(1100)).toMatchObject({ kind: 'end', reason: 'budget_exhausted', why: 'budget_empty', decision: { decision: 'budget_exhausted', why: 'budget_empty' } });
   });
   it('"stop" ends with budget_exhausted at once', () => {
     const policy = createPolicy({ ...spec, budgetExhausted: 'stop' });
     const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 1 });
     budget.tryAcquire({ throttled: false, timeout: false }, 0);
-    const state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
-    expect(decide(policy, state, { status: 503, elapsedMs: 10 }, { now: 10, random: rnd, budget }).decision).toBe('budget_exhausted');
+    const op = createOperation(policy, { method: 'GET', random: rnd, budget });
+    op.start(0);
+    expect(op.answered({ status: 503, elapsedMs: 10 }, 10)).toMatchObject({ kind: 'end', reason: 'budget_exhausted' });
+    expect(op.decision!.decision).toBe('budget_exhausted');
     expect(() => createPolicy({ budgetExhausted: 'later' as never })).toThrow(/`budgetExhausted`/);
   });
 });
@@ -468,9 +490,7 @@ describe('properties', () => {
   );
   it('a retry wait is always within [0, policy.maxDelayMs + jitter] and ends before the deadline', () => {
     fc.assert(fc.property(obsArb, fc.integer({ min: 1, max: 10_000 }), fc.nat(200_000), fc.integer({ min: 1, max: 300_000 }), fc.integer(), (obs, attempt, now, deadlineMs, seed) => {
-      const policy = createPolicy({ deadlineMs, maxAttempts: 10_000 });
-      let state: OperationState = startOperation(policy, { now: 0, method: 'GET' });
-      state = { ...state, attempt };
+      const { policy, state } = opAt({ deadlineMs, maxAttempts: 10_000 }, { attempt });
       const d = decide(policy, state, obs, { now, wallNow: WALL, random: createSeededRandom(seed) });
       if (d.decision === 'retry') {
         expect(Number.isInteger(d.delayMs)).toBe(true);

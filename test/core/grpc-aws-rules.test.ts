@@ -2,18 +2,23 @@
 // gaps): the throttle in milli-tokens, pushback on any retryable status, a "don't retry"
 // pushback counted as a throttling failure, exactly the pushback's wait and the backoff
 // reset after it, A6's cap of 5 attempts, budgets that never wait, x-amz-retry-after.
-// Plain calls of the core, and run() on the test clock.
+// The core's operation state machine, and run() on the test clock.
 import { describe, expect, it } from 'vitest';
-import { afterRetry, beginAttempt, decide, startOperation, type OperationState } from '../../src/core/decide.js';
-import { createRetryBudget } from '../../src/core/budget.js';
+import { createRetryBudget, type RetryBudget } from '../../src/core/budget.js';
 import { createPolicy, type Policy } from '../../src/core/policy.js';
 import { createOperation, restoreOperation } from '../../src/core/operation.js';
-import type { Observation } from '../../src/core/types.js';
+import type { Observation, Random } from '../../src/core/types.js';
 import { presetPolicy, resolvePolicy, withOverrides } from '../../src/presets/index.js';
 import { execute, type AttemptContext } from '../../src/run/run.js';
 import { constantRandom, createTestClock, type TestClock } from '../../src/testing/index.js';
 
-const ctx = (now: number, random = constantRandom(0.5)) => ({ now, wallNow: Date.UTC(2026, 0, 1) + now, random });
+/** The decision on the first attempt of a GET under `policy`, answered at 1 ms, as the operation state machine takes it. */
+function decideFirst(policy: Policy, obs: Observation, o: { random?: Random; budget?: RetryBudget } = {}) {
+  const op = createOperation(policy, { method: 'GET', random: o.random ?? constantRandom(0.5), budget: o.budget ?? null });
+  op.start(0);
+  op.answered(obs, 1, Date.UTC(2026, 0, 1) + 1);
+  return op.decision!;
+}
 
 async function drive<T>(clock: TestClock, p: Promise<T>): Promise<T> {
   let done = false;
@@ -56,24 +61,26 @@ describe('grpc-retry-pushback-ms (bugs 4 and 5, and A6\'s exact wait and backoff
     maxAttempts: 5, retryOn: { status: [500, 503] },
     backoff: { kind: 'proportional-jitter', baseMs: 100, capMs: 10_000, multiplier: 2, jitter: 0.2 },
   });
-  const first = (p: Policy = policy): OperationState => beginAttempt(startOperation(p, { now: 0, method: 'GET' }));
+  /** The decision on the first attempt of a GET, answered at 1 ms, as the operation state machine takes it. */
+  const first = (obs: Observation, o: { random?: Random; budget?: RetryBudget } = {}) => decideFirst(policy, obs, o);
 
   it('is honoured on any status the policy retries, not only retryAfter.statuses (a 500 with pushback 5000 waits 5000)', () => {
-    const d = decide(policy, first(), { status: 500, headers: { 'grpc-retry-pushback-ms': '5000' }, elapsedMs: 1 }, ctx(1));
+    const d = first({ status: 500, headers: { 'grpc-retry-pushback-ms': '5000' }, elapsedMs: 1 });
     expect(d).toMatchObject({ decision: 'retry', delayMs: 5000, retryAfterMs: 5000, pushback: true });
   });
   it('a status the policy does not retry stays final, pushback or not', () => {
-    expect(decide(policy, first(), { status: 404, headers: { 'grpc-retry-pushback-ms': '10' }, elapsedMs: 1 }, ctx(1)).decision).toBe('not_retryable');
+    expect(first({ status: 404, headers: { 'grpc-retry-pushback-ms': '10' }, elapsedMs: 1 }).decision).toBe('not_retryable');
   });
   it('is exactly the asked wait: no jitter, whatever the random draws', () => {
     for (const r of [0, 0.5, 0.999]) {
-      expect(decide(policy, first(), { status: 503, headers: { 'grpc-retry-pushback-ms': '40' }, elapsedMs: 1 }, ctx(1, constantRandom(r))).delayMs).toBe(40);
+      expect(first({ status: 503, headers: { 'grpc-retry-pushback-ms': '40' }, elapsedMs: 1 }, { random: constantRandom(r) }).delayMs).toBe(40);
     }
   });
   it('later retries back off from initialBackoff again ("n counts since the last server pushback")', () => {
     const r = constantRandom(0.5); // the ±20 % jitter at its middle: exactly min(100·2^(n−1), cap)
-    let s = first();
-    let now = 1;
+    const op = createOperation(policy, { method: 'GET', random: r });
+    let now = 0;
+    let cmd = op.start(now);
     const delays: number[] = [];
     const answers: Observation[] = [
       { status: 503, elapsedMs: 1 }, // retry 1: 100
@@ -82,11 +89,14 @@ describe('grpc-retry-pushback-ms (bugs 4 and 5, and A6\'s exact wait and backoff
       { status: 503, elapsedMs: 1 }, // retry 4: 100 again, not 800
     ];
     for (const obs of answers) {
-      const d = decide(policy, s, obs, ctx(now, r));
-      expect(d.decision).toBe('retry');
-      delays.push(d.delayMs!);
-      now += d.delayMs! + 1;
-      s = beginAttempt(afterRetry(s, d));
+      expect(cmd.kind).toBe('call');
+      now += obs.elapsedMs;
+      cmd = op.answered(obs, now, Date.UTC(2026, 0, 1) + now);
+      expect(op.decision!.decision).toBe('retry');
+      if (cmd.kind !== 'wait') throw new Error(`expected a wait, got ${cmd.kind}`);
+      delays.push(cmd.delayMs);
+      now += cmd.delayMs;
+      cmd = op.timerFired(now);
     }
     expect(delays).toEqual([100, 200, 1000, 100]);
   });
@@ -109,11 +119,11 @@ describe('grpc-retry-pushback-ms (bugs 4 and 5, and A6\'s exact wait and backoff
     const fail = { attempt: 1, success: false, retryableFailure: true, throttled: false, timeout: false, lastCost: 0 };
     for (let i = 0; i < 6; i++) budget.observe(fail, 0);
     expect(budget.available(0)).toBe(4);
-    const d = decide(policy, first(), { status: 400, headers: { 'grpc-retry-pushback-ms': '-1' }, elapsedMs: 1 }, { ...ctx(1), budget });
+    const d = first({ status: 400, headers: { 'grpc-retry-pushback-ms': '-1' }, elapsedMs: 1 }, { budget });
     expect(d.decision).toBe('not_retryable');
     expect(budget.available(0)).toBe(3);
     // A plain non-retryable status without pushback does not count (A6: INVALID_ARGUMENT does not).
-    decide(policy, first(), { status: 400, elapsedMs: 1 }, { ...ctx(1), budget });
+    first({ status: 400, elapsedMs: 1 }, { budget });
     expect(budget.available(0)).toBe(3);
   });
 });
@@ -153,8 +163,7 @@ describe('A6: maxAttempts over 5 is taken as 5 for the grpc presets (a gap)', ()
 
 describe('x-amz-retry-after (the AWS SDKs, 2026): max(t_i, min(asked, t_i + 5 s)) (a gap)', () => {
   const aws = presetPolicy('aws-standard');
-  const first = (): OperationState => beginAttempt(startOperation(aws, { now: 0, method: 'GET' }));
-  const at = (asked: string, r: number) => decide(aws, first(), { status: 503, headers: { 'x-amz-retry-after': asked }, elapsedMs: 1 }, ctx(1, constantRandom(r))).delayMs;
+  const at = (asked: string, r: number) => decideFirst(aws, { status: 503, headers: { 'x-amz-retry-after': asked }, elapsedMs: 1 }, { random: constantRandom(r) }).delayMs;
 
   it('lengthens the own wait up to the asked one, by at most 5 s; never shortens it', () => {
     // t_1 = U(0,1)·50 ms: 25 at 0.5.

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { createOperation, restoreOperation, STATE_CHECK_TIMEOUT_MS, type Command } from '../../src/core/operation.js';
-import { afterRetry, beginAttempt, decide, preflight, startOperation } from '../../src/core/decide.js';
+import { decide, isIdempotent, preflight, type OperationState } from '../../src/core/decide.js';
 import { createPolicy, type PolicySpec } from '../../src/core/policy.js';
 import { createRetryBudget } from '../../src/core/budget.js';
 import { createSeededRandom } from '../../src/core/random.js';
@@ -40,7 +40,7 @@ describe('the operation state machine: the loop of one operation in the core', (
     expect(op.attempt).toBe(3);
   });
 
-  it('takes the same decisions as the step functions (startOperation → preflight → beginAttempt → decide → afterRetry), over random timelines', () => {
+  it('takes the same decisions as decide() called by hand on a plain state (preflight → next attempt → decide → remember the retry), over random timelines', () => {
     const obsArb = fc.oneof(
       fc.record({ status: fc.constantFrom(200, 404, 429, 500, 503), elapsedMs: fc.integer({ min: 0, max: 300 }) }),
       fc.record({ errorClass: fc.constantFrom('timeout' as const, 'reset' as const, 'connect_refused' as const), elapsedMs: fc.integer({ min: 0, max: 300 }) }),
@@ -65,19 +65,21 @@ describe('the operation state machine: the loop of one operation in the core', (
             cmd = op.timerFired(now);
           }
         }
-        // The step functions, by hand.
+        // decide() by hand, on a state this test keeps itself.
         const random = createSeededRandom(seed);
-        let state = startOperation(policy, { now: 0, method });
+        let state: OperationState = {
+          attempt: 0, startedAt: 0, deadlineAt: policy.deadlineMs, idempotent: isIdempotent(policy, { method }), prevDelayMs: null, lastBudgetCost: 0, throttled: 0,
+        };
         const theirs: string[] = [];
         now = 0;
         for (const obs of observations) {
           if (preflight(state, now) !== null) break;
-          state = beginAttempt(state);
+          state = { ...state, attempt: state.attempt + 1 };
           now += obs.elapsedMs;
           const d = decide(policy, state, obs as Observation, { now, random });
           theirs.push(`${d.decision}:${d.delayMs}`);
           if (d.decision !== 'retry') break;
-          state = afterRetry(state, d);
+          state = { ...state, prevDelayMs: d.delayMs, lastBudgetCost: d.budgetCost, throttled: (state.throttled ?? 0) + (d.uncounted === true ? 1 : 0) };
           now += d.delayMs!;
         }
         expect(mine).toEqual(theirs);

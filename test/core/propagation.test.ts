@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { beginAttempt, decide, startOperation } from '../../src/core/decide.js';
 import { readServerHint } from '../../src/core/hints.js';
-import { createPolicy } from '../../src/core/policy.js';
-import { createRetryBudget } from '../../src/core/budget.js';
+import { createPolicy, type Policy } from '../../src/core/policy.js';
+import { createRetryBudget, type RetryBudget } from '../../src/core/budget.js';
+import { createOperation } from '../../src/core/operation.js';
+import type { Observation } from '../../src/core/types.js';
 import {
   appendPropagation, formatDeadlineMs, formatGrpcTimeout, parseAttempt, parseDeadlineMs, parseGrpcTimeout, parsePreviousAttempts, parsePushback,
   readIncomingHints, resolvePropagation, saysNoRetry, MAX_DEADLINE_MS,
@@ -118,23 +119,28 @@ describe('readIncomingHints: what a server reads', () => {
 
 describe('"don\'t retry" from the server (SRE book ch. 22; gRPC A6 pushback)', () => {
   const policy = createPolicy({ maxAttempts: 3, backoff: { kind: 'constant', delayMs: 10 } });
-  const first = () => beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
-  const ctx = { now: 5, wallNow: 1_700_000_000_000, random: () => 0.5 };
+  /** The decision on the first attempt of a GET under `p`, answered at 5 ms, as the operation state machine takes it. */
+  const first = (obs: Observation, o: { policy?: Policy; budget?: RetryBudget } = {}) => {
+    const op = createOperation(o.policy ?? policy, { method: 'GET', random: () => 0.5, budget: o.budget ?? null });
+    op.start(0);
+    op.answered(obs, 5, 1_700_000_000_000);
+    return op.decision!;
+  };
 
   it('x-relent-no-retry (any value) ends a retryable 503 with not_retryable / retry_after_no_retry', () => {
-    const d = decide(policy, first(), { status: 503, headers: { 'x-relent-no-retry': 'overloaded', 'retry-after': '1' }, elapsedMs: 5 }, ctx);
+    const d = first({ status: 503, headers: { 'x-relent-no-retry': 'overloaded', 'retry-after': '1' }, elapsedMs: 5 });
     expect(d).toMatchObject({ decision: 'not_retryable', why: 'retry_after_no_retry', delayMs: null, retryAfterMs: null });
     // on statuses outside retryAfter.statuses too (here 502)
-    expect(decide(policy, first(), { status: 502, headers: { 'x-relent-no-retry': '' }, elapsedMs: 5 }, ctx).why).toBe('retry_after_no_retry');
+    expect(first({ status: 502, headers: { 'x-relent-no-retry': '' }, elapsedMs: 5 }).why).toBe('retry_after_no_retry');
   });
   it('without the marker the same 503 is retried (the branch was unreachable before)', () => {
-    expect(decide(policy, first(), { status: 503, elapsedMs: 5 }, ctx).decision).toBe('retry');
+    expect(first({ status: 503, elapsedMs: 5 }).decision).toBe('retry');
   });
   it('grpc-retry-pushback-ms: negative or unparseable → no retry; non-negative → that wait', () => {
     for (const v of ['-1', 'soon', '99999999999', '']) {
-      expect(decide(policy, first(), { status: 503, headers: { 'grpc-retry-pushback-ms': v }, elapsedMs: 5 }, ctx).why).toBe('retry_after_no_retry');
+      expect(first({ status: 503, headers: { 'grpc-retry-pushback-ms': v }, elapsedMs: 5 }).why).toBe('retry_after_no_retry');
     }
-    const d = decide(policy, first(), { status: 503, headers: { 'grpc-retry-pushback-ms': '40' }, elapsedMs: 5 }, ctx);
+    const d = first({ status: 503, headers: { 'grpc-retry-pushback-ms': '40' }, elapsedMs: 5 });
     expect(d).toMatchObject({ decision: 'retry', retryAfterMs: 40 });
     expect(d.delayMs!).toBeGreaterThanOrEqual(40);
     expect(readServerHint(policy, { status: 503, headers: { 'grpc-retry-pushback-ms': '40', 'retry-after': '2' }, elapsedMs: 1 }, 0)).toMatchObject({ source: 'retry-after', delayMs: 2000 });
@@ -142,14 +148,13 @@ describe('"don\'t retry" from the server (SRE book ch. 22; gRPC A6 pushback)', (
   it('a don\'t-retry answer counts as a failure for the budget (as gRPC throttling does) and costs no token', () => {
     const budget = createRetryBudget({ kind: 'ratio', ratio: 0.1, minPerSecond: 0, maxTokens: 10 });
     const before = budget.available(5);
-    const d = decide(policy, first(), { status: 503, headers: { 'x-relent-no-retry': '1' }, elapsedMs: 5 }, { ...ctx, budget });
+    const d = first({ status: 503, headers: { 'x-relent-no-retry': '1' }, elapsedMs: 5 }, { budget });
     expect(d.budgetCost).toBe(0);
     expect(budget.available(5)).toBeLessThanOrEqual(before);
   });
   it('a policy that ignores server hints ignores the marker too', () => {
     const deaf = createPolicy({ retryAfter: { honor: false } });
-    const s = beginAttempt(startOperation(deaf, { now: 0, method: 'GET' }));
-    expect(decide(deaf, s, { status: 503, headers: { 'x-relent-no-retry': '1' }, elapsedMs: 1 }, ctx).decision).toBe('retry');
+    expect(first({ status: 503, headers: { 'x-relent-no-retry': '1' }, elapsedMs: 1 }, { policy: deaf }).decision).toBe('retry');
   });
   it('saysNoRetry reads both forms', () => {
     expect(saysNoRetry({ 'x-relent-no-retry': 'upstream' })).toBe(true);

@@ -7,7 +7,8 @@ import {
 } from '../../src/core/ratelimit.js';
 import { readServerHint, SERVER_HINT_HEADERS } from '../../src/core/hints.js';
 import { createPolicy } from '../../src/core/policy.js';
-import { decide, startOperation, beginAttempt } from '../../src/core/decide.js';
+import { createOperation } from '../../src/core/operation.js';
+import type { Observation } from '../../src/core/types.js';
 import { formatImfFixdate } from '../../src/core/http-date.js';
 
 const NOW = Date.UTC(2026, 0, 1, 12, 0, 0);
@@ -163,20 +164,26 @@ describe('readServerHint and decide()', () => {
     expect(hint(500, { ratelimit: '"a";r=0;t=30' })).toBeNull(); // 500 is not in retryAfter.statuses
   });
 
+  /** The decision on the first attempt of a GET, answered at 5 ms, as the operation state machine takes it. */
+  const first = (obs: Observation) => {
+    const op = createOperation(policy, { method: 'GET', random: () => 0 });
+    op.start(0);
+    op.answered(obs, 5, NOW);
+    return op.decision!;
+  };
+
   it('decide: a RateLimit wait is retryAfterMs, and retryAfterValid stays null (no Retry-After header)', () => {
-    const state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
-    const d = decide(policy, state, { status: 429, headers: { ratelimit: '"a";r=0;t=2' }, elapsedMs: 5 }, { now: 5, wallNow: NOW, random: () => 0 });
+    const d = first({ status: 429, headers: { ratelimit: '"a";r=0;t=2' }, elapsedMs: 5 });
     expect(d.decision).toBe('retry');
     expect(d.retryAfterMs).toBe(2000);
     expect(d.retryAfterValid).toBeNull();
     expect(d.delayMs).toBeGreaterThanOrEqual(2000);
-    const withRa = decide(policy, state, { status: 429, headers: { 'retry-after': '1' }, elapsedMs: 5 }, { now: 5, wallNow: NOW, random: () => 0 });
+    const withRa = first({ status: 429, headers: { 'retry-after': '1' }, elapsedMs: 5 });
     expect(withRa.retryAfterValid).toBe(true);
   });
 
   it('decide: a RateLimit wait over the cap stops at once', () => {
-    const state = beginAttempt(startOperation(policy, { now: 0, method: 'GET' }));
-    const d = decide(policy, state, { status: 429, headers: { ratelimit: '"a";r=0;t=3600' }, elapsedMs: 5 }, { now: 5, wallNow: NOW, random: () => 0 });
+    const d = first({ status: 429, headers: { ratelimit: '"a";r=0;t=3600' }, elapsedMs: 5 });
     expect(d).toMatchObject({ decision: 'not_retryable', why: 'retry_after_over_cap', retryAfterMs: 3_600_000, retryAfterValid: null });
   });
 

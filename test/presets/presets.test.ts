@@ -1,26 +1,30 @@
 import { describe, expect, it } from 'vitest';
-import { afterRetry, beginAttempt, decide, startOperation } from '../../src/core/decide.js';
+import { createOperation } from '../../src/core/operation.js';
 import { createSeededRandom } from '../../src/core/random.js';
 import type { Observation, Random } from '../../src/core/types.js';
 import { PRESETS, presetPolicy, resolvePolicy, type PresetName } from '../../src/presets/index.js';
 import { constantRandom } from '../../src/testing/index.js';
 
-/** Drives one operation through decide() with the given observations; returns the chosen waits and the end. */
+/** Drives one operation through the operation state machine with the given observations; returns the chosen waits and the end. */
 function schedule(name: PresetName, observations: Observation[], o: { method?: string; random?: Random; key?: string } = {}) {
   const policy = typeof name === 'string' ? presetPolicy(name) : name;
-  let state = startOperation(policy, { now: 0, method: o.method ?? 'POST', idempotencyKey: o.key ?? null });
+  const op = createOperation(policy, { method: o.method ?? 'POST', idempotencyKey: o.key ?? null, random: o.random ?? constantRandom(0) });
   let now = 0;
+  let cmd = op.start(now);
   const delays: number[] = [];
   for (const obs of observations) {
-    state = beginAttempt(state);
+    if (cmd.kind === 'wait') {
+      now += cmd.delayMs;
+      cmd = op.timerFired(now);
+    }
+    if (cmd.kind !== 'call') throw new Error(`expected a call, got ${cmd.kind}`);
     now += obs.elapsedMs;
-    const d = decide(policy, state, obs, { now, wallNow: Date.UTC(2026, 0, 1) + now, random: o.random ?? constantRandom(0) });
-    if (d.decision !== 'retry') return { delays, end: d.decision, why: d.why, attempts: state.attempt };
-    delays.push(d.delayMs!);
-    state = afterRetry(state, d);
-    now += d.delayMs!;
+    cmd = op.answered(obs, now, Date.UTC(2026, 0, 1) + now);
+    const d = op.decision!;
+    if (cmd.kind !== 'wait') return { delays, end: d.decision, why: d.why, attempts: op.attempt };
+    delays.push(cmd.delayMs);
   }
-  return { delays, end: 'timeline_exhausted', why: null, attempts: state.attempt };
+  return { delays, end: 'timeline_exhausted', why: null, attempts: op.attempt };
 }
 const many = (obs: Observation, n = 40): Observation[] => Array.from({ length: n }, () => obs);
 
@@ -73,15 +77,15 @@ describe('adobe-configurable (Adobe "Rate limiting and retry policy"): 420, 429 
   });
   it('a 429 deferral does not use up an attempt; 5xx failures do', () => {
     const durable = (obs: Observation[]) => {
-      const policy = presetPolicy('adobe-configurable');
-      let state = startOperation(policy, { now: 0, method: 'POST' });
+      const op = createOperation(presetPolicy('adobe-configurable'), { method: 'POST', random: constantRandom(0), durable: true });
+      let cmd = op.start(0);
       const out: string[] = [];
       for (const o of obs) {
-        state = beginAttempt(state);
-        const d = decide(policy, state, o, { now: 0, random: constantRandom(0), durable: true });
-        out.push(d.decision);
-        if (d.decision !== 'retry') break;
-        state = afterRetry(state, d);
+        if (cmd.kind !== 'call') throw new Error(`expected a call, got ${cmd.kind}`);
+        cmd = op.answered(o, 0);
+        out.push(op.decision!.decision);
+        if (cmd.kind !== 'wait') break;
+        cmd = op.timerFired(0);
       }
       return out;
     };
@@ -90,11 +94,17 @@ describe('adobe-configurable (Adobe "Rate limiting and retry policy"): 420, 429 
   });
   it('in-process drivers defer the 30 min wait; the durable queue schedules it', () => {
     const policy = presetPolicy('adobe-configurable');
-    const state = beginAttempt(startOperation(policy, { now: 0, method: 'POST' }));
-    const inProcess = decide(policy, state, { status: 429, elapsedMs: 10 }, { now: 10, random: constantRandom(0) });
-    expect(inProcess).toMatchObject({ decision: 'defer', delayMs: 1_800_000 });
-    const durable = decide(policy, state, { status: 429, elapsedMs: 10 }, { now: 10, random: constantRandom(0), durable: true });
-    expect(durable).toMatchObject({ decision: 'retry', delayMs: 1_800_000 });
+    const first = (durable: boolean) => {
+      const op = createOperation(policy, { method: 'POST', random: constantRandom(0), durable });
+      op.start(0);
+      return { cmd: op.answered({ status: 429, elapsedMs: 10 }, 10), decision: op.decision };
+    };
+    const inProcess = first(false);
+    expect(inProcess.decision).toMatchObject({ decision: 'defer', delayMs: 1_800_000 });
+    expect(inProcess.cmd).toMatchObject({ kind: 'end', reason: 'defer' });
+    const durable = first(true);
+    expect(durable.decision).toMatchObject({ decision: 'retry', delayMs: 1_800_000 });
+    expect(durable.cmd).toEqual({ kind: 'wait', delayMs: 1_800_000, why: 'retryable' });
   });
 });
 

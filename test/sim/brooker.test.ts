@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { createPolicy } from '../../src/core/policy.js';
 import { createSeededRandom } from '../../src/core/random.js';
-import { decide, startOperation, beginAttempt, afterRetry } from '../../src/core/decide.js';
+import { createOperation } from '../../src/core/operation.js';
 import { BROOKER_BACKOFFS, BROOKER_BASE_MS, BROOKER_CAP_MS, brookerPolicySpec, runBrooker, type BrookerResult } from '../../src/sim/brooker.js';
 
 // Fewer runs and clients than the published experiment (100 runs, 10…190 clients) to stay fast;
@@ -18,14 +18,17 @@ function cell(r: BrookerResult, clients: number, strategy: string) {
 describe('brooker: Brooker\'s waits as relent backoff specs', () => {
   it('exponential/full/equal use base 10 with relent\'s n from 0 = Brooker\'s base 5 with n from 1', () => {
     const policy = createPolicy(brookerPolicySpec(BROOKER_BACKOFFS.exponential!) as object);
-    let state = startOperation(policy, { now: 0, idempotent: true });
+    // The operation state machine, as the simulator drives it; time stands still (the waits do not depend on it).
+    const op = createOperation(policy, { idempotent: true, random: createSeededRandom(1) });
+    let cmd = op.start(0);
     const waits: number[] = [];
     for (let n = 1; n <= 10; n++) {
-      state = beginAttempt(state);
-      const d = decide(policy, state, { status: 409, elapsedMs: 20 }, { now: 0, random: createSeededRandom(1) });
-      expect(d.decision).toBe('retry');
-      waits.push(d.delayMs!);
-      state = afterRetry(state, d);
+      expect(cmd.kind).toBe('call');
+      cmd = op.answered({ status: 409, elapsedMs: 20 }, 0);
+      expect(op.decision!.decision).toBe('retry');
+      if (cmd.kind !== 'wait') throw new Error(`expected a wait, got ${cmd.kind}`);
+      waits.push(cmd.delayMs);
+      cmd = op.timerFired(0);
     }
     // Brooker: min(cap, 2^n · base) with the attempt counter incremented first (n = 1, 2, …)
     expect(waits).toEqual(Array.from({ length: 10 }, (_, i) => Math.min(BROOKER_CAP_MS, 2 ** (i + 1) * BROOKER_BASE_MS)));
@@ -35,8 +38,10 @@ describe('brooker: Brooker\'s waits as relent backoff specs', () => {
     const policy = createPolicy(brookerPolicySpec(BROOKER_BACKOFFS.decorrelated!) as object);
     const random = createSeededRandom(3);
     for (let i = 0; i < 200; i++) {
-      const state = beginAttempt(startOperation(policy, { now: 0, idempotent: true }));
-      const d = decide(policy, state, { status: 409, elapsedMs: 20 }, { now: 0, random });
+      const op = createOperation(policy, { idempotent: true, random });
+      op.start(0);
+      op.answered({ status: 409, elapsedMs: 20 }, 0);
+      const d = op.decision!;
       expect(d.delayMs).toBeGreaterThanOrEqual(5);
       expect(d.delayMs).toBeLessThan(15);
     }
