@@ -8,7 +8,7 @@ import type { Clock, Random } from '../core/types.js';
 import { clockOption, systemClock, systemRandom } from '../shared/clock.js';
 import { forDriver } from '../run/instrument.js';
 import type { Instrumentation, RelentEvent } from '../run/run.js';
-import type { ResolvedExchangeConfig } from './config.js';
+import type { ResolvedExchangeConfig } from './config-schema.js';
 import type { AuctionOutcome, AuctionSummary, ExchangeOptions } from './exchange-types.js';
 import { AuctionMetrics } from './exchange-stats.js';
 import { NoticeHub, type BillingEventResult, type NoticeOutlet } from './notices.js';

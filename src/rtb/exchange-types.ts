@@ -10,7 +10,7 @@ import type { Clock, Random } from '../core/types.js';
 import type { DeliveryEvent } from '../delivery/index.js';
 import type { LimitEvent } from '../run/concurrency-limit.js';
 import type { Instrumentation, RelentEvent } from '../run/run.js';
-import type { ResolvedExchangeConfig, ResolvedPartner } from './config.js';
+import type { ResolvedExchangeConfig, ResolvedPartner } from './config-schema.js';
 import type { BillingEventResult, NoticeOutlet, NoticeStats } from './notices.js';
 import type { SkipReason } from './partner.js';
 import type { BidRejection } from './select.js';

@@ -8,7 +8,8 @@
 //   exchange-lifecycle.ts  ready() (warm-up, dry runs) and close()
 //   exchange-stats.ts      the counters and stats()
 import type http from 'node:http';
-import { resolveExchangeConfig, type ExchangeConfig, type ResolvedExchangeConfig } from './config.js';
+import { resolveExchangeConfig } from './config.js';
+import type { ExchangeConfig, ResolvedExchangeConfig } from './config-schema.js';
 import { runAuction } from './auction.js';
 import { ExchangeCore } from './exchange-core.js';
 import { HttpFront } from './exchange-http.js';

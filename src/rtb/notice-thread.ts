@@ -8,7 +8,7 @@ import { Worker } from 'node:worker_threads';
 import type { DeliveryEvent } from '../delivery/index.js';
 import type { RelentEvent } from '../run/run.js';
 import type { Clock, Random } from '../core/types.js';
-import type { ResolvedNotices } from './config.js';
+import type { ResolvedNotices } from './config-schema.js';
 import {
   NoticeHub, OutletQuestions, type Billable, type BillingEventResult, type Notice, type NoticeCounters, type NoticeOutlet, type NoticeStats, type OutletReply,
   type OutletRequest,
