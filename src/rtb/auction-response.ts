@@ -5,7 +5,7 @@
 import type { ExchangeCore } from './exchange-core.js';
 import { substituteMacros, type MacroValues } from './macros.js';
 import type { Bid, BidRequest } from './model.js';
-import { noticeQueueKey, type Billable, type Notice, type NoticeOutlet } from './notices.js';
+import { noticeQueueKey, type Billable, type Notice, type NoticeOutlet } from './notice-model.js';
 import type { BidFate, Candidate, Selection } from './select.js';
 
 /** Loss reason codes (OpenRTB 2.6 §5.25) of the losing bids whose lurl the exchange calls. */

@@ -9,7 +9,7 @@ import { ExchangeCore } from './exchange-core.js';
 import { HttpFront } from './exchange-http.js';
 import type { CloseOptions, WarmupReport } from './exchange-types.js';
 import { listenOn } from './http-util.js';
-import type { NoticeOutlet } from './notices.js';
+import type { NoticeOutlet } from './notice-model.js';
 import { round } from './stats.js';
 import { collectGarbage, startStandIn } from './warm.js';
 

@@ -2,7 +2,7 @@
 // times against the deadline, requests that never became auctions) and the statistics
 // built from them and the partners' counters (`stats()`).
 import type { AuctionOutcome, AuctionSummary, ExchangeStats, PartnerStats } from './exchange-types.js';
-import type { NoticeOutlet } from './notices.js';
+import type { NoticeOutlet } from './notice-model.js';
 import type { Partner, PartnerCounters } from './partner.js';
 import { bump, Histogram, round } from './stats.js';
 import type { ExchangeHistograms } from './stats-merge.js';

@@ -11,7 +11,7 @@ import type { DeliveryEvent } from '../delivery/index.js';
 import type { LimitEvent } from '../run/concurrency-limit.js';
 import type { Instrumentation, RelentEvent } from '../run/run.js';
 import type { ResolvedExchangeConfig, ResolvedPartner } from './config-schema.js';
-import type { BillingEventResult, NoticeOutlet, NoticeStats } from './notices.js';
+import type { BillingEventResult, NoticeOutlet, NoticeStats } from './notice-model.js';
 import type { SkipReason } from './partner.js';
 import type { BidRejection } from './select.js';
 import type { LatencySummary } from './stats.js';

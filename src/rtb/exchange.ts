@@ -16,7 +16,7 @@ import { HttpFront } from './exchange-http.js';
 import { shutdown, warmUp } from './exchange-lifecycle.js';
 import type { AuctionOutcome, CloseOptions, Exchange, ExchangeOptions, ExchangeStats, ListenInfo, WarmupReport } from './exchange-types.js';
 import { listenOn } from './http-util.js';
-import type { BillingEventResult } from './notices.js';
+import type { BillingEventResult } from './notice-model.js';
 import type { ExchangeHistograms } from './stats-merge.js';
 
 export type {
