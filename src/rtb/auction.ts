@@ -81,6 +81,7 @@ function nbrKey(counters: Record<string, number>, code: number): string {
 const NO_PARTNERS = Object.freeze({ asked: 0, bid: 0, noBid: 0, error: 0, timeout: 0, skipped: 0 });
 const NO_BIDS = Object.freeze({ received: 0, valid: 0, won: 0, rejected: Object.freeze({}) });
 
+/** The outcome of a request answered without a fan-out (204 or 400): no partner asked, no bids. */
 export function earlyOutcome(status: 204 | 400, reason: AuctionReason, field: string | null, imps: number, spentMs: number, tmax: number | null): AuctionOutcome {
   return {
     status,
