@@ -4,7 +4,7 @@ import { createSeededRandom } from '../core/random.js';
 import type { Clock, Random } from '../core/types.js';
 import { createIdempotencyCache, noticeKey, type IdempotencyCache } from '../shared/idempotency-cache.js';
 import { clockOption, systemClock, systemRandom } from '../shared/clock.js';
-import { resolveBidderConfig, type BidderConfig, type LatencySpec, type PriceSpec, type ResolvedBidderConfig } from './config.js';
+import { resolveBidderConfig, type BidderConfig, type LatencySpec, type PriceSpec, type ResolvedBidderConfig } from './config-bidder.js';
 import { formatDecimal } from './macros.js';
 import { checkBidRequest, type BidRequest } from './model.js';
 

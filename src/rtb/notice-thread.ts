@@ -8,11 +8,9 @@ import { Worker } from 'node:worker_threads';
 import type { DeliveryEvent } from '../delivery/index.js';
 import type { RelentEvent } from '../run/run.js';
 import type { Clock, Random } from '../core/types.js';
-import type { ResolvedNotices } from './config.js';
-import {
-  NoticeHub, OutletQuestions, type Billable, type BillingEventResult, type Notice, type NoticeCounters, type NoticeOutlet, type NoticeStats, type OutletReply,
-  type OutletRequest,
-} from './notices.js';
+import type { ResolvedNotices } from './config-schema.js';
+import type { Billable, BillingEventResult, Notice, NoticeCounters, NoticeOutlet, NoticeStats } from './notice-model.js';
+import { NoticeHub, OutletQuestions, type OutletReply, type OutletRequest } from './notices.js';
 
 /** How far below the process's own nice value the notice thread runs (Linux; at most 19): 0 → 10. */
 export const NOTICE_THREAD_NICE = 10;

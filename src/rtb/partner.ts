@@ -14,7 +14,7 @@ import { createGuard, type BreakerVerdict, type Guard } from '../run/guard.js';
 import { systemClock } from '../shared/clock.js';
 import type { AttemptContext, Classified } from '../run/run.js';
 import { answerBreakerOutcome, classifyBidAnswer, tooLargeAnswer, type PartnerAnswer } from './answer.js';
-import type { ResolvedPartner } from './config.js';
+import type { ResolvedPartner } from './config-schema.js';
 import { Histogram } from './stats.js';
 import { WarmConnector } from './warm.js';
 

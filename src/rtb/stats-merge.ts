@@ -2,7 +2,7 @@
 // added, histograms merged bucket by bucket (so p50/p99 are those of all auctions, not an
 // average of percentiles), breaker states listed when the processes disagree.
 import type { ExchangeStats, PartnerLimitStats, PartnerStats } from './exchange.js';
-import type { NoticeCounters, NoticeStats } from './notices.js';
+import type { NoticeCounters, NoticeStats } from './notice-model.js';
 import { Histogram, round, type SparseHistogram } from './stats.js';
 
 /** The histograms behind an exchange's statistics, in a form that crosses processes. */
