@@ -7,12 +7,17 @@ import tseslint from 'typescript-eslint';
 // public entry point. `testing` is an entry point for users (the test clock lives in shared).
 const DRIVERS = ['http', 'server', 'fleet', 'telemetry', 'rtb', 'delivery', 'sim', 'report'];
 const above = (folders) => folders.flatMap((f) => [`../${f}/*`, `../${f}/**`]);
-const layerRule = (own, allowed = [], alsoAbove = []) => ['error', {
-  patterns: [{
-    group: [...above([...DRIVERS.filter((d) => d !== own), 'cli', 'testing', ...alsoAbove]), ...allowed.map((a) => `!${a}`)],
-    message: 'A sideways or upward import: drivers build on core, presets, shared and run only (move what two drivers share down to core or shared).',
-  }],
-}];
+const layerRule = (own, allowed = [], alsoAbove = []) => [
+  'error',
+  {
+    patterns: [
+      {
+        group: [...above([...DRIVERS.filter((d) => d !== own), 'cli', 'testing', ...alsoAbove]), ...allowed.map((a) => `!${a}`)],
+        message: 'A sideways or upward import: drivers build on core, presets, shared and run only (move what two drivers share down to core or shared).',
+      },
+    ],
+  },
+];
 
 export default tseslint.config(
   { ignores: ['dist/', 'node_modules/', 'coverage/'] },
@@ -21,11 +26,26 @@ export default tseslint.config(
   {
     languageOptions: {
       globals: {
-        process: 'readonly', console: 'readonly', setTimeout: 'readonly', clearTimeout: 'readonly',
-        setImmediate: 'readonly', URL: 'readonly', AbortController: 'readonly', AbortSignal: 'readonly',
-        performance: 'readonly', Buffer: 'readonly', TextEncoder: 'readonly', TextDecoder: 'readonly',
-        queueMicrotask: 'readonly', structuredClone: 'readonly', fetch: 'readonly', Response: 'readonly',
-        Request: 'readonly', Headers: 'readonly', setInterval: 'readonly', clearInterval: 'readonly',
+        process: 'readonly',
+        console: 'readonly',
+        setTimeout: 'readonly',
+        clearTimeout: 'readonly',
+        setImmediate: 'readonly',
+        URL: 'readonly',
+        AbortController: 'readonly',
+        AbortSignal: 'readonly',
+        performance: 'readonly',
+        Buffer: 'readonly',
+        TextEncoder: 'readonly',
+        TextDecoder: 'readonly',
+        queueMicrotask: 'readonly',
+        structuredClone: 'readonly',
+        fetch: 'readonly',
+        Response: 'readonly',
+        Request: 'readonly',
+        Headers: 'readonly',
+        setInterval: 'readonly',
+        clearInterval: 'readonly',
       },
     },
     rules: {
@@ -56,9 +76,11 @@ export default tseslint.config(
     rules: {
       'no-restricted-imports': ['error', { patterns: ['node:*', '../*', 'undici', 'fs', 'http', 'https', 'net'] }],
       'no-restricted-globals': ['error', 'setTimeout', 'setInterval', 'setImmediate', 'performance', 'process', 'fetch'],
-      'no-restricted-properties': ['error',
+      'no-restricted-properties': [
+        'error',
         { object: 'Date', property: 'now', message: 'The core takes time as an argument.' },
-        { object: 'Math', property: 'random', message: 'The core takes randomness as an argument.' }],
+        { object: 'Math', property: 'random', message: 'The core takes randomness as an argument.' },
+      ],
     },
   },
 );

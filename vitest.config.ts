@@ -8,9 +8,8 @@ import { defineConfig } from 'vitest/config';
  * (src/shared/undici.ts).
  */
 const require = createRequire(import.meta.url);
-const bunUndici = typeof (process.versions as { bun?: string }).bun === 'string'
-  ? { undici: join(dirname(require.resolve('undici/package.json')), 'index.js') }
-  : {};
+const bunUndici =
+  typeof (process.versions as { bun?: string }).bun === 'string' ? { undici: join(dirname(require.resolve('undici/package.json')), 'index.js') } : {};
 
 /**
  * Tests that judge wall-clock timing of whole processes (answers within a few ms of an

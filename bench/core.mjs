@@ -11,8 +11,12 @@ import { compare, printTable } from './harness.mjs';
 import { readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 
-const versions = Object.fromEntries(['p-retry', 'cockatiel', 'exponential-backoff', 'async-retry'].map((n) =>
-  [n, JSON.parse(readFileSync(new URL(`../node_modules/${n}/package.json`, import.meta.url), 'utf8')).version]));
+const versions = Object.fromEntries(
+  ['p-retry', 'cockatiel', 'exponential-backoff', 'async-retry'].map((n) => [
+    n,
+    JSON.parse(readFileSync(new URL(`../node_modules/${n}/package.json`, import.meta.url), 'utf8')).version,
+  ]),
+);
 
 export async function main({ quick = false } = {}) {
   const work = async () => 42;
@@ -28,10 +32,25 @@ export async function main({ quick = false } = {}) {
     { name: 'bare await fn()', fn: () => work() },
     // The least a wrapper pays that can end the call on its own timer: a promise of its
     // own, and the call's promise handed two closures (no timer, no rules, no checks).
-    { name: 'floor: new Promise + then(2 closures)', fn: () => new Promise((resolve, reject) => { work().then((v) => resolve(v), (e) => reject(e)); }) },
+    {
+      name: 'floor: new Promise + then(2 closures)',
+      fn: () =>
+        new Promise((resolve, reject) => {
+          work().then(
+            (v) => resolve(v),
+            (e) => reject(e),
+          );
+        }),
+    },
     // Less still: the call's promise handed the wrapper's own resolve and reject, so the
     // answer is passed on unread (no retry could be decided): what owning the promise costs.
-    { name: 'floor: new Promise + then(resolve, reject)', fn: () => new Promise((resolve, reject) => { work().then(resolve, reject); }) },
+    {
+      name: 'floor: new Promise + then(resolve, reject)',
+      fn: () =>
+        new Promise((resolve, reject) => {
+          work().then(resolve, reject);
+        }),
+    },
     { name: 'relent run()', fn: () => run(work, { policy }) },
     { name: 'relent run() + onEvent', fn: () => run(work, { policy, onEvent: noop }) },
     { name: `p-retry ${versions['p-retry']} (options reused)`, fn: () => pRetry(work, pRetryOptions), iterations: 20_000 },
@@ -58,17 +77,29 @@ export async function main({ quick = false } = {}) {
     const ns = median(repetitions.map((r) => by(r.rows, c.name)));
     return { name: c.name, nsPerOp: ns, opsPerSec: 1e9 / ns };
   });
-  printTable('Success-path overhead: one call that succeeds (sequential awaits), median of 3 repetitions', rows, { baseline: 'bare await fn()', note: 'Lower ns/op is better. Each library retries up to 2 times on failure; no retry happens here.' });
+  printTable('Success-path overhead: one call that succeeds (sequential awaits), median of 3 repetitions', rows, {
+    baseline: 'bare await fn()',
+    note: 'Lower ns/op is better. Each library retries up to 2 times on failure; no retry happens here.',
+  });
 
   console.log('\nrelent run() with defaults per repetition (goal: within 2x of a bare await fn(), faster than cockatiel):');
-  console.log(`${'rep'.padEnd(3)}  ${'load avg 1/5/15'.padEnd(16)}  ${'bare ns'.padStart(8)}  ${'run() ns'.padStart(8)}  ${'run÷bare'.padStart(8)}  ${'floor÷bare'.padStart(10)}  ${'unread÷bare'.padStart(11)}  ${'cockatiel ns'.padStart(12)}  ${'cockatiel÷run'.padStart(13)}`);
+  console.log(
+    `${'rep'.padEnd(3)}  ${'load avg 1/5/15'.padEnd(16)}  ${'bare ns'.padStart(8)}  ${'run() ns'.padStart(8)}  ${'run÷bare'.padStart(8)}  ${'floor÷bare'.padStart(10)}  ${'unread÷bare'.padStart(11)}  ${'cockatiel ns'.padStart(12)}  ${'cockatiel÷run'.padStart(13)}`,
+  );
   repetitions.forEach(({ load, rows: r }, i) => {
     const bare = by(r, 'bare await fn()');
     const ours = by(r, 'relent run()');
     const floor = by(r, 'floor: new Promise + then(2 closures)');
     const unread = by(r, 'floor: new Promise + then(resolve, reject)');
     const ck = by(r, cockatielName);
-    console.log(`${String(i + 1).padEnd(3)}  ${load.map((x) => x.toFixed(2)).join(' ').padEnd(16)}  ${bare.toFixed(1).padStart(8)}  ${ours.toFixed(1).padStart(8)}  ${`${(ours / bare).toFixed(2)}x`.padStart(8)}  ${`${(floor / bare).toFixed(2)}x`.padStart(10)}  ${`${(unread / bare).toFixed(2)}x`.padStart(11)}  ${ck.toFixed(1).padStart(12)}  ${`${(ck / ours).toFixed(2)}x`.padStart(13)}`);
+    console.log(
+      `${String(i + 1).padEnd(3)}  ${load
+        .map((x) => x.toFixed(2))
+        .join(' ')
+        .padEnd(
+          16,
+        )}  ${bare.toFixed(1).padStart(8)}  ${ours.toFixed(1).padStart(8)}  ${`${(ours / bare).toFixed(2)}x`.padStart(8)}  ${`${(floor / bare).toFixed(2)}x`.padStart(10)}  ${`${(unread / bare).toFixed(2)}x`.padStart(11)}  ${ck.toFixed(1).padStart(12)}  ${`${(ck / ours).toFixed(2)}x`.padStart(13)}`,
+    );
   });
 
   const ours = rows.find((r) => r.name === 'relent run()');
@@ -85,11 +116,14 @@ export async function main({ quick = false } = {}) {
   const busy = { status: 503, elapsedMs: 5 };
   const limited = { status: 429, elapsedMs: 5, headers: { 'retry-after': '2' } };
   const ctx = { now: 5, wallNow: Date.UTC(2026, 0, 1), random };
-  const d = await compare([
-    { name: 'decide(): 200 → return', fn: () => decide(policy, state, ok, ctx), sync: true },
-    { name: 'decide(): 503 → retry (full jitter)', fn: () => decide(policy, state, busy, ctx), sync: true },
-    { name: 'decide(): 429 + Retry-After → retry', fn: () => decide(policy, state, limited, ctx), sync: true },
-  ], quick ? { iterations: 200_000, rounds: 3, warmup: 1 } : { iterations: 1_000_000, rounds: 5 });
+  const d = await compare(
+    [
+      { name: 'decide(): 200 → return', fn: () => decide(policy, state, ok, ctx), sync: true },
+      { name: 'decide(): 503 → retry (full jitter)', fn: () => decide(policy, state, busy, ctx), sync: true },
+      { name: 'decide(): 429 + Retry-After → retry', fn: () => decide(policy, state, limited, ctx), sync: true },
+    ],
+    quick ? { iterations: 200_000, rounds: 3, warmup: 1 } : { iterations: 1_000_000, rounds: 5 },
+  );
   printTable('decide() throughput (pure function, no I/O)', d);
   return { rows, repetitions, decide: d };
 }

@@ -27,7 +27,10 @@ import { createFaultProxy } from '../dist/testing/proxy.js';
 
 const PG_URL = process.env.RELENT_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const load = () => loadavg().map((x) => x.toFixed(2)).join(' ');
+const load = () =>
+  loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
 const secs = (ms) => (ms === null ? 'none' : `${(ms / 1000).toFixed(2)} s`);
 
 /** The receiver: what arrived, per item and per batch key, and which worker sent each request. */
@@ -54,8 +57,14 @@ async function receiver() {
   });
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
   return {
-    url: `http://127.0.0.1:${server.address().port}/in`, byItem, byBatch,
-    close: () => new Promise((r) => { server.closeAllConnections(); server.close(r); }),
+    url: `http://127.0.0.1:${server.address().port}/in`,
+    byItem,
+    byBatch,
+    close: () =>
+      new Promise((r) => {
+        server.closeAllConnections();
+        server.close(r);
+      }),
   };
 }
 
@@ -101,15 +110,24 @@ async function scenario({ name, quick, storeOptions, storeTimeoutMs }) {
   const enqueued = new Set();
   const workers = [];
   const stores = [];
-  const destinations = { sink: { url: rx.url, policy: 'adobe-best-effort', batch: { maxItems: 10, maxAgeMs: 100 }, concurrency: { initial: 8, adaptive: false } } };
+  const destinations = {
+    sink: { url: rx.url, policy: 'adobe-best-effort', batch: { maxItems: 10, maxAgeMs: 100 }, concurrency: { initial: 8, adaptive: false } },
+  };
   for (const id of ['A', 'B']) {
     const store = await openPostgresStore({ connectionString: proxy.via(PG_URL), schema, ...storeOptions });
     stores.push(store);
     const http = createHttpTransport();
     const transport = (req) => http({ ...req, headers: { ...req.headers, 'x-bench-worker': id } });
     const w = createWorker({
-      store, destinations, leaseMs, workerId: id, transport, ...(storeTimeoutMs !== undefined ? { storeTimeoutMs } : {}),
-      onEvent: (e) => { if (e.type !== 'attempt') events.push({ at: Date.now(), worker: id, ...e }); },
+      store,
+      destinations,
+      leaseMs,
+      workerId: id,
+      transport,
+      ...(storeTimeoutMs !== undefined ? { storeTimeoutMs } : {}),
+      onEvent: (e) => {
+        if (e.type !== 'attempt') events.push({ at: Date.now(), worker: id, ...e });
+      },
     });
     workers.push({ id, w, http });
   }
@@ -219,12 +237,36 @@ export async function main({ quick = false } = {}) {
     }
     console.log(`(${cfg.name}: ${((Date.now() - t0) / 1000).toFixed(0)} s)`);
   }
-  console.log(`\n${quick ? 6 : 15} s partition (proxy blackhole), lease ${quick ? 2 : 5} s, 2 workers, 200 items/s + 500 queued, batches of 10; A stopped 3 s after the heal`);
+  console.log(
+    `\n${quick ? 6 : 15} s partition (proxy blackhole), lease ${quick ? 2 : 5} s, 2 workers, 200 items/s + 500 queued, batches of 10; A stopped 3 s after the heal`,
+  );
   table(
-    ['configuration', 'first store_error after cut (<= 5 s)', 'store_errors in cut', 'first delivery after heal (<= 2 s)', 'items', 'claimed again', 'lost (0)', 'under a 2nd key (0)',
-      'sent again, same worker (0)', 'sent again, lease taken by the other', 'delivered items left leased after stop() (0)'],
-    rows.map((r) => [r.name, secs(r.firstError), r.errorsInCut, secs(r.firstDelivery), r.items, r.reclaimed, r.lost, r.secondKey, r.again, r.againOther,
-      `${r.leftLeased} (${r.leftLeasedBatches} batches)`]),
+    [
+      'configuration',
+      'first store_error after cut (<= 5 s)',
+      'store_errors in cut',
+      'first delivery after heal (<= 2 s)',
+      'items',
+      'claimed again',
+      'lost (0)',
+      'under a 2nd key (0)',
+      'sent again, same worker (0)',
+      'sent again, lease taken by the other',
+      'delivered items left leased after stop() (0)',
+    ],
+    rows.map((r) => [
+      r.name,
+      secs(r.firstError),
+      r.errorsInCut,
+      secs(r.firstDelivery),
+      r.items,
+      r.reclaimed,
+      r.lost,
+      r.secondKey,
+      r.again,
+      r.againOther,
+      `${r.leftLeased} (${r.leftLeasedBatches} batches)`,
+    ]),
   );
   console.log(`\nload average at the end: ${load()}`);
 }

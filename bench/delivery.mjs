@@ -37,7 +37,10 @@ const CONCURRENCY = 16;
 const CASE_TIMEOUT_MS = 120_000;
 const WORKER = fileURLToPath(new URL('./workers/delivery-worker.mjs', import.meta.url));
 const version = (n) => JSON.parse(readFileSync(new URL(`../node_modules/${n}/package.json`, import.meta.url), 'utf8')).version;
-const load = () => loadavg().map((x) => x.toFixed(2)).join(' ');
+const load = () =>
+  loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
 const int = (x) => Math.round(x).toLocaleString('en-US');
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -118,7 +121,11 @@ async function receiver() {
         waiters.push({ n, resolve: done });
       });
     },
-    close: () => new Promise((r) => { server.closeAllConnections(); server.close(r); }),
+    close: () =>
+      new Promise((r) => {
+        server.closeAllConnections();
+        server.close(r);
+      }),
   };
 }
 
@@ -155,7 +162,11 @@ const chunks = (n, size, f) => {
 };
 
 const sink = (url, maxItems, extra = {}) => ({
-  url, policy: 'adobe-best-effort', batch: { maxItems, maxAgeMs: 0 }, concurrency: { initial: CONCURRENCY, adaptive: false }, ...extra,
+  url,
+  policy: 'adobe-best-effort',
+  batch: { maxItems, maxAgeMs: 0 },
+  concurrency: { initial: CONCURRENCY, adaptive: false },
+  ...extra,
 });
 
 // ---------------------------------------------------------------- 1. throughput
@@ -190,11 +201,20 @@ async function bullmqCase(rx, n) {
   const t0 = performance.now();
   for (const c of chunks(n, 500, (i) => ({ name: 'item', data: { key: `bull-${i}`, n: i }, opts }))) await queue.addBulk(c);
   const t1 = performance.now();
-  const worker = new Worker(name, async (job) => {
-    const r = await request(rx.url, { method: 'POST', dispatcher: agent, body: JSON.stringify(job.data), headers: { 'content-type': 'application/json', 'idempotency-key': job.id, 'x-item-key': job.data.key } });
-    await r.body.dump();
-    if (r.statusCode >= 300) throw new Error(`status ${r.statusCode}`);
-  }, { connection: REDIS, concurrency: CONCURRENCY });
+  const worker = new Worker(
+    name,
+    async (job) => {
+      const r = await request(rx.url, {
+        method: 'POST',
+        dispatcher: agent,
+        body: JSON.stringify(job.data),
+        headers: { 'content-type': 'application/json', 'idempotency-key': job.id, 'x-item-key': job.data.key },
+      });
+      await r.body.dump();
+      if (r.statusCode >= 300) throw new Error(`status ${r.statusCode}`);
+    },
+    { connection: REDIS, concurrency: CONCURRENCY },
+  );
   let t2;
   try {
     await rx.until(n);
@@ -222,11 +242,18 @@ async function pgBossCase(rx, n, batchSize) {
   for (const c of chunks(n, 500, (i) => ({ name, data: { key: `boss-${i}`, n: i }, retryLimit: 2, retryDelay: 15 }))) await boss.insert(c);
   const t1 = performance.now();
   await boss.work(name, { batchSize, pollingIntervalSeconds: 0.5 }, async (jobs) => {
-    await Promise.all(jobs.map(async (job) => {
-      const r = await request(rx.url, { method: 'POST', dispatcher: agent, body: JSON.stringify(job.data), headers: { 'content-type': 'application/json', 'idempotency-key': job.id, 'x-item-key': job.data.key } });
-      await r.body.dump();
-      if (r.statusCode >= 300) throw new Error(`status ${r.statusCode}`);
-    }));
+    await Promise.all(
+      jobs.map(async (job) => {
+        const r = await request(rx.url, {
+          method: 'POST',
+          dispatcher: agent,
+          body: JSON.stringify(job.data),
+          headers: { 'content-type': 'application/json', 'idempotency-key': job.id, 'x-item-key': job.data.key },
+        });
+        await r.body.dump();
+        if (r.statusCode >= 300) throw new Error(`status ${r.statusCode}`);
+      }),
+    );
   });
   let t2;
   try {
@@ -251,7 +278,9 @@ function table(head, rows) {
 async function throughput({ quick, rx, dir, pgOk, redisOk, schemas }) {
   const n = quick ? 2_000 : 12_000;
   const reps = quick ? 3 : 5;
-  console.log(`\n--- throughput: ${int(n)} items, one item per request, ${CONCURRENCY} in flight, ${reps} repetitions, each starting with the next candidate (load average ${load()})`);
+  console.log(
+    `\n--- throughput: ${int(n)} items, one item per request, ${CONCURRENCY} in flight, ${reps} repetitions, each starting with the next candidate (load average ${load()})`,
+  );
   console.log('Retry options: relent adobe-best-effort (15 s, 30 s); BullMQ attempts 3, fixed 15 s; pg-boss retryLimit 2, retryDelay 15 s. Higher is better.');
   if (!redisOk) console.log('note: Redis at 127.0.0.1:6379 unreachable: BullMQ skipped, no ratios');
   if (!pgOk) console.log(`note: PostgreSQL at ${PG_URL} unreachable: relent PostgreSQL and pg-boss skipped`);
@@ -278,14 +307,24 @@ async function throughput({ quick, rx, dir, pgOk, redisOk, schemas }) {
     runs.push(r);
   }
   const ratio = (a, b) => (a && b ? `${(a / b).toFixed(2)}x` : '-');
-  table(['repetition', 'load', 'BullMQ/s', 'SQLite/s', 'PostgreSQL/s', 'SQLite vs BullMQ', 'PostgreSQL vs BullMQ'], runs.map((r) => [
-    String(r.rep), r.load.toFixed(1), r.bull ? int(r.bull.deliver) : '-', int(r.sqlite.deliver), r.pg ? int(r.pg.deliver) : '-',
-    ratio(r.sqlite.deliver, r.bull?.deliver), ratio(r.pg?.deliver, r.bull?.deliver),
-  ]));
+  table(
+    ['repetition', 'load', 'BullMQ/s', 'SQLite/s', 'PostgreSQL/s', 'SQLite vs BullMQ', 'PostgreSQL vs BullMQ'],
+    runs.map((r) => [
+      String(r.rep),
+      r.load.toFixed(1),
+      r.bull ? int(r.bull.deliver) : '-',
+      int(r.sqlite.deliver),
+      r.pg ? int(r.pg.deliver) : '-',
+      ratio(r.sqlite.deliver, r.bull?.deliver),
+      ratio(r.pg?.deliver, r.bull?.deliver),
+    ]),
+  );
   if (redisOk) {
     const sq = median(runs.map((r) => r.sqlite.deliver / r.bull.deliver));
     const pq = pgOk ? median(runs.map((r) => r.pg.deliver / r.bull.deliver)) : null;
-    console.log(`median ratio of delivered items/s to BullMQ's in the same repetition: SQLite ${sq.toFixed(2)}x${pq !== null ? `, PostgreSQL ${pq.toFixed(2)}x` : ''}`);
+    console.log(
+      `median ratio of delivered items/s to BullMQ's in the same repetition: SQLite ${sq.toFixed(2)}x${pq !== null ? `, PostgreSQL ${pq.toFixed(2)}x` : ''}`,
+    );
   }
   const once = [];
   once.push(['relent SQLite (1 item/request)', median(runs.map((r) => r.sqlite.enqueue)), median(runs.map((r) => r.sqlite.deliver))]);
@@ -302,7 +341,10 @@ async function throughput({ quick, rx, dir, pgOk, redisOk, schemas }) {
   once.push(['relent SQLite (100 items/request)', hundred.enqueue, hundred.deliver]);
   const base = once.find((r) => r[0].startsWith('BullMQ')) ?? once[0];
   console.log(`\nmedians of the repetitions, and single runs (ratios against ${base[0]}):`);
-  table(['candidate', 'enqueue/s', 'deliver/s', 'enqueue vs', 'deliver vs'], once.map((r) => [r[0], int(r[1]), int(r[2]), ratio(r[1], base[1]), ratio(r[2], base[2])]));
+  table(
+    ['candidate', 'enqueue/s', 'deliver/s', 'enqueue vs', 'deliver vs'],
+    once.map((r) => [r[0], int(r[1]), int(r[2]), ratio(r[1], base[1]), ratio(r[2], base[2])]),
+  );
   console.log('note: pg-boss 10 waits pollingIntervalSeconds (at least 0.5 s) after every fetch: batchSize 16 is near 32 items/s');
 }
 
@@ -345,16 +387,29 @@ async function startWorkers(k, spec) {
   }
   return {
     pids: children.map((c) => c.pid),
-    go: () => { for (const c of children) c.stdin.write('go\n'); },
-    stop: () => Promise.all(children.map((c) => (c.exitCode !== null || c.signalCode !== null ? null : new Promise((r) => { c.once('exit', r); c.kill('SIGTERM'); })))),
+    go: () => {
+      for (const c of children) c.stdin.write('go\n');
+    },
+    stop: () =>
+      Promise.all(
+        children.map((c) =>
+          c.exitCode !== null || c.signalCode !== null
+            ? null
+            : new Promise((r) => {
+                c.once('exit', r);
+                c.kill('SIGTERM');
+              }),
+        ),
+      ),
     /** After stop(): each worker's store calls by method and batches claimed (what it printed on its way out). */
-    reports: () => children.map((c) => {
-      try {
-        return JSON.parse(c.out.trim().split('\n').pop());
-      } catch {
-        return null;
-      }
-    }),
+    reports: () =>
+      children.map((c) => {
+        try {
+          return JSON.parse(c.out.trim().split('\n').pop());
+        } catch {
+          return null;
+        }
+      }),
   };
 }
 
@@ -364,7 +419,9 @@ async function scale({ quick, rx, pgOk, schemas }) {
     return;
   }
   const n = quick ? 3_000 : 20_000;
-  console.log(`\n--- scale-out: worker processes on one PostgreSQL queue, ${int(n)} items, one per request, ${CONCURRENCY} in flight per process (load average ${load()})`);
+  console.log(
+    `\n--- scale-out: worker processes on one PostgreSQL queue, ${int(n)} items, one per request, ${CONCURRENCY} in flight per process (load average ${load()})`,
+  );
   const rows = [];
   for (const k of [1, 2, 4]) {
     rx.reset();
@@ -388,8 +445,13 @@ async function scale({ quick, rx, pgOk, schemas }) {
       const rxMs = process.cpuUsage(cpu0.rx);
       const workers = cpuMs({ pids: w.pids });
       const pgMs = cpuMs({ name: 'postgres' });
-      const total = workers === null ? null : (workers - cpu0.workers) + (pgMs - cpu0.pg) + (rxMs.user + rxMs.system) / 1000;
-      cpu = [per(workers, cpu0.workers), per(pgMs, cpu0.pg), ((rxMs.user + rxMs.system) / 1000 / (n / 1000)).toFixed(0), total === null ? '-' : `${(total / ms * 100).toFixed(0)} %`];
+      const total = workers === null ? null : workers - cpu0.workers + (pgMs - cpu0.pg) + (rxMs.user + rxMs.system) / 1000;
+      cpu = [
+        per(workers, cpu0.workers),
+        per(pgMs, cpu0.pg),
+        ((rxMs.user + rxMs.system) / 1000 / (n / 1000)).toFixed(0),
+        total === null ? '-' : `${((total / ms) * 100).toFixed(0)} %`,
+      ];
     } finally {
       await w.stop();
       await queue.close();
@@ -402,10 +464,26 @@ async function scale({ quick, rx, pgOk, schemas }) {
     const calls = [per1000(sum('claim')), per1000(sum('formAndClaim')), per1000(sum('complete')), per1000(all)];
     rows.push([`${k} process${k > 1 ? 'es' : ''}`, int(rate), `${(rate / (rows.length ? Number(rows[0].at(-1)) : rate)).toFixed(2)}x`, ...cpu, ...calls, rate]);
   }
-  table(['workers', 'items/s', 'vs 1 process', 'worker CPU ms/1000', 'PostgreSQL CPU ms/1000', 'receiver CPU ms/1000', 'CPU used (of 200 %)',
-    'claims/1000', 'seal+lease/1000', 'outcome writes/1000', 'store calls/1000'], rows.map((r) => r.slice(0, 11)));
-  console.log('CPU: the workers\' processes, every postgres process on the machine (other users included), and this process (the receiver), from /proc.');
-  console.log('Store calls: every worker\'s, per 1000 items delivered (claims of due batches; new batches sealed and leased; group-committed outcome writes; all).');
+  table(
+    [
+      'workers',
+      'items/s',
+      'vs 1 process',
+      'worker CPU ms/1000',
+      'PostgreSQL CPU ms/1000',
+      'receiver CPU ms/1000',
+      'CPU used (of 200 %)',
+      'claims/1000',
+      'seal+lease/1000',
+      'outcome writes/1000',
+      'store calls/1000',
+    ],
+    rows.map((r) => r.slice(0, 11)),
+  );
+  console.log("CPU: the workers' processes, every postgres process on the machine (other users included), and this process (the receiver), from /proc.");
+  console.log(
+    "Store calls: every worker's, per 1000 items delivered (claims of due batches; new batches sealed and leased; group-committed outcome writes; all).",
+  );
 
   // 4 processes, one destination limited to R requests per second (shared through the store).
   const R = quick ? 50 : 200;
@@ -434,7 +512,9 @@ async function scale({ quick, rx, pgOk, schemas }) {
     while (at[i] - at[j] >= 1_000) j++;
     worst = Math.max(worst, i - j + 1);
   }
-  console.log(`4 processes, limit ${R} requests/s (rateLimit shared): ${int(m)} items in ${seconds.toFixed(1)} s = ${int(m / seconds)}/s; the most in any 1 s window at the receiver: ${worst} (limit ${R})`);
+  console.log(
+    `4 processes, limit ${R} requests/s (rateLimit shared): ${int(m)} items in ${seconds.toFixed(1)} s = ${int(m / seconds)}/s; the most in any 1 s window at the receiver: ${worst} (limit ${R})`,
+  );
 }
 
 // ---------------------------------------------------------------- 3. fairness
@@ -442,18 +522,28 @@ async function scale({ quick, rx, pgOk, schemas }) {
 async function fairness({ quick, rx, dir, pgOk, schemas }) {
   const per = quick ? 300 : 800;
   const rounds = quick ? 1 : 5;
-  console.log(`\n--- fairness: ten destinations (4 in flight each), ${int(per)} items each for the healthy nine; the tenth slow (2 s answers) or failing (503), with adaptive concurrency (the default); ${rounds} interleaved rounds, shares per round against the same round's nine alone (load average ${load()})`);
+  console.log(
+    `\n--- fairness: ten destinations (4 in flight each), ${int(per)} items each for the healthy nine; the tenth slow (2 s answers) or failing (503), with adaptive concurrency (the default); ${rounds} interleaved rounds, shares per round against the same round's nine alone (load average ${load()})`,
+  );
   const stores = [['SQLite', (t) => `sqlite:${join(dir, `f-${t}.db`)}`]];
   if (pgOk) {
-    stores.push(['PostgreSQL', (t) => {
-      const schema = `relent_bench_${process.pid}_f_${t}`;
-      schemas.push(schema);
-      return `${PG_URL}?schema=${schema}`;
-    }]);
+    stores.push([
+      'PostgreSQL',
+      (t) => {
+        const schema = `relent_bench_${process.pid}_f_${t}`;
+        schemas.push(schema);
+        return `${PG_URL}?schema=${schema}`;
+      },
+    ]);
   }
   // The nine at a fixed 4 in flight (a steady baseline); the bad one as configured by default
   // (adaptive: 503s halve its concurrency), starting at 4.
-  const dest = (path, adaptive = false) => ({ url: `${rx.base}/${path}`, policy: 'adobe-best-effort', batch: { maxItems: 1, maxAgeMs: 0 }, concurrency: { initial: 4, adaptive } });
+  const dest = (path, adaptive = false) => ({
+    url: `${rx.base}/${path}`,
+    policy: 'adobe-best-effort',
+    batch: { maxItems: 1, maxAgeMs: 0 },
+    concurrency: { initial: 4, adaptive },
+  });
   /** The nine healthy destinations' items/s, with `bad` (null, 'slow' or 'fail') beside them. */
   const run = async (storeUrl, bad, count) => {
     rx.reset();
@@ -461,8 +551,16 @@ async function fairness({ quick, rx, dir, pgOk, schemas }) {
     for (let i = 0; i < 9; i++) destinations[`ok${i}`] = dest(`ok${i}`);
     if (bad) destinations[bad] = dest(`${bad}0`, true);
     const queue = await openDeliveryQueue({ store: storeUrl, destinations });
-    for (let i = 0; i < 9; i++) await queue.enqueueMany(`ok${i}`, Array.from({ length: count }, (_, j) => ({ key: `k${j}`, payload: { j } })));
-    if (bad) await queue.enqueueMany(bad, Array.from({ length: count }, (_, j) => ({ key: `k${j}`, payload: { j } })));
+    for (let i = 0; i < 9; i++)
+      await queue.enqueueMany(
+        `ok${i}`,
+        Array.from({ length: count }, (_, j) => ({ key: `k${j}`, payload: { j } })),
+      );
+    if (bad)
+      await queue.enqueueMany(
+        bad,
+        Array.from({ length: count }, (_, j) => ({ key: `k${j}`, payload: { j } })),
+      );
     const worker = queue.createWorker({ pollMs: 20 });
     const t0 = performance.now();
     worker.start();
@@ -483,11 +581,19 @@ async function fairness({ quick, rx, dir, pgOk, schemas }) {
     }
     const share = (k) => r[k].map((x, i) => x / r.alone[i]);
     const pctOf = (xs) => xs.map((x) => `${(100 * x).toFixed(0)}`).join(' / ');
-    rows.push([name, int(median(r.alone)), int(median(r.slow)), `${(100 * median(share('slow'))).toFixed(0)} %`, pctOf(share('slow')),
-      int(median(r.fail)), `${(100 * median(share('fail'))).toFixed(0)} %`, pctOf(share('fail'))]);
+    rows.push([
+      name,
+      int(median(r.alone)),
+      int(median(r.slow)),
+      `${(100 * median(share('slow'))).toFixed(0)} %`,
+      pctOf(share('slow')),
+      int(median(r.fail)),
+      `${(100 * median(share('fail'))).toFixed(0)} %`,
+      pctOf(share('fail')),
+    ]);
   }
   table(['store', 'nine alone/s', 'with a slow one/s', 'share', 'per round', 'with a failing one/s', 'share', 'per round'], rows);
-  console.log('items/s: medians of the rounds; share: the median of the rounds\' shares (goal: at least 90 %).');
+  console.log("items/s: medians of the rounds; share: the median of the rounds' shares (goal: at least 90 %).");
 }
 
 // ---------------------------------------------------------------- 4. large queues
@@ -504,7 +610,9 @@ async function large({ quick, pgOk, schemas }) {
   }
   const sizes = quick ? [10_000, 100_000] : [10_000, 1_000_000];
   const samples = quick ? 200 : 1_000;
-  console.log(`\n--- large queues (PostgreSQL): ${sizes.map(int).join(' and ')} batches queued (half ready, half deferred), ${int(samples)} samples each, taken in turn from both queues (load average ${load()})`);
+  console.log(
+    `\n--- large queues (PostgreSQL): ${sizes.map(int).join(' and ')} batches queued (half ready, half deferred), ${int(samples)} samples each, taken in turn from both queues (load average ${load()})`,
+  );
   const out = [];
   const now = Date.now();
   try {
@@ -519,9 +627,12 @@ async function large({ quick, pgOk, schemas }) {
       // Bulk load with SQL: the batches and their items (one item each) of ten destinations.
       await c.query(`SET search_path = "${schema}"`);
       await c.query(`SET synchronous_commit = off`);
-      await c.query(`INSERT INTO relent_batches (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at)
+      await c.query(
+        `INSERT INTO relent_batches (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at)
         SELECT 'bulk' || (g % 10), 'rb-bulk-' || g, 'queued', 1, 7, $1::bigint, $1::bigint + (g % 2) * 3600000, $1::bigint + (g % 2) * 3600000, $1::bigint - g
-        FROM generate_series(1, $2::int) g`, [now, size]);
+        FROM generate_series(1, $2::int) g`,
+        [now, size],
+      );
       await c.query(`INSERT INTO relent_items (destination, key, payload, bytes, enqueued_at, batch_id)
         SELECT b.destination, 'k' || b.id, '{"n":1}', 7, b.enqueued_at, b.id FROM relent_batches b`);
       await c.query('VACUUM ANALYZE relent_batches');
@@ -548,10 +659,25 @@ async function large({ quick, pgOk, schemas }) {
     for (let i = 0; i < samples; i++) {
       for (const o of out) {
         const got = await time(o.claim, () => o.store.claim(`bulk${i % 10}`, 16, now + i, 15_000, 'bench'));
-        await o.store.complete(got.map((b) => ({
-          id: b.id, token: b.token, state: 'delivered', notBefore: b.notBefore, attempt: 1, opStartedAt: now, opDeadlineAt: now + 60_000, prevDelayMs: null, opThrottled: 0,
-          lastStatus: 200, lastErrorClass: null, lastDecision: 'return', lastWhy: 'success', finishedAt: now, record: null,
-        })));
+        await o.store.complete(
+          got.map((b) => ({
+            id: b.id,
+            token: b.token,
+            state: 'delivered',
+            notBefore: b.notBefore,
+            attempt: 1,
+            opStartedAt: now,
+            opDeadlineAt: now + 60_000,
+            prevDelayMs: null,
+            opThrottled: 0,
+            lastStatus: 200,
+            lastErrorClass: null,
+            lastDecision: 'return',
+            lastWhy: 'success',
+            finishedAt: now,
+            record: null,
+          })),
+        );
       }
     }
     for (let i = 0; i < 5; i++) {
@@ -565,11 +691,24 @@ async function large({ quick, pgOk, schemas }) {
   }
   const [a, b] = out;
   const f = (x) => `${x.toFixed(2)} ms`;
-  table(['queued', 'load (s)', 'enqueue p50', 'enqueue p99', 'seal+lease p50', 'seal+lease p99', 'claim p50', 'claim p99', 'stats (median of 5)'], out.map((o) => [
-    int(o.size), o.loadS.toFixed(1), f(pct(o.enq, 50)), f(pct(o.enq, 99)), f(pct(o.seal, 50)), f(pct(o.seal, 99)), f(pct(o.claim, 50)), f(pct(o.claim, 99)), f(median(o.stats)),
-  ]));
+  table(
+    ['queued', 'load (s)', 'enqueue p50', 'enqueue p99', 'seal+lease p50', 'seal+lease p99', 'claim p50', 'claim p99', 'stats (median of 5)'],
+    out.map((o) => [
+      int(o.size),
+      o.loadS.toFixed(1),
+      f(pct(o.enq, 50)),
+      f(pct(o.enq, 99)),
+      f(pct(o.seal, 50)),
+      f(pct(o.seal, 99)),
+      f(pct(o.claim, 50)),
+      f(pct(o.claim, 99)),
+      f(median(o.stats)),
+    ]),
+  );
   const x = (k, p) => (pct(b[k], p) / pct(a[k], p)).toFixed(2);
-  console.log(`${int(b.size)} vs ${int(a.size)}: enqueue p99 ${x('enq', 99)}x, seal+lease p99 ${x('seal', 99)}x, claim p99 ${x('claim', 99)}x, stats ${(median(b.stats) / median(a.stats)).toFixed(2)}x (goal for enqueue and claim: at most 2x)`);
+  console.log(
+    `${int(b.size)} vs ${int(a.size)}: enqueue p99 ${x('enq', 99)}x, seal+lease p99 ${x('seal', 99)}x, claim p99 ${x('claim', 99)}x, stats ${(median(b.stats) / median(a.stats)).toFixed(2)}x (goal for enqueue and claim: at most 2x)`,
+  );
 }
 
 export async function main({ quick = false, only = [] } = {}) {

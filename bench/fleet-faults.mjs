@@ -21,7 +21,10 @@ import { namespacedRedis, namespacesUnavailable, ownCluster, ownRedis, sleep } f
 
 const P = 10;
 const CHILD = fileURLToPath(new URL('./workers/fleet-faults-child.mjs', import.meta.url));
-const load = () => loadavg().map((x) => x.toFixed(1)).join(' ');
+const load = () =>
+  loadavg()
+    .map((x) => x.toFixed(1))
+    .join(' ');
 /** relent's default budget: ratio 0.1, 1 token/s, 10 tokens; a lease of 1 per process. */
 const BUDGET = { ratio: 0.1, minPerSecond: 1, maxTokens: 10, lease: 1 };
 
@@ -73,10 +76,12 @@ async function fleetRun(cfg, during) {
     let onReady;
     let onDone;
     ready.push(new Promise((r) => (onReady = r)));
-    done.push(new Promise((r, reject) => {
-      onDone = r;
-      k.on('exit', (code) => (code === 0 ? null : reject(new Error(`child ${i} exited with ${code}`))));
-    }));
+    done.push(
+      new Promise((r, reject) => {
+        onDone = r;
+        k.on('exit', (code) => (code === 0 ? null : reject(new Error(`child ${i} exited with ${code}`))));
+      }),
+    );
     k.stdout.on('data', (chunk) => {
       out += chunk;
       const lines = out.split('\n');
@@ -130,17 +135,35 @@ async function clusterSection(quick) {
     for (const [, name] of names) deps.push(await dependency(name));
     const breaker = { failureRatio: 0.5, minimumThroughput: 200, windowMs: 10_000, openMs: 3000 };
     const runs = [];
-    for (const [label, redis, withBreaker] of [['one Redis', { url: single.url }, false], ['Redis Cluster', { cluster: cluster.urls }, false], ['Redis Cluster + breaker', { cluster: cluster.urls }, true]]) {
+    for (const [label, redis, withBreaker] of [
+      ['one Redis', { url: single.url }, false],
+      ['Redis Cluster', { cluster: cluster.urls }, false],
+      ['Redis Cluster + breaker', { cluster: cluster.urls }, true],
+    ]) {
       for (const d of deps) {
         d.reset();
         d.answer = () => 503;
       }
-      const r = await fleetRun({ redis, prefix: `${prefix}${runs.length}:`, deps: deps.map((d) => ({ name: d.name, url: d.url })), rate, durationMs, breaker: withBreaker ? breaker : false });
+      const r = await fleetRun({
+        redis,
+        prefix: `${prefix}${runs.length}:`,
+        deps: deps.map((d) => ({ name: d.name, url: d.url })),
+        rate,
+        durationMs,
+        breaker: withBreaker ? breaker : false,
+      });
       const perDep = deps.map((d) => {
         const opens = r.summaries.map((s) => s.breakerChanges.find((c) => c.dep === d.name && c.to === 'open')?.t ?? Infinity);
         const opened = opens.filter(Number.isFinite);
         const shared = r.summaries.filter((s) => s.stats?.budgets[d.name]?.mode === 'fleet' && s.stats?.budgets[d.name]?.processes === P).length;
-        return { name: d.name, first: d.first, retries: d.retries, opened: withBreaker ? opened.length : null, spread: Math.max(...opened) - Math.min(...opened), shared };
+        return {
+          name: d.name,
+          first: d.first,
+          retries: d.retries,
+          opened: withBreaker ? opened.length : null,
+          spread: Math.max(...opened) - Math.min(...opened),
+          shared,
+        };
       });
       runs.push({ label, r, perDep });
     }
@@ -148,15 +171,34 @@ async function clusterSection(quick) {
     const rows = [];
     for (const run of runs) {
       for (const d of run.perDep) {
-        rows.push([run.label, d.name, `${d.shared}/${P}`, d.first, d.retries, d.opened === null ? '—' : `${d.opened}/${P}`, d.opened === null ? '—' : fmt(d.spread)]);
+        rows.push([
+          run.label,
+          d.name,
+          `${d.shared}/${P}`,
+          d.first,
+          d.retries,
+          d.opened === null ? '—' : `${d.opened}/${P}`,
+          d.opened === null ? '—' : fmt(d.spread),
+        ]);
       }
       const fb = sum(run.r.summaries.map((s) => s.stats?.fallbacks ?? 0));
-      rows.push([run.label, 'all', `joined ${run.r.joined}/${P}`, sum(run.perDep.map((d) => d.first)), sum(run.perDep.map((d) => d.retries)), `problems ${sum(run.r.summaries.map((s) => s.problems.length))}`, `fallbacks ${fb}`]);
+      rows.push([
+        run.label,
+        'all',
+        `joined ${run.r.joined}/${P}`,
+        sum(run.perDep.map((d) => d.first)),
+        sum(run.perDep.map((d) => d.retries)),
+        `problems ${sum(run.r.summaries.map((s) => s.problems.length))}`,
+        `fallbacks ${fb}`,
+      ]);
     }
     const ratio = sum(clu.perDep.map((d) => d.retries)) / Math.max(1, sum(one.perDep.map((d) => d.retries)));
-    table(`Redis Cluster (3 masters + 3 replicas) against one Redis: ${P} processes × 3 dependencies × ${rate} calls/s, each dependency on its own master, failing 100 % for ${durationMs / 1000} s; relent's default policy and budget; the last run with breakers ${JSON.stringify(breaker)} (load ${load()})`,
-      ['store', 'dependency', 'shared by', 'first attempts', 'retries', 'breaker open in', 'first → last open'], rows,
-      `retries on the cluster ÷ on one Redis (budgets only): ${ratio.toFixed(2)} (goal ≤ 1.2). Bound per dependency (one floor + ${P} leases): ${BUDGET.maxTokens + BUDGET.minPerSecond * durationMs / 1000 + P * BUDGET.lease}; separate budgets: ${P * (BUDGET.maxTokens + BUDGET.minPerSecond * durationMs / 1000)}.`);
+    table(
+      `Redis Cluster (3 masters + 3 replicas) against one Redis: ${P} processes × 3 dependencies × ${rate} calls/s, each dependency on its own master, failing 100 % for ${durationMs / 1000} s; relent's default policy and budget; the last run with breakers ${JSON.stringify(breaker)} (load ${load()})`,
+      ['store', 'dependency', 'shared by', 'first attempts', 'retries', 'breaker open in', 'first → last open'],
+      rows,
+      `retries on the cluster ÷ on one Redis (budgets only): ${ratio.toFixed(2)} (goal ≤ 1.2). Bound per dependency (one floor + ${P} leases): ${BUDGET.maxTokens + (BUDGET.minPerSecond * durationMs) / 1000 + P * BUDGET.lease}; separate budgets: ${P * (BUDGET.maxTokens + (BUDGET.minPerSecond * durationMs) / 1000)}.`,
+    );
 
     // kill -9 of the master of the first dependency, under load.
     const [victim, victimDep] = names[0];
@@ -166,23 +208,50 @@ async function clusterSection(quick) {
     }
     let killedAt = 0;
     let promotedAt = 0;
-    const kill = await fleetRun({ redis: { cluster: cluster.urls }, prefix: `${prefix}k:`, deps: deps.map((d) => ({ name: d.name, url: d.url })), rate, durationMs: quick ? 8000 : 12_000 }, async () => {
-      await sleep(3000);
-      killedAt = Date.now();
-      await cluster.kill(victim);
-      await cluster.failedOver(victim);
-      promotedAt = Date.now();
-    });
-    const after = (child, dep, shared, since) => kill.live.events.find((e) => e.child === child && e.dep === dep && e.shared === shared && e.t >= since)?.t ?? Infinity;
+    const kill = await fleetRun(
+      {
+        redis: { cluster: cluster.urls },
+        prefix: `${prefix}k:`,
+        deps: deps.map((d) => ({ name: d.name, url: d.url })),
+        rate,
+        durationMs: quick ? 8000 : 12_000,
+      },
+      async () => {
+        await sleep(3000);
+        killedAt = Date.now();
+        await cluster.kill(victim);
+        await cluster.failedOver(victim);
+        promotedAt = Date.now();
+      },
+    );
+    const after = (child, dep, shared, since) =>
+      kill.live.events.find((e) => e.child === child && e.dep === dep && e.shared === shared && e.t >= since)?.t ?? Infinity;
     const krows = deps.map((d) => {
       const wentLocal = Array.from({ length: P }, (_, i) => after(i, d.name, false, killedAt)).filter(Number.isFinite);
       const back = Array.from({ length: P }, (_, i) => (Number.isFinite(after(i, d.name, false, killedAt)) ? after(i, d.name, true, killedAt) : killedAt));
       const lastBack = Math.max(...back);
-      return [d.name, d.name === victimDep ? `yes (${victim})` : 'no', `${wentLocal.length}/${P}`, fmt(Math.min(...wentLocal) - killedAt), Number.isFinite(lastBack) ? fmt(Math.max(0, lastBack - promotedAt)) : 'never', d.first + d.retries];
+      return [
+        d.name,
+        d.name === victimDep ? `yes (${victim})` : 'no',
+        `${wentLocal.length}/${P}`,
+        fmt(Math.min(...wentLocal) - killedAt),
+        Number.isFinite(lastBack) ? fmt(Math.max(0, lastBack - promotedAt)) : 'never',
+        d.first + d.retries,
+      ];
     });
-    table(`kill -9 of a master under load (${P} processes × 3 dependencies × ${rate} calls/s, 10 % 503): promotion ${promotedAt - killedAt} ms after the kill (cluster-node-timeout 1000 ms); errors raised by relent: ${rejected(kill.summaries)}; uncaught errors and unhandled rejections: ${sum(kill.summaries.map((s) => s.problems.length))}`,
-      ['dependency', 'on the killed master', 'processes that fell back', 'first fallback after the kill', 'all shared again after the promotion', 'calls answered'], krows,
-      '(goal: 0 errors; shared again within 1 s of the promotion. With cluster-require-full-coverage (the default) every slot is refused from the failure report to the promotion, so dependencies on other masters may fall back too.)');
+    table(
+      `kill -9 of a master under load (${P} processes × 3 dependencies × ${rate} calls/s, 10 % 503): promotion ${promotedAt - killedAt} ms after the kill (cluster-node-timeout 1000 ms); errors raised by relent: ${rejected(kill.summaries)}; uncaught errors and unhandled rejections: ${sum(kill.summaries.map((s) => s.problems.length))}`,
+      [
+        'dependency',
+        'on the killed master',
+        'processes that fell back',
+        'first fallback after the kill',
+        'all shared again after the promotion',
+        'calls answered',
+      ],
+      krows,
+      '(goal: 0 errors; shared again within 1 s of the promotion. With cluster-require-full-coverage (the default) every slot is refused from the failure report to the promotion, so dependencies on other masters may fall back too.)',
+    );
 
     // url: to one node.
     const { createRedisFleet } = await import('../dist/fleet/index.js');
@@ -217,18 +286,44 @@ async function slowSection(quick) {
     const out = {};
     for (const separate of [false, true]) {
       dep.reset();
-      const r = await fleetRun({ redis: { url: `redis://127.0.0.1:${proxy.port}` }, separate, prefix: `bench-slow:${process.pid}:`, deps: [{ name: dep.name, url: dep.url }], rate, durationMs });
-      const changes = Array.from({ length: P }, (_, i) => r.live.events.filter((e) => e.child === i && e.mode !== undefined && e.t >= r.live.startedAt && e.reason !== 'the fleet was closed').length);
-      const rtt = r.summaries.map((s) => s.stats?.rtt.avg).filter((x) => typeof x === 'number').sort((a, b) => a - b);
+      const r = await fleetRun({
+        redis: { url: `redis://127.0.0.1:${proxy.port}` },
+        separate,
+        prefix: `bench-slow:${process.pid}:`,
+        deps: [{ name: dep.name, url: dep.url }],
+        rate,
+        durationMs,
+      });
+      const changes = Array.from(
+        { length: P },
+        (_, i) => r.live.events.filter((e) => e.child === i && e.mode !== undefined && e.t >= r.live.startedAt && e.reason !== 'the fleet was closed').length,
+      );
+      const rtt = r.summaries
+        .map((s) => s.stats?.rtt.avg)
+        .filter((x) => typeof x === 'number')
+        .sort((a, b) => a - b);
       const shared = r.summaries.filter((s) => s.stats?.budgets[dep.name]?.mode === 'fleet').length;
       out[separate ? 'separate' : 'fleet'] = { retries: dep.retries, changes };
-      const why = r.live.events.filter((e) => e.mode === 'local' && e.t >= r.live.startedAt && e.reason !== 'the fleet was closed').map((e) => `${e.t - r.live.startedAt} ms: ${e.reason}`);
+      const why = r.live.events
+        .filter((e) => e.mode === 'local' && e.t >= r.live.startedAt && e.reason !== 'the fleet was closed')
+        .map((e) => `${e.t - r.live.startedAt} ms: ${e.reason}`);
       if (why.length > 0) out.reasons = why;
-      rows.push([separate ? 'a budget per process' : 'fleet (defaults)', separate ? '—' : `${r.joined}/${P}`, separate ? '—' : `${shared}/${P}`, dep.first, dep.retries, separate ? '—' : `${Math.max(...changes)} (total ${sum(changes)})`, separate ? '—' : `${Math.round(rtt[rtt.length >> 1] ?? 0)} ms`]);
+      rows.push([
+        separate ? 'a budget per process' : 'fleet (defaults)',
+        separate ? '—' : `${r.joined}/${P}`,
+        separate ? '—' : `${shared}/${P}`,
+        dep.first,
+        dep.retries,
+        separate ? '—' : `${Math.max(...changes)} (total ${sum(changes)})`,
+        separate ? '—' : `${Math.round(rtt[rtt.length >> 1] ?? 0)} ms`,
+      ]);
     }
-    table(`Redis behind the fault proxy: 100 ± 20 ms each way, 10 % loss (a lost segment and what follows it 200 ms+ late); ${P} processes × ${rate} calls/s, a dependency failing 100 % for ${durationMs / 1000} s (load ${load()})`,
-      ['budget', 'joined', 'shared at the end', 'first attempts', 'retries', 'fleet_mode changes per process (max)', 'median sync rtt'], rows,
-      `fleet ÷ separate retries: ${(out.fleet.retries / Math.max(1, out.separate.retries)).toFixed(2)} (goal ≤ 1); goal ≤ 2 mode changes per process in 15 s.${out.reasons ? `\nfallbacks: ${out.reasons.join('; ')}` : ''}`);
+    table(
+      `Redis behind the fault proxy: 100 ± 20 ms each way, 10 % loss (a lost segment and what follows it 200 ms+ late); ${P} processes × ${rate} calls/s, a dependency failing 100 % for ${durationMs / 1000} s (load ${load()})`,
+      ['budget', 'joined', 'shared at the end', 'first attempts', 'retries', 'fleet_mode changes per process (max)', 'median sync rtt'],
+      rows,
+      `fleet ÷ separate retries: ${(out.fleet.retries / Math.max(1, out.separate.retries)).toFixed(2)} (goal ≤ 1); goal ≤ 2 mode changes per process in 15 s.${out.reasons ? `\nfallbacks: ${out.reasons.join('; ')}` : ''}`,
+    );
     return out;
   } finally {
     dep.server.close();
@@ -256,35 +351,56 @@ async function partitionSection(quick) {
     const { createFaultProxy } = await import('../dist/testing/proxy.js');
     const own = await ownRedis();
     proxy = await createFaultProxy({ target: `127.0.0.1:${own.port}` });
-    redis = { url: `redis://127.0.0.1:${proxy.port}`, partition: async () => proxy.set({ blackhole: true }), heal: async () => proxy.set({ blackhole: false }), stop: () => own.stop() };
+    redis = {
+      url: `redis://127.0.0.1:${proxy.port}`,
+      partition: async () => proxy.set({ blackhole: true }),
+      heal: async () => proxy.set({ blackhole: false }),
+      stop: () => own.stop(),
+    };
     how = `the fault proxy's blackhole (no namespaces: ${why})`;
   }
   const dep = await dependency('cut-dep');
   try {
     let cutAt = 0;
     let healedAt = 0;
-    const r = await fleetRun({ redis: { url: redis.url }, prefix: `bench-cut:${process.pid}:`, deps: [{ name: dep.name, url: dep.url }], rate, durationMs }, async () => {
-      await sleep(beforeMs);
-      await redis.partition();
-      cutAt = Date.now();
-      await sleep(cutMs);
-      await redis.heal();
-      healedAt = Date.now();
-    });
-    const back = Array.from({ length: P }, (_, i) => r.live.events.find((e) => e.child === i && e.dep === dep.name && e.shared === true && e.t >= healedAt)?.t ?? Infinity);
-    const local = Array.from({ length: P }, (_, i) => r.live.events.find((e) => e.child === i && e.dep === dep.name && e.shared === false && e.t >= cutAt)?.t ?? Infinity);
+    const r = await fleetRun(
+      { redis: { url: redis.url }, prefix: `bench-cut:${process.pid}:`, deps: [{ name: dep.name, url: dep.url }], rate, durationMs },
+      async () => {
+        await sleep(beforeMs);
+        await redis.partition();
+        cutAt = Date.now();
+        await sleep(cutMs);
+        await redis.heal();
+        healedAt = Date.now();
+      },
+    );
+    const back = Array.from(
+      { length: P },
+      (_, i) => r.live.events.find((e) => e.child === i && e.dep === dep.name && e.shared === true && e.t >= healedAt)?.t ?? Infinity,
+    );
+    const local = Array.from(
+      { length: P },
+      (_, i) => r.live.events.find((e) => e.child === i && e.dep === dep.name && e.shared === false && e.t >= cutAt)?.t ?? Infinity,
+    );
     const t = durationMs / 1000;
     const bound = BUDGET.maxTokens + BUDGET.minPerSecond * t + BUDGET.ratio * 0 + P * BUDGET.lease;
     const sorted = back.map((x) => x - healedAt).sort((a, b) => a - b);
-    table(`A ${cutMs / 1000} s partition from Redis (${how}), then healed; ${P} processes × ${rate} calls/s, a dependency failing 100 % for the whole ${t} s; default fleet options (load ${load()})`,
-      ['measure', 'value'], [
-        ['every process fell back, after the cut', `${local.filter(Number.isFinite).length}/${P}, ${fmt(Math.min(...local) - cutAt)} – ${fmt(Math.max(...local) - cutAt)}`],
+    table(
+      `A ${cutMs / 1000} s partition from Redis (${how}), then healed; ${P} processes × ${rate} calls/s, a dependency failing 100 % for the whole ${t} s; default fleet options (load ${load()})`,
+      ['measure', 'value'],
+      [
+        [
+          'every process fell back, after the cut',
+          `${local.filter(Number.isFinite).length}/${P}, ${fmt(Math.min(...local) - cutAt)} – ${fmt(Math.max(...local) - cutAt)}`,
+        ],
         ['shared again after the heal (median / slowest)', `${fmt(sorted[P >> 1])} / ${fmt(sorted[P - 1])}`],
         ['retries over the run', dep.retries],
         ['the documented bound (one floor + P leases)', bound],
         ['separate budgets would allow', P * (BUDGET.maxTokens + BUDGET.minPerSecond * t)],
         ['errors raised by relent', rejected(r.summaries)],
-      ], '(goals: every process shared again ≤ 2 s after the heal; retries within the bound.)');
+      ],
+      '(goals: every process shared again ≤ 2 s after the heal; retries within the bound.)',
+    );
     return { back: sorted, retries: dep.retries, bound };
   } finally {
     dep.server.close();

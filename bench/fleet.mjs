@@ -17,7 +17,10 @@ import { pathToFileURL } from 'node:url';
 import { compare, connectRedis, printTable } from './harness.mjs';
 
 const REDIS_URL = process.env.RELENT_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
-const load = () => loadavg().map((x) => x.toFixed(2)).join(' ');
+const load = () =>
+  loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function dropPrefix(prefix) {
@@ -47,14 +50,17 @@ async function successPath(quick, prefix) {
   const op = async () => ({ status: 200 });
   const before = fleet.stats().roundTrips;
   const t0 = performance.now();
-  const rows = await compare([
-    { name: 'run(), no budget', fn: () => run(op, { budget: null }) },
-    { name: 'run() + local budget', fn: () => run(op, { budget: local }) },
-    { name: 'run() + fleet budget', fn: () => run(op, { budget: shared }) },
-    { name: 'run({ fleet, dependency })', fn: () => run(op, { fleet, dependency: 'bench' }) },
-    { name: 'run() + local budget + breaker', fn: () => run(op, { budget: local, breaker: localBreaker }) },
-    { name: 'run() + fleet budget + breaker', fn: () => run(op, { budget: shared, breaker: sharedBreaker }) },
-  ], { iterations: quick ? 20_000 : 100_000, rounds: quick ? 5 : 9 });
+  const rows = await compare(
+    [
+      { name: 'run(), no budget', fn: () => run(op, { budget: null }) },
+      { name: 'run() + local budget', fn: () => run(op, { budget: local }) },
+      { name: 'run() + fleet budget', fn: () => run(op, { budget: shared }) },
+      { name: 'run({ fleet, dependency })', fn: () => run(op, { fleet, dependency: 'bench' }) },
+      { name: 'run() + local budget + breaker', fn: () => run(op, { budget: local, breaker: localBreaker }) },
+      { name: 'run() + fleet budget + breaker', fn: () => run(op, { budget: shared, breaker: sharedBreaker }) },
+    ],
+    { iterations: quick ? 20_000 : 100_000, rounds: quick ? 5 : 9 },
+  );
   const seconds = (performance.now() - t0) / 1000;
   const trips = fleet.stats().roundTrips - before;
   const mode = fleet.mode;
@@ -93,7 +99,11 @@ async function roundTrips(quick, prefix) {
   const url = `http://127.0.0.1:${port}/x`;
   const rows = [];
   try {
-    for (const [rate, failEvery] of [[200, 0], [1000, 0], [1000, 50]]) {
+    for (const [rate, failEvery] of [
+      [200, 0],
+      [1000, 0],
+      [1000, 50],
+    ]) {
       const fleet = createRedisFleet({ url: REDIS_URL, prefix });
       await fleet.ready(5000);
       const client = createClient({ fleet, breaker: {} });
@@ -106,7 +116,12 @@ async function roundTrips(quick, prefix) {
         while (performance.now() - start < ms) {
           while (i * every <= performance.now() - start) {
             i++;
-            pending.push(client.fetch(url, { headers }).then((r) => r.arrayBuffer(), () => {}));
+            pending.push(
+              client.fetch(url, { headers }).then(
+                (r) => r.arrayBuffer(),
+                () => {},
+              ),
+            );
           }
           await sleep(1);
         }
@@ -129,7 +144,9 @@ async function roundTrips(quick, prefix) {
   console.log('offered load   answers           calls   round trips   per 1,000 calls   avg rtt ms   mode');
   console.log('------------   ---------------   -----   -----------   ---------------   ----------   -----');
   for (const r of rows) {
-    console.log(`${`${r.rate}/s`.padEnd(12)}   ${(r.failEvery ? `2 % 503 (retried)` : 'all 200').padEnd(15)}   ${String(r.calls).padStart(5)}   ${String(r.trips).padStart(11)}   ${r.per1000.toFixed(2).padStart(15)}   ${(r.rtt ?? 0).toFixed(2).padStart(10)}   ${r.mode}`);
+    console.log(
+      `${`${r.rate}/s`.padEnd(12)}   ${(r.failEvery ? `2 % 503 (retried)` : 'all 200').padEnd(15)}   ${String(r.calls).padStart(5)}   ${String(r.trips).padStart(11)}   ${r.per1000.toFixed(2).padStart(15)}   ${(r.rtt ?? 0).toFixed(2).padStart(10)}   ${r.mode}`,
+    );
   }
   console.log('(goal: at most 10 round trips per 1,000 calls at steady state; one sync per syncMs = 1 s carries every dependency)');
   return rows;
@@ -153,7 +170,12 @@ async function fleetChild() {
   while (Date.now() - start < cfg.durationMs) {
     while (i * every <= Date.now() - start) {
       i++;
-      pending.push(client.fetch(cfg.url).then((r) => r.arrayBuffer(), () => {}));
+      pending.push(
+        client.fetch(cfg.url).then(
+          (r) => r.arrayBuffer(),
+          () => {},
+        ),
+      );
     }
     await sleep(5);
   }
@@ -185,7 +207,11 @@ async function fullSize(quick, prefix) {
     });
     await new Promise((r) => server.listen(0, '127.0.0.1', r));
     const url = `http://127.0.0.1:${server.address().port}/x`;
-    const kids = Array.from({ length: P }, () => fork(new URL(import.meta.url), ['--child', JSON.stringify({ shared, prefix, rate, durationMs, url })], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+    const kids = Array.from({ length: P }, () =>
+      fork(new URL(import.meta.url), ['--child', JSON.stringify({ shared, prefix, rate, durationMs, url })], {
+        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      }),
+    );
     await Promise.all(kids.map((k) => new Promise((r) => k.once('message', r))));
     const done = kids.map((k) => new Promise((r) => k.once('message', r)));
     for (const k of kids) k.send('go');
@@ -195,15 +221,21 @@ async function fullSize(quick, prefix) {
     const floor = spec.maxTokens + spec.minPerSecond * seconds;
     rows.push({ shared, first, calls, retries: calls - first, seconds, floor, fallbacks: ends.reduce((a, e) => a + e.fallbacks, 0) });
   }
-  console.log(`\n${P} processes × ${rate} ops/s, a dependency failing 100 % for ${durationMs / 1000} s; relent's default budget (ratio 0.1, 1/s, 10 tokens); load ${load()}`);
+  console.log(
+    `\n${P} processes × ${rate} ops/s, a dependency failing 100 % for ${durationMs / 1000} s; relent's default budget (ratio 0.1, 1/s, 10 tokens); load ${load()}`,
+  );
   console.log('budget                 first attempts   retries   calls   bound (1.1 × first + one floor + 10 leases)   P floors');
   console.log('---------------------  --------------   -------   -----   -------------------------------------------   --------');
   for (const r of rows) {
     const bound = 1.1 * r.first + r.floor + P;
-    console.log(`${(r.shared ? 'one, shared (fleet)' : 'one per process').padEnd(21)}  ${String(r.first).padStart(14)}   ${String(r.retries).padStart(7)}   ${String(r.calls).padStart(5)}   ${bound.toFixed(1).padStart(43)}   ${(P * r.floor).toFixed(1).padStart(8)}`);
+    console.log(
+      `${(r.shared ? 'one, shared (fleet)' : 'one per process').padEnd(21)}  ${String(r.first).padStart(14)}   ${String(r.retries).padStart(7)}   ${String(r.calls).padStart(5)}   ${bound.toFixed(1).padStart(43)}   ${(P * r.floor).toFixed(1).padStart(8)}`,
+    );
   }
   const s = rows[0];
-  console.log(`shared: ${s.retries} retries = ${(s.retries / s.floor).toFixed(2)} floors (fallbacks to local: ${s.fallbacks}); per process: ${rows[1].retries} retries = ${(rows[1].retries / rows[1].floor).toFixed(2)} floors`);
+  console.log(
+    `shared: ${s.retries} retries = ${(s.retries / s.floor).toFixed(2)} floors (fallbacks to local: ${s.fallbacks}); per process: ${rows[1].retries} retries = ${(rows[1].retries / rows[1].floor).toFixed(2)} floors`,
+  );
   return rows;
 }
 

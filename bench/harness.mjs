@@ -6,7 +6,20 @@
 import { readFileSync } from 'node:fs';
 
 /** The peers the benches compare with (devDependencies at their current majors). */
-export const PEERS = ['p-retry', 'cockatiel', 'exponential-backoff', 'async-retry', 'undici', 'got', 'ky', 'axios', 'axios-retry', 'opossum', 'bullmq', 'pg-boss'];
+export const PEERS = [
+  'p-retry',
+  'cockatiel',
+  'exponential-backoff',
+  'async-retry',
+  'undici',
+  'got',
+  'ky',
+  'axios',
+  'axios-retry',
+  'opossum',
+  'bullmq',
+  'pg-boss',
+];
 
 /** The installed version of a package, as the benches name it in their rows. */
 export function peerVersion(name) {
@@ -58,7 +71,9 @@ export function printTable(title, rows, { baseline, note } = {}) {
   console.log(`${'-'.repeat(w)}  ${'-'.repeat(10)}  ${'-'.repeat(12)}${base ? `  ${'-'.repeat(16)}` : ''}`);
   for (const r of rows) {
     const ratio = base ? `${(r.nsPerOp / base.nsPerOp).toFixed(2)}x time` : '';
-    console.log(`${r.name.padEnd(w)}  ${r.nsPerOp.toFixed(1).padStart(10)}  ${Math.round(r.opsPerSec).toLocaleString('en-US').padStart(12)}${base ? `  ${ratio.padStart(16)}` : ''}`);
+    console.log(
+      `${r.name.padEnd(w)}  ${r.nsPerOp.toFixed(1).padStart(10)}  ${Math.round(r.opsPerSec).toLocaleString('en-US').padStart(12)}${base ? `  ${ratio.padStart(16)}` : ''}`,
+    );
   }
 }
 

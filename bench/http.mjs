@@ -59,18 +59,95 @@ async function candidates(url) {
   axiosRetry(ax, { retries: 2 });
 
   const list = [
-    { name: 'undici.request (bare)', api: 'request', fn: async () => { const r = await undici.request(url, { dispatcher: bare }); await r.body.text(); } },
-    { name: 'undici.request + compose(no-op)', api: 'request', fn: async () => { const r = await undici.request(url, { dispatcher: noop }); await r.body.text(); } },
-    { name: 'undici.request + relentInterceptor', api: 'request', relent: true, fn: async () => { const r = await undici.request(url, { dispatcher: withRelent }); await r.body.text(); } },
-    { name: 'undici.request + interceptors.retry', api: 'request', fn: async () => { const r = await undici.request(url, { dispatcher: withUndiciRetry }); await r.body.text(); } },
-    { name: 'undici.fetch (bare)', api: 'fetch', fn: async () => { const r = await undici.fetch(url, { dispatcher: fetchAgent }); await r.text(); } },
-    { name: 'relent client.fetch', api: 'fetch', relent: true, fn: async () => { const r = await client.fetch(url); await r.text(); } },
+    {
+      name: 'undici.request (bare)',
+      api: 'request',
+      fn: async () => {
+        const r = await undici.request(url, { dispatcher: bare });
+        await r.body.text();
+      },
+    },
+    {
+      name: 'undici.request + compose(no-op)',
+      api: 'request',
+      fn: async () => {
+        const r = await undici.request(url, { dispatcher: noop });
+        await r.body.text();
+      },
+    },
+    {
+      name: 'undici.request + relentInterceptor',
+      api: 'request',
+      relent: true,
+      fn: async () => {
+        const r = await undici.request(url, { dispatcher: withRelent });
+        await r.body.text();
+      },
+    },
+    {
+      name: 'undici.request + interceptors.retry',
+      api: 'request',
+      fn: async () => {
+        const r = await undici.request(url, { dispatcher: withUndiciRetry });
+        await r.body.text();
+      },
+    },
+    {
+      name: 'undici.fetch (bare)',
+      api: 'fetch',
+      fn: async () => {
+        const r = await undici.fetch(url, { dispatcher: fetchAgent });
+        await r.text();
+      },
+    },
+    {
+      name: 'relent client.fetch',
+      api: 'fetch',
+      relent: true,
+      fn: async () => {
+        const r = await client.fetch(url);
+        await r.text();
+      },
+    },
     // The deadline covers the body by default (one timer per response); this is the cost of that default.
-    { name: 'relent client.fetch (bodyDeadline: false)', api: 'fetch', relent: true, fn: async () => { const r = await client.fetch(url, { bodyDeadline: false }); await r.text(); } },
-    { name: 'Node global fetch', api: 'fetch', fn: async () => { const r = await fetch(url); await r.text(); } },
-    { name: `got ${peerVersion('got')} (retry limit 2)`, api: 'other', fn: async () => { await gotClient(url).text(); } },
-    { name: `ky ${peerVersion('ky')} (retry limit 2)`, api: 'other', fn: async () => { await ky.get(url).text(); } },
-    { name: `axios ${peerVersion('axios')} + axios-retry ${peerVersion('axios-retry')} (2)`, api: 'other', fn: async () => { await ax.get(url, { responseType: 'text' }); } },
+    {
+      name: 'relent client.fetch (bodyDeadline: false)',
+      api: 'fetch',
+      relent: true,
+      fn: async () => {
+        const r = await client.fetch(url, { bodyDeadline: false });
+        await r.text();
+      },
+    },
+    {
+      name: 'Node global fetch',
+      api: 'fetch',
+      fn: async () => {
+        const r = await fetch(url);
+        await r.text();
+      },
+    },
+    {
+      name: `got ${peerVersion('got')} (retry limit 2)`,
+      api: 'other',
+      fn: async () => {
+        await gotClient(url).text();
+      },
+    },
+    {
+      name: `ky ${peerVersion('ky')} (retry limit 2)`,
+      api: 'other',
+      fn: async () => {
+        await ky.get(url).text();
+      },
+    },
+    {
+      name: `axios ${peerVersion('axios')} + axios-retry ${peerVersion('axios-retry')} (2)`,
+      api: 'other',
+      fn: async () => {
+        await ax.get(url, { responseType: 'text' });
+      },
+    },
   ];
   const close = async () => {
     await client.close();
@@ -86,16 +163,18 @@ async function measure(fn, concurrency, ms) {
   const end = performance.now() + ms;
   const t0 = performance.now();
   const c0 = process.cpuUsage();
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (performance.now() < end) {
-      try {
-        await fn();
-        done++;
-      } catch {
-        failed++;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < end) {
+        try {
+          await fn();
+          done++;
+        } catch {
+          failed++;
+        }
       }
-    }
-  }));
+    }),
+  );
   if (failed > 0) throw new Error(`${failed} requests failed`);
   const c = process.cpuUsage(c0);
   return { done, ms: performance.now() - t0, cpu: c.user + c.system };
@@ -122,7 +201,10 @@ export async function main({ quick = false } = {}) {
   try {
     for (let r = 0; r < rounds; r++) {
       loads.push(loadavg());
-      for (const mode of [['seq', 1], ['c32', 32]]) {
+      for (const mode of [
+        ['seq', 1],
+        ['c32', 32],
+      ]) {
         for (const c of list) await measure(c.fn, mode[1], warm);
         const sum = new Map(list.map((c) => [c.name, { done: 0, ms: 0, cpu: 0 }]));
         for (let i = 0; i < SLICES; i++) {
@@ -151,18 +233,26 @@ export async function main({ quick = false } = {}) {
   const sameApi = (row) => rows.find((x) => x.api === row.api && x !== row && x.name.endsWith('(bare)')) ?? base;
   const w = Math.max(...rows.map((r) => r.name.length));
   console.log(`\nHTTP GET, loopback keep-alive, ${BODY.length}-byte JSON body; server: node:http in a child process; node ${process.version}`);
-  console.log(`median of ${rounds} round${rounds === 1 ? '' : 's'} × ${ms} ms per cell; ratio = requests/s ÷ the bare undici API it is built on (request or fetch), and ÷ bare undici.request\n`);
-  console.log(`${'candidate'.padEnd(w)}  ${'seq req/s'.padStart(10)}  ${'ratio'.padStart(5)}  ${'vs request'.padStart(10)}  ${'32 conc req/s'.padStart(13)}  ${'ratio'.padStart(5)}  ${'vs request'.padStart(10)}`);
+  console.log(
+    `median of ${rounds} round${rounds === 1 ? '' : 's'} × ${ms} ms per cell; ratio = requests/s ÷ the bare undici API it is built on (request or fetch), and ÷ bare undici.request\n`,
+  );
+  console.log(
+    `${'candidate'.padEnd(w)}  ${'seq req/s'.padStart(10)}  ${'ratio'.padStart(5)}  ${'vs request'.padStart(10)}  ${'32 conc req/s'.padStart(13)}  ${'ratio'.padStart(5)}  ${'vs request'.padStart(10)}`,
+  );
   console.log(`${'-'.repeat(w)}  ${'-'.repeat(10)}  ${'-'.repeat(5)}  ${'-'.repeat(10)}  ${'-'.repeat(13)}  ${'-'.repeat(5)}  ${'-'.repeat(10)}`);
   for (const r of rows) {
     const s = sameApi(r);
     const same = (k) => (r.api === 'other' || r === s || r.name.endsWith('(bare)') ? '' : (r[k] / s[k]).toFixed(2));
-    console.log(`${r.name.padEnd(w)}  ${fmt(r.seq).padStart(10)}  ${same('seq').padStart(5)}  ${(r.seq / base.seq).toFixed(2).padStart(10)}  ${fmt(r.c32).padStart(13)}  ${same('c32').padStart(5)}  ${(r.c32 / base.c32).toFixed(2).padStart(10)}`);
+    console.log(
+      `${r.name.padEnd(w)}  ${fmt(r.seq).padStart(10)}  ${same('seq').padStart(5)}  ${(r.seq / base.seq).toFixed(2).padStart(10)}  ${fmt(r.c32).padStart(13)}  ${same('c32').padStart(5)}  ${(r.c32 / base.c32).toFixed(2).padStart(10)}`,
+    );
   }
   const noop = rows.find((r) => r.name.includes('no-op'));
   const ri = rows.find((r) => r.name.includes('relentInterceptor'));
   if (noop && ri) {
-    console.log(`\nrelentInterceptor ÷ compose(no-op) (relent's own cost, without undici's cost of compose()): seq ${(ri.seq / noop.seq).toFixed(2)}, 32 concurrent ${(ri.c32 / noop.c32).toFixed(2)}`);
+    console.log(
+      `\nrelentInterceptor ÷ compose(no-op) (relent's own cost, without undici's cost of compose()): seq ${(ri.seq / noop.seq).toFixed(2)}, 32 concurrent ${(ri.c32 / noop.c32).toFixed(2)}`,
+    );
   }
   // The goals, per round (each round measures every candidate once, interleaved), with the load average when it began.
   const s = (name) => samples.get(name);
@@ -175,14 +265,27 @@ export async function main({ quick = false } = {}) {
   const cpuPair = (a, b, k, r) => (s(b)[`${k}Cpu`][r] / s(a)[`${k}Cpu`][r]).toFixed(2);
   const us = (name, k, r) => s(name)[`${k}Cpu`][r].toFixed(1);
   console.log('\nPer round (goals: interceptor ÷ compose(no-op) ≥ 0.95 at 32 concurrent; client.fetch ÷ bare undici.request ≥ 0.6):');
-  console.log(`${'round'.padEnd(5)}  ${'load avg 1/5/15'.padEnd(16)}  ${'interceptor÷compose seq'.padStart(23)}  ${'32 conc'.padStart(7)}  ${'client.fetch÷request seq'.padStart(24)}  ${'32 conc'.padStart(7)}`);
+  console.log(
+    `${'round'.padEnd(5)}  ${'load avg 1/5/15'.padEnd(16)}  ${'interceptor÷compose seq'.padStart(23)}  ${'32 conc'.padStart(7)}  ${'client.fetch÷request seq'.padStart(24)}  ${'32 conc'.padStart(7)}`,
+  );
   for (let r = 0; r < rounds; r++) {
-    console.log(`${String(r + 1).padEnd(5)}  ${loads[r].map((x) => x.toFixed(2)).join(' ').padEnd(16)}  ${pair(I, N, 'seq', r).padStart(23)}  ${pair(I, N, 'c32', r).padStart(7)}  ${pair(F, B, 'seq', r).padStart(24)}  ${pair(F, B, 'c32', r).padStart(7)}`);
+    console.log(
+      `${String(r + 1).padEnd(5)}  ${loads[r]
+        .map((x) => x.toFixed(2))
+        .join(' ')
+        .padEnd(
+          16,
+        )}  ${pair(I, N, 'seq', r).padStart(23)}  ${pair(I, N, 'c32', r).padStart(7)}  ${pair(F, B, 'seq', r).padStart(24)}  ${pair(F, B, 'c32', r).padStart(7)}`,
+    );
   }
   console.log('\nThe same pairs as client CPU per request (µs, 32 concurrent), and its inverse ratio (what requests/s would be if CPU-bound):');
-  console.log(`${'round'.padEnd(5)}  ${'request'.padStart(8)}  ${'no-op'.padStart(8)}  ${'relent'.padStart(8)}  ${'fetch'.padStart(8)}  ${'interceptor÷compose'.padStart(19)}  ${'client.fetch÷request'.padStart(20)}`);
+  console.log(
+    `${'round'.padEnd(5)}  ${'request'.padStart(8)}  ${'no-op'.padStart(8)}  ${'relent'.padStart(8)}  ${'fetch'.padStart(8)}  ${'interceptor÷compose'.padStart(19)}  ${'client.fetch÷request'.padStart(20)}`,
+  );
   for (let r = 0; r < rounds; r++) {
-    console.log(`${String(r + 1).padEnd(5)}  ${us(B, 'c32', r).padStart(8)}  ${us(N, 'c32', r).padStart(8)}  ${us(I, 'c32', r).padStart(8)}  ${us(F, 'c32', r).padStart(8)}  ${cpuPair(I, N, 'c32', r).padStart(19)}  ${cpuPair(F, B, 'c32', r).padStart(20)}`);
+    console.log(
+      `${String(r + 1).padEnd(5)}  ${us(B, 'c32', r).padStart(8)}  ${us(N, 'c32', r).padStart(8)}  ${us(I, 'c32', r).padStart(8)}  ${us(F, 'c32', r).padStart(8)}  ${cpuPair(I, N, 'c32', r).padStart(19)}  ${cpuPair(F, B, 'c32', r).padStart(20)}`,
+    );
   }
   return rows;
 }

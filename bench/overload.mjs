@@ -61,7 +61,11 @@ function startDependency(setup) {
           arrivals.length = 0;
         },
         arrivals,
-        close: () => new Promise((r) => { server.closeAllConnections(); server.close(() => r()); }),
+        close: () =>
+          new Promise((r) => {
+            server.closeAllConnections();
+            server.close(() => r());
+          }),
       });
     });
   });
@@ -71,7 +75,11 @@ function startDependency(setup) {
 async function contenders(url) {
   const out = [];
   // relent-hedged: relent's defaults plus hedging at the observed p95 (it must stop hedging in a storm).
-  for (const [name, policy] of [['relent', undefined], ['relent-fail-fast', { budgetExhausted: 'stop' }], ['relent-hedged', { hedge: { delayMs: 'p95' } }]]) {
+  for (const [name, policy] of [
+    ['relent', undefined],
+    ['relent-fail-fast', { budgetExhausted: 'stop' }],
+    ['relent-hedged', { hedge: { delayMs: 'p95' } }],
+  ]) {
     out.push({
       name,
       make: () => {
@@ -154,7 +162,11 @@ async function measure(dep, c, setup, seed) {
       while (next <= now && next < setup.durationMs) {
         const k = i++;
         starts[k] = now;
-        pending.push(impl.call(k).then((ok) => { outcomes[k] = ok; }));
+        pending.push(
+          impl.call(k).then((ok) => {
+            outcomes[k] = ok;
+          }),
+        );
         next += -Math.log(1 - uniform()) * (1000 / ARRIVALS);
       }
       if (next >= setup.durationMs) return resolve();
@@ -185,8 +197,13 @@ export async function main({ quick = false } = {}) {
     const list = await contenders(dep.url);
     const simPolicies = [...PEER_POLICIES, ...RELENT_POLICIES].filter((p) => list.some((c) => c.name === p.name));
     const sim = runOverload({
-      runs: 3, durationMs: setup.durationMs, clients: CLIENTS, arrivalsPerSec: ARRIVALS, deadlineMs: DEADLINE_MS,
-      faults: [{ startMs: setup.fault[0], endMs: setup.fault[1], capacityPerSec: FAULT_RATE }], policies: simPolicies,
+      runs: 3,
+      durationMs: setup.durationMs,
+      clients: CLIENTS,
+      arrivalsPerSec: ARRIVALS,
+      deadlineMs: DEADLINE_MS,
+      faults: [{ startMs: setup.fault[0], endMs: setup.fault[1], capacityPerSec: FAULT_RATE }],
+      policies: simPolicies,
     });
     for (const c of list) {
       const m = await measure(dep, c, setup, 42);
@@ -203,12 +220,16 @@ export async function main({ quick = false } = {}) {
   } finally {
     await dep.close();
   }
-  console.log(`overload, for real: capacity ${RATE}/s cut to ${FAULT_RATE}/s from ${setup.fault[0] / 1000} s to ${setup.fault[1] / 1000} s, ${ARRIVALS} operations/s, ${DEADLINE_MS / 1000} s deadline, loopback node:http`);
+  console.log(
+    `overload, for real: capacity ${RATE}/s cut to ${FAULT_RATE}/s from ${setup.fault[0] / 1000} s to ${setup.fault[1] / 1000} s, ${ARRIVALS} operations/s, ${DEADLINE_MS / 1000} s deadline, loopback node:http`,
+  );
   console.log('fault window: requests received ÷ operations started, and the share of those operations that succeeded; "sim": relent simulate, same set-up');
   console.log(textTable(['contender', 'amplification', 'sim', 'success', 'sim', 'operations'], rows));
   const amp = (name) => Number(rows.find((r) => r[0] === name)?.[1]?.replace('x', ''));
   if (Number.isFinite(amp('relent-hedged')) && Number.isFinite(amp('relent'))) {
-    console.log(`hedging in the storm: relent-hedged's amplification is ${(amp('relent-hedged') / amp('relent')).toFixed(3)}x relent's (hedges stop while the dependency fails)`);
+    console.log(
+      `hedging in the storm: relent-hedged's amplification is ${(amp('relent-hedged') / amp('relent')).toFixed(3)}x relent's (hedges stop while the dependency fails)`,
+    );
   }
 }
 

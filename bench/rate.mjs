@@ -60,14 +60,21 @@ export async function main({ quick = false } = {}) {
   server.closeAllConnections();
   server.close();
   const inWindow = arrivals.filter((t) => t >= t0 && t < t0 + durationMs).length;
-  if (process.env.RATE_DEBUG) console.log(Array.from({ length: durationMs / 1000 }, (_, s) => arrivals.filter((t) => t >= t0 + s * 1000 && t < t0 + (s + 1) * 1000).length).join(" "));
+  if (process.env.RATE_DEBUG)
+    console.log(Array.from({ length: durationMs / 1000 }, (_, s) => arrivals.filter((t) => t >= t0 + s * 1000 && t < t0 + (s + 1) * 1000).length).join(' '));
   const rate = inWindow / (durationMs / 1000);
   const steadyCalls = outs.reduce((a, o) => a + o.steadyCalls, 0);
   const steadyTrips = outs.reduce((a, o) => a + o.steadyTrips, 0);
-  console.log(`rate: ${P} processes sharing ${R}/s (burst ${R / 10}) through Redis for ${durationMs / 1000} s, loopback node:http; joined ${ready.filter((r) => r.joined).length}/${P}; load average ${loadavg().map((x) => x.toFixed(1)).join(' ')}`);
+  console.log(
+    `rate: ${P} processes sharing ${R}/s (burst ${R / 10}) through Redis for ${durationMs / 1000} s, loopback node:http; joined ${ready.filter((r) => r.joined).length}/${P}; load average ${loadavg()
+      .map((x) => x.toFixed(1))
+      .join(' ')}`,
+  );
   console.log(`  received by the dependency: ${inWindow} = ${rate.toFixed(0)}/s (${((rate / R - 1) * 100).toFixed(1)} % of the limit)`);
   console.log(`  per process: ${outs.map((o) => o.calls).join(', ')} (refused callers came back after 20 ms: ${outs.reduce((a, o) => a + o.refused, 0)})`);
-  console.log(`  Redis round trips at steady state (from 2 s): ${steadyTrips} for ${steadyCalls} calls = ${((steadyTrips / Math.max(1, steadyCalls)) * 100).toFixed(2)} per 100 calls; fallbacks ${outs.reduce((a, o) => a + o.fallbacks, 0)}`);
+  console.log(
+    `  Redis round trips at steady state (from 2 s): ${steadyTrips} for ${steadyCalls} calls = ${((steadyTrips / Math.max(1, steadyCalls)) * 100).toFixed(2)} per 100 calls; fallbacks ${outs.reduce((a, o) => a + o.fallbacks, 0)}`,
+  );
   const keys = await redis.keys(`${prefix}*`);
   if (keys.length > 0) await redis.del(...keys);
   redis.disconnect();

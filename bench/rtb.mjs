@@ -12,7 +12,9 @@ import { pathToFileURL } from 'node:url';
 export async function main({ quick = false } = {}) {
   const { runExchangeBench, formatBench } = await import('../dist/cli/exchange-bench.js');
   const workers = (process.env.RTB_BENCH_WORKERS ?? '1,2').split(',').map(Number);
-  const start = loadavg().map((x) => x.toFixed(2)).join(' ');
+  const start = loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
   const result = await runExchangeBench({
     config: null,
     workers,

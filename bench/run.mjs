@@ -13,13 +13,16 @@ if (process.versions.node.split('.')[0] !== '24' && !process.argv.includes('--an
   const rt = ensureRuntime('node', '24');
   process.stderr.write(`relent benchmarks run on Node 24: re-running under Node ${rt.version} (--any-node to stay on ${process.version})\n`);
   const r = spawnSync(rt.bin, [fileURLToPath(import.meta.url), ...process.argv.slice(2)], {
-    stdio: 'inherit', env: { ...process.env, PATH: `${dirname(rt.bin)}:${process.env.PATH ?? ''}` },
+    stdio: 'inherit',
+    env: { ...process.env, PATH: `${dirname(rt.bin)}:${process.env.PATH ?? ''}` },
   });
   process.exit(r.status ?? 1);
 }
 
 const quick = process.argv.includes('--quick');
-const modules = readdirSync(new URL('.', import.meta.url)).filter((f) => f.endsWith('.mjs') && !['run.mjs', 'harness.mjs'].includes(f)).sort();
+const modules = readdirSync(new URL('.', import.meta.url))
+  .filter((f) => f.endsWith('.mjs') && !['run.mjs', 'harness.mjs'].includes(f))
+  .sort();
 // Arguments naming a bench select it; the others go to the benches as sections
 // (`npm run bench -- delivery throughput large`).
 const args = process.argv.slice(2).filter((a) => !a.startsWith('--'));

@@ -37,7 +37,7 @@ export function main({ quick = false } = {}) {
     ms += r.ms;
     rows.push([c.name, Math.round(r.attempts).toLocaleString('en-US'), r.ms.toFixed(0), `${(r.perSecond / 1e6).toFixed(2)} M`]);
   }
-  rows.push(['all', Math.round(attempts).toLocaleString('en-US'), ms.toFixed(0), `${((attempts / ms) * 1000 / 1e6).toFixed(2)} M`]);
+  rows.push(['all', Math.round(attempts).toLocaleString('en-US'), ms.toFixed(0), `${(((attempts / ms) * 1000) / 1e6).toFixed(2)} M`]);
   process.stdout.write('relent/sim: simulated attempts per second (every attempt is one decide() call)\n');
   process.stdout.write(textTable(['scenario', 'attempts', 'ms', 'attempts/s'], rows));
   return rows;

@@ -36,7 +36,10 @@ function listen(server) {
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${server.address().port}/item`)));
 }
 function close(server) {
-  return new Promise((r) => { server.closeAllConnections(); server.close(() => r()); });
+  return new Promise((r) => {
+    server.closeAllConnections();
+    server.close(() => r());
+  });
 }
 
 /** Calls `call(i)` for ops arriving as a Poisson process at `rate`/s; resolves with each op's [start, latency, ok]. */
@@ -53,7 +56,16 @@ async function openLoop(rate, ops, seed, call) {
       while (next <= now && i < ops) {
         const k = i++;
         const start = performance.now();
-        pending.push(call(k).then((ok) => { out[k] = [start - t0, performance.now() - start, ok]; }, () => { out[k] = [start - t0, performance.now() - start, false]; }));
+        pending.push(
+          call(k).then(
+            (ok) => {
+              out[k] = [start - t0, performance.now() - start, ok];
+            },
+            () => {
+              out[k] = [start - t0, performance.now() - start, false];
+            },
+          ),
+        );
         next += -Math.log(1 - uniform()) * (1000 / rate);
       }
       if (i >= ops) return resolve();
@@ -102,7 +114,11 @@ async function slowTail(quick) {
     if (base === null) base = r;
     rows.push([c.name, ms(r.p50), ms(r.p99), ms(r.p999), `${(r.extra * 100).toFixed(1)} %`, String(failed), `${(base.p99 / r.p99).toFixed(1)}x`]);
   }
-  console.log(`slow tail: p50 5 ms, 2 % at 500 ms (independent), ${RATE} operations/s, ${OPS} operations per contender (after 200 of warm-up); load average ${loadavg().map((x) => x.toFixed(1)).join(' ')}`);
+  console.log(
+    `slow tail: p50 5 ms, 2 % at 500 ms (independent), ${RATE} operations/s, ${OPS} operations per contender (after 200 of warm-up); load average ${loadavg()
+      .map((x) => x.toFixed(1))
+      .join(' ')}`,
+  );
   console.log('client latency (ms); extra = requests the dependency received beyond one per operation; "p99 cut" = relent without hedging\'s p99 ÷ this p99');
   console.log(textTable(['contender', 'p50', 'p99', 'p99.9', 'extra', 'failed', 'p99 cut'], rows));
 
@@ -125,11 +141,12 @@ async function slowTail(quick) {
     const agent = new undici.Agent();
     const policy = wrap(retry(handleAll, { maxAttempts: 1, backoff: new ConstantBackoff(0) }), timeout(20, TimeoutStrategy.Aggressive));
     return {
-      call: () => policy.execute(async ({ signal }) => {
-        const r = await undici.request(url, { dispatcher: agent, signal });
-        await r.body.arrayBuffer();
-        return r.statusCode === 200;
-      }),
+      call: () =>
+        policy.execute(async ({ signal }) => {
+          const r = await undici.request(url, { dispatcher: agent, signal });
+          await r.body.arrayBuffer();
+          return r.statusCode === 200;
+        }),
       close: () => agent.close(),
     };
   }
@@ -137,7 +154,14 @@ async function slowTail(quick) {
     const { default: got } = await import('got');
     const agent = new http.Agent({ keepAlive: true });
     return {
-      call: async () => (await got(url, { agent: { http: agent }, timeout: { request: 20 }, retry: { limit: 1, calculateDelay: ({ attemptCount }) => (attemptCount <= 1 ? 1 : 0) } })).statusCode === 200,
+      call: async () =>
+        (
+          await got(url, {
+            agent: { http: agent },
+            timeout: { request: 20 },
+            retry: { limit: 1, calculateDelay: ({ attemptCount }) => (attemptCount <= 1 ? 1 : 0) },
+          })
+        ).statusCode === 200,
       close: async () => agent.destroy(),
     };
   }
@@ -182,12 +206,15 @@ async function capacityDrop(quick) {
         const { res, arrived } = queue.shift();
         if (res.destroyed || res.writableEnded) continue; // its caller gave up: skipped, not served
         busy++;
-        setTimeout(() => {
-          busy--;
-          serverLat.push([arrived - t0, performance.now() - arrived]);
-          if (!res.destroyed) res.writeHead(200, { 'content-type': 'text/plain', 'content-length': 2 }).end('ok');
-          serve();
-        }, SERVICE_MS * (0.8 + 0.4 * rnd()));
+        setTimeout(
+          () => {
+            busy--;
+            serverLat.push([arrived - t0, performance.now() - arrived]);
+            if (!res.destroyed) res.writeHead(200, { 'content-type': 'text/plain', 'content-length': 2 }).end('ok');
+            serve();
+          },
+          SERVICE_MS * (0.8 + 0.4 * rnd()),
+        );
       }
     };
     const server = http.createServer((req, res) => {
@@ -242,20 +269,34 @@ async function capacityDrop(quick) {
     rows.push([
       c.name,
       converged === null ? 'never' : `${(converged / 1000).toFixed(2)} s`,
-      ms(pct(during, 0.5)), ms(pct(during, 0.99)),
-      ms(pct(healthy, 0.5)), ms(pct(degraded, 0.5)), `${ratio.toFixed(2)}x`,
-      String(failed), String(failedDrop),
+      ms(pct(during, 0.5)),
+      ms(pct(during, 0.99)),
+      ms(pct(healthy, 0.5)),
+      ms(pct(degraded, 0.5)),
+      `${ratio.toFixed(2)}x`,
+      String(failed),
+      String(failedDrop),
     ]);
   }
-  console.log(`capacity drop: ${CAPACITY} workers (${SERVICE_MS} ms each) cut to ${DEGRADED} from ${phase.before / 1000} s for ${phase.drop / 1000} s; ${RATE} operations/s (${OPS}), 1 s deadline, no retries; load average ${loadavg().map((x) => x.toFixed(1)).join(' ')}`);
-  console.log('"converged": from the drop until calls in flight stay within 1.5x the new capacity; in flight and the dependency\'s latency from 2 s after the drop; failures over the whole run and in the drop');
-  console.log(textTable(['contender', 'converged', 'in flight p50', 'p99', 'dep. latency healthy p50', 'in the drop p50', 'ratio', 'failed', 'in the drop'], rows));
+  console.log(
+    `capacity drop: ${CAPACITY} workers (${SERVICE_MS} ms each) cut to ${DEGRADED} from ${phase.before / 1000} s for ${phase.drop / 1000} s; ${RATE} operations/s (${OPS}), 1 s deadline, no retries; load average ${loadavg()
+      .map((x) => x.toFixed(1))
+      .join(' ')}`,
+  );
+  console.log(
+    '"converged": from the drop until calls in flight stay within 1.5x the new capacity; in flight and the dependency\'s latency from 2 s after the drop; failures over the whole run and in the drop',
+  );
+  console.log(
+    textTable(['contender', 'converged', 'in flight p50', 'p99', 'dep. latency healthy p50', 'in the drop p50', 'ratio', 'failed', 'in the drop'], rows),
+  );
   // The goals: converged within 2 s, the dependency's latency within 2x its healthy p50,
   // no more failures than the best fixed limit of the run.
   const bestFixed = Math.min(...results.filter((r) => r.fixed).map((r) => r.failed));
   for (const r of results.filter((x) => x.adaptive)) {
     const ok = (b) => (b ? 'yes' : 'NO');
-    console.log(`  ${r.name}: converged within 2 s ${ok(r.converged !== null && r.converged <= 2000)}; dependency latency within 2x ${ok(r.ratio <= 2)} (${r.ratio.toFixed(2)}x); failures at most the best fixed bulkhead's ${ok(r.failed <= bestFixed)} (${r.failed} vs ${bestFixed})`);
+    console.log(
+      `  ${r.name}: converged within 2 s ${ok(r.converged !== null && r.converged <= 2000)}; dependency latency within 2x ${ok(r.ratio <= 2)} (${r.ratio.toFixed(2)}x); failures at most the best fixed bulkhead's ${ok(r.failed <= bestFixed)} (${r.failed} vs ${bestFixed})`,
+    );
   }
 }
 
@@ -293,14 +334,17 @@ async function partnerDrop(quick) {
         const { res, id } = queue.shift();
         if (res.destroyed) continue; // cut by the exchange: not served
         busy++;
-        setTimeout(() => {
-          busy--;
-          if (!res.destroyed) {
-            const body = JSON.stringify({ id, seatbid: [{ seat: 's', bid: [{ id: 'b', impid: '1', price: 1, adm: '<ad/>' }] }] });
-            res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
-          }
-          serve();
-        }, SERVICE_MS * (0.8 + 0.4 * rnd()));
+        setTimeout(
+          () => {
+            busy--;
+            if (!res.destroyed) {
+              const body = JSON.stringify({ id, seatbid: [{ seat: 's', bid: [{ id: 'b', impid: '1', price: 1, adm: '<ad/>' }] }] });
+              res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
+            }
+            serve();
+          },
+          SERVICE_MS * (0.8 + 0.4 * rnd()),
+        );
       }
     };
     const server = http.createServer((req, res) => {
@@ -319,10 +363,16 @@ async function partnerDrop(quick) {
     const url = await listen(server);
     const { createExchange } = await import('../dist/rtb/index.js');
     const changes = [];
-    const ex = createExchange({
-      auctionTimeoutMs: 150, reserveMs: 10, warmup: false, notices: { win: 'source', billing: 'source', loss: 'off' },
-      partners: [{ ...partnerBase, url, ...c.over }],
-    }, { onLimitChange: (e) => changes.push(e) });
+    const ex = createExchange(
+      {
+        auctionTimeoutMs: 150,
+        reserveMs: 10,
+        warmup: false,
+        notices: { win: 'source', billing: 'source', loss: 'off' },
+        partners: [{ ...partnerBase, url, ...c.over }],
+      },
+      { onLimitChange: (e) => changes.push(e) },
+    );
     const samples = [];
     t0 = performance.now();
     const sampler = setInterval(() => samples.push([performance.now() - t0, holding]), 50);
@@ -358,15 +408,45 @@ async function partnerDrop(quick) {
     rows.push([
       c.name,
       converged === null ? 'never' : `${(converged / 1000).toFixed(2)} s`,
-      ms(pct(held, 0.5)), ms(pct(held, 0.99)),
-      `${((filled / inDrop.length) * 100).toFixed(1)} %`, `${((after.filter((o) => o[2]).length / Math.max(1, after.length)) * 100).toFixed(1)} %`,
-      String(p.timeouts), String(p.skipped.concurrency_limited + p.skipped.at_capacity),
-      lowest, String(changes.length), ms(st.auctions.answerMs.p99Ms), String(st.auctions.afterDeadline),
+      ms(pct(held, 0.5)),
+      ms(pct(held, 0.99)),
+      `${((filled / inDrop.length) * 100).toFixed(1)} %`,
+      `${((after.filter((o) => o[2]).length / Math.max(1, after.length)) * 100).toFixed(1)} %`,
+      String(p.timeouts),
+      String(p.skipped.concurrency_limited + p.skipped.at_capacity),
+      lowest,
+      String(changes.length),
+      ms(st.auctions.answerMs.p99Ms),
+      String(st.auctions.afterDeadline),
     ]);
   }
-  console.log(`exchange partner: ${CAPACITY} workers (${SERVICE_MS} ms each) cut to ${DEGRADED} from ${phase.before / 1000} s for ${phase.drop / 1000} s; ${RATE} auctions/s (${OPS}) in process, the partner's timeoutMs 100, auctions 150 ms; load average ${loadavg().map((x) => x.toFixed(1)).join(' ')}`);
-  console.log('held = requests at the partner (queued or in work), sampled every 50 ms; "converged": from the drop until every 1 s median of held is at most 2x the new capacity; held p50/p99 from 2 s after the drop; filled = auctions answered with the partner\'s bid (at most 50 % in the drop: 200 calls/s for 400 auctions/s)');
-  console.log(textTable(['contender', 'converged', 'held p50', 'p99', 'filled in the drop', 'after', 'timeouts', 'skipped', 'lowest limit', 'changes', 'answer p99', 'after deadline'], rows));
+  console.log(
+    `exchange partner: ${CAPACITY} workers (${SERVICE_MS} ms each) cut to ${DEGRADED} from ${phase.before / 1000} s for ${phase.drop / 1000} s; ${RATE} auctions/s (${OPS}) in process, the partner's timeoutMs 100, auctions 150 ms; load average ${loadavg()
+      .map((x) => x.toFixed(1))
+      .join(' ')}`,
+  );
+  console.log(
+    'held = requests at the partner (queued or in work), sampled every 50 ms; "converged": from the drop until every 1 s median of held is at most 2x the new capacity; held p50/p99 from 2 s after the drop; filled = auctions answered with the partner\'s bid (at most 50 % in the drop: 200 calls/s for 400 auctions/s)',
+  );
+  console.log(
+    textTable(
+      [
+        'contender',
+        'converged',
+        'held p50',
+        'p99',
+        'filled in the drop',
+        'after',
+        'timeouts',
+        'skipped',
+        'lowest limit',
+        'changes',
+        'answer p99',
+        'after deadline',
+      ],
+      rows,
+    ),
+  );
 }
 
 export async function main({ quick = false, only = null } = {}) {

@@ -42,10 +42,18 @@ function emitDeclarations() {
   const options = { ...parsed.options, declaration: true, emitDeclarationOnly: true, sourceMap: false, declarationMap: false, noEmit: false };
   const program = ts.createProgram(parsed.fileNames, options);
   const files = new Map();
-  const result = program.emit(undefined, (path, text) => {
-    if (path.endsWith('.d.ts')) files.set(resolve(path), text);
-  }, undefined, true);
-  const diags = ts.getPreEmitDiagnostics(program).concat(result.diagnostics).filter((d) => d.category === ts.DiagnosticCategory.Error);
+  const result = program.emit(
+    undefined,
+    (path, text) => {
+      if (path.endsWith('.d.ts')) files.set(resolve(path), text);
+    },
+    undefined,
+    true,
+  );
+  const diags = ts
+    .getPreEmitDiagnostics(program)
+    .concat(result.diagnostics)
+    .filter((d) => d.category === ts.DiagnosticCategory.Error);
   if (diags.length > 0) {
     process.stderr.write(ts.formatDiagnostics(diags.slice(0, 10), { getCanonicalFileName: (f) => f, getCurrentDirectory: () => ROOT, getNewLine: () => '\n' }));
     process.exit(2);
@@ -160,19 +168,26 @@ function report(entry, program, files) {
     `${exports.length} exports: ${values} values (functions, classes, constants), ${types} types.`,
     '',
   ];
-  const tail = extra.length === 0 ? [] : [
-    '## Referenced, not exported here',
-    '',
-    'Types of relent that the exports above use and another entry point exports.',
-    '',
-    ...extra.flatMap((s) => [`### ${s.name} (${kindOf(s)}, not exported)`, '', '```ts', printSymbol(s, s.name), '```', '']),
-  ];
+  const tail =
+    extra.length === 0
+      ? []
+      : [
+          '## Referenced, not exported here',
+          '',
+          'Types of relent that the exports above use and another entry point exports.',
+          '',
+          ...extra.flatMap((s) => [`### ${s.name} (${kindOf(s)}, not exported)`, '', '```ts', printSymbol(s, s.name), '```', '']),
+        ];
   return { text: [...head, '## Exports', '', ...lines, ...tail].join('\n').replace(/\n+$/, '\n'), names, extra, count: exports.length, values };
 }
 
 const entries = entryPoints();
 const { files, options } = emitDeclarations();
-const program = declarationProgram(files, options, entries.map((e) => e.file));
+const program = declarationProgram(
+  files,
+  options,
+  entries.map((e) => e.file),
+);
 const reports = entries.map((e) => ({ entry: e, ...report(e, program, files) }));
 
 // One name, one thing: a name two entry points export must be the same declaration.
@@ -211,7 +226,9 @@ if (check) {
   const extra = existsSync(OUT) ? readdirSync(OUT).filter((f) => f.endsWith('.api.md') && !known.has(f)) : [];
   if (stale.length > 0 || extra.length > 0) {
     const what = [...stale.map((n) => `${n} changed`), ...extra.map((f) => `api/${f} has no entry point`)].join('; ');
-    process.stderr.write(`api-report: the public surface differs from the checked-in report (${what}).\nIf the change is intended, run \`npm run api:update\` and commit api/.\n`);
+    process.stderr.write(
+      `api-report: the public surface differs from the checked-in report (${what}).\nIf the change is intended, run \`npm run api:update\` and commit api/.\n`,
+    );
     process.exit(1);
   }
   process.stdout.write(`api-report: ${reports.length} entry points match api/ (${reports.map((r) => `${r.entry.name} ${r.count}`).join(', ')})\n`);

@@ -37,11 +37,21 @@ export const NODE_DEFAULT = '24';
  * Node 24 runs all of it (`npm test`).
  */
 export const SLOW_FILES = Object.freeze([
-  'test/package/pack.test.ts', 'test/cli/deliver.test.ts', 'test/cli/conventions.test.ts',
-  'test/delivery/crash.test.ts', 'test/delivery/scale.test.ts', 'test/delivery/worked-example.test.ts',
-  'test/fleet/processes.test.ts', 'test/fleet/rate.test.ts', 'test/report/memory.test.ts',
-  'test/rtb/coldstart.test.ts', 'test/rtb/crash.test.ts', 'test/rtb/limit.test.ts', 'test/rtb/bench.test.ts',
-  'test/rtb/auction.test.ts', 'test/rtb/server.test.ts',
+  'test/package/pack.test.ts',
+  'test/cli/deliver.test.ts',
+  'test/cli/conventions.test.ts',
+  'test/delivery/crash.test.ts',
+  'test/delivery/scale.test.ts',
+  'test/delivery/worked-example.test.ts',
+  'test/fleet/processes.test.ts',
+  'test/fleet/rate.test.ts',
+  'test/report/memory.test.ts',
+  'test/rtb/coldstart.test.ts',
+  'test/rtb/crash.test.ts',
+  'test/rtb/limit.test.ts',
+  'test/rtb/bench.test.ts',
+  'test/rtb/auction.test.ts',
+  'test/rtb/server.test.ts',
 ]);
 
 /**
@@ -50,17 +60,20 @@ export const SLOW_FILES = Object.freeze([
  */
 export const SUITE_EXCEPTIONS = Object.freeze({
   bun: Object.freeze({
-    'test/readme.test.ts': "one test of three, the README's fleet example: after close() the breaker's counts were missing from Redis in CI's runs under Bun and Deno (the budget's were there; not yet explained)",
+    'test/readme.test.ts':
+      "one test of three, the README's fleet example: after close() the breaker's counts were missing from Redis in CI's runs under Bun and Deno (the budget's were there; not yet explained)",
     'test/shared/clock.test.ts': "one test of two counts Node's timers with process.getActiveResourcesInfo(), which lists none under Bun",
     'test/rtb/production.test.ts': 'one test of ten expects a connection that sends nothing cut at readTimeoutMs; Bun cuts it after about 1.2 s (note 1)',
   }),
   deno: Object.freeze({
-    'test/readme.test.ts': "one test of three, the README's fleet example: after close() the breaker's counts were missing from Redis in CI's runs under Bun and Deno (the budget's were there; not yet explained)",
+    'test/readme.test.ts':
+      "one test of three, the README's fleet example: after close() the breaker's counts were missing from Redis in CI's runs under Bun and Deno (the budget's were there; not yet explained)",
     'test/http/lazy-undici.test.ts': 'starts `process.execPath --input-type=module -e`, which Deno does not take',
     'test/delivery/sqlite-runner.test.ts': 'two tests of seven start `process.execPath --input-type=module -e`',
     'test/rtb/production.test.ts': 'two tests of ten start their clients as `process.execPath -e`, which Deno does not take',
     'test/cli/progress.test.ts': 'one test of seven starts the command as `process.execPath bin/relent`; Deno needs `deno run -A`',
-    'test/fleet/fleet.test.ts': "one test of sixteen pauses its own Redis with SIGSTOP, then SIGCONT: Deno's ChildProcess sends no signal after its first, so that server never resumes",
+    'test/fleet/fleet.test.ts':
+      "one test of sixteen pauses its own Redis with SIGSTOP, then SIGCONT: Deno's ChildProcess sends no signal after its first, so that server never resumes",
   }),
 });
 
@@ -83,10 +96,12 @@ export function runtimeCommand(rt, script, args) {
 /** Every test file of the suite, relative to the repository root. */
 export function testFiles(dir = 'test') {
   const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-  return readdirSync(join(root, dir), { withFileTypes: true }).flatMap((e) => {
-    const rel = `${dir}/${e.name}`;
-    return e.isDirectory() ? testFiles(rel) : e.name.endsWith('.test.ts') ? [rel] : [];
-  }).sort();
+  return readdirSync(join(root, dir), { withFileTypes: true })
+    .flatMap((e) => {
+      const rel = `${dir}/${e.name}`;
+      return e.isDirectory() ? testFiles(rel) : e.name.endsWith('.test.ts') ? [rel] : [];
+    })
+    .sort();
 }
 
 /**
@@ -120,7 +135,9 @@ function cpu(names) {
 /** The registry package of a runtime for this machine, and where its binary sits inside it. */
 export function runtimePackage(kind, version) {
   if (process.platform !== 'linux' && process.platform !== 'darwin') {
-    throw new Error(`relent: fetching ${kind} from the npm registry is set up for Linux and macOS only (this is ${process.platform}); install Node ${NODE_FLOOR} or later yourself`);
+    throw new Error(
+      `relent: fetching ${kind} from the npm registry is set up for Linux and macOS only (this is ${process.platform}); install Node ${NODE_FLOOR} or later yourself`,
+    );
   }
   const os = process.platform;
   if (kind === 'node') return { spec: `node-${os}-${cpu({ x64: 'x64', arm64: 'arm64' })}@${version}`, bin: 'bin/node' };
@@ -152,7 +169,10 @@ export function ensureRuntime(kind, major = NODE_DEFAULT, say = (l) => process.s
   say(`relent: fetching ${kind} ${version} from the npm registry (${pkg.spec}, once, into ${dir})…`);
   const tmp = mkdtempSync(join(root, `.${kind}-${version}-`));
   try {
-    const out = execFileSync(npmCommand(), ['pack', pkg.spec, '--pack-destination', tmp, '--silent', '--json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+    const out = execFileSync(npmCommand(), ['pack', pkg.spec, '--pack-destination', tmp, '--silent', '--json'], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     const file = JSON.parse(out)[0].filename;
     const unpacked = join(tmp, 'unpacked');
     mkdirSync(unpacked);
@@ -200,12 +220,16 @@ export function runtimeTable(checks) {
     });
     lines.push(`| \`${entry}\` | ${cells.join(' | ')} |`);
   }
-  lines.push(`| test suite in CI | ${plans.map((p) => {
-    if (p.suite === 'full') return 'all of it (`npm test`)';
-    const left = Object.entries(SUITE_EXCEPTIONS[p.kind] ?? {});
-    if (left.length === 0) return 'fast group';
-    return `fast group, ${left.length} file${left.length > 1 ? 's' : ''} left out (${note(`${p.name} leaves out ${left.map(([f, why]) => `${f} (${why})`).join('; ')}.`)})`;
-  }).join(' | ')} |`);
+  lines.push(
+    `| test suite in CI | ${plans
+      .map((p) => {
+        if (p.suite === 'full') return 'all of it (`npm test`)';
+        const left = Object.entries(SUITE_EXCEPTIONS[p.kind] ?? {});
+        if (left.length === 0) return 'fast group';
+        return `fast group, ${left.length} file${left.length > 1 ? 's' : ''} left out (${note(`${p.name} leaves out ${left.map(([f, why]) => `${f} (${why})`).join('; ')}.`)})`;
+      })
+      .join(' | ')} |`,
+  );
   return `${lines.join('\n')}\n\n${notes.map((n, i) => `${i + 1}. ${n}`).join('\n')}${notes.length ? '\n' : ''}`;
 }
 
@@ -227,9 +251,19 @@ function runUnder(rt, script, args, limitMs) {
   return new Promise((resolve) => {
     const timer = setTimeout(() => {
       console.error(`relent: ${rt.kind} ${rt.version}: ${script} still running after ${limitMs / 60_000} min: stopped`);
-      try { process.kill(-child.pid, 'SIGKILL'); } catch { /* already gone */ }
+      try {
+        process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        /* already gone */
+      }
     }, limitMs);
-    const stop = (sig) => { try { process.kill(-child.pid, sig); } catch { /* gone */ } };
+    const stop = (sig) => {
+      try {
+        process.kill(-child.pid, sig);
+      } catch {
+        /* gone */
+      }
+    };
     process.on('SIGINT', () => stop('SIGINT'));
     process.on('SIGTERM', () => stop('SIGTERM'));
     child.on('exit', (code, signal) => {
@@ -249,9 +283,15 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
     const rt = ensureRuntime(kind, major);
     const plan = CI_PLAN.find((p) => p.kind === kind && (p.major ?? major) === major);
     // Limits far above a run's usual time (probe 5 s, fast group 3-4 min on a loaded machine), so that a hang costs CI minutes, not its whole time.
-    const status = cmd === 'probe'
-      ? await runUnder(rt, 'scripts/probe.mjs', [], 3 * 60_000)
-      : await runUnder(rt, 'node_modules/vitest/vitest.mjs', suiteArgs(kind, process.argv.includes('--full') ? 'full' : plan?.suite ?? 'fast'), 20 * 60_000);
+    const status =
+      cmd === 'probe'
+        ? await runUnder(rt, 'scripts/probe.mjs', [], 3 * 60_000)
+        : await runUnder(
+            rt,
+            'node_modules/vitest/vitest.mjs',
+            suiteArgs(kind, process.argv.includes('--full') ? 'full' : (plan?.suite ?? 'fast')),
+            20 * 60_000,
+          );
     process.exit(status);
   } else {
     console.error('usage: node scripts/runtimes.mjs bin|dir|suite|probe node 22|24|26 | bin|dir|suite|probe bun|deno | list');

@@ -48,7 +48,11 @@ for (const file of files(join(root, 'src'))) {
 if (report) {
   for (const kind of ['file', 'function']) {
     console.log(`largest ${kind}s:`);
-    for (const x of all.filter((a) => a.kind === kind).sort((a, b) => b.lines - a.lines).slice(0, 15)) console.log(`  ${String(x.lines).padStart(5)}  ${x.what}`);
+    for (const x of all
+      .filter((a) => a.kind === kind)
+      .sort((a, b) => b.lines - a.lines)
+      .slice(0, 15))
+      console.log(`  ${String(x.lines).padStart(5)}  ${x.what}`);
   }
 }
 if (problems.length > 0) {

@@ -37,7 +37,15 @@ export { parseRetryAfter } from './core/retry-after.js';
 // The types the functions above take and return, so that a caller can name them: the
 // protections' specs, states and snapshots, the operation machine's commands and snapshot,
 // the decision's state and context, the executor's options with the drivers' hooks.
-export type { BreakerOptions, BreakerOutcome, BreakerSnapshot, BreakerState, BreakerStateChange, BreakerTransitionReason, ResolvedBreakerSpec } from './core/breaker.js';
+export type {
+  BreakerOptions,
+  BreakerOutcome,
+  BreakerSnapshot,
+  BreakerState,
+  BreakerStateChange,
+  BreakerTransitionReason,
+  ResolvedBreakerSpec,
+} from './core/breaker.js';
 export type { BudgetObservation, ResolvedBudgetSpec } from './core/budget.js';
 export type { ChaosInjection, ChaosSpec, ResolvedChaos } from './core/chaos.js';
 export type { AwaitCommand, CallCommand, CheckStateCommand, EndCommand, HedgeCommand, SlotRefusal, WaitCommand } from './core/commands.js';
@@ -57,7 +65,18 @@ export type { ConcurrencyLimit, ConcurrencyLimitContext, ConcurrencyLimitOptions
 export type { AttemptExit, BreakerVerdict, Guard, Protection } from './run/guard.js';
 export type { RateLimiter } from './run/rate-limiter.js';
 export type { ReplayOutput, TimelineObservation } from './run/replay.js';
-export type { DriverHooks, ExecuteOptions, Instrumentation, InstrumentationAttributes, OperationInfo, OperationScope, AttemptScope, WorkInfo, WorkScope, DriverName } from './run/types.js';
+export type {
+  DriverHooks,
+  ExecuteOptions,
+  Instrumentation,
+  InstrumentationAttributes,
+  OperationInfo,
+  OperationScope,
+  AttemptScope,
+  WorkInfo,
+  WorkScope,
+  DriverName,
+} from './run/types.js';
 
 // Errors.
 export { RelentError } from './core/errors.js';

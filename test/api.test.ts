@@ -10,15 +10,32 @@ const values = (file: string): number => Number(/^\d+ exports: (\d+) values/m.ex
 describe('the API report', () => {
   it('has one report per entry point of package.json', () => {
     const pkg = JSON.parse(readFileSync(fileURLToPath(new URL('../package.json', import.meta.url)), 'utf8')) as { exports: Record<string, unknown> };
-    const entries = Object.keys(pkg.exports).filter((k) => k !== './package.json').map((k) => (k === '.' ? 'relent' : `relent-${k.slice(2).replaceAll('/', '-')}`));
-    expect(readdirSync(API).filter((f) => f.endsWith('.api.md')).map((f) => f.replace('.api.md', '')).sort()).toEqual(entries.sort());
+    const entries = Object.keys(pkg.exports)
+      .filter((k) => k !== './package.json')
+      .map((k) => (k === '.' ? 'relent' : `relent-${k.slice(2).replaceAll('/', '-')}`));
+    expect(
+      readdirSync(API)
+        .filter((f) => f.endsWith('.api.md'))
+        .map((f) => f.replace('.api.md', ''))
+        .sort(),
+    ).toEqual(entries.sort());
   });
 
   it('the root entry point exports at most 30 values (functions, classes, constants), internals stay inside', () => {
     // Types are not capped: every type a public function takes or returns is exported (next test).
     expect(values('relent.api.md')).toBeLessThanOrEqual(30);
     const root = readFileSync(`${API}relent.api.md`, 'utf8');
-    for (const internal of ['advanceAttempt', 'recordRetry', 'isIdempotent', 'preflight', 'compileStatuses', 'normalizeBudget', 'boundObservation', 'MAX_TIMER_MS', 'systemClock']) {
+    for (const internal of [
+      'advanceAttempt',
+      'recordRetry',
+      'isIdempotent',
+      'preflight',
+      'compileStatuses',
+      'normalizeBudget',
+      'boundObservation',
+      'MAX_TIMER_MS',
+      'systemClock',
+    ]) {
       expect(root).not.toContain(`### ${internal} (`);
     }
   });

@@ -43,11 +43,15 @@ describe('README', () => {
     const lines = out.stdout.trim().split('\n');
     expect(lines.at(-1)).toBe('200');
     const events = lines.slice(0, -1).map((l) => JSON.parse(l));
-    expect(events.map((e) => e.type === 'attempt' ? `${e.status}:${e.decision}` : `result:${e.reason}`)).toEqual(['503:retry', '200:return', 'result:return']);
+    expect(events.map((e) => (e.type === 'attempt' ? `${e.status}:${e.decision}` : `result:${e.reason}`))).toEqual([
+      '503:retry',
+      '200:return',
+      'result:return',
+    ]);
     expect(hits).toBe(2);
   });
 
-  it('the first working retry is within the README\'s first 40 lines', () => {
+  it("the first working retry is within the README's first 40 lines", () => {
     const lines = README.split('\n');
     const heading = lines.indexOf('## In your code');
     const open = lines.indexOf('```ts', heading);
@@ -67,8 +71,15 @@ describe('README', () => {
     const dir = mkdtempSync(join(tmpdir(), 'relent-readme-'));
     const file = join(dir, 'fleet.mjs');
     const dist = (entry: string) => pathToFileURL(fileURLToPath(new URL(`../dist/${entry}/index.js`, import.meta.url))).href;
-    writeFileSync(file, code.replace(`from 'relent/http'`, `from '${dist('http')}'`).replace(`from 'relent/fleet'`, `from '${dist('fleet')}'`)
-      .replace('http://127.0.0.1:8080', `http://127.0.0.1:${port}`).replace('redis://127.0.0.1:6379', REDIS_URL).replace(`'relent:prod:'`, `'${prefix}'`));
+    writeFileSync(
+      file,
+      code
+        .replace(`from 'relent/http'`, `from '${dist('http')}'`)
+        .replace(`from 'relent/fleet'`, `from '${dist('fleet')}'`)
+        .replace('http://127.0.0.1:8080', `http://127.0.0.1:${port}`)
+        .replace('redis://127.0.0.1:6379', REDIS_URL)
+        .replace(`'relent:prod:'`, `'${prefix}'`),
+    );
     const out = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
       const child = spawn(process.execPath, [file], { stdio: ['ignore', 'pipe', 'pipe'] });
       let stdout = '';
@@ -85,7 +96,11 @@ describe('README', () => {
       // It joined the fleet: close() handed in the budget's deposits and the breaker's counts.
       const r = new Redis(REDIS_URL);
       try {
-        expect((await r.keys(`${prefix}*`)).sort()).toEqual([`${prefix}{http://127.0.0.1:${port}}:budget`, `${prefix}{http://127.0.0.1:${port}}:members`, `${prefix}{http://127.0.0.1:${port}}:window`]);
+        expect((await r.keys(`${prefix}*`)).sort()).toEqual([
+          `${prefix}{http://127.0.0.1:${port}}:budget`,
+          `${prefix}{http://127.0.0.1:${port}}:members`,
+          `${prefix}{http://127.0.0.1:${port}}:window`,
+        ]);
       } finally {
         r.disconnect();
       }
@@ -107,7 +122,9 @@ describe('README', () => {
     expect(row('retryOn.statusWithWait')).toMatch(new RegExp(`^${POLICY_DEFAULTS.retryOn.statusWithWait.join(', ')} \\(`));
     expect(row('retryAfter.maxMs')).toMatch(new RegExp(`^${POLICY_DEFAULTS.retryAfter.maxMs}\\b`));
     const budget = POLICY_DEFAULTS.budget as { ratio: number; minPerSecond: number; maxTokens: number; deposit: string; refund: boolean };
-    expect(row('budget')).toBe(`ratio ${budget.ratio}, minPerSecond ${budget.minPerSecond}, maxTokens ${budget.maxTokens}, deposit "${budget.deposit}", refund ${budget.refund}`);
+    expect(row('budget')).toBe(
+      `ratio ${budget.ratio}, minPerSecond ${budget.minPerSecond}, maxTokens ${budget.maxTokens}, deposit "${budget.deposit}", refund ${budget.refund}`,
+    );
     expect(row('budgetExhausted')).toBe(`"${POLICY_DEFAULTS.budgetExhausted}"`);
   });
 });

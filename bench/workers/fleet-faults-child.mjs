@@ -14,14 +14,18 @@ process.on('unhandledRejection', (e) => problems.push(`unhandledRejection: ${e?.
 process.on('uncaughtException', (e) => problems.push(`uncaughtException: ${e?.stack ?? e}`));
 
 const modes = [];
-const fleet = cfg.separate ? null : createRedisFleet({
-  ...cfg.redis, prefix: cfg.prefix, ...(cfg.fleetOptions ?? {}),
-  onEvent: (e) => {
-    if (e.type !== 'fleet_mode') return;
-    modes.push({ t: e.ts, mode: e.mode, reason: e.reason });
-    say({ mode: e.mode, t: e.ts, reason: e.reason });
-  },
-});
+const fleet = cfg.separate
+  ? null
+  : createRedisFleet({
+      ...cfg.redis,
+      prefix: cfg.prefix,
+      ...(cfg.fleetOptions ?? {}),
+      onEvent: (e) => {
+        if (e.type !== 'fleet_mode') return;
+        modes.push({ t: e.ts, mode: e.mode, reason: e.reason });
+        say({ mode: e.mode, t: e.ts, reason: e.reason });
+      },
+    });
 const byPort = new Map(cfg.deps.map((d) => [String(new URL(d.url).port), d.name]));
 const breakerChanges = [];
 const client = createClient({
@@ -38,21 +42,25 @@ const client = createClient({
 const joined = fleet ? await fleet.ready(30_000) : true;
 // Each dependency's mode (shared or local), as it changes.
 const depModes = {};
-const watch = fleet ? setInterval(() => {
-  const s = fleet.stats();
-  for (const d of cfg.deps) {
-    const m = s.budgets[d.name]?.mode ?? null;
-    const shared = m === 'fleet' && s.subscribed;
-    if (depModes[d.name] !== shared) {
-      depModes[d.name] = shared;
-      say({ dep: d.name, shared, t: Date.now() });
-    }
-  }
-}, 10) : null;
-const go = new Promise((resolve) => createInterface({ input: process.stdin }).on('line', (l) => {
-  if (l.trim() === 'go') resolve();
-  if (l.trim() === 'stop') stopped = true;
-}));
+const watch = fleet
+  ? setInterval(() => {
+      const s = fleet.stats();
+      for (const d of cfg.deps) {
+        const m = s.budgets[d.name]?.mode ?? null;
+        const shared = m === 'fleet' && s.subscribed;
+        if (depModes[d.name] !== shared) {
+          depModes[d.name] = shared;
+          say({ dep: d.name, shared, t: Date.now() });
+        }
+      }
+    }, 10)
+  : null;
+const go = new Promise((resolve) =>
+  createInterface({ input: process.stdin }).on('line', (l) => {
+    if (l.trim() === 'go') resolve();
+    if (l.trim() === 'stop') stopped = true;
+  }),
+);
 let stopped = false;
 say({ ready: true, joined });
 await go;
@@ -69,13 +77,18 @@ await new Promise((resolve) => {
     while (!over() && Date.now() >= started + n * every) {
       n++;
       for (const d of cfg.deps) {
-        calls.push(client.fetch(d.url, { headers: { 'x-child': String(cfg.index) } }).then(async (res) => {
-          await res.arrayBuffer();
-          statuses[res.status] = (statuses[res.status] ?? 0) + 1;
-        }, (e) => {
-          const code = e?.code ?? e?.name ?? 'unknown';
-          rejections[code] = (rejections[code] ?? 0) + 1;
-        }));
+        calls.push(
+          client.fetch(d.url, { headers: { 'x-child': String(cfg.index) } }).then(
+            async (res) => {
+              await res.arrayBuffer();
+              statuses[res.status] = (statuses[res.status] ?? 0) + 1;
+            },
+            (e) => {
+              const code = e?.code ?? e?.name ?? 'unknown';
+              rejections[code] = (rejections[code] ?? 0) + 1;
+            },
+          ),
+        );
       }
     }
     if (over()) return resolve();
@@ -89,7 +102,21 @@ const stats = fleet ? fleet.stats() : null;
 if (fleet) await fleet.close();
 await client.close();
 say({
-  index: cfg.index, statuses, rejections, modes, breakerChanges, problems,
-  stats: stats && { fallbacks: stats.fallbacks, rejoins: stats.rejoins, syncFailures: stats.syncFailures, roundTrips: stats.roundTrips, rtt: stats.rttMs, store: stats.store, nodes: stats.nodes, budgets: stats.budgets },
+  index: cfg.index,
+  statuses,
+  rejections,
+  modes,
+  breakerChanges,
+  problems,
+  stats: stats && {
+    fallbacks: stats.fallbacks,
+    rejoins: stats.rejoins,
+    syncFailures: stats.syncFailures,
+    roundTrips: stats.roundTrips,
+    rtt: stats.rttMs,
+    store: stats.store,
+    nodes: stats.nodes,
+    budgets: stats.budgets,
+  },
 });
 process.exit(0);

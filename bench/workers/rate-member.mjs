@@ -34,7 +34,9 @@ const worker = async () => {
     }
   }
 };
-const dbg = process.env.RATE_DEBUG ? setInterval(() => process.stderr.write(`${process.pid} t=${Date.now() - started} calls=${calls} ${JSON.stringify(fleet.stats().rateLimits)}\n`), 250) : null;
+const dbg = process.env.RATE_DEBUG
+  ? setInterval(() => process.stderr.write(`${process.pid} t=${Date.now() - started} calls=${calls} ${JSON.stringify(fleet.stats().rateLimits)}\n`), 250)
+  : null;
 await Promise.all(Array.from({ length: cfg.workers }, worker));
 if (dbg) clearInterval(dbg);
 const stats = fleet.stats();

@@ -35,7 +35,8 @@ export function parseDuration(text: string, flag: string): number {
   const n = Number(m[1]);
   const unit = m[2] ?? 'ms';
   const v = n * (unit === 'ms' ? 1 : unit === 's' ? 1000 : unit === 'm' ? 60_000 : 3_600_000);
-  if (!Number.isFinite(v) || v > 2 ** 31 - 1) throw new RelentError('ERR_INVALID_INPUT', `${flag}: ${JSON.stringify(text)} is too long (at most 24.8 days)`, { field: flag });
+  if (!Number.isFinite(v) || v > 2 ** 31 - 1)
+    throw new RelentError('ERR_INVALID_INPUT', `${flag}: ${JSON.stringify(text)} is too long (at most 24.8 days)`, { field: flag });
   return Math.round(v);
 }
 
@@ -54,7 +55,7 @@ export const processIo: Io = {
 /** Why a file could not be read or written, for a message: "no such file", else the error's code, else `fallback`. */
 export function fsReason(e: unknown, fallback: string, enoent = 'no such file'): string {
   const code = (e as { code?: string } | null)?.code;
-  return code === 'ENOENT' ? enoent : code ?? fallback;
+  return code === 'ENOENT' ? enoent : (code ?? fallback);
 }
 
 /** A usage error (exit 2) that names the flag. */
@@ -95,7 +96,11 @@ export function parseFlags<T extends ParseArgsConfig>(config: T): Parsed<T> & { 
     const message = (e as Error).message;
     // Node names the option as "-X, --request <value>"; the message names it as typed.
     const spellings = (/'(-[^']*)'/.exec(message)?.[1] ?? '').split(/[\s,]+/).filter((x) => x.startsWith('-'));
-    const flagName = [...args].reverse().map((a) => a.replace(/=.*$/, '')).find((a) => spellings.includes(a)) ?? spellings[0];
+    const flagName =
+      [...args]
+        .reverse()
+        .map((a) => a.replace(/=.*$/, ''))
+        .find((a) => spellings.includes(a)) ?? spellings[0];
     const long = spellings.find((x) => x.startsWith('--')) ?? /'(--[\w-]+)=-XYZ'/.exec(message)?.[1] ?? flagName;
     let text: string;
     if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') text = `unknown option ${flagName ?? JSON.stringify(message.split('.')[0])}`;

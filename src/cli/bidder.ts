@@ -23,9 +23,11 @@ configuration (the field is named); 1 when the port cannot be opened.
 
 export function bidderLine(name: string, s: BidderStats): string {
   const b = s.byBehaviour;
-  return `${name}: requests ${s.requests} · bids ${b.bid} · no-bids ${b.no_bid} (+${b.no_bid_nbr} with nbr) · shed ${b.shed} · 400 ${b.bad_request}`
-    + ` · injected 500 ${b.error500} reset ${b.reset} hang ${b.hang} malformed ${b.malformed}`
-    + ` · wins ${s.wins} · billed ${s.billed} (${s.billingDuplicates} repeats ignored)`;
+  return (
+    `${name}: requests ${s.requests} · bids ${b.bid} · no-bids ${b.no_bid} (+${b.no_bid_nbr} with nbr) · shed ${b.shed} · 400 ${b.bad_request}` +
+    ` · injected 500 ${b.error500} reset ${b.reset} hang ${b.hang} malformed ${b.malformed}` +
+    ` · wins ${s.wins} · billed ${s.billed} (${s.billingDuplicates} repeats ignored)`
+  );
 }
 
 export async function bidderCommand(argv: string[], io: Io): Promise<number> {

@@ -68,9 +68,16 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
   const { values } = parseFlags({
     args: argv,
     options: {
-      config: { type: 'string' }, store: { type: 'string' }, lease: { type: 'string' }, poll: { type: 'string' },
-      'exit-when-idle': { type: 'boolean' }, events: { type: 'string' }, progress: { type: 'boolean' }, 'no-progress': { type: 'boolean' },
-      'worker-id': { type: 'string' }, quiet: { type: 'boolean', short: 'q' },
+      config: { type: 'string' },
+      store: { type: 'string' },
+      lease: { type: 'string' },
+      poll: { type: 'string' },
+      'exit-when-idle': { type: 'boolean' },
+      events: { type: 'string' },
+      progress: { type: 'boolean' },
+      'no-progress': { type: 'boolean' },
+      'worker-id': { type: 'string' },
+      quiet: { type: 'boolean', short: 'q' },
     },
   });
   if (!values.config) {
@@ -128,7 +135,8 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
       try {
         writeSync(fd, JSON.stringify(e.type === 'store_error' ? { type: e.type, during: e.during, code: e.error.code, message: e.error.message } : e) + '\n');
       } catch (err) {
-        if (fd === 2 && (err as { code?: string }).code === 'EPIPE') fd = null; // stderr's reader is gone
+        if (fd === 2 && (err as { code?: string }).code === 'EPIPE')
+          fd = null; // stderr's reader is gone
         else throw err;
       }
     }
@@ -170,7 +178,10 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
       const r = await worker.stop();
       let summary = '';
       try {
-        summary = formatStats((await queue.stats()).filter((s) => names.includes(s.destination)), '');
+        summary = formatStats(
+          (await queue.stats()).filter((s) => names.includes(s.destination)),
+          '',
+        );
       } catch {
         // the store may be the reason we stop
       }
@@ -194,7 +205,11 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
           const stats = (await queue.stats()).filter((s) => names.includes(s.destination));
           const c = worker.counters();
           progress.status(formatStats(stats, limits(), nextDue()));
-          if (values['exit-when-idle'] && c.inflight === 0 && stats.every((s) => s.inflightBatches === 0 && (s.paused || s.pendingItems + s.readyBatches + s.deferredBatches === 0))) {
+          if (
+            values['exit-when-idle'] &&
+            c.inflight === 0 &&
+            stats.every((s) => s.inflightBatches === 0 && (s.paused || s.pendingItems + s.readyBatches + s.deferredBatches === 0))
+          ) {
             await finish(EXIT.ok, 'idle');
             return;
           }
@@ -212,7 +227,10 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
   });
 }
 
-interface FileItem { readonly key?: string; readonly payload: unknown }
+interface FileItem {
+  readonly key?: string;
+  readonly payload: unknown;
+}
 
 async function readItems(source: string): Promise<FileItem[]> {
   let text: string;
@@ -243,7 +261,8 @@ async function readItems(source: string): Promise<FileItem[]> {
       throw new DeliveryError('ERR_INVALID_ITEM', `${source}:${i + 1}: expected {"key"?: "...", "payload": ...}`, { field: `line ${i + 1}` });
     }
     const o = v as { key?: unknown; payload: unknown };
-    if (o.key !== undefined && typeof o.key !== 'string') throw new DeliveryError('ERR_INVALID_ITEM', `${source}:${i + 1}: expected \`key\` to be a string`, { field: `line ${i + 1}.key` });
+    if (o.key !== undefined && typeof o.key !== 'string')
+      throw new DeliveryError('ERR_INVALID_ITEM', `${source}:${i + 1}: expected \`key\` to be a string`, { field: `line ${i + 1}.key` });
     out.push(o.key === undefined ? { payload: o.payload } : { key: o.key, payload: o.payload });
   }
   return out;
@@ -254,7 +273,11 @@ export async function enqueueCommand(argv: string[], io: Io): Promise<number> {
     args: argv,
     allowPositionals: true,
     options: {
-      data: { type: 'string' }, key: { type: 'string' }, file: { type: 'string' }, store: { type: 'string' }, config: { type: 'string' },
+      data: { type: 'string' },
+      key: { type: 'string' },
+      file: { type: 'string' },
+      store: { type: 'string' },
+      config: { type: 'string' },
       json: { type: 'boolean' },
     },
   });
@@ -273,7 +296,11 @@ export async function enqueueCommand(argv: string[], io: Io): Promise<number> {
     // A destination no worker knows would wait forever: refused when a config names the
     // destinations, else a warning (the worker's config is not known here).
     if (config !== null && !config.destinations.has(destination)) {
-      throw new DeliveryError('ERR_UNKNOWN_DESTINATION', `unknown destination ${JSON.stringify(destination)}: ${values.config} names ${[...config.destinations.keys()].map((d) => JSON.stringify(d)).join(', ')}`, { field: 'DESTINATION' });
+      throw new DeliveryError(
+        'ERR_UNKNOWN_DESTINATION',
+        `unknown destination ${JSON.stringify(destination)}: ${values.config} names ${[...config.destinations.keys()].map((d) => JSON.stringify(d)).join(', ')}`,
+        { field: 'DESTINATION' },
+      );
     }
     let items: FileItem[];
     if (values.data !== undefined) {
@@ -285,7 +312,8 @@ export async function enqueueCommand(argv: string[], io: Io): Promise<number> {
       }
       items = [values.key === undefined ? { payload } : { key: values.key, payload }];
     } else {
-      if (values.key !== undefined) throw new DeliveryError('ERR_INVALID_ITEM', '--key goes with --data (in --file, each line has its own key)', { field: '--key' });
+      if (values.key !== undefined)
+        throw new DeliveryError('ERR_INVALID_ITEM', '--key goes with --data (in --file, each line has its own key)', { field: '--key' });
       items = await readItems(values.file!);
     }
     // Validate everything before storing anything.
@@ -308,7 +336,10 @@ export async function enqueueCommand(argv: string[], io: Io): Promise<number> {
         else stored++;
       }
     }
-    if (config === null) io.err(`relent enqueue: warning: no --config given, so nothing checked that a worker delivers to ${JSON.stringify(destination)}; items for a destination missing from the worker's config wait until one names it\n`);
+    if (config === null)
+      io.err(
+        `relent enqueue: warning: no --config given, so nothing checked that a worker delivers to ${JSON.stringify(destination)}; items for a destination missing from the worker's config wait until one names it\n`,
+      );
     if (values.json) io.out(JSON.stringify({ destination, stored, duplicates }) + '\n');
     else io.out(`enqueued ${int(stored)} item${stored === 1 ? '' : 's'} for ${destination}${duplicates ? ` (${int(duplicates)} already queued)` : ''}\n`);
     return EXIT.ok;

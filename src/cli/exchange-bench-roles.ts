@@ -95,65 +95,95 @@ export async function runLoadgen(): Promise<void> {
   let n = 0;
   const bodyOf = (): string => {
     const k = ++n;
-    const imp = k % 4 === 0 ? [{ id: '1', bidfloor: 0.5 }, { id: '2', bidfloor: 0.2 }] : [{ id: '1', bidfloor: 0.5 }];
-    return JSON.stringify({ id: `bench-${process.pid}-${k}`, imp, tmax, cur: ['USD'], site: { domain: 'bench.example', publisher: { id: `pub-${k % 7}` } }, device: { ua: 'bench', ip: '192.0.2.1' } });
+    const imp =
+      k % 4 === 0
+        ? [
+            { id: '1', bidfloor: 0.5 },
+            { id: '2', bidfloor: 0.2 },
+          ]
+        : [{ id: '1', bidfloor: 0.5 }];
+    return JSON.stringify({
+      id: `bench-${process.pid}-${k}`,
+      imp,
+      tmax,
+      cur: ['USD'],
+      site: { domain: 'bench.example', publisher: { id: `pub-${k % 7}` } },
+      device: { ua: 'bench', ip: '192.0.2.1' },
+    });
   };
-  const run = (r: LoadRun): Promise<LoadResult> => new Promise((resolve) => {
-    const hist = new Histogram();
-    const statuses: Record<string, number> = {};
-    let sent = 0;
-    let answered = 0;
-    let errors = 0;
-    let shed = 0;
-    let overTmax = 0;
-    let waiting = 0;
-    let k = 0;
-    const cpu0 = cpuNow();
-    const start = performance.now();
-    const countFrom = start + r.warmupMs;
-    const end = countFrom + r.durationMs;
-    const gap = 1000 / r.rate;
-    const one = (due: number): void => {
-      const counted = due >= countFrom;
-      if (waiting >= 10_000) {
-        if (counted) shed++;
-        return;
-      }
-      waiting++;
-      if (counted) sent++;
-      pool.request({ path: url.pathname, method: 'POST', headers: { 'content-type': 'application/json' }, body: bodyOf() }).then(async (res) => {
-        await res.body.dump();
-        const ms = performance.now() - due;
-        if (!counted) return;
-        answered++;
-        hist.record(ms);
-        statuses[res.statusCode] = (statuses[res.statusCode] ?? 0) + 1;
-        if (ms > tmax) overTmax++;
-      }, () => {
-        if (counted) errors++;
-      }).finally(() => {
-        waiting--;
-      });
-    };
-    const tick = setInterval(() => {
-      const now = performance.now();
-      // Every request due by now (the time it was due is the start of its answer time).
-      while (start + k * gap <= now && start + k * gap < end) one(start + k++ * gap);
-      if (now >= end) {
-        clearInterval(tick);
-        const finish = (): void => {
-          if (waiting > 0 && performance.now() < end + 10_000) return void setTimeout(finish, 20);
-          const seconds = r.durationMs / 1000;
-          resolve({
-            rate: r.rate, seconds, sent, answered, achieved: Math.round(answered / seconds), statuses, errors, shed,
-            p50Ms: Math.round(hist.quantile(0.5) * 10) / 10, p99Ms: Math.round(hist.quantile(0.99) * 10) / 10, maxMs: Math.round(hist.max * 10) / 10, overTmax,
-            cpuMs: Math.round((cpuNow() - cpu0) / 1000),
+  const run = (r: LoadRun): Promise<LoadResult> =>
+    new Promise((resolve) => {
+      const hist = new Histogram();
+      const statuses: Record<string, number> = {};
+      let sent = 0;
+      let answered = 0;
+      let errors = 0;
+      let shed = 0;
+      let overTmax = 0;
+      let waiting = 0;
+      let k = 0;
+      const cpu0 = cpuNow();
+      const start = performance.now();
+      const countFrom = start + r.warmupMs;
+      const end = countFrom + r.durationMs;
+      const gap = 1000 / r.rate;
+      const one = (due: number): void => {
+        const counted = due >= countFrom;
+        if (waiting >= 10_000) {
+          if (counted) shed++;
+          return;
+        }
+        waiting++;
+        if (counted) sent++;
+        pool
+          .request({ path: url.pathname, method: 'POST', headers: { 'content-type': 'application/json' }, body: bodyOf() })
+          .then(
+            async (res) => {
+              await res.body.dump();
+              const ms = performance.now() - due;
+              if (!counted) return;
+              answered++;
+              hist.record(ms);
+              statuses[res.statusCode] = (statuses[res.statusCode] ?? 0) + 1;
+              if (ms > tmax) overTmax++;
+            },
+            () => {
+              if (counted) errors++;
+            },
+          )
+          .finally(() => {
+            waiting--;
           });
-        };
-        finish();
-      }
-    }, 1);
-  });
+      };
+      const tick = setInterval(() => {
+        const now = performance.now();
+        // Every request due by now (the time it was due is the start of its answer time).
+        while (start + k * gap <= now && start + k * gap < end) one(start + k++ * gap);
+        if (now >= end) {
+          clearInterval(tick);
+          const finish = (): void => {
+            if (waiting > 0 && performance.now() < end + 10_000) return void setTimeout(finish, 20);
+            const seconds = r.durationMs / 1000;
+            resolve({
+              rate: r.rate,
+              seconds,
+              sent,
+              answered,
+              achieved: Math.round(answered / seconds),
+              statuses,
+              errors,
+              shed,
+              p50Ms: Math.round(hist.quantile(0.5) * 10) / 10,
+              p99Ms: Math.round(hist.quantile(0.99) * 10) / 10,
+              maxMs: Math.round(hist.max * 10) / 10,
+              overTmax,
+              cpuMs: Math.round((cpuNow() - cpu0) / 1000),
+            });
+          };
+          finish();
+        }
+      }, 1);
+    });
   process.on('message', (m: { t: string; run?: LoadRun }) => {
     if (m.t === 'run') void run(m.run!).then((result) => process.send!({ t: 'result', result }));
     else if (m.t === 'stop') void pool.close().finally(() => process.exit(0));

@@ -162,7 +162,13 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 const mb = (b: number): number => Math.round(b / 1048576);
 
 function memorySample(m: ProcessMemory, atS: number, late: number): MemorySample {
-  return { atS, rssMB: mb(m.rssBytes), heapMB: mb(m.heapUsedBytes), each: m.each.map((x) => ({ role: x.role, rssMB: mb(x.rssBytes), heapMB: mb(x.heapUsedBytes) })), late };
+  return {
+    atS,
+    rssMB: mb(m.rssBytes),
+    heapMB: mb(m.heapUsedBytes),
+    each: m.each.map((x) => ({ role: x.role, rssMB: mb(x.rssBytes), heapMB: mb(x.heapUsedBytes) })),
+    late,
+  };
 }
 
 /** Runs the load test; the caller prints it. */
@@ -189,8 +195,12 @@ export async function runExchangeBench(o: BenchOptions): Promise<BenchResult> {
     const results: WorkersResult[] = [];
     for (const workers of o.workers) results.push(await measure(o, workers, configPath, resolved, tmaxMs, p99TargetMs, bidders));
     return {
-      tmaxMs, p99TargetMs, bidders: partners.map((p, i) => ({ partner: p.name, behaviour: bidderConfigs[i]!.name })), results,
-      cores: availableParallelism(), node: process.version,
+      tmaxMs,
+      p99TargetMs,
+      bidders: partners.map((p, i) => ({ partner: p.name, behaviour: bidderConfigs[i]!.name })),
+      results,
+      cores: availableParallelism(),
+      node: process.version,
     };
   } finally {
     bidders.send({ t: 'stop' });
@@ -202,7 +212,15 @@ export async function runExchangeBench(o: BenchOptions): Promise<BenchResult> {
   }
 }
 
-async function measure(o: BenchOptions, workers: number, configPath: string, resolved: ResolvedExchangeConfig, tmaxMs: number, p99TargetMs: number, bidders: ChildProcess): Promise<WorkersResult> {
+async function measure(
+  o: BenchOptions,
+  workers: number,
+  configPath: string,
+  resolved: ResolvedExchangeConfig,
+  tmaxMs: number,
+  p99TargetMs: number,
+  bidders: ChildProcess,
+): Promise<WorkersResult> {
   o.log(`exchange-bench: starting ${workers} worker${workers === 1 ? '' : 's'}…`);
   const ex = await startCluster({
     config: resolved,
@@ -238,13 +256,16 @@ async function measure(o: BenchOptions, workers: number, configPath: string, res
       await sleep(1_200);
       const after = ex.stats();
       const cpuAfter = await cpuOf(ex.memory(), bidders);
-      const cpu: CpuUse | null = cpuBefore === null || cpuAfter === null ? null : {
-        wallMs: Math.round(performance.now() - wall0),
-        workers: Math.round(cpuAfter.workers.reduce((n, x, i) => n + Math.max(0, x - (cpuBefore.workers[i] ?? 0)), 0) / 1000),
-        primary: Math.round((cpuAfter.primary - cpuBefore.primary) / 1000),
-        bidders: Math.round((cpuAfter.bidders - cpuBefore.bidders) / 1000),
-        loadgen: load.cpuMs,
-      };
+      const cpu: CpuUse | null =
+        cpuBefore === null || cpuAfter === null
+          ? null
+          : {
+              wallMs: Math.round(performance.now() - wall0),
+              workers: Math.round(cpuAfter.workers.reduce((n, x, i) => n + Math.max(0, x - (cpuBefore.workers[i] ?? 0)), 0) / 1000),
+              primary: Math.round((cpuAfter.primary - cpuBefore.primary) / 1000),
+              bidders: Math.round((cpuAfter.bidders - cpuBefore.bidders) / 1000),
+              loadgen: load.cpuMs,
+            };
       // At the time it is taken (a run that fell behind its schedule ends after durationMs).
       if (memory !== null) memory.push(memorySample(ex.memory(), atS(), after.auctions.afterDeadline - before.auctions.afterDeadline));
       const auctions = after.auctions.total - before.auctions.total;
@@ -284,7 +305,17 @@ async function measure(o: BenchOptions, workers: number, configPath: string, res
     o.log(`exchange-bench: ${workers}w measured run at ${runRate}/s for ${o.durationMs / 1000} s…`);
     const memory: MemorySample[] = [];
     const run = await step(runRate, o.durationMs, 2_000, memory);
-    return { workers, readyMs: ex.readyMs, settle, steps, maxRate, run, exchange: ex.stats(), memory, loadAverage: loadavg().map((x) => Math.round(x * 100) / 100) };
+    return {
+      workers,
+      readyMs: ex.readyMs,
+      settle,
+      steps,
+      maxRate,
+      run,
+      exchange: ex.stats(),
+      memory,
+      loadAverage: loadavg().map((x) => Math.round(x * 100) / 100),
+    };
   } finally {
     loadgen.send({ t: 'stop' });
     await ex.close();
@@ -337,7 +368,14 @@ export const COLD_START_BIDDERS: readonly (BidderConfig & { readonly name: strin
  * Starts `starts` fresh exchange processes one after the other; the moment each prints
  * its ready line, `burst` auctions (tmax `tmaxMs`) are sent at once on new connections.
  */
-export async function runColdStarts(o: { starts: number; burst: number; tmaxMs: number; workers: number; warmup: boolean; log: (l: string) => void }): Promise<ColdStartResult> {
+export async function runColdStarts(o: {
+  starts: number;
+  burst: number;
+  tmaxMs: number;
+  workers: number;
+  warmup: boolean;
+  log: (l: string) => void;
+}): Promise<ColdStartResult> {
   const { Agent } = undici();
   const { readFileSync } = await import('node:fs');
   const { spawn } = await import('node:child_process');
@@ -350,15 +388,24 @@ export async function runColdStarts(o: { starts: number; burst: number; tmaxMs: 
   try {
     const { urls } = await next<{ urls: string[] }>(bidders, 'urls');
     const configPath = join(dir, 'exchange.json');
-    writeFileSync(configPath, JSON.stringify({
-      auctionTimeoutMs: 100, reserveMs: 15, notices: { win: 'source', billing: 'on-win', store: `sqlite:${join(dir, 'notices.db')}` },
-      ...(o.warmup ? {} : { warmup: false }),
-      partners: COLD_START_BIDDERS.map((b, i) => ({ name: b.name, url: urls[i]!, timeoutMs: [60, 90, 80, 80][i]!, maxConcurrency: 64 })),
-    }));
+    writeFileSync(
+      configPath,
+      JSON.stringify({
+        auctionTimeoutMs: 100,
+        reserveMs: 15,
+        notices: { win: 'source', billing: 'on-win', store: `sqlite:${join(dir, 'notices.db')}` },
+        ...(o.warmup ? {} : { warmup: false }),
+        partners: COLD_START_BIDDERS.map((b, i) => ({ name: b.name, url: urls[i]!, timeoutMs: [60, 90, 80, 80][i]!, maxConcurrency: 64 })),
+      }),
+    );
     for (let k = 0; k < o.starts; k++) {
       const auctions = join(dir, `auctions-${k}.jsonl`);
       const t0 = performance.now();
-      const child = spawn(process.execPath, [BIN, 'exchange', '--config', configPath, '--port', '0', '--host', '127.0.0.1', '--workers', String(o.workers), '--quiet', '--auctions', auctions], { stdio: ['ignore', 'ignore', 'pipe'] });
+      const child = spawn(
+        process.execPath,
+        [BIN, 'exchange', '--config', configPath, '--port', '0', '--host', '127.0.0.1', '--workers', String(o.workers), '--quiet', '--auctions', auctions],
+        { stdio: ['ignore', 'ignore', 'pipe'] },
+      );
       let err = '';
       let readyMs: number;
       let answers: { ms: number; status: number }[];
@@ -375,12 +422,20 @@ export async function runColdStarts(o: { starts: number; burst: number; tmaxMs: 
         readyMs = Math.round(performance.now() - t0);
         const agent = new Agent({ connections: o.burst });
         const body = (i: number): string => JSON.stringify({ id: `cold-${k}-${i}`, imp: [{ id: '1' }], tmax: o.tmaxMs, site: { publisher: { id: 'p' } } });
-        answers = await Promise.all(Array.from({ length: o.burst }, async (_, i) => {
-          const t = performance.now();
-          const res = await agent.request({ origin: url.slice(0, url.indexOf('/', 8)), path: new URL(url).pathname, method: 'POST', headers: { 'content-type': 'application/json' }, body: body(i) });
-          await res.body.dump();
-          return { ms: Math.round((performance.now() - t) * 10) / 10, status: res.statusCode };
-        }));
+        answers = await Promise.all(
+          Array.from({ length: o.burst }, async (_, i) => {
+            const t = performance.now();
+            const res = await agent.request({
+              origin: url.slice(0, url.indexOf('/', 8)),
+              path: new URL(url).pathname,
+              method: 'POST',
+              headers: { 'content-type': 'application/json' },
+              body: body(i),
+            });
+            await res.body.dump();
+            return { ms: Math.round((performance.now() - t) * 10) / 10, status: res.statusCode };
+          }),
+        );
         await agent.close();
         child.kill('SIGTERM');
         const stopping = performance.now();
@@ -390,9 +445,17 @@ export async function runColdStarts(o: { starts: number; burst: number; tmaxMs: 
       } finally {
         if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       }
-      const summaries = readFileSync(auctions, 'utf8').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as {
-        usedMs: number; deadlineMs: number | null; results: { partner: string; outcome: string }[];
-      });
+      const summaries = readFileSync(auctions, 'utf8')
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map(
+          (l) =>
+            JSON.parse(l) as {
+              usedMs: number;
+              deadlineMs: number | null;
+              results: { partner: string; outcome: string }[];
+            },
+        );
       const over = summaries.map((x) => (x.deadlineMs === null ? 0 : x.usedMs - x.deadlineMs));
       const start: ColdStart = {
         readyMs,
@@ -403,7 +466,9 @@ export async function runColdStarts(o: { starts: number; burst: number; tmaxMs: 
         fastPartnerBid: summaries.filter((x) => x.results.some((r) => r.partner === 'fast20' && r.outcome === 'bid')).length,
       };
       starts.push(start);
-      o.log(`exchange-bench: cold start ${k + 1}/${o.starts}: ready after ${readyMs} ms, slowest answer ${Math.max(...start.sourceMs)} ms, after deadline + 5 ms ${start.afterDeadline}, 20 ms partner's bid in ${start.fastPartnerBid}/${o.burst}`);
+      o.log(
+        `exchange-bench: cold start ${k + 1}/${o.starts}: ready after ${readyMs} ms, slowest answer ${Math.max(...start.sourceMs)} ms, after deadline + 5 ms ${start.afterDeadline}, 20 ms partner's bid in ${start.fastPartnerBid}/${o.burst}`,
+      );
     }
     return { warmup: o.warmup, workers: o.workers, burst: o.burst, tmaxMs: o.tmaxMs, starts };
   } finally {
@@ -419,12 +484,20 @@ export function formatColdStarts(results: readonly ColdStartResult[]): string {
     const all = r.starts.flatMap((x) => x.sourceMs);
     const late = r.starts.reduce((n, x) => n + x.afterDeadline, 0);
     const fast = r.starts.reduce((n, x) => n + x.fastPartnerBid, 0);
-    lines.push(`cold starts, warm-up ${r.warmup ? 'on' : 'off'} (${r.workers} worker${r.workers === 1 ? '' : 's'}): ${r.starts.length} fresh processes × ${r.burst} auctions at once (tmax ${r.tmaxMs})`);
+    lines.push(
+      `cold starts, warm-up ${r.warmup ? 'on' : 'off'} (${r.workers} worker${r.workers === 1 ? '' : 's'}): ${r.starts.length} fresh processes × ${r.burst} auctions at once (tmax ${r.tmaxMs})`,
+    );
     lines.push('  start  ready ms  slowest answer ms  after deadline + 5 ms  worst over deadline ms  20 ms partner bid');
     r.starts.forEach((x, i) => {
-      lines.push(`  ${String(i + 1).padStart(5)}  ${String(x.readyMs).padStart(8)}  ${Math.max(...x.sourceMs).toFixed(1).padStart(17)}  ${String(x.afterDeadline).padStart(21)}  ${x.worstOverDeadlineMs.toFixed(1).padStart(22)}  ${x.fastPartnerBid}/${r.burst}`);
+      lines.push(
+        `  ${String(i + 1).padStart(5)}  ${String(x.readyMs).padStart(8)}  ${Math.max(...x.sourceMs)
+          .toFixed(1)
+          .padStart(17)}  ${String(x.afterDeadline).padStart(21)}  ${x.worstOverDeadlineMs.toFixed(1).padStart(22)}  ${x.fastPartnerBid}/${r.burst}`,
+      );
     });
-    lines.push(`  total: answers after deadline + 5 ms ${late} of ${all.length}; the 20 ms partner's bid in ${fast} of ${all.length}; slowest answer ${Math.max(...all).toFixed(1)} ms`);
+    lines.push(
+      `  total: answers after deadline + 5 ms ${late} of ${all.length}; the 20 ms partner's bid in ${fast} of ${all.length}; slowest answer ${Math.max(...all).toFixed(1)} ms`,
+    );
   }
   return `${lines.join('\n')}\n`;
 }
@@ -434,13 +507,19 @@ export function formatColdStarts(results: readonly ColdStartResult[]): string {
 function positive(v: string | undefined, flag: string, max: number): number | undefined {
   if (v === undefined) return undefined;
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 1 || n > max) throw new RelentError('ERR_INVALID_INPUT', `${flag}: expected a whole number 1–${max}, got ${JSON.stringify(v)}`, { field: flag });
+  if (!Number.isInteger(n) || n < 1 || n > max)
+    throw new RelentError('ERR_INVALID_INPUT', `${flag}: expected a whole number 1–${max}, got ${JSON.stringify(v)}`, { field: flag });
   return n;
 }
 
 /** Where the machine's CPU went during a run: cores used, and ms of CPU per auction, by part. */
 export function cpuLine(c: CpuUse, auctions: number, cores: number): string {
-  const parts: [string, number][] = [['exchange workers', c.workers], ['primary (notices, statistics)', c.primary], ['bidders', c.bidders], ['load generator', c.loadgen]];
+  const parts: [string, number][] = [
+    ['exchange workers', c.workers],
+    ['primary (notices, statistics)', c.primary],
+    ['bidders', c.bidders],
+    ['load generator', c.loadgen],
+  ];
   const total = parts.reduce((n, [, ms]) => n + ms, 0);
   const per = (ms: number): string => (auctions > 0 ? (ms / auctions).toFixed(2) : '-');
   return `CPU (cores used; ms per auction): ${parts.map(([name, ms]) => `${name} ${(ms / c.wallMs).toFixed(2)} (${per(ms)})`).join(' · ')} · all ${(total / c.wallMs).toFixed(2)} of ${cores} (${per(total)})`;
@@ -456,11 +535,16 @@ export function formatBench(r: BenchResult): string {
     lines.push('');
     lines.push(`── ${w.workers} worker${w.workers === 1 ? '' : 's'} (ready after ${w.readyMs} ms; load average at the end ${w.loadAverage.join(' ')}) ──`);
     if (w.steps.length > 0) {
-      if (w.settle !== null) lines.push(`first ${SETTLE_MS / 1000} s at ${w.settle.load.rate}/s, not judged (breakers settling): p99 ${w.settle.load.p99Ms.toFixed(1)} ms, after deadline ${w.settle.afterDeadline}`);
+      if (w.settle !== null)
+        lines.push(
+          `first ${SETTLE_MS / 1000} s at ${w.settle.load.rate}/s, not judged (breakers settling): p99 ${w.settle.load.p99Ms.toFixed(1)} ms, after deadline ${w.settle.afterDeadline}`,
+        );
       lines.push(`search (p99 ≤ ${r.p99TargetMs} ms at the source, 0 answers after deadline + 5 ms):`);
       lines.push('  rate/s  answered/s  p50 ms  p99 ms  after deadline  ok');
       for (const s of w.steps) {
-        lines.push(`  ${String(s.load.rate).padStart(6)}  ${String(s.load.achieved).padStart(10)}  ${s.load.p50Ms.toFixed(1).padStart(6)}  ${s.load.p99Ms.toFixed(1).padStart(6)}  ${String(s.afterDeadline).padStart(14)}  ${s.pass ? 'yes' : 'no'}`);
+        lines.push(
+          `  ${String(s.load.rate).padStart(6)}  ${String(s.load.achieved).padStart(10)}  ${s.load.p50Ms.toFixed(1).padStart(6)}  ${s.load.p99Ms.toFixed(1).padStart(6)}  ${String(s.afterDeadline).padStart(14)}  ${s.pass ? 'yes' : 'no'}`,
+        );
       }
       lines.push(`maximum: ${w.maxRate} auctions/s`);
     }
@@ -468,11 +552,19 @@ export function formatBench(r: BenchResult): string {
     const l = run.load;
     const a = w.exchange.auctions;
     lines.push(`run at ${l.rate}/s${w.maxRate !== null ? ' (80 % of the maximum)' : ''} for ${l.seconds} s:`);
-    lines.push(`  auctions/s ${l.achieved} (${l.answered} answered of ${l.sent} sent${l.errors ? `, ${l.errors} transport errors` : ''}${l.shed ? `, ${l.shed} not sent` : ''})`);
-    lines.push(`  at the source: p50 ${l.p50Ms.toFixed(1)} ms · p99 ${l.p99Ms.toFixed(1)} ms · max ${l.maxMs} ms · over tmax ${l.overTmax} · ${Object.entries(l.statuses).map(([k, v]) => `${k}×${v}`).join(' ')}`);
+    lines.push(
+      `  auctions/s ${l.achieved} (${l.answered} answered of ${l.sent} sent${l.errors ? `, ${l.errors} transport errors` : ''}${l.shed ? `, ${l.shed} not sent` : ''})`,
+    );
+    lines.push(
+      `  at the source: p50 ${l.p50Ms.toFixed(1)} ms · p99 ${l.p99Ms.toFixed(1)} ms · max ${l.maxMs} ms · over tmax ${l.overTmax} · ${Object.entries(l.statuses)
+        .map(([k, v]) => `${k}×${v}`)
+        .join(' ')}`,
+    );
     lines.push(`  in the exchange: p50 ${a.answerMs.p50Ms} ms · p99 ${a.answerMs.p99Ms} ms (all auctions of this exchange)`);
     lines.push(`  answers after deadline + 5 ms: ${run.afterDeadline} of ${run.auctions} in the run (${a.afterDeadline} of ${a.total} since start)`);
-    lines.push(`  memory of the exchange's ${w.workers + 1} processes (RSS / heap used, MB): ${w.memory.map((m) => `${m.atS}s ${m.rssMB}/${m.heapMB}`).join(' · ')}`);
+    lines.push(
+      `  memory of the exchange's ${w.workers + 1} processes (RSS / heap used, MB): ${w.memory.map((m) => `${m.atS}s ${m.rssMB}/${m.heapMB}`).join(' · ')}`,
+    );
     if (w.memory.length > 0) lines.push(`  answers after deadline + 5 ms so far, at the same times: ${w.memory.map((m) => `${m.atS}s ${m.late}`).join(' · ')}`);
     const first = w.memory[0];
     const last = w.memory[w.memory.length - 1];
@@ -480,14 +572,22 @@ export function formatBench(r: BenchResult): string {
       lines.push(`  RSS per process, start → end (MB): ${first.each.map((x, i) => `${x.role} ${x.rssMB} → ${last.each[i]?.rssMB ?? '?'}`).join(', ')}`);
     }
     if (run.cpu !== null) lines.push(`  ${cpuLine(run.cpu, run.auctions, r.cores)}`);
-    lines.push(partnerTable(w.exchange).trimEnd().split('\n').map((x) => `  ${x}`).join('\n'));
+    lines.push(
+      partnerTable(w.exchange)
+        .trimEnd()
+        .split('\n')
+        .map((x) => `  ${x}`)
+        .join('\n'),
+    );
   }
   if (r.results.length > 1) {
     const first = r.results[0]!;
     lines.push('');
     for (const w of r.results.slice(1)) {
       const ratio = (x: number | null, y: number | null): string => (x && y ? `${(y / x).toFixed(2)}x` : '-');
-      lines.push(`${w.workers} worker${w.workers === 1 ? '' : 's'} vs ${first.workers}: maximum ${ratio(first.maxRate, w.maxRate)} (${w.maxRate ?? '-'} vs ${first.maxRate ?? '-'}/s); measured run ${ratio(first.run.load.achieved, w.run.load.achieved)}`);
+      lines.push(
+        `${w.workers} worker${w.workers === 1 ? '' : 's'} vs ${first.workers}: maximum ${ratio(first.maxRate, w.maxRate)} (${w.maxRate ?? '-'} vs ${first.maxRate ?? '-'}/s); measured run ${ratio(first.run.load.achieved, w.run.load.achieved)}`,
+      );
     }
   }
   return `${lines.join('\n')}\n`;
@@ -506,16 +606,27 @@ export async function exchangeBenchCommand(argv: string[], io: Io): Promise<numb
   const { values } = parseFlags({
     args: argv,
     options: {
-      config: { type: 'string' }, workers: { type: 'string' }, rate: { type: 'string' }, 'find-max': { type: 'boolean' }, p99: { type: 'string' },
-      duration: { type: 'string' }, step: { type: 'string' }, tmax: { type: 'string' }, connections: { type: 'string' }, json: { type: 'boolean' },
-      'cold-starts': { type: 'string' }, 'no-warmup': { type: 'boolean' },
+      config: { type: 'string' },
+      workers: { type: 'string' },
+      rate: { type: 'string' },
+      'find-max': { type: 'boolean' },
+      p99: { type: 'string' },
+      duration: { type: 'string' },
+      step: { type: 'string' },
+      tmax: { type: 'string' },
+      connections: { type: 'string' },
+      json: { type: 'boolean' },
+      'cold-starts': { type: 'string' },
+      'no-warmup': { type: 'boolean' },
     },
   });
   let workers = [availableParallelism()];
   if (values.workers !== undefined) {
     const list = values.workers.split(',').map((x) => x.trim());
     if (list.length === 0 || list.some((x) => !/^\d{1,3}$/.test(x) || Number(x) < 1 || Number(x) > 256)) {
-      throw new RelentError('ERR_INVALID_INPUT', `--workers: expected a number of processes 1–256, or a list like 1,2, got ${JSON.stringify(values.workers)}`, { field: '--workers' });
+      throw new RelentError('ERR_INVALID_INPUT', `--workers: expected a number of processes 1–256, or a list like 1,2, got ${JSON.stringify(values.workers)}`, {
+        field: '--workers',
+      });
     }
     workers = list.map(Number);
   }
@@ -523,7 +634,16 @@ export async function exchangeBenchCommand(argv: string[], io: Io): Promise<numb
   if (coldStarts !== undefined) {
     const runs: ColdStartResult[] = [];
     for (const w of workers) {
-      runs.push(await runColdStarts({ starts: coldStarts, burst: 16, tmaxMs: positive(values.tmax, '--tmax', 60_000) ?? 90, workers: w, warmup: values['no-warmup'] !== true, log: (l) => io.err(`${l}\n`) }));
+      runs.push(
+        await runColdStarts({
+          starts: coldStarts,
+          burst: 16,
+          tmaxMs: positive(values.tmax, '--tmax', 60_000) ?? 90,
+          workers: w,
+          warmup: values['no-warmup'] !== true,
+          log: (l) => io.err(`${l}\n`),
+        }),
+      );
     }
     io.out(values.json ? `${JSON.stringify(runs)}\n` : formatColdStarts(runs));
     return EXIT.ok;

@@ -14,7 +14,15 @@ import type { ResolvedExchangeConfig } from '../rtb/config.js';
 import { createExchange, exchangeHistograms, type Exchange, type ExchangeOptions, type ExchangeStats, type WarmupReport } from '../rtb/exchange.js';
 import { createNoticeOutlet } from '../rtb/notice-thread.js';
 import {
-  OutletQuestions, serveOutletRequest, type Billable, type BillingEventResult, type Notice, type NoticeCounters, type NoticeOutlet, type NoticeStats, type OutletReply,
+  OutletQuestions,
+  serveOutletRequest,
+  type Billable,
+  type BillingEventResult,
+  type Notice,
+  type NoticeCounters,
+  type NoticeOutlet,
+  type NoticeStats,
+  type OutletReply,
   type OutletRequest,
 } from '../rtb/notices.js';
 import { mergeExchangeStats, type StatsPart } from '../rtb/stats-merge.js';
@@ -32,7 +40,12 @@ export interface ProcessMemory {
   readonly heapUsedBytes: number;
   readonly processes: number;
   /** Each process: the primary first (with --workers), then the workers. */
-  readonly each: readonly { readonly role: 'primary' | 'worker' | 'single'; readonly rssBytes: number; readonly heapUsedBytes: number; readonly cpuMicros: number }[];
+  readonly each: readonly {
+    readonly role: 'primary' | 'worker' | 'single';
+    readonly rssBytes: number;
+    readonly heapUsedBytes: number;
+    readonly cpuMicros: number;
+  }[];
 }
 
 /** A running exchange: one process, or a primary and its workers. */
@@ -143,17 +156,24 @@ export class IpcOutlet implements NoticeOutlet {
 
   stats(): NoticeStats {
     return {
-      win: { ...this.counters.win }, billing: { ...this.counters.billing }, loss: { ...this.counters.loss },
-      inFlight: this.notices.length, events: { received: 0, fired: 0, duplicate: 0, unknown: 0 }, storeErrors: 0,
+      win: { ...this.counters.win },
+      billing: { ...this.counters.billing },
+      loss: { ...this.counters.loss },
+      inFlight: this.notices.length,
+      events: { received: 0, fired: 0, duplicate: 0, unknown: 0 },
+      storeErrors: 0,
     };
   }
 
   /** Waits (at most 5 s) until the primary has stored what this worker handed over. */
   async close(): Promise<void> {
     let timer: ReturnType<typeof setTimeout> | undefined;
-    await Promise.race([this.stored(), new Promise<boolean>((resolve) => {
-      timer = setTimeout(() => resolve(false), 5_000);
-    })]);
+    await Promise.race([
+      this.stored(),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), 5_000);
+      }),
+    ]);
     clearTimeout(timer);
   }
 }
@@ -407,7 +427,11 @@ export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses
   }
   const readyMs = Math.round(performance.now() - t0);
 
-  const stats = (): ExchangeStats => mergeExchangeStats(slots.flatMap((s) => [...s.past, ...(s.part ? [s.part] : [])]), hub.stats());
+  const stats = (): ExchangeStats =>
+    mergeExchangeStats(
+      slots.flatMap((s) => [...s.past, ...(s.part ? [s.part] : [])]),
+      hub.stats(),
+    );
   return {
     url,
     workers: o.workers,
@@ -425,12 +449,15 @@ export async function startCluster(o: ClusterOptions): Promise<ExchangeProcesses
     },
     close: async () => {
       stopping = true;
-      const exits = slots.map((s) => new Promise<void>((resolve) => {
-        if (s.worker.isDead()) return resolve();
-        s.worker.once('exit', () => resolve());
-        if (s.worker.isConnected()) s.worker.send({ t: 'stop' } satisfies ToWorker);
-        else s.worker.kill('SIGTERM');
-      }));
+      const exits = slots.map(
+        (s) =>
+          new Promise<void>((resolve) => {
+            if (s.worker.isDead()) return resolve();
+            s.worker.once('exit', () => resolve());
+            if (s.worker.isConnected()) s.worker.send({ t: 'stop' } satisfies ToWorker);
+            else s.worker.kill('SIGTERM');
+          }),
+      );
       // Each answers its auctions (bounded by their deadlines) and hands its notices over.
       const limit = setTimeout(() => {
         for (const s of slots) if (!s.worker.isDead()) s.worker.kill('SIGKILL');
@@ -494,7 +521,12 @@ export async function startInProcess(o: {
     stats: () => exchange.stats(),
     memory: () => {
       const m = process.memoryUsage();
-      return { rssBytes: m.rss, heapUsedBytes: m.heapUsed, processes: 1, each: [{ role: 'single' as const, rssBytes: m.rss, heapUsedBytes: m.heapUsed, cpuMicros: cpuNow() }] };
+      return {
+        rssBytes: m.rss,
+        heapUsedBytes: m.heapUsed,
+        processes: 1,
+        each: [{ role: 'single' as const, rssBytes: m.rss, heapUsedBytes: m.heapUsed, cpuMicros: cpuNow() }],
+      };
     },
     close: async () => {
       await exchange.close();

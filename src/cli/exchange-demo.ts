@@ -55,7 +55,8 @@ async function demoOptions(argv: string[], opts: { isTTY?: boolean }): Promise<D
   });
   const durationMs = values.duration === undefined ? 10_000 : parseDuration(values.duration, '--duration');
   const rate = values.rate === undefined ? 100 : Number(values.rate);
-  if (!Number.isFinite(rate) || rate <= 0 || rate > 100_000) throw new RelentError('ERR_INVALID_INPUT', `--rate: expected requests per second in (0, 100000], got ${JSON.stringify(values.rate)}`, { field: '--rate' });
+  if (!Number.isFinite(rate) || rate <= 0 || rate > 100_000)
+    throw new RelentError('ERR_INVALID_INPUT', `--rate: expected requests per second in (0, 100000], got ${JSON.stringify(values.rate)}`, { field: '--rate' });
   const dir = values.dir ?? EXAMPLE;
   if (values.dir !== undefined) {
     try {
@@ -63,10 +64,13 @@ async function demoOptions(argv: string[], opts: { isTTY?: boolean }): Promise<D
       await stat(join(dir, 'exchange.json'));
       if (!(await stat(join(dir, 'bidders'))).isDirectory()) throw Object.assign(new Error('not a directory'), { code: 'ENOTDIR' });
     } catch (e) {
-      throw usageError(`--dir ${dir}: expected a directory with exchange.json and bidders/*.json (${fsReason(e, 'unreadable', 'no such file or directory')})`, '--dir');
+      throw usageError(
+        `--dir ${dir}: expected a directory with exchange.json and bidders/*.json (${fsReason(e, 'unreadable', 'no such file or directory')})`,
+        '--dir',
+      );
     }
   }
-  const isTTY = opts.isTTY ?? (process.stdout.isTTY === true);
+  const isTTY = opts.isTTY ?? process.stdout.isTTY === true;
   return { durationMs, rate, dir, isTTY, seed: values.seed ?? 1 };
 }
 
@@ -99,19 +103,21 @@ async function startServers(dir: string): Promise<DemoServers> {
   }
   const exPath = join(dir, 'exchange.json');
   const exRaw = (await readJsonConfig(exPath)) as ExchangeConfig;
-  const partners = Array.isArray(exRaw?.partners) ? exRaw.partners.map((p: PartnerConfig) => {
-    try {
-      const u = new URL(p.url);
-      const to = ports.get(Number(u.port));
-      if (to !== undefined && loopback(u.hostname)) {
-        u.port = String(to);
-        return { ...p, url: u.href };
-      }
-    } catch {
-      // left as it is: the validation names the field
-    }
-    return p;
-  }) : exRaw?.partners;
+  const partners = Array.isArray(exRaw?.partners)
+    ? exRaw.partners.map((p: PartnerConfig) => {
+        try {
+          const u = new URL(p.url);
+          const to = ports.get(Number(u.port));
+          if (to !== undefined && loopback(u.hostname)) {
+            u.port = String(to);
+            return { ...p, url: u.href };
+          }
+        } catch {
+          // left as it is: the validation names the field
+        }
+        return p;
+      })
+    : exRaw?.partners;
   let exchange;
   try {
     exchange = inConfig(exPath, () => createExchange({ ...exRaw, partners, host: '127.0.0.1' }));
@@ -139,7 +145,10 @@ class DemoTraffic {
   private readonly agent = new (undici().Agent)({ connections: 128, keepAliveTimeout: 10_000 });
   private readonly origin: string;
 
-  constructor(url: string, private readonly random: () => number) {
+  constructor(
+    url: string,
+    private readonly random: () => number,
+  ) {
     this.origin = url.slice(0, url.indexOf('/', 8));
   }
 
@@ -153,23 +162,37 @@ class DemoTraffic {
     const tmaxGiven = random() > 0.05;
     if (r < 0.01) body = '{"id": "broken", "imp": [';
     else {
-      const imps = Array.from({ length: 1 + Math.floor(random() * 2) }, (_, i) => ({ id: String(i + 1), bidfloor: Math.round(random() * 100) / 100, banner: { w: 300, h: 250 } }));
+      const imps = Array.from({ length: 1 + Math.floor(random() * 2) }, (_, i) => ({
+        id: String(i + 1),
+        bidfloor: Math.round(random() * 100) / 100,
+        banner: { w: 300, h: 250 },
+      }));
       const pub = r < 0.03 ? 'pub-disabled' : `pub-${1 + Math.floor(random() * 5)}`;
-      body = JSON.stringify({ id: `demo-${n}`, imp: imps, ...(tmaxGiven ? { tmax } : {}), site: { domain: 'example.com', publisher: { id: pub } }, cur: ['USD'] });
+      body = JSON.stringify({
+        id: `demo-${n}`,
+        imp: imps,
+        ...(tmaxGiven ? { tmax } : {}),
+        site: { domain: 'example.com', publisher: { id: pub } },
+        cur: ['USD'],
+      });
     }
     this.sent++;
     this.inFlight++;
     const t0 = performance.now();
-    this.agent.request({ origin: this.origin, path: '/openrtb2/auction', method: 'POST', headers: { 'content-type': 'application/json' }, body })
-      .then(async (res) => {
-        await res.body.dump();
-        const ms = performance.now() - t0;
-        this.clientMs.record(ms);
-        this.clientStatus[res.statusCode] = (this.clientStatus[res.statusCode] ?? 0) + 1;
-        if (tmaxGiven && res.statusCode !== 400 && ms > tmax) this.overTmax++;
-      }, () => {
-        this.clientErrors++;
-      })
+    this.agent
+      .request({ origin: this.origin, path: '/openrtb2/auction', method: 'POST', headers: { 'content-type': 'application/json' }, body })
+      .then(
+        async (res) => {
+          await res.body.dump();
+          const ms = performance.now() - t0;
+          this.clientMs.record(ms);
+          this.clientStatus[res.statusCode] = (this.clientStatus[res.statusCode] ?? 0) + 1;
+          if (tmaxGiven && res.statusCode !== 400 && ms > tmax) this.overTmax++;
+        },
+        () => {
+          this.clientErrors++;
+        },
+      )
       .finally(() => {
         this.inFlight--;
       });
@@ -186,7 +209,9 @@ export async function exchangeDemoCommand(argv: string[], io: Io, opts: { isTTY?
   const random = createSeededRandom(seed);
   const servers = await startServers(dir);
   const { bidders, ports, exchange } = servers;
-  io.out(`relent exchange-demo: exchange ${servers.url} · bidders ${bidders.map((x) => `${x.b.config.name}:${ports.get(x.configuredPort)}`).join(' ')} · ${rate}/s for ${durationMs / 1000}s\n`);
+  io.out(
+    `relent exchange-demo: exchange ${servers.url} · bidders ${bidders.map((x) => `${x.b.config.name}:${ports.get(x.configuredPort)}`).join(' ')} · ${rate}/s for ${durationMs / 1000}s\n`,
+  );
 
   // The traffic generator: an open loop at `rate`, a few malformed and disabled-source requests among them.
   const traffic = new DemoTraffic(servers.url, random);
@@ -204,10 +229,13 @@ export async function exchangeDemoCommand(argv: string[], io: Io, opts: { isTTY?
   }, 10);
   const line = (): string => `t=${((performance.now() - started) / 1000).toFixed(1)}s ${statsLine(exchange.stats(), (performance.now() - started) / 1000)}`;
   const columns = Math.max(40, (process.stdout.columns ?? 120) - 1);
-  const live = setInterval(() => {
-    if (isTTY) io.out(`\r\x1b[2K${line().slice(0, columns)}`);
-    else io.out(`${line()}\n`);
-  }, isTTY ? 250 : 1000);
+  const live = setInterval(
+    () => {
+      if (isTTY) io.out(`\r\x1b[2K${line().slice(0, columns)}`);
+      else io.out(`${line()}\n`);
+    },
+    isTTY ? 250 : 1000,
+  );
   // The run ends after --duration, or earlier when the reader of the output goes away.
   await new Promise<void>((resolve) => {
     const timer = setTimeout(done, durationMs);
@@ -236,14 +264,18 @@ export async function exchangeDemoCommand(argv: string[], io: Io, opts: { isTTY?
 function summary(elapsed: number, traffic: DemoTraffic, stats: ExchangeStats, bstats: readonly { name: string; s: BidderStats }[]): string {
   const { sent, clientStatus, clientErrors, clientMs, overTmax } = traffic;
   const a = stats.auctions;
-  const reasons = Object.entries(a.byReason).map(([k, v]) => `${k} ${v}`).join(', ');
+  const reasons = Object.entries(a.byReason)
+    .map(([k, v]) => `${k} ${v}`)
+    .join(', ');
   const billedUnique = bstats.reduce((n, x) => n + x.s.billed, 0);
   const billedRepeats = bstats.reduce((n, x) => n + x.s.billingDuplicates, 0);
   const wins = bstats.reduce((n, x) => n + x.s.wins, 0);
   return [
     '',
     `relent exchange-demo — ${elapsed.toFixed(1)} s, ${sent} bid requests (${Math.round(sent / elapsed)}/s), all on loopback`,
-    `source answers: ${Object.entries(clientStatus).map(([k, v]) => `${k} ×${v}`).join(' · ')}${clientErrors ? ` · transport errors ${clientErrors}` : ''} (${reasons})`,
+    `source answers: ${Object.entries(clientStatus)
+      .map(([k, v]) => `${k} ×${v}`)
+      .join(' · ')}${clientErrors ? ` · transport errors ${clientErrors}` : ''} (${reasons})`,
     `answer time at the source: p50 ${clientMs.quantile(0.5).toFixed(1)} ms · p90 ${clientMs.quantile(0.9).toFixed(1)} · p99 ${clientMs.quantile(0.99).toFixed(1)} · max ${clientMs.max.toFixed(1)}; over the request's tmax: ${overTmax}`,
     `inside the exchange: p50 ${a.answerMs.p50Ms} ms · p99 ${a.answerMs.p99Ms} ms; answers more than 5 ms after the auction deadline: ${a.afterDeadline}`,
     '',

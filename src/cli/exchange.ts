@@ -91,7 +91,10 @@ export const SERVER_FLAGS = {
 } as const;
 
 /** The server flags checked: the config file (required), the port and the stats interval (default 10 s). */
-export function serverSettings(values: { readonly config?: string; readonly port?: string; readonly 'stats-every'?: string }, command: string): { config: string; port: number | undefined; everyMs: number } {
+export function serverSettings(
+  values: { readonly config?: string; readonly port?: string; readonly 'stats-every'?: string },
+  command: string,
+): { config: string; port: number | undefined; everyMs: number } {
   if (values.config === undefined) throw usage(`--config FILE is required (see relent help ${command})`, '--config');
   const port = parsePort(values.port);
   const everyMs = values['stats-every'] === undefined ? 10_000 : parseDuration(values['stats-every'], '--stats-every');
@@ -150,16 +153,37 @@ export function statsLine(s: ExchangeStats, seconds: number | null = null): stri
 
 /** A table of per-partner statistics. */
 export function partnerTable(s: ExchangeStats): string {
-  const header = ['partner', 'calls', 'bids (answers)', 'won', 'no-bids (nbr)', 'errors', 'timeouts (late)', 'skipped open/full/limit/time', 'limit (lowest)', 'p50/p99 ms', 'breaker'];
+  const header = [
+    'partner',
+    'calls',
+    'bids (answers)',
+    'won',
+    'no-bids (nbr)',
+    'errors',
+    'timeouts (late)',
+    'skipped open/full/limit/time',
+    'limit (lowest)',
+    'p50/p99 ms',
+    'breaker',
+  ];
   const rows: string[][] = [];
   for (const p of s.partners) {
     const nbr = Object.values(p.noBidReasons).reduce((x, y) => x + y, 0);
-    const kinds = Object.entries(p.errorKinds).map(([k, v]) => `${k}×${v}`).join(' ');
+    const kinds = Object.entries(p.errorKinds)
+      .map(([k, v]) => `${k}×${v}`)
+      .join(' ');
     rows.push([
-      p.name, String(p.calls), `${p.bidsReceived} (${p.bidAnswers})`, String(p.bidsWon), `${p.noBids} (${nbr})`, p.errors === 0 ? '0' : `${p.errors} ${kinds}`,
-      `${p.timeouts} (${p.late})`, `${p.skipped.circuit_open}/${p.skipped.at_capacity}/${p.skipped.concurrency_limited}/${p.skipped.no_time}`,
+      p.name,
+      String(p.calls),
+      `${p.bidsReceived} (${p.bidAnswers})`,
+      String(p.bidsWon),
+      `${p.noBids} (${nbr})`,
+      p.errors === 0 ? '0' : `${p.errors} ${kinds}`,
+      `${p.timeouts} (${p.late})`,
+      `${p.skipped.circuit_open}/${p.skipped.at_capacity}/${p.skipped.concurrency_limited}/${p.skipped.no_time}`,
       p.concurrencyLimit === null ? `${p.maxConcurrency} fixed` : `${p.concurrencyLimit.limit} (${p.concurrencyLimit.lowest}) ${p.concurrencyLimit.kind}`,
-      p.latency.count === 0 ? '-' : `${Math.round(p.latency.p50Ms)}/${Math.round(p.latency.p99Ms)}`, p.breaker,
+      p.latency.count === 0 ? '-' : `${Math.round(p.latency.p50Ms)}/${Math.round(p.latency.p99Ms)}`,
+      p.breaker,
     ]);
   }
   return table(header, rows, { align: ['l', 'r', 'r', 'r', 'r', 'l', 'r', 'r', 'r', 'r', 'l'] });
@@ -203,7 +227,8 @@ export async function loadExchangeConfig(path: string): Promise<{ raw: unknown; 
 
 function parseWorkers(v: string | undefined): number {
   if (v === undefined) return availableParallelism();
-  if (!/^\d{1,3}$/.test(v) || Number(v) < 1 || Number(v) > 256) throw usage(`--workers: expected a number of processes 1–256, got ${JSON.stringify(v)}`, '--workers');
+  if (!/^\d{1,3}$/.test(v) || Number(v) < 1 || Number(v) > 256)
+    throw usage(`--workers: expected a number of processes 1–256, got ${JSON.stringify(v)}`, '--workers');
   return Number(v);
 }
 
@@ -248,7 +273,15 @@ export async function exchangeCommand(argv: string[], io: Io): Promise<number> {
   if (isExchangeWorker()) {
     try {
       return await runExchangeWorker({
-        config: raw, fleet: config.fleet, port, host: values.host, processes: Number(process.env.RELENT_EXCHANGE_WORKERS), processIndex: Number(process.env.RELENT_EXCHANGE_SLOT ?? 0), onEvent: events?.onEvent ?? null, onAuction, onLimitChange,
+        config: raw,
+        fleet: config.fleet,
+        port,
+        host: values.host,
+        processes: Number(process.env.RELENT_EXCHANGE_WORKERS),
+        processIndex: Number(process.env.RELENT_EXCHANGE_SLOT ?? 0),
+        onEvent: events?.onEvent ?? null,
+        onAuction,
+        onLimitChange,
       });
     } finally {
       closeSinks();
@@ -258,9 +291,18 @@ export async function exchangeCommand(argv: string[], io: Io): Promise<number> {
   if (workers > 1) await (await openFleet(config.fleet, false))?.close();
   let running: ExchangeProcesses;
   try {
-    running = workers === 1
-      ? await startInProcess({ config: raw, resolved: config, log: (l) => io.err(`${l}\n`), fleet: config.fleet, port, host: values.host, options: { onEvent: events?.onEvent ?? null, onAuction, onLimitChange } })
-      : await startCluster({ config, argv, workers, log: (l) => io.err(`${l}\n`), onEvent: events?.onEvent ?? null });
+    running =
+      workers === 1
+        ? await startInProcess({
+            config: raw,
+            resolved: config,
+            log: (l) => io.err(`${l}\n`),
+            fleet: config.fleet,
+            port,
+            host: values.host,
+            options: { onEvent: events?.onEvent ?? null, onAuction, onLimitChange },
+          })
+        : await startCluster({ config, argv, workers, log: (l) => io.err(`${l}\n`), onEvent: events?.onEvent ?? null });
   } catch (e) {
     closeSinks();
     if (RelentError.is(e) && e.code === 'ERR_INVALID_INPUT') throw e;
@@ -269,7 +311,9 @@ export async function exchangeCommand(argv: string[], io: Io): Promise<number> {
   }
   const started = performance.now();
   const fleet = running.fleet === null ? '' : `; breakers and budgets shared through ${running.fleet}`;
-  io.err(`relent exchange: ready on ${running.url} after ${running.readyMs} ms (${workers === 1 ? '1 process' : `${workers} workers`}; ${warmupSummary(running.warmup)}${fleet})\n`);
+  io.err(
+    `relent exchange: ready on ${running.url} after ${running.readyMs} ms (${workers === 1 ? '1 process' : `${workers} workers`}; ${warmupSummary(running.warmup)}${fleet})\n`,
+  );
   const timer = !values.quiet && every > 0 ? setInterval(() => io.err(`${statsLine(running.stats(), (performance.now() - started) / 1000)}\n`), every) : null;
   timer?.unref();
   const stop = waitForStop(() => {

@@ -80,7 +80,8 @@ async function policyFrom(text: string): Promise<PolicySpec> {
   } catch {
     throw usage(`--policy: invalid JSON at ${jsonErrorWhere(raw)}`, '--policy');
   }
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw usage('--policy: expected a JSON object (a policy, as in a timeline)', '--policy');
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw usage('--policy: expected a JSON object (a policy, as in a timeline)', '--policy');
   return value as PolicySpec;
 }
 
@@ -145,7 +146,10 @@ export async function fetchCommand(argv: string[], io: Io): Promise<number> {
     const f = FLAG_OF_FIELD[e.field ?? ''];
     if (f !== undefined && values[f as keyof typeof values] !== undefined) {
       const range = /in \[(\d+), \d+\]/.exec(e.message);
-      const want = range && f !== 'max-attempts' ? `expected a duration of at least ${range[1]}ms` : e.message.replace(/^Expected `\w+` to be /, 'expected ').replace(/, got .*$/, '');
+      const want =
+        range && f !== 'max-attempts'
+          ? `expected a duration of at least ${range[1]}ms`
+          : e.message.replace(/^Expected `\w+` to be /, 'expected ').replace(/, got .*$/, '');
       throw usage(`--${f}: ${want}, got ${JSON.stringify(values[f as keyof typeof values])}`, `--${f}`);
     }
     throw usage(`--policy: ${e.message}`, '--policy');
@@ -158,7 +162,7 @@ export async function fetchCommand(argv: string[], io: Io): Promise<number> {
     body = Buffer.concat(parts.flatMap((p, i) => (i === 0 ? [p] : [Buffer.from('&'), p])));
     if (!headers.some(([n]) => n.toLowerCase() === 'content-type')) headers.push(['content-type', 'application/x-www-form-urlencoded']);
   }
-  const method = (values.request ?? (body !== undefined ? 'POST' : 'GET'));
+  const method = values.request ?? (body !== undefined ? 'POST' : 'GET');
   if (!TOKEN.test(method)) throw usage(`${flag('request')}: expected an HTTP method, got ${JSON.stringify(method)}`, flag('request'));
 
   let sink: JsonlSink | null = null;
@@ -192,7 +196,9 @@ export async function fetchCommand(argv: string[], io: Io): Promise<number> {
     process.on('SIGTERM', onSignal);
   }
   const cancelled = (attempts: number | null): number => {
-    io.err(`relent fetch: cancelled by ${stoppedBy}${attempts !== null ? ` after ${attempts} attempt${attempts === 1 ? '' : 's'}` : ' while reading the body'}\n`);
+    io.err(
+      `relent fetch: cancelled by ${stoppedBy}${attempts !== null ? ` after ${attempts} attempt${attempts === 1 ? '' : 's'}` : ' while reading the body'}\n`,
+    );
     return EXIT.cancelled;
   };
 

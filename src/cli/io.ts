@@ -84,7 +84,10 @@ export interface Paint {
   readonly yellow: (s: string) => string;
 }
 
-const sgr = (open: number, close: number) => (s: string): string => (s === '' ? s : `\x1b[${open}m${s}\x1b[${close}m`);
+const sgr =
+  (open: number, close: number) =>
+  (s: string): string =>
+    s === '' ? s : `\x1b[${open}m${s}\x1b[${close}m`;
 const ON: Paint = { bold: sgr(1, 22), dim: sgr(2, 22), red: sgr(31, 39), green: sgr(32, 39), yellow: sgr(33, 39) };
 const same = (s: string): string => s;
 export const NO_PAINT: Paint = { bold: same, dim: same, red: same, green: same, yellow: same };

@@ -18,7 +18,10 @@ export function jsonErrorOffset(text: string): number {
     i++;
     while (i < text.length) {
       const c = text.charCodeAt(i);
-      if (c === 34) { i++; return; }
+      if (c === 34) {
+        i++;
+        return;
+      }
       if (c < 0x20) fail();
       if (c === 92) {
         i++;
@@ -42,26 +45,49 @@ export function jsonErrorOffset(text: string): number {
     ws();
     const c = text[i];
     if (c === '{') {
-      i++; ws();
-      if (text[i] === '}') { i++; return; }
+      i++;
+      ws();
+      if (text[i] === '}') {
+        i++;
+        return;
+      }
       for (;;) {
         ws();
         if (text[i] !== '"') fail();
-        str(); ws();
+        str();
+        ws();
         if (text[i] !== ':') fail();
         i++;
-        value(depth + 1); ws();
-        if (text[i] === ',') { i++; continue; }
-        if (text[i] === '}') { i++; return; }
+        value(depth + 1);
+        ws();
+        if (text[i] === ',') {
+          i++;
+          continue;
+        }
+        if (text[i] === '}') {
+          i++;
+          return;
+        }
         fail();
       }
     } else if (c === '[') {
-      i++; ws();
-      if (text[i] === ']') { i++; return; }
+      i++;
+      ws();
+      if (text[i] === ']') {
+        i++;
+        return;
+      }
       for (;;) {
-        value(depth + 1); ws();
-        if (text[i] === ',') { i++; continue; }
-        if (text[i] === ']') { i++; return; }
+        value(depth + 1);
+        ws();
+        if (text[i] === ',') {
+          i++;
+          continue;
+        }
+        if (text[i] === ']') {
+          i++;
+          return;
+        }
         fail();
       }
     } else if (c === '"') str();

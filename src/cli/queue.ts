@@ -32,7 +32,7 @@ None of these creates a store: a SQLite file that does not exist is an error (st
 const STATES: readonly ListState[] = ['queued', 'ready', 'inflight', 'deferred', 'delivered', 'dropped'];
 
 function lastOf(b: { lastStatus: number | null; lastErrorClass: string | null }): string {
-  return b.lastStatus !== null ? String(b.lastStatus) : b.lastErrorClass ?? '-';
+  return b.lastStatus !== null ? String(b.lastStatus) : (b.lastErrorClass ?? '-');
 }
 
 function stateOf(b: BatchSummary, now: number): string {
@@ -44,7 +44,8 @@ function stateOf(b: BatchSummary, now: number): string {
 function positiveInt(v: string | undefined, flag: string): number | undefined {
   if (v === undefined) return undefined;
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 0) throw new DeliveryError('ERR_INVALID_CONFIG', `${flag}: expected a whole number, got ${JSON.stringify(v)}`, { field: flag });
+  if (!Number.isInteger(n) || n < 0)
+    throw new DeliveryError('ERR_INVALID_CONFIG', `${flag}: expected a whole number, got ${JSON.stringify(v)}`, { field: flag });
   return n;
 }
 
@@ -73,7 +74,11 @@ interface QueueContext {
 }
 
 /** Checks the flags and arguments of a subcommand; a bad one throws a DeliveryError naming it. */
-function queueRequest(sub: string, args: readonly string[], values: { json?: boolean; state?: string; destination?: string; reason?: string; limit?: string; after?: string; all?: boolean }): QueueRequest {
+function queueRequest(
+  sub: string,
+  args: readonly string[],
+  values: { json?: boolean; state?: string; destination?: string; reason?: string; limit?: string; after?: string; all?: boolean },
+): QueueRequest {
   const state = values.state as ListState | undefined;
   if (state !== undefined && !STATES.includes(state)) {
     throw new DeliveryError('ERR_INVALID_CONFIG', `--state: expected one of ${STATES.join(', ')}, got ${JSON.stringify(state)}`, { field: '--state' });
@@ -89,7 +94,15 @@ function queueRequest(sub: string, args: readonly string[], values: { json?: boo
     throw new DeliveryError('ERR_INVALID_CONFIG', 'queue requeue: name batch IDs, or --destination/--reason, or --all', { field: 'ID' });
   }
   return {
-    sub, args, json: values.json === true, state, destination: values.destination, reason: values.reason, limit, after, ids,
+    sub,
+    args,
+    json: values.json === true,
+    state,
+    destination: values.destination,
+    reason: values.reason,
+    limit,
+    after,
+    ids,
   };
 }
 
@@ -98,8 +111,15 @@ export async function queueCommand(argv: string[], io: Io): Promise<number> {
     args: argv,
     allowPositionals: true,
     options: {
-      store: { type: 'string' }, config: { type: 'string' }, json: { type: 'boolean' }, state: { type: 'string' }, destination: { type: 'string' },
-      reason: { type: 'string' }, limit: { type: 'string' }, after: { type: 'string' }, all: { type: 'boolean' },
+      store: { type: 'string' },
+      config: { type: 'string' },
+      json: { type: 'boolean' },
+      state: { type: 'string' },
+      destination: { type: 'string' },
+      reason: { type: 'string' },
+      limit: { type: 'string' },
+      after: { type: 'string' },
+      all: { type: 'boolean' },
     },
   });
   const [sub, ...args] = positionals;
@@ -145,8 +165,10 @@ async function runSubcommand(ctx: QueueContext): Promise<number> {
       return printBatch(ctx);
     case 'requeue': {
       const n = await queue.requeue({
-        ...(req.ids.length ? { ids: req.ids } : {}), ...(req.destination ? { destination: req.destination } : {}),
-        ...(req.reason ? { reason: req.reason } : {}), ...(req.limit !== undefined ? { limit: req.limit } : {}),
+        ...(req.ids.length ? { ids: req.ids } : {}),
+        ...(req.destination ? { destination: req.destination } : {}),
+        ...(req.reason ? { reason: req.reason } : {}),
+        ...(req.limit !== undefined ? { limit: req.limit } : {}),
       });
       if (req.json) io.out(JSON.stringify({ requeued: n }) + '\n');
       else io.out(`requeued ${int(n)} dropped batch${n === 1 ? '' : 'es'}\n`);
@@ -163,7 +185,8 @@ async function runSubcommand(ctx: QueueContext): Promise<number> {
       const dest = req.args[0]!;
       const changed = req.sub === 'pause' ? await queue.pause(dest) : await queue.resume(dest);
       if (req.json) io.out(JSON.stringify({ destination: dest, paused: req.sub === 'pause', changed }) + '\n');
-      else if (req.sub === 'pause') io.out(changed ? `paused ${dest}: no worker claims its batches until \`relent queue resume ${dest}\`\n` : `${dest} was paused already\n`);
+      else if (req.sub === 'pause')
+        io.out(changed ? `paused ${dest}: no worker claims its batches until \`relent queue resume ${dest}\`\n` : `${dest} was paused already\n`);
       else io.out(changed ? `resumed ${dest}\n` : `${dest} was not paused\n`);
       break;
     }
@@ -174,8 +197,11 @@ async function runSubcommand(ctx: QueueContext): Promise<number> {
 /** `queue ls`: the batches, as JSON lines or a table. */
 async function printList({ req, queue, io, paint, now }: QueueContext): Promise<void> {
   const rows = await queue.list({
-    ...(req.state ? { state: req.state } : {}), ...(req.destination ? { destination: req.destination } : {}),
-    ...(req.reason ? { reason: req.reason } : {}), ...(req.limit !== undefined ? { limit: req.limit } : {}), ...(req.after !== undefined ? { afterId: req.after } : {}),
+    ...(req.state ? { state: req.state } : {}),
+    ...(req.destination ? { destination: req.destination } : {}),
+    ...(req.reason ? { reason: req.reason } : {}),
+    ...(req.limit !== undefined ? { limit: req.limit } : {}),
+    ...(req.after !== undefined ? { afterId: req.after } : {}),
   });
   if (req.json) {
     io.out(rows.map((r) => JSON.stringify(r)).join('\n') + (rows.length ? '\n' : ''));
@@ -185,15 +211,27 @@ async function printList({ req, queue, io, paint, now }: QueueContext): Promise<
     io.out('no batches\n');
     return;
   }
-  io.out(table(
-    ['id', 'destination', 'state', 'items', 'round', 'attempts', 'last', 'decision', 'next', 'key'],
-    rows.map((b) => {
-      const st = stateOf(b, now);
-      return [String(b.id), b.destination, st, int(b.items), String(b.round), String(b.attempt), lastOf(b), b.lastDecision ?? '-',
-        st === 'deferred' || st === 'ready' ? relative(b.notBefore, now) : st === 'inflight' ? `lease ${relative(b.leaseUntil, now)}` : '-', b.key];
-    }),
-    { align: ['r', 'l', 'l', 'r', 'r', 'r', 'l', 'l', 'l', 'l'], paint },
-  ));
+  io.out(
+    table(
+      ['id', 'destination', 'state', 'items', 'round', 'attempts', 'last', 'decision', 'next', 'key'],
+      rows.map((b) => {
+        const st = stateOf(b, now);
+        return [
+          String(b.id),
+          b.destination,
+          st,
+          int(b.items),
+          String(b.round),
+          String(b.attempt),
+          lastOf(b),
+          b.lastDecision ?? '-',
+          st === 'deferred' || st === 'ready' ? relative(b.notBefore, now) : st === 'inflight' ? `lease ${relative(b.leaseUntil, now)}` : '-',
+          b.key,
+        ];
+      }),
+      { align: ['r', 'l', 'l', 'r', 'r', 'r', 'l', 'l', 'l', 'l'], paint },
+    ),
+  );
 }
 
 /** `queue show ID`: one batch, its attempts and its items; exit 1 when there is no such batch. */
@@ -215,12 +253,26 @@ async function printBatch({ req, queue, io, paint, now }: QueueContext): Promise
   io.out('attempts:\n');
   if (b.attempts.length === 0) io.out('  none\n');
   else {
-    io.out(table(
-      ['round', 'attempt', 'at', 'result', 'elapsed', 'decision', 'why', 'delay', 'retry-after', 'worker'],
-      b.attempts.map((a) => [String(a.round), String(a.attempt), iso(a.at), a.status !== null ? String(a.status) : a.errorClass ?? '-', `${a.elapsedMs}ms`,
-        a.decision, a.why ?? '-', a.delayMs === null ? '-' : `${a.delayMs}ms`, a.retryAfterMs === null ? '-' : `${a.retryAfterMs}ms`, a.worker ?? '-']),
-      { align: ['r', 'r', 'l', 'l', 'r', 'l', 'l', 'r', 'r', 'l'], paint },
-    ).replace(/^/gm, '  ').replace(/ +$/gm, ''));
+    io.out(
+      table(
+        ['round', 'attempt', 'at', 'result', 'elapsed', 'decision', 'why', 'delay', 'retry-after', 'worker'],
+        b.attempts.map((a) => [
+          String(a.round),
+          String(a.attempt),
+          iso(a.at),
+          a.status !== null ? String(a.status) : (a.errorClass ?? '-'),
+          `${a.elapsedMs}ms`,
+          a.decision,
+          a.why ?? '-',
+          a.delayMs === null ? '-' : `${a.delayMs}ms`,
+          a.retryAfterMs === null ? '-' : `${a.retryAfterMs}ms`,
+          a.worker ?? '-',
+        ]),
+        { align: ['r', 'r', 'l', 'l', 'r', 'l', 'l', 'r', 'r', 'l'], paint },
+      )
+        .replace(/^/gm, '  ')
+        .replace(/ +$/gm, ''),
+    );
   }
   io.out('items:\n');
   for (const i of b.itemList) io.out(`  ${i.key}  ${i.payload.length > 120 ? `${i.payload.slice(0, 117)}...` : i.payload}\n`);
@@ -238,11 +290,13 @@ async function printDropStats({ req, queue, io, paint }: QueueContext): Promise<
     io.out('nothing dropped\n');
     return;
   }
-  io.out(table(
-    ['destination', 'reason', 'why', 'last', 'batches', 'items'],
-    rows.map((r) => [r.destination, r.reason, r.why ?? '-', lastOf(r), int(Number(r.batches)), int(Number(r.items))]),
-    { align: ['l', 'l', 'l', 'l', 'r', 'r'], paint },
-  ));
+  io.out(
+    table(
+      ['destination', 'reason', 'why', 'last', 'batches', 'items'],
+      rows.map((r) => [r.destination, r.reason, r.why ?? '-', lastOf(r), int(Number(r.batches)), int(Number(r.items))]),
+      { align: ['l', 'l', 'l', 'l', 'r', 'r'], paint },
+    ),
+  );
 }
 
 /** `queue stats`: items per destination and state. */
@@ -256,10 +310,20 @@ async function printStats({ req, queue, io, paint, now }: QueueContext): Promise
     io.out('the queue is empty\n');
     return;
   }
-  io.out(table(
-    ['destination', 'pending', 'ready', 'in flight', 'deferred', 'delivered', 'dropped', 'oldest waiting'],
-    rows.map((r) => [r.paused ? `${r.destination} (paused)` : r.destination, int(r.pendingItems), int(r.readyItems), int(r.inflightItems), int(r.deferredItems),
-      int(r.deliveredItems), int(r.droppedItems), r.oldestEnqueuedAt === null ? '-' : relative(r.oldestEnqueuedAt, now)]),
-    { paint },
-  ));
+  io.out(
+    table(
+      ['destination', 'pending', 'ready', 'in flight', 'deferred', 'delivered', 'dropped', 'oldest waiting'],
+      rows.map((r) => [
+        r.paused ? `${r.destination} (paused)` : r.destination,
+        int(r.pendingItems),
+        int(r.readyItems),
+        int(r.inflightItems),
+        int(r.deferredItems),
+        int(r.deliveredItems),
+        int(r.droppedItems),
+        r.oldestEnqueuedAt === null ? '-' : relative(r.oldestEnqueuedAt, now),
+      ]),
+      { paint },
+    ),
+  );
 }

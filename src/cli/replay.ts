@@ -50,7 +50,8 @@ export function timelinesFrom(text: string, name: string): { timelines: Timeline
       try {
         parsed.push({ value: JSON.parse(line), where: `${name}:${i + 1}` });
       } catch {
-        if (parsed.length > 0) throw new RelentError('ERR_INVALID_INPUT', `${name}: invalid JSON on line ${i + 1} (${jsonErrorWhere(line).replace(/^line 1, /, '')})`);
+        if (parsed.length > 0)
+          throw new RelentError('ERR_INVALID_INPUT', `${name}: invalid JSON on line ${i + 1} (${jsonErrorWhere(line).replace(/^line 1, /, '')})`);
         lineOk = false;
       }
     }

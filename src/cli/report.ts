@@ -42,7 +42,14 @@ function positiveInt(text: string | undefined, flag: string, max: number): numbe
 
 function cannot(what: string, path: string, e: unknown): RelentError {
   const code = (e as { code?: string }).code;
-  const why = code === 'ENOENT' ? 'no such file or directory' : code === 'EISDIR' ? 'is a directory' : code === 'EACCES' ? 'permission denied' : code ?? (e instanceof Error ? e.message : String(e));
+  const why =
+    code === 'ENOENT'
+      ? 'no such file or directory'
+      : code === 'EISDIR'
+        ? 'is a directory'
+        : code === 'EACCES'
+          ? 'permission denied'
+          : (code ?? (e instanceof Error ? e.message : String(e)));
   return new RelentError('ERR_INVALID_INPUT', `${what} ${path}: ${why}`, { field: what });
 }
 
@@ -68,7 +75,11 @@ export async function reportCommand(argv: string[], io: Io): Promise<number> {
   const path = positionals[0]!;
 
   let report: EventReport;
-  const options = { source: path === '-' ? 'standard input' : path, ...(maxOpenOperations ? { maxOpenOperations } : {}), ...(maxEndpoints ? { maxEndpoints } : {}) };
+  const options = {
+    source: path === '-' ? 'standard input' : path,
+    ...(maxOpenOperations ? { maxOpenOperations } : {}),
+    ...(maxEndpoints ? { maxEndpoints } : {}),
+  };
   // Progress while reading: how much of the file (or of standard input) is read.
   const progress = createProgress({ name: 'relent report', io, quiet: values.quiet === true });
   const mb = (n: number): string => `${(n / 1e6).toFixed(n < 1e7 ? 1 : 0)} MB`;
@@ -122,7 +133,9 @@ export async function reportCommand(argv: string[], io: Io): Promise<number> {
   // Lines, but not one of them an event: this is not an event log (a wrong file?).
   if (report.malformed.count > 0 && report.lines - report.blankLines === report.malformed.count) {
     const n = report.malformed.count;
-    io.err(`relent report: ${options.source}: ${n === 1 ? 'its one line is not' : `none of its ${n} lines is`} a relent event (see "Malformed lines" above); is it the right file?\n`);
+    io.err(
+      `relent report: ${options.source}: ${n === 1 ? 'its one line is not' : `none of its ${n} lines is`} a relent event (see "Malformed lines" above); is it the right file?\n`,
+    );
     return EXIT.usage;
   }
   return EXIT.ok;

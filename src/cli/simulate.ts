@@ -93,14 +93,23 @@ function withPolicies(s: Scenario, extra: SimPolicy[]): Scenario {
     case 'overload':
       return { scenario: 'overload', config: { ...s.config, policies: [...(s.config.policies ?? OVERLOAD_DEFAULTS.policies), ...extra] } };
     case 'layers':
-      if (extra.length > 1) throw new RelentError('ERR_INVALID_INPUT', '--policy: the layers scenario takes one policy (every layer runs it)', { field: '--policy' });
+      if (extra.length > 1)
+        throw new RelentError('ERR_INVALID_INPUT', '--policy: the layers scenario takes one policy (every layer runs it)', { field: '--policy' });
       return { scenario: 'layers', config: { ...s.config, policy: extra[0]! } };
     case 'quota':
-      return { scenario: 'quota', config: { ...s.config, contenders: [...(s.config.contenders ?? QUOTA_DEFAULTS.contenders), ...extra.map((p) => ({ name: p.name, policy: p.policy }))] } };
+      return {
+        scenario: 'quota',
+        config: { ...s.config, contenders: [...(s.config.contenders ?? QUOTA_DEFAULTS.contenders), ...extra.map((p) => ({ name: p.name, policy: p.policy }))] },
+      };
     case 'tail':
-      return { scenario: 'tail', config: { ...s.config, contenders: [...(s.config.contenders ?? TAIL_DEFAULTS.contenders), ...extra.map((p) => ({ name: p.name, policy: p.policy }))] } };
+      return {
+        scenario: 'tail',
+        config: { ...s.config, contenders: [...(s.config.contenders ?? TAIL_DEFAULTS.contenders), ...extra.map((p) => ({ name: p.name, policy: p.policy }))] },
+      };
     case 'capacity':
-      throw new RelentError('ERR_INVALID_INPUT', '--policy: the capacity scenario compares limits, not retry policies (give `contenders` in a scenario file)', { field: '--policy' });
+      throw new RelentError('ERR_INVALID_INPUT', '--policy: the capacity scenario compares limits, not retry policies (give `contenders` in a scenario file)', {
+        field: '--policy',
+      });
   }
 }
 
@@ -137,9 +146,13 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
 
   const overrides: Record<string, unknown> = {};
   if (values.runs !== undefined) {
-    if (scenario.scenario === 'capacity' || scenario.scenario === 'tail' || scenario.scenario === 'quota') throw new RelentError('ERR_INVALID_INPUT', `--runs: the ${scenario.scenario} scenario runs each contender once (change \`seed\` for another draw)`, { field: '--runs' });
+    if (scenario.scenario === 'capacity' || scenario.scenario === 'tail' || scenario.scenario === 'quota')
+      throw new RelentError('ERR_INVALID_INPUT', `--runs: the ${scenario.scenario} scenario runs each contender once (change \`seed\` for another draw)`, {
+        field: '--runs',
+      });
     const runs = Number(values.runs);
-    if (!Number.isInteger(runs) || runs < 1 || runs > 100_000) throw new RelentError('ERR_INVALID_INPUT', `--runs: expected an integer from 1 to 100000, got ${JSON.stringify(values.runs)}`, { field: '--runs' });
+    if (!Number.isInteger(runs) || runs < 1 || runs > 100_000)
+      throw new RelentError('ERR_INVALID_INPUT', `--runs: expected an integer from 1 to 100000, got ${JSON.stringify(values.runs)}`, { field: '--runs' });
     overrides.runs = runs;
   }
   if (values.seed !== undefined) {
@@ -148,17 +161,24 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
     overrides.seed = /^\d+$/.test(s) && Number(s) <= 2 ** 32 - 1 ? Number(s) : s;
   }
   if (values.clients !== undefined) {
-    if (scenario.scenario !== 'brooker') throw new RelentError('ERR_INVALID_INPUT', '--clients: only the brooker scenario takes client counts', { field: '--clients' });
+    if (scenario.scenario !== 'brooker')
+      throw new RelentError('ERR_INVALID_INPUT', '--clients: only the brooker scenario takes client counts', { field: '--clients' });
     const list = values.clients.split(',').map((x) => Number(x.trim()));
     if (list.length === 0 || list.some((n) => !Number.isInteger(n) || n < 1 || n > 10_000)) {
-      throw new RelentError('ERR_INVALID_INPUT', `--clients: expected client counts like 10,50,100 (integers 1–10000), got ${JSON.stringify(values.clients)}`, { field: '--clients' });
+      throw new RelentError('ERR_INVALID_INPUT', `--clients: expected client counts like 10,50,100 (integers 1–10000), got ${JSON.stringify(values.clients)}`, {
+        field: '--clients',
+      });
     }
     overrides.clients = list;
   }
   if (values.processes !== undefined) {
-    if (scenario.scenario !== 'layers') throw new RelentError('ERR_INVALID_INPUT', '--processes: only the layers scenario takes processes per layer', { field: '--processes' });
+    if (scenario.scenario !== 'layers')
+      throw new RelentError('ERR_INVALID_INPUT', '--processes: only the layers scenario takes processes per layer', { field: '--processes' });
     const p = Number(values.processes);
-    if (!Number.isInteger(p) || p < 1 || p > 1000) throw new RelentError('ERR_INVALID_INPUT', `--processes: expected an integer from 1 to 1000, got ${JSON.stringify(values.processes)}`, { field: '--processes' });
+    if (!Number.isInteger(p) || p < 1 || p > 1000)
+      throw new RelentError('ERR_INVALID_INPUT', `--processes: expected an integer from 1 to 1000, got ${JSON.stringify(values.processes)}`, {
+        field: '--processes',
+      });
     overrides.fleetProcesses = p;
   }
   scenario = { scenario: scenario.scenario, config: { ...scenario.config, ...overrides } } as Scenario;
@@ -190,11 +210,23 @@ export async function simulateCommand(argv: string[], io: Io): Promise<number> {
 
 /** Two contenders with one name would make the tables ambiguous. */
 function checkNames(s: Scenario): void {
-  const list = s.scenario === 'brooker' ? s.config.strategies : s.scenario === 'overload' ? s.config.policies : s.scenario === 'tail' || s.scenario === 'quota' ? s.config.contenders : undefined;
+  const list =
+    s.scenario === 'brooker'
+      ? s.config.strategies
+      : s.scenario === 'overload'
+        ? s.config.policies
+        : s.scenario === 'tail' || s.scenario === 'quota'
+          ? s.config.contenders
+          : undefined;
   if (!list) return;
   const seen = new Set<string>();
   for (const p of list) {
-    if (seen.has(p.name)) throw new RelentError('ERR_INVALID_INPUT', `--policy: a policy named ${JSON.stringify(p.name)} is already in the scenario; give yours another name ({"name": …, "policy": …})`, { field: '--policy' });
+    if (seen.has(p.name))
+      throw new RelentError(
+        'ERR_INVALID_INPUT',
+        `--policy: a policy named ${JSON.stringify(p.name)} is already in the scenario; give yours another name ({"name": …, "policy": …})`,
+        { field: '--policy' },
+      );
     seen.add(p.name);
   }
 }
@@ -211,9 +243,11 @@ function header(s: Scenario): string {
       const c: Partial<OverloadConfig> = s.config;
       const d = { ...OVERLOAD_DEFAULTS.dependency, ...c.dependency };
       const f = (c.faults ?? OVERLOAD_DEFAULTS.faults)[0];
-      return `relent simulate overload — ${c.arrivalsPerSec ?? OVERLOAD_DEFAULTS.arrivalsPerSec} operations/s from ${c.clients ?? OVERLOAD_DEFAULTS.clients} clients, capacity ${d.capacityPerSec}/s` +
+      return (
+        `relent simulate overload — ${c.arrivalsPerSec ?? OVERLOAD_DEFAULTS.arrivalsPerSec} operations/s from ${c.clients ?? OVERLOAD_DEFAULTS.clients} clients, capacity ${d.capacityPerSec}/s` +
         (f ? ` cut to ${f.capacityPerSec}/s from ${f.startMs / 1000} s to ${f.endMs / 1000} s` : '') +
-        `, ${d.rejectStatus} over capacity, ${(c.deadlineMs ?? OVERLOAD_DEFAULTS.deadlineMs) / 1000} s deadline; ${runs(c.runs ?? OVERLOAD_DEFAULTS.runs)}, seed ${String(c.seed ?? 1)}\n`;
+        `, ${d.rejectStatus} over capacity, ${(c.deadlineMs ?? OVERLOAD_DEFAULTS.deadlineMs) / 1000} s deadline; ${runs(c.runs ?? OVERLOAD_DEFAULTS.runs)}, seed ${String(c.seed ?? 1)}\n`
+      );
     }
     case 'capacity': {
       const c = { ...CAPACITY_DEFAULTS, ...s.config };

@@ -29,14 +29,25 @@ export type BackoffSpec =
 export type BackoffKind = BackoffSpec['kind'];
 
 export const BACKOFF_KINDS: readonly BackoffKind[] = Object.freeze([
-  'constant', 'exponential', 'full-jitter', 'equal-jitter', 'decorrelated-jitter',
-  'truncated-exponential', 'schedule', 'proportional-jitter', 'envoy',
+  'constant',
+  'exponential',
+  'full-jitter',
+  'equal-jitter',
+  'decorrelated-jitter',
+  'truncated-exponential',
+  'schedule',
+  'proportional-jitter',
+  'envoy',
 ]);
 
 /** Short names accepted on input (the Brooker experiment's names among them). */
 const ALIASES: Readonly<Record<string, BackoffKind>> = {
-  fixed: 'constant', full: 'full-jitter', equal: 'equal-jitter', decorrelated: 'decorrelated-jitter',
-  truncated: 'truncated-exponential', grpc: 'proportional-jitter',
+  fixed: 'constant',
+  full: 'full-jitter',
+  equal: 'equal-jitter',
+  decorrelated: 'decorrelated-jitter',
+  truncated: 'truncated-exponential',
+  grpc: 'proportional-jitter',
 };
 
 const MAX_DELAY_MS = 2 ** 31 - 1;

@@ -53,7 +53,14 @@ export type BudgetSpec =
       readonly successRefund?: number;
     };
 
-export const RATIO_BUDGET_DEFAULTS = Object.freeze({ kind: 'ratio' as const, ratio: 0.1, minPerSecond: 1, maxTokens: 10, deposit: 'success' as const, refund: true });
+export const RATIO_BUDGET_DEFAULTS = Object.freeze({
+  kind: 'ratio' as const,
+  ratio: 0.1,
+  minPerSecond: 1,
+  maxTokens: 10,
+  deposit: 'success' as const,
+  refund: true,
+});
 
 /** What decide() tells the budget about one observed attempt. */
 export interface BudgetObservation {
@@ -94,9 +101,7 @@ export function isAnswer(o: BudgetObservation): boolean {
 
 /** A budget spec with every field filled in, as normalizeBudget returns it. */
 export type ResolvedBudgetSpec =
-  | Required<Extract<BudgetSpec, { kind: 'ratio' }>>
-  | Extract<BudgetSpec, { kind: 'throttle' }>
-  | Required<Extract<BudgetSpec, { kind: 'quota' }>>;
+  Required<Extract<BudgetSpec, { kind: 'ratio' }>> | Extract<BudgetSpec, { kind: 'throttle' }> | Required<Extract<BudgetSpec, { kind: 'quota' }>>;
 
 export function normalizeBudget(input: unknown, field = 'budget'): ResolvedBudgetSpec {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) {
@@ -111,7 +116,8 @@ export function normalizeBudget(input: unknown, field = 'budget'): ResolvedBudge
     return v;
   };
   const only = (keys: string[]): void => {
-    for (const k of Object.keys(raw)) if (k !== 'kind' && !keys.includes(k)) throw invalidPolicy(`${field}.${k}`, `absent (a ${String(raw.kind)} budget takes ${keys.join(', ')})`, raw[k]);
+    for (const k of Object.keys(raw))
+      if (k !== 'kind' && !keys.includes(k)) throw invalidPolicy(`${field}.${k}`, `absent (a ${String(raw.kind)} budget takes ${keys.join(', ')})`, raw[k]);
   };
   switch (raw.kind) {
     case 'ratio': {

@@ -68,7 +68,13 @@ export function normalizeChaos(input: unknown, field = 'chaos'): ResolvedChaos |
     const rate = rateOf(f, `${field}.fault`);
     const errorClass = f.errorClass;
     if (typeof errorClass !== 'string' || !(errorClass in ERROR_CLASSES) || errorClass === 'aborted') {
-      throw invalid(`${field}.fault.errorClass`, `one of ${Object.keys(ERROR_CLASSES).filter((c) => c !== 'aborted').join(', ')}`, errorClass);
+      throw invalid(
+        `${field}.fault.errorClass`,
+        `one of ${Object.keys(ERROR_CLASSES)
+          .filter((c) => c !== 'aborted')
+          .join(', ')}`,
+        errorClass,
+      );
     }
     fault = Object.freeze({ rate, errorClass: errorClass as ErrorClass });
   }
@@ -79,7 +85,8 @@ export function normalizeChaos(input: unknown, field = 'chaos'): ResolvedChaos |
     only(o, ['rate', 'status', 'headers'], `${field}.outcome`);
     const rate = rateOf(o, `${field}.outcome`);
     const status = o.status;
-    if (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 999) throw invalid(`${field}.outcome.status`, 'an HTTP status in [100, 999]', status);
+    if (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 999)
+      throw invalid(`${field}.outcome.status`, 'an HTTP status in [100, 999]', status);
     let headers: Record<string, string> | null = null;
     if (o.headers !== undefined) {
       if (!isRecord(o.headers)) throw invalid(`${field}.outcome.headers`, 'an object of header names and string values', o.headers);
@@ -99,7 +106,8 @@ export function normalizeChaos(input: unknown, field = 'chaos'): ResolvedChaos |
     only(l, ['rate', 'delayMs'], `${field}.latency`);
     const rate = rateOf(l, `${field}.latency`);
     const delayMs = l.delayMs;
-    if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > 2 ** 31 - 1) throw invalid(`${field}.latency.delayMs`, 'a number of ms in [0, 2147483647]', delayMs);
+    if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > 2 ** 31 - 1)
+      throw invalid(`${field}.latency.delayMs`, 'a number of ms in [0, 2147483647]', delayMs);
     latency = Object.freeze({ rate, delayMs });
   }
   if (!enabled || (fault === null && outcome === null && latency === null)) return null;
@@ -111,7 +119,7 @@ export function chaosSpecOf(c: ResolvedChaos | null): ChaosSpec | null {
   if (c === null) return null;
   const out: { fault?: ChaosSpec['fault']; outcome?: ChaosSpec['outcome']; latency?: ChaosSpec['latency'] } = {};
   if (c.fault !== null) out.fault = c.fault;
-  if (c.outcome !== null) out.outcome = c.outcome.headers === null ? { rate: c.outcome.rate, status: c.outcome.status } : c.outcome as ChaosSpec['outcome'];
+  if (c.outcome !== null) out.outcome = c.outcome.headers === null ? { rate: c.outcome.rate, status: c.outcome.status } : (c.outcome as ChaosSpec['outcome']);
   if (c.latency !== null) out.latency = c.latency;
   return Object.freeze(out);
 }

@@ -66,14 +66,20 @@ export interface GradientLimitSpec {
   readonly probeLimit?: number;
 }
 
-export type ResolvedLimitSpec =
-  | Required<AimdLimitSpec>
-  | Required<GradientLimitSpec>;
+export type ResolvedLimitSpec = Required<AimdLimitSpec> | Required<GradientLimitSpec>;
 
 export const AIMD_LIMIT_DEFAULTS = Object.freeze({ kind: 'aimd' as const, initial: 10, min: 1, max: 1000, decrease: 0.5, slowMs: null as number | null });
 export const GRADIENT_LIMIT_DEFAULTS = Object.freeze({
-  kind: 'gradient' as const, initial: 10, min: 1, max: 1000, tolerance: 1.25, windowMs: 250, minWindowSamples: 10,
-  probeIntervalMs: 60_000, probeSamples: 20, probeLimit: 3,
+  kind: 'gradient' as const,
+  initial: 10,
+  min: 1,
+  max: 1000,
+  tolerance: 1.25,
+  windowMs: 250,
+  minWindowSamples: 10,
+  probeIntervalMs: 60_000,
+  probeSamples: 20,
+  probeLimit: 3,
 });
 
 /** What a driver tells the algorithm about one call when it ends. */
@@ -150,7 +156,10 @@ export function normalizeLimitSpec(input: unknown, field = 'concurrencyLimit'): 
   }
   const g = GRADIENT_LIMIT_DEFAULTS;
   return Object.freeze({
-    kind, initial, min, max,
+    kind,
+    initial,
+    min,
+    max,
     tolerance: num(input.tolerance ?? g.tolerance, `${field}.tolerance`, 1, 10),
     windowMs: num(input.windowMs ?? g.windowMs, `${field}.windowMs`, 1, 3_600_000),
     minWindowSamples: int(input.minWindowSamples ?? g.minWindowSamples, `${field}.minWindowSamples`, 1, 1_000_000),

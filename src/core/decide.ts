@@ -153,7 +153,12 @@ export function sendStateOf(obs: Observation): SendState {
 }
 
 export const RETURN_SUCCESS: DecisionResult = Object.freeze({
-  decision: 'return', why: 'success', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
+  decision: 'return',
+  why: 'success',
+  delayMs: null,
+  retryAfterMs: null,
+  retryAfterValid: null,
+  budgetCost: 0,
 });
 /** An OpenRTB no-bid: the answer, built once (an exchange's most frequent answer). */
 export const RETURN_NO_BID: DecisionResult = Object.freeze({ ...RETURN_SUCCESS, why: 'no_bid' });
@@ -172,14 +177,24 @@ export function isPlainAnswer(policy: Policy, status: number): boolean {
   return status < 400 && !policy.retryOnStatus.has(status);
 }
 
-const FIRST_PLAIN_ANSWER: BudgetObservation = Object.freeze({ attempt: 1, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost: 0 });
+const FIRST_PLAIN_ANSWER: BudgetObservation = Object.freeze({
+  attempt: 1,
+  success: true,
+  retryableFailure: false,
+  throttled: false,
+  timeout: false,
+  lastCost: 0,
+});
 
 /**
  * What a plain answer (isPlainAnswer) tells the shared budget, in decide() and in a
  * driver that takes a plain answer to its first attempt as the answer without decide().
  */
 export function observePlainAnswer(budget: RetryBudget, attempt: number, lastCost: number, now: number): void {
-  budget.observe(attempt === 1 && lastCost === 0 ? FIRST_PLAIN_ANSWER : { attempt, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost }, now);
+  budget.observe(
+    attempt === 1 && lastCost === 0 ? FIRST_PLAIN_ANSWER : { attempt, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost },
+    now,
+  );
 }
 
 /**
@@ -314,16 +329,41 @@ export function decide(policy: Policy, state: OperationState, obs: Observation, 
       // A durable queue stores the state between attempts and has no gate to wait at: it stops.
       if (policy.budgetExhausted !== 'wait' || ctx.durable === true || !serving(budget, ctx.now)) return terminal('budget_exhausted', 'budget_empty', hintSeen);
       // Keep the retry; preflight() charges the budget when it is about to be sent.
-      const waiting: DecisionResult = { decision: 'retry', why: 'budget_wait', delayMs: delay, retryAfterMs: hintSeen?.ms ?? null, retryAfterValid: hintSeen?.valid ?? null, budgetCost: 0, uncounted, budgetPending: true };
+      const waiting: DecisionResult = {
+        decision: 'retry',
+        why: 'budget_wait',
+        delayMs: delay,
+        retryAfterMs: hintSeen?.ms ?? null,
+        retryAfterValid: hintSeen?.valid ?? null,
+        budgetCost: 0,
+        uncounted,
+        budgetPending: true,
+      };
       return pushback ? { ...waiting, pushback } : waiting;
     }
     cost = paid;
   }
-  const result: DecisionResult = { decision: 'retry', why: 'retryable', delayMs: delay, retryAfterMs: hintSeen?.ms ?? null, retryAfterValid: hintSeen?.valid ?? null, budgetCost: cost, uncounted };
+  const result: DecisionResult = {
+    decision: 'retry',
+    why: 'retryable',
+    delayMs: delay,
+    retryAfterMs: hintSeen?.ms ?? null,
+    retryAfterValid: hintSeen?.valid ?? null,
+    budgetCost: cost,
+    uncounted,
+  };
   return pushback ? { ...result, pushback } : result;
 }
 
 /** A wait too long to sleep through: hand it to a durable queue (always why 'defer_long_wait'). */
 function deferred(delay: number, hint: { ms: number | null; valid: boolean | null } | null, uncounted: boolean): DecisionResult {
-  return { decision: 'defer', why: 'defer_long_wait', delayMs: delay, retryAfterMs: hint?.ms ?? null, retryAfterValid: hint?.valid ?? null, budgetCost: 0, uncounted };
+  return {
+    decision: 'defer',
+    why: 'defer_long_wait',
+    delayMs: delay,
+    retryAfterMs: hint?.ms ?? null,
+    retryAfterValid: hint?.valid ?? null,
+    budgetCost: 0,
+    uncounted,
+  };
 }

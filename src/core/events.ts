@@ -12,8 +12,16 @@ const round = (ms: number): number => Math.round(ms * 1000) / 1000;
  * when true or set: other attempt events keep their shape.
  */
 export function attemptEvent(
-  operationId: string, attempt: number, method: string | null, endpoint: string | null, obs: Observation, remainingMs: number, d: DecisionResult,
-  wallNow: number, hedge = false, injected: InjectedKind | null = null,
+  operationId: string,
+  attempt: number,
+  method: string | null,
+  endpoint: string | null,
+  obs: Observation,
+  remainingMs: number,
+  d: DecisionResult,
+  wallNow: number,
+  hedge = false,
+  injected: InjectedKind | null = null,
 ): AttemptEvent {
   const ev: AttemptEvent = {
     type: 'attempt',

@@ -63,7 +63,8 @@ export interface LeasedBudget extends RetryBudget {
 }
 
 export function createLeasedBudget(spec: RatioBudgetSpec, leaseTokens: number): LeasedBudget {
-  if (typeof leaseTokens !== 'number' || !(leaseTokens >= 1) || !Number.isFinite(leaseTokens)) throw invalidPolicy('leaseTokens', 'a finite number >= 1', leaseTokens);
+  if (typeof leaseTokens !== 'number' || !(leaseTokens >= 1) || !Number.isFinite(leaseTokens))
+    throw invalidPolicy('leaseTokens', 'a finite number >= 1', leaseTokens);
   let lease = leaseTokens;
   let pending = -leaseTokens;
   let spent = 0;
@@ -126,7 +127,11 @@ export interface SharedBucket {
  * be tested on a test clock and against the script.
  */
 export function takeFromSharedBucket(
-  bucket: SharedBucket | null, now: number, spec: RatioBudgetSpec, deposit: number, want: number,
+  bucket: SharedBucket | null,
+  now: number,
+  spec: RatioBudgetSpec,
+  deposit: number,
+  want: number,
 ): { readonly bucket: SharedBucket; readonly granted: number } {
   let tokens = bucket === null ? spec.maxTokens : bucket.tokens;
   let at = bucket === null ? now : bucket.at;
@@ -185,7 +190,10 @@ export interface SharedRateState {
  * factor on the configured rate now. relent/fleet's rate script runs this in Redis.
  */
 export function stepSharedRate(
-  state: SharedRateState | null, now: number, spec: { readonly decrease: number; readonly recoverMs: number; readonly minFactor: number }, waitMs: number,
+  state: SharedRateState | null,
+  now: number,
+  spec: { readonly decrease: number; readonly recoverMs: number; readonly minFactor: number },
+  waitMs: number,
 ): { readonly state: SharedRateState; readonly factor: number } {
   let pausedUntil = state?.pausedUntil ?? 0;
   let factor = state?.factor ?? 1;

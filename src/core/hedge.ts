@@ -57,7 +57,8 @@ export function normalizeHedge(input: unknown, field = 'hedge'): ResolvedHedgeSp
   if (typeof input !== 'object' || input === null || Array.isArray(input)) throw invalidPolicy(field, 'an object like { "delayMs": "p95" } or null', input);
   const o = input as Record<string, unknown>;
   for (const k of Object.keys(o)) {
-    if (k !== 'delayMs' && k !== 'maxHedges' && k !== 'maxExtraLoad') throw invalidPolicy(`${field}.${k}`, 'absent (hedge takes delayMs, maxHedges, maxExtraLoad)', o[k]);
+    if (k !== 'delayMs' && k !== 'maxHedges' && k !== 'maxExtraLoad')
+      throw invalidPolicy(`${field}.${k}`, 'absent (hedge takes delayMs, maxHedges, maxExtraLoad)', o[k]);
   }
   const d = o.delayMs;
   let quantile: number | null = null;
@@ -69,7 +70,8 @@ export function normalizeHedge(input: unknown, field = 'hedge'): ResolvedHedgeSp
     throw invalidPolicy(`${field}.delayMs`, 'a number of ms in [0, 2147483647] or a percentile "p90" … "p99"', d);
   }
   const maxHedges = o.maxHedges ?? HEDGE_DEFAULTS.maxHedges;
-  if (typeof maxHedges !== 'number' || !Number.isInteger(maxHedges) || maxHedges < 1 || maxHedges > 4) throw invalidPolicy(`${field}.maxHedges`, 'an integer in [1, 4]', maxHedges);
+  if (typeof maxHedges !== 'number' || !Number.isInteger(maxHedges) || maxHedges < 1 || maxHedges > 4)
+    throw invalidPolicy(`${field}.maxHedges`, 'an integer in [1, 4]', maxHedges);
   const maxExtraLoad = o.maxExtraLoad ?? HEDGE_DEFAULTS.maxExtraLoad;
   if (typeof maxExtraLoad !== 'number' || !Number.isFinite(maxExtraLoad) || maxExtraLoad <= 0 || maxExtraLoad > 1) {
     throw invalidPolicy(`${field}.maxExtraLoad`, 'a fraction in (0, 1] (0.05: at most 5 % more calls)', maxExtraLoad);

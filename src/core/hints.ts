@@ -24,7 +24,14 @@ export interface ServerHint {
  * headers into an observation need only these (and copying no others keeps cookies and
  * other secrets out of observations).
  */
-export const SERVER_HINT_HEADERS: readonly string[] = Object.freeze(['retry-after', 'date', ...RATE_LIMIT_HEADERS, NO_RETRY_HEADER, GRPC_PUSHBACK_HEADER, 'x-amz-retry-after']);
+export const SERVER_HINT_HEADERS: readonly string[] = Object.freeze([
+  'retry-after',
+  'date',
+  ...RATE_LIMIT_HEADERS,
+  NO_RETRY_HEADER,
+  GRPC_PUSHBACK_HEADER,
+  'x-amz-retry-after',
+]);
 
 /**
  * The AWS SDKs' server hint (2026 standard mode): milliseconds, which lengthen the

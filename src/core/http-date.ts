@@ -29,7 +29,18 @@ const DAY_NAMES = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'] as const;
 const MONTH_NAMES = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'] as const;
 
 const MONTH_INDEX: Readonly<Record<string, number>> = {
-  Jan: 1, Feb: 2, Mar: 3, Apr: 4, May: 5, Jun: 6, Jul: 7, Aug: 8, Sep: 9, Oct: 10, Nov: 11, Dec: 12,
+  Jan: 1,
+  Feb: 2,
+  Mar: 3,
+  Apr: 4,
+  May: 5,
+  Jun: 6,
+  Jul: 7,
+  Aug: 8,
+  Sep: 9,
+  Oct: 10,
+  Nov: 11,
+  Dec: 12,
 };
 
 const MS_PER_DAY = 86_400_000;
@@ -41,9 +52,7 @@ const TIME = '([0-9]{2}):([0-9]{2}):([0-9]{2})';
 // Sun, 06 Nov 1994 08:49:37 GMT
 const IMF_FIXDATE = new RegExp(`^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-9]{2}) ${MONTH} ([0-9]{4}) ${TIME} GMT$`);
 // Sunday, 06-Nov-94 08:49:37 GMT
-const RFC850_DATE = new RegExp(
-  `^(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), ([0-9]{2})-${MONTH}-([0-9]{2}) ${TIME} GMT$`,
-);
+const RFC850_DATE = new RegExp(`^(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), ([0-9]{2})-${MONTH}-([0-9]{2}) ${TIME} GMT$`);
 // Sun Nov  6 08:49:37 1994
 const ASCTIME_DATE = new RegExp(`^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ${MONTH} ( [0-9]|[0-9]{2}) ${TIME} ([0-9]{4})$`);
 
@@ -120,11 +129,7 @@ function addCalendarYears(epochMs: number, years: number): number {
   return daysFromCivil(year + years, month, day) * MS_PER_DAY + timeOfDay;
 }
 
-function resolveTwoDigitYear(
-  yy: number,
-  rest: Omit<Fields, 'year'>,
-  wallNowMs: number,
-): number | undefined {
+function resolveTwoDigitYear(yy: number, rest: Omit<Fields, 'year'>, wallNowMs: number): number | undefined {
   if (!Number.isFinite(wallNowMs)) return undefined;
   const limitMs = addCalendarYears(wallNowMs, 50);
   const nowYear = civilFromDays(Math.floor(wallNowMs / MS_PER_DAY)).year;
@@ -210,7 +215,7 @@ export function formatImfFixdate(epochMs: number): string {
   const secondOfDay = totalSeconds - days * 86_400;
   const { year, month, day } = civilFromDays(days);
   if (year < 0 || year > 9999) throw new RangeError(`formatImfFixdate: year ${year} outside 0000-9999`);
-  const weekday = DAY_NAMES[(((days % 7) + 7 + 4) % 7)] as string; // 1970-01-01 was a Thursday
+  const weekday = DAY_NAMES[((days % 7) + 7 + 4) % 7] as string; // 1970-01-01 was a Thursday
   const hour = Math.floor(secondOfDay / 3600);
   const minute = Math.floor((secondOfDay % 3600) / 60);
   const second = secondOfDay % 60;

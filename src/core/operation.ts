@@ -1,7 +1,18 @@
 import type { RetryBudget } from './budget.js';
 import type { HedgeState } from './hedge.js';
 import {
-  advanceAttempt, attemptLimitMs, decide, isIdempotent, preflight, recordRetry, RETURN_NO_BID, RETURN_SUCCESS, type BudgetGate, type DecideContext, type MutableState, type OperationState,
+  advanceAttempt,
+  attemptLimitMs,
+  decide,
+  isIdempotent,
+  preflight,
+  recordRetry,
+  RETURN_NO_BID,
+  RETURN_SUCCESS,
+  type BudgetGate,
+  type DecideContext,
+  type MutableState,
+  type OperationState,
 } from './decide.js';
 import { RelentError } from './errors.js';
 import { drawChaos, type ChaosInjection, type ResolvedChaos } from './chaos.js';
@@ -155,7 +166,13 @@ export function operationAttemptTimeoutMs(policy: Policy, o: Pick<OperationOptio
   return own !== undefined && own !== null && own > 0 ? own : policy.attemptTimeoutMs;
 }
 
-const enum Phase { New, Calling, Waiting, Checking, Ended }
+const enum Phase {
+  New,
+  Calling,
+  Waiting,
+  Checking,
+  Ended,
+}
 
 const END_SUCCESS: EndCommand = Object.freeze({ kind: 'end', reason: 'return', why: 'success', decision: RETURN_SUCCESS });
 const END_NO_BID: EndCommand = Object.freeze({ kind: 'end', reason: 'return', why: 'no_bid', decision: RETURN_NO_BID });
@@ -166,14 +183,29 @@ const END_RATE_LIMITED: EndCommand = Object.freeze({ kind: 'end', reason: 'rate_
 
 /** The decision of an attempt aborted because another attempt of its operation answered first. */
 export const HEDGE_LOST: DecisionResult = Object.freeze({
-  decision: 'hedge_lost', why: 'cancelled', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
+  decision: 'hedge_lost',
+  why: 'cancelled',
+  delayMs: null,
+  retryAfterMs: null,
+  retryAfterValid: null,
+  budgetCost: 0,
 });
 const DEADLINE_SPENT: DecisionResult = Object.freeze({
-  decision: 'deadline_exceeded', why: 'deadline_spent', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
+  decision: 'deadline_exceeded',
+  why: 'deadline_spent',
+  delayMs: null,
+  retryAfterMs: null,
+  retryAfterValid: null,
+  budgetCost: 0,
 });
 const END_DEADLINE: EndCommand = Object.freeze({ kind: 'end', reason: 'deadline_exceeded', why: 'deadline_spent', decision: DEADLINE_SPENT });
 const CIRCUIT_OPEN: DecisionResult = Object.freeze({
-  decision: 'circuit_open', why: 'circuit_open', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
+  decision: 'circuit_open',
+  why: 'circuit_open',
+  delayMs: null,
+  retryAfterMs: null,
+  retryAfterValid: null,
+  budgetCost: 0,
 });
 const END_CIRCUIT_OPEN: EndCommand = Object.freeze({ kind: 'end', reason: 'circuit_open', why: 'circuit_open', decision: CIRCUIT_OPEN });
 
@@ -187,14 +219,21 @@ class ObserveOnly implements DecideContext {
   wallNow: number | undefined = undefined;
   readonly budget: RetryBudget | null;
 
-  constructor(readonly random: Random, b: RetryBudget | null, readonly durable: boolean) {
-    this.budget = b === null ? null : {
-      spec: b.spec,
-      observe: (o, now) => b.observe(o, now),
-      tryAcquire: () => 0,
-      available: (now) => b.available(now),
-      lastAnswerAt: () => b.lastAnswerAt(),
-    };
+  constructor(
+    readonly random: Random,
+    b: RetryBudget | null,
+    readonly durable: boolean,
+  ) {
+    this.budget =
+      b === null
+        ? null
+        : {
+            spec: b.spec,
+            observe: (o, now) => b.observe(o, now),
+            tryAcquire: () => 0,
+            available: (now) => b.available(now),
+            lastAnswerAt: () => b.lastAnswerAt(),
+          };
   }
 }
 
@@ -254,13 +293,31 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
   private observeOnly: ObserveOnly | null = null;
 
   /** The call command, reused for every call of this operation. */
-  private readonly callCmd: { kind: 'call'; attempt: number; timeoutMs: number; remainingMs: number; hedgeInMs: number | null; inject: ChaosInjection | undefined } = {
-    kind: 'call', attempt: 0, timeoutMs: 0, remainingMs: 0, hedgeInMs: null, inject: undefined,
+  private readonly callCmd: {
+    kind: 'call';
+    attempt: number;
+    timeoutMs: number;
+    remainingMs: number;
+    hedgeInMs: number | null;
+    inject: ChaosInjection | undefined;
+  } = {
+    kind: 'call',
+    attempt: 0,
+    timeoutMs: 0,
+    remainingMs: 0,
+    hedgeInMs: null,
+    inject: undefined,
   };
   /** The policy's chaos, unless the driver turned it off. */
   private readonly chaos: ResolvedChaos | null;
 
-  constructor(policy: Policy, o: Omit<OperationOptions, 'random' | 'budget' | 'hedging'>, budget: RetryBudget | null, random: Random, hedging: HedgeState | null = null) {
+  constructor(
+    policy: Policy,
+    o: Omit<OperationOptions, 'random' | 'budget' | 'hedging'>,
+    budget: RetryBudget | null,
+    random: Random,
+    hedging: HedgeState | null = null,
+  ) {
     this.policy = policy;
     this.budget = budget;
     this.random = random;
@@ -317,7 +374,7 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     cmd.timeoutMs = attemptLimitMs(this.attemptTimeoutMs, this.deadlineAt, now);
     cmd.remainingMs = remaining > 0 ? remaining : 0;
     cmd.hedgeInMs = this.hedging === null ? null : this.nextHedgeIn(now);
-    cmd.inject = this.chaos === null ? undefined : drawChaos(this.chaos, this.random) ?? undefined;
+    cmd.inject = this.chaos === null ? undefined : (drawChaos(this.chaos, this.random) ?? undefined);
     return cmd;
   }
 
@@ -337,7 +394,8 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     const remaining = this.deadlineAt - now;
     // Attempts that count against maxAttempts, as decide() counts them.
     const counted = this.attempt - this.throttled;
-    if (this.noMoreHedges || this.hedges >= spec.maxHedges || counted >= this.policy.maxAttempts || !(remaining > this.policy.minAttemptMs)) return this.awaiting();
+    if (this.noMoreHedges || this.hedges >= spec.maxHedges || counted >= this.policy.maxAttempts || !(remaining > this.policy.minAttemptMs))
+      return this.awaiting();
     // Extra load within maxExtraLoad, a dependency not failing, and a retry budget that pays for it.
     if (!this.hedging.mayHedge() || (this.budget !== null && this.budget.tryAcquire(HEDGE_COST, now) === false)) {
       this.hedging.skipped();
@@ -350,8 +408,12 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     this.inFlight++;
     this.lastWasHedge = true;
     return {
-      kind: 'hedge', attempt: this.attempt, timeoutMs: attemptLimitMs(this.attemptTimeoutMs, this.deadlineAt, now), remainingMs: remaining,
-      hedgeInMs: this.nextHedgeIn(now), inject: this.chaos === null ? undefined : drawChaos(this.chaos, this.random) ?? undefined,
+      kind: 'hedge',
+      attempt: this.attempt,
+      timeoutMs: attemptLimitMs(this.attemptTimeoutMs, this.deadlineAt, now),
+      remainingMs: remaining,
+      hedgeInMs: this.nextHedgeIn(now),
+      inject: this.chaos === null ? undefined : (drawChaos(this.chaos, this.random) ?? undefined),
     };
   }
 
@@ -450,7 +512,12 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
     }
     this.noMoreHedges = true;
     this.decision = {
-      decision: 'await_hedge', why: d.why, delayMs: null, retryAfterMs: d.retryAfterMs, retryAfterValid: d.retryAfterValid, budgetCost: 0,
+      decision: 'await_hedge',
+      why: d.why,
+      delayMs: null,
+      retryAfterMs: d.retryAfterMs,
+      retryAfterValid: d.retryAfterValid,
+      budgetCost: 0,
     };
     return this.awaiting();
   }
@@ -481,12 +548,18 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
       return this.awaiting();
     }
     switch (why) {
-      case 'circuit_open': return this.end(END_CIRCUIT_OPEN);
-      case 'bulkhead_full': return this.end(END_BULKHEAD_FULL);
-      case 'concurrency_limited': return this.end(END_CONCURRENCY_LIMITED);
-      case 'rate_limited': return this.end(END_RATE_LIMITED);
-      case 'deadline': return this.end(END_DEADLINE);
-      case 'cancelled': return this.end(END_CANCELLED);
+      case 'circuit_open':
+        return this.end(END_CIRCUIT_OPEN);
+      case 'bulkhead_full':
+        return this.end(END_BULKHEAD_FULL);
+      case 'concurrency_limited':
+        return this.end(END_CONCURRENCY_LIMITED);
+      case 'rate_limited':
+        return this.end(END_RATE_LIMITED);
+      case 'deadline':
+        return this.end(END_DEADLINE);
+      case 'cancelled':
+        return this.end(END_CANCELLED);
     }
   }
 
@@ -521,7 +594,13 @@ export class OperationMachine implements Operation, MutableState, BudgetGate, De
   }
 
   snapshot(): OperationSnapshot {
-    const s: OperationSnapshot = { attempt: this.attempt, startedAt: this.startedAt, deadlineAt: this.deadlineAt, prevDelayMs: this.prevDelayMs, throttled: this.throttled };
+    const s: OperationSnapshot = {
+      attempt: this.attempt,
+      startedAt: this.startedAt,
+      deadlineAt: this.deadlineAt,
+      prevDelayMs: this.prevDelayMs,
+      throttled: this.throttled,
+    };
     // Said only after a pushback: stored snapshots keep their shape otherwise.
     return this.pushbackAt > 0 ? { ...s, pushbackAt: this.pushbackAt } : s;
   }

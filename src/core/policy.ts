@@ -189,7 +189,17 @@ export const POLICY_DEFAULTS = Object.freeze({
   throttleBackoff: null,
   retryOn: Object.freeze({
     status: Object.freeze([408, 429, 500, 502, 503, 504]) as readonly StatusPattern[],
-    errors: Object.freeze(['connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed', 'protocol', 'error']) as readonly ErrorClass[],
+    errors: Object.freeze([
+      'connect_refused',
+      'dns',
+      'connect_timeout',
+      'tls',
+      'timeout',
+      'reset',
+      'socket_closed',
+      'protocol',
+      'error',
+    ]) as readonly ErrorClass[],
     statusWithWait: Object.freeze([413]) as readonly StatusPattern[],
   }),
   safeStatuses: Object.freeze([408, 429]) as readonly StatusPattern[],
@@ -216,9 +226,26 @@ export const POLICY_DEFAULTS = Object.freeze({
 
 const MAX_MS = 2 ** 31 - 1;
 const POLICY_KEYS = new Set([
-  'preset', 'maxAttempts', 'deadlineMs', 'attemptTimeoutMs', 'minAttemptMs', 'backoff', 'throttleBackoff', 'retryOn',
-  'safeStatuses', 'throttleStatuses', 'retryAfter', 'unknownOutcome', 'idempotent', 'deferOverMs', 'budget',
-  'throttleCountsAsAttempt', 'maxThrottledAttempts', 'budgetExhausted', 'hedge', 'chaos',
+  'preset',
+  'maxAttempts',
+  'deadlineMs',
+  'attemptTimeoutMs',
+  'minAttemptMs',
+  'backoff',
+  'throttleBackoff',
+  'retryOn',
+  'safeStatuses',
+  'throttleStatuses',
+  'retryAfter',
+  'unknownOutcome',
+  'idempotent',
+  'deferOverMs',
+  'budget',
+  'throttleCountsAsAttempt',
+  'maxThrottledAttempts',
+  'budgetExhausted',
+  'hedge',
+  'chaos',
 ]);
 
 export function compileStatuses(patterns: unknown, field: string): StatusSet {
@@ -280,7 +307,9 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
     }
   }
   if (input.preset !== undefined) {
-    throw new RelentError('ERR_INVALID_POLICY', `\`preset\` ${describe(input.preset)} must be resolved with resolvePolicy() before createPolicy()`, { field: 'preset' });
+    throw new RelentError('ERR_INVALID_POLICY', `\`preset\` ${describe(input.preset)} must be resolved with resolvePolicy() before createPolicy()`, {
+      field: 'preset',
+    });
   }
   const d = POLICY_DEFAULTS;
   const maxAttempts = input.maxAttempts ?? d.maxAttempts;
@@ -288,17 +317,19 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
     throw invalidPolicy('maxAttempts', 'an integer in [1, 10000] (it counts every call, the first included)', maxAttempts);
   }
   const deadlineMs = finiteMs(input.deadlineMs ?? d.deadlineMs, 'deadlineMs', 1);
-  const attemptTimeoutMs = input.attemptTimeoutMs === undefined || input.attemptTimeoutMs === null
-    ? null : finiteMs(input.attemptTimeoutMs, 'attemptTimeoutMs', 1);
+  const attemptTimeoutMs =
+    input.attemptTimeoutMs === undefined || input.attemptTimeoutMs === null ? null : finiteMs(input.attemptTimeoutMs, 'attemptTimeoutMs', 1);
   const minAttemptMs = finiteMs(input.minAttemptMs ?? d.minAttemptMs, 'minAttemptMs');
   const backoff = normalizeBackoff(input.backoff ?? d.backoff, 'backoff');
-  const throttleBackoff = input.throttleBackoff === undefined || input.throttleBackoff === null
-    ? null : normalizeBackoff(input.throttleBackoff, 'throttleBackoff');
+  const throttleBackoff =
+    input.throttleBackoff === undefined || input.throttleBackoff === null ? null : normalizeBackoff(input.throttleBackoff, 'throttleBackoff');
 
   const retryOnIn = input.retryOn ?? {};
-  if (typeof retryOnIn !== 'object' || retryOnIn === null || Array.isArray(retryOnIn)) throw invalidPolicy('retryOn', 'an object with `status`, `errors` and/or `statusWithWait`', retryOnIn);
+  if (typeof retryOnIn !== 'object' || retryOnIn === null || Array.isArray(retryOnIn))
+    throw invalidPolicy('retryOn', 'an object with `status`, `errors` and/or `statusWithWait`', retryOnIn);
   for (const k of Object.keys(retryOnIn)) {
-    if (k !== 'status' && k !== 'errors' && k !== 'statusWithWait') throw invalidPolicy(`retryOn.${k}`, 'absent (retryOn takes status, errors, statusWithWait)', (retryOnIn as Record<string, unknown>)[k]);
+    if (k !== 'status' && k !== 'errors' && k !== 'statusWithWait')
+      throw invalidPolicy(`retryOn.${k}`, 'absent (retryOn takes status, errors, statusWithWait)', (retryOnIn as Record<string, unknown>)[k]);
   }
   const retryOnStatus = compileStatuses(retryOnIn.status ?? d.retryOn.status, 'retryOn.status');
   const retryOnStatusWithWait = compileStatuses(retryOnIn.statusWithWait ?? d.retryOn.statusWithWait, 'retryOn.statusWithWait');
@@ -316,11 +347,13 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
   const raIn = input.retryAfter ?? {};
   if (typeof raIn !== 'object' || raIn === null || Array.isArray(raIn)) throw invalidPolicy('retryAfter', 'an object', raIn);
   const raKeys = ['honor', 'statuses', 'maxMs', 'jitterRatio', 'jitterMinMs', 'jitterMaxMs', 'lengthenOnly'];
-  for (const k of Object.keys(raIn)) if (!raKeys.includes(k)) throw invalidPolicy(`retryAfter.${k}`, `absent (retryAfter takes ${raKeys.join(', ')})`, (raIn as Record<string, unknown>)[k]);
+  for (const k of Object.keys(raIn))
+    if (!raKeys.includes(k)) throw invalidPolicy(`retryAfter.${k}`, `absent (retryAfter takes ${raKeys.join(', ')})`, (raIn as Record<string, unknown>)[k]);
   const honor = raIn.honor ?? d.retryAfter.honor;
   if (typeof honor !== 'boolean') throw invalidPolicy('retryAfter.honor', 'a boolean', honor);
   const jitterRatio = raIn.jitterRatio ?? d.retryAfter.jitterRatio;
-  if (typeof jitterRatio !== 'number' || !Number.isFinite(jitterRatio) || jitterRatio < 0 || jitterRatio > 10) throw invalidPolicy('retryAfter.jitterRatio', 'a number in [0, 10]', jitterRatio);
+  if (typeof jitterRatio !== 'number' || !Number.isFinite(jitterRatio) || jitterRatio < 0 || jitterRatio > 10)
+    throw invalidPolicy('retryAfter.jitterRatio', 'a number in [0, 10]', jitterRatio);
   const jitterMinMs = finiteMs(raIn.jitterMinMs ?? d.retryAfter.jitterMinMs, 'retryAfter.jitterMinMs');
   const jitterMaxMs = finiteMs(raIn.jitterMaxMs ?? d.retryAfter.jitterMaxMs, 'retryAfter.jitterMaxMs');
   if (jitterMaxMs < jitterMinMs) throw invalidPolicy('retryAfter.jitterMaxMs', `>= retryAfter.jitterMinMs (${jitterMinMs})`, jitterMaxMs);
@@ -355,26 +388,55 @@ export function createPolicy(input: PolicySpec = {}, name: string | null = null)
   const hedge = input.hedge === undefined || input.hedge === null ? null : normalizeHedge(input.hedge, 'hedge');
   const chaos = normalizeChaos(input.chaos, 'chaos');
 
-  const maxDelayMs = Math.max(
-    backoffCeiling(backoff),
-    throttleBackoff ? backoffCeiling(throttleBackoff) : 0,
-    honor ? retryAfter.maxMs : 0,
-  );
+  const maxDelayMs = Math.max(backoffCeiling(backoff), throttleBackoff ? backoffCeiling(throttleBackoff) : 0, honor ? retryAfter.maxMs : 0);
 
   const spec = Object.freeze({
-    maxAttempts, deadlineMs, attemptTimeoutMs, minAttemptMs, backoff, throttleBackoff,
+    maxAttempts,
+    deadlineMs,
+    attemptTimeoutMs,
+    minAttemptMs,
+    backoff,
+    throttleBackoff,
     retryOn: Object.freeze({ status: retryOnStatus.patterns, errors: Object.freeze([...retryOnErrors]), statusWithWait: retryOnStatusWithWait.patterns }),
-    safeStatuses: safeStatuses.patterns, throttleStatuses: throttleStatuses.patterns,
+    safeStatuses: safeStatuses.patterns,
+    throttleStatuses: throttleStatuses.patterns,
     retryAfter: Object.freeze({ honor, statuses: retryAfter.statuses.patterns, maxMs: retryAfter.maxMs, jitterRatio, jitterMinMs, jitterMaxMs, lengthenOnly }),
-    unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts, budgetExhausted,
+    unknownOutcome,
+    idempotent,
+    deferOverMs,
+    budget,
+    throttleCountsAsAttempt,
+    maxThrottledAttempts,
+    budgetExhausted,
     hedge: hedge === null ? null : Object.freeze({ delayMs: hedge.delayMs, maxHedges: hedge.maxHedges, maxExtraLoad: hedge.maxExtraLoad }),
     chaos: chaosSpecOf(chaos),
   });
 
   return Object.freeze({
-    name, maxAttempts, deadlineMs, attemptTimeoutMs, minAttemptMs, backoff, throttleBackoff,
-    retryOnStatus, retryOnErrors, retryOnStatusWithWait, safeStatuses, throttleStatuses, retryAfter,
-    unknownOutcome, idempotent, deferOverMs, budget, throttleCountsAsAttempt, maxThrottledAttempts, budgetExhausted, hedge, chaos, maxDelayMs, spec,
+    name,
+    maxAttempts,
+    deadlineMs,
+    attemptTimeoutMs,
+    minAttemptMs,
+    backoff,
+    throttleBackoff,
+    retryOnStatus,
+    retryOnErrors,
+    retryOnStatusWithWait,
+    safeStatuses,
+    throttleStatuses,
+    retryAfter,
+    unknownOutcome,
+    idempotent,
+    deferOverMs,
+    budget,
+    throttleCountsAsAttempt,
+    maxThrottledAttempts,
+    budgetExhausted,
+    hedge,
+    chaos,
+    maxDelayMs,
+    spec,
   });
 }
 

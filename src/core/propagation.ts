@@ -217,7 +217,10 @@ export function resolvePropagation(spec: PropagationSpec | false | null | undefi
   if (spec === undefined || spec === null) return DEFAULT;
   if (typeof spec !== 'object') throw new RelentError('ERR_INVALID_INPUT', `Expected \`${field}\` to be an object or false, got ${describe(spec)}`, { field });
   for (const k of Object.keys(spec)) {
-    if (!(k in PROPAGATION_DEFAULTS)) throw new RelentError('ERR_INVALID_INPUT', `Unknown option \`${field}.${k}\` (known: ${Object.keys(PROPAGATION_DEFAULTS).join(', ')})`, { field: `${field}.${k}` });
+    if (!(k in PROPAGATION_DEFAULTS))
+      throw new RelentError('ERR_INVALID_INPUT', `Unknown option \`${field}.${k}\` (known: ${Object.keys(PROPAGATION_DEFAULTS).join(', ')})`, {
+        field: `${field}.${k}`,
+      });
   }
   return build(
     headerNameOption(spec.deadlineHeader, `${field}.deadlineHeader`, DEADLINE_HEADER),
@@ -228,7 +231,13 @@ export function resolvePropagation(spec: PropagationSpec | false | null | undefi
   );
 }
 
-function build(deadlineHeader: string | null, attemptHeader: string | null, grpcTimeout: boolean, envoyTimeout: boolean, inheritDeadline: boolean): ResolvedPropagation {
+function build(
+  deadlineHeader: string | null,
+  attemptHeader: string | null,
+  grpcTimeout: boolean,
+  envoyTimeout: boolean,
+  inheritDeadline: boolean,
+): ResolvedPropagation {
   const names: string[] = [];
   if (deadlineHeader !== null) names.push(deadlineHeader);
   if (attemptHeader !== null) names.push(attemptHeader);

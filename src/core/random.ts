@@ -20,7 +20,10 @@ export function createSeededRandom(seed: number | string): Random {
   let c = split();
   let d = split();
   const next: Random = () => {
-    a >>>= 0; b >>>= 0; c >>>= 0; d >>>= 0;
+    a >>>= 0;
+    b >>>= 0;
+    c >>>= 0;
+    d >>>= 0;
     let t = (a + b) | 0;
     a = b ^ (b >>> 9);
     b = (c + (c << 3)) | 0;

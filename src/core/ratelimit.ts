@@ -350,8 +350,14 @@ export type RateLimitSource = 'ratelimit' | 'ratelimit-reset' | 'x-ratelimit-res
 
 /** The response header names (lower case) this module reads, besides `date`. */
 export const RATE_LIMIT_HEADERS: readonly string[] = Object.freeze([
-  'ratelimit', 'ratelimit-remaining', 'ratelimit-reset',
-  'x-ratelimit-reset', 'x-ratelimit-remaining', 'x-rate-limit-reset', 'x-rate-limit-remaining', 'x-ratelimit-retry-after',
+  'ratelimit',
+  'ratelimit-remaining',
+  'ratelimit-reset',
+  'x-ratelimit-reset',
+  'x-ratelimit-remaining',
+  'x-rate-limit-reset',
+  'x-rate-limit-remaining',
+  'x-ratelimit-retry-after',
   'age',
 ]);
 

@@ -83,10 +83,7 @@ function httpDateForm(s: string): RetryAfterForm {
  * `ctx.wallNowMs` is the local wall clock (epoch ms); `ctx.dateHeader` the response's
  * `Date` header, if any. Never throws.
  */
-export function parseRetryAfter(
-  value: string | null | undefined,
-  ctx: { wallNowMs: number; dateHeader?: string | null },
-): RetryAfterParse {
+export function parseRetryAfter(value: string | null | undefined, ctx: { wallNowMs: number; dateHeader?: string | null }): RetryAfterParse {
   if (value === undefined || value === null) return NOT_PRESENT;
   if (typeof value !== 'string') return invalid('malformed');
   const s = trimOws(value);

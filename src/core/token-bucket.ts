@@ -118,7 +118,10 @@ class Bucket implements TokenBucket {
   private quotaLeft = Infinity;
   private quotaUntil = -Infinity;
 
-  constructor(readonly spec: ResolvedRateLimitSpec, full: boolean) {
+  constructor(
+    readonly spec: ResolvedRateLimitSpec,
+    full: boolean,
+  ) {
     this.base = spec.ratePerSecond / 1000;
     this.burst = spec.burst;
     this.tokens = full ? spec.burst : 0;
@@ -252,7 +255,12 @@ export function createTokenBucket(spec: RateLimitSpec | ResolvedRateLimitSpec, f
  * items). A response served from a cache (`Age` > 0) says nothing about quota.
  */
 export function observeRateAnswer(
-  bucket: TokenBucket, now: number, status: number, headers: Readonly<Record<string, string>> | undefined, retryAfterMs: number | null, throttleStatuses: StatusSet,
+  bucket: TokenBucket,
+  now: number,
+  status: number,
+  headers: Readonly<Record<string, string>> | undefined,
+  retryAfterMs: number | null,
+  throttleStatuses: StatusSet,
 ): void {
   if (throttleStatuses.has(status) || (status === 503 && retryAfterMs !== null)) bucket.throttled(now, retryAfterMs);
   const field = headers?.['ratelimit'];

@@ -103,7 +103,10 @@ export class WireError extends Error {
   readonly code: string | null;
   constructor(cause: unknown, wire: WireClass) {
     const code = codeOf(cause);
-    super(`${wire.errorClass}${code ? ` (${code})` : ''}: ${wire.sent === 'not_sent' ? 'the request was not sent' : 'the request may have reached the server'}`, { cause });
+    super(
+      `${wire.errorClass}${code ? ` (${code})` : ''}: ${wire.sent === 'not_sent' ? 'the request was not sent' : 'the request may have reached the server'}`,
+      { cause },
+    );
     this.name = 'WireError';
     this.errorClass = wire.errorClass;
     this.sent = wire.sent;

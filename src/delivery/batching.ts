@@ -59,7 +59,14 @@ export function cutBatches(destination: string, rows: readonly PendingRow[], lim
 }
 
 function seal(destination: string, rows: PendingRow[], bytes: number): Cut {
-  return { rows, bytes, key: batchKey(destination, rows.map((r) => r.key)) };
+  return {
+    rows,
+    bytes,
+    key: batchKey(
+      destination,
+      rows.map((r) => r.key),
+    ),
+  };
 }
 
 /**

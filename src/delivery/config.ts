@@ -113,7 +113,13 @@ export const DESTINATION_DEFAULTS = Object.freeze({
   /** How much longer than perMs a shared rate window is (ms): an allowance for clock skew between machines. */
   rateLimitMarginMs: 0,
   concurrency: Object.freeze({
-    initial: 8, min: 1, max: 64, adaptive: true, decrease: 0.5, backoffOn: Object.freeze([429, 503]) as readonly number[], scope: 'worker' as LimitScope,
+    initial: 8,
+    min: 1,
+    max: 64,
+    adaptive: true,
+    decrease: 0.5,
+    backoffOn: Object.freeze([429, 503]) as readonly number[],
+    scope: 'worker' as LimitScope,
   }),
   maxPauseMs: 60_000,
 });
@@ -163,8 +169,14 @@ export function resolveDestination(name: string, input: unknown, field = `destin
   const d = DESTINATION_DEFAULTS;
 
   // The URL is never echoed in an error: it may hold a token (query) or credentials.
-  const badUrl = (): DeliveryError => new DeliveryError('ERR_INVALID_CONFIG', `Expected \`${field}.url\` to be an absolute http:// or https:// URL, got ${
-    typeof input.url === 'string' ? 'another string (not shown: a URL may hold a secret)' : describe(input.url)}`, { field: `${field}.url` });
+  const badUrl = (): DeliveryError =>
+    new DeliveryError(
+      'ERR_INVALID_CONFIG',
+      `Expected \`${field}.url\` to be an absolute http:// or https:// URL, got ${
+        typeof input.url === 'string' ? 'another string (not shown: a URL may hold a secret)' : describe(input.url)
+      }`,
+      { field: `${field}.url` },
+    );
   let url: URL;
   try {
     if (typeof input.url !== 'string') throw new Error('not a string');
@@ -175,7 +187,11 @@ export function resolveDestination(name: string, input: unknown, field = `destin
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw badUrl();
   // As the HTTP client: credentials in a URL end up in logs and proxies; they belong in a header.
   if (url.username !== '' || url.password !== '') {
-    throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`${field}.url\` to have no user name or password: a URL with credentials is refused (send them in \`${field}.headers\`, e.g. Authorization)`, { field: `${field}.url` });
+    throw new DeliveryError(
+      'ERR_INVALID_CONFIG',
+      `Expected \`${field}.url\` to have no user name or password: a URL with credentials is refused (send them in \`${field}.headers\`, e.g. Authorization)`,
+      { field: `${field}.url` },
+    );
   }
 
   const method = input.method ?? d.method;
@@ -186,7 +202,12 @@ export function resolveDestination(name: string, input: unknown, field = `destin
   const headers: Record<string, string> = {};
   for (const [k, v] of Object.entries(headersIn)) {
     if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(k)) throw invalidConfig(`${field}.headers`, 'valid header names', k);
-    if (typeof v !== 'string' || /[\r\n\0]/.test(v)) throw invalidConfig(`${field}.headers.${k}`, 'a string without line breaks', v === undefined ? v : typeof v === 'string' ? '(a string with a line break)' : v);
+    if (typeof v !== 'string' || /[\r\n\0]/.test(v))
+      throw invalidConfig(
+        `${field}.headers.${k}`,
+        'a string without line breaks',
+        v === undefined ? v : typeof v === 'string' ? '(a string with a line break)' : v,
+      );
     const lower = k.toLowerCase();
     if (lower === 'idempotency-key' || lower === 'content-length') throw invalidConfig(`${field}.headers.${k}`, 'absent (relent sets it)', '(set)');
     headers[lower] = v;
@@ -241,7 +262,15 @@ export function resolveDestination(name: string, input: unknown, field = `destin
   const backoffIn = cIn.backoffOn ?? d.concurrency.backoffOn;
   if (!Array.isArray(backoffIn)) throw invalidConfig(`${field}.concurrency.backoffOn`, 'an array of statuses', backoffIn);
   const backoffOn = Object.freeze(backoffIn.map((s: unknown, i: number) => intIn(s, `${field}.concurrency.backoffOn[${i}]`, 100, 999)));
-  const concurrency = Object.freeze({ initial, min, max, adaptive, decrease, backoffOn, scope: scopeOf(cIn.scope ?? d.concurrency.scope, `${field}.concurrency.scope`) });
+  const concurrency = Object.freeze({
+    initial,
+    min,
+    max,
+    adaptive,
+    decrease,
+    backoffOn,
+    scope: scopeOf(cIn.scope ?? d.concurrency.scope, `${field}.concurrency.scope`),
+  });
 
   const maxPauseMs = intIn(input.maxPauseMs ?? d.maxPauseMs, `${field}.maxPauseMs`, 0, 2 ** 31 - 1);
   let propagate: ResolvedPropagation;
@@ -253,7 +282,17 @@ export function resolveDestination(name: string, input: unknown, field = `destin
   }
 
   return Object.freeze({
-    name, url, method, headers: Object.freeze(headers), policy, batch, format: format as BodyFormat, rateLimit, concurrency, maxPauseMs, propagate,
+    name,
+    url,
+    method,
+    headers: Object.freeze(headers),
+    policy,
+    batch,
+    format: format as BodyFormat,
+    rateLimit,
+    concurrency,
+    maxPauseMs,
+    propagate,
   });
 }
 
@@ -294,7 +333,7 @@ export const WORKER_DEFAULTS = Object.freeze({
   claimChunk: 200,
   stopTimeoutMs: 10_000,
   retainDeliveredMs: 7 * 86_400_000,
-  retainDroppedMs: 30 * 86_400_000 as number | null,
+  retainDroppedMs: (30 * 86_400_000) as number | null,
   storeTimeoutMs: 5_000,
 });
 

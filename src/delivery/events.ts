@@ -71,12 +71,22 @@ export interface AttemptWho {
  * with the round's request id, the batch and the decision's reason.
  */
 export function deliveryAttemptEvent(
-  who: AttemptWho, obs: Observation, remainingMs: number, d: DecisionResult, wallNow: number, injected: InjectedKind | null,
+  who: AttemptWho,
+  obs: Observation,
+  remainingMs: number,
+  d: DecisionResult,
+  wallNow: number,
+  injected: InjectedKind | null,
 ): DeliveryAttemptEvent {
   const ev = attemptEvent(who.ref.key, who.attempt, who.method, who.endpoint, obs, remainingMs, d, wallNow, false, injected);
   return {
-    ...ev, requestId: deliveryRequestId(who.ref.key, who.round, who.attempt), method: who.method, endpoint: who.endpoint,
-    ...who.ref, round: who.round, why: d.why,
+    ...ev,
+    requestId: deliveryRequestId(who.ref.key, who.round, who.attempt),
+    method: who.method,
+    endpoint: who.endpoint,
+    ...who.ref,
+    round: who.round,
+    why: d.why,
   };
 }
 

@@ -6,11 +6,16 @@ export type { DeliveryQueue, QueueOptions, EnqueueOptions } from './queue.js';
 export { createWorker } from './worker.js';
 export type { DeliveryWorker, WorkerOptions, WorkerCounters, DeliveryEvent, DeliveryAttemptEvent } from './worker.js';
 export type { BatchRef } from './events.js';
-export {
-  resolveDestinations, resolveWorkerSettings, parseDeliveryConfig, DESTINATION_DEFAULTS, WORKER_DEFAULTS, BODY_FORMATS,
-} from './config.js';
+export { resolveDestinations, resolveWorkerSettings, parseDeliveryConfig, DESTINATION_DEFAULTS, WORKER_DEFAULTS, BODY_FORMATS } from './config.js';
 export type {
-  DestinationOptions, ResolvedDestination, RateLimitOptions, ConcurrencyOptions, BodyFormat, WorkerSettings, DeliveryConfig, LimitScope,
+  DestinationOptions,
+  ResolvedDestination,
+  RateLimitOptions,
+  ConcurrencyOptions,
+  BodyFormat,
+  WorkerSettings,
+  DeliveryConfig,
+  LimitScope,
 } from './config.js';
 export { openStore } from './store.js';
 export { openSqliteStore, SQLITE_DEFAULTS } from './sqlite-store.js';
@@ -19,14 +24,39 @@ export { openPostgresStore, POSTGRES_DEFAULTS } from './postgres-store.js';
 export type { PostgresStoreOptions } from './postgres-store.js';
 export { SCHEMA_VERSION } from './store-common.js';
 export type {
-  DeliveryStore, BatchState, ListState, NewItem, EnqueueResult, BatchLimits, Lease, BatchItem, ClaimedBatch, AttemptRecord, Outcome,
-  CompleteResult, FormResult, FormAndClaimResult, BatchSummary, StoredItem, BatchDetail, ListFilter, RequeueFilter, DestinationStats, DropStat,
+  DeliveryStore,
+  BatchState,
+  ListState,
+  NewItem,
+  EnqueueResult,
+  BatchLimits,
+  Lease,
+  BatchItem,
+  ClaimedBatch,
+  AttemptRecord,
+  Outcome,
+  CompleteResult,
+  FormResult,
+  FormAndClaimResult,
+  BatchSummary,
+  StoredItem,
+  BatchDetail,
+  ListFilter,
+  RequeueFilter,
+  DestinationStats,
+  DropStat,
 } from './types.js';
 export { createHttpTransport } from './transport.js';
 export type { Transport, HttpTransport, HttpTransportOptions, DeliveryRequest, TransportResult } from './transport.js';
 export { createIdempotencyCache, createIdempotentHandler, noticeKey, IDEMPOTENCY_CACHE_DEFAULTS } from './receiver.js';
 export type {
-  IdempotencyCache, IdempotencyCacheOptions, IdempotentHandler, IdempotentHandlerOptions, ReceiptStore, StoredResponse, BeginResult,
+  IdempotencyCache,
+  IdempotencyCacheOptions,
+  IdempotentHandler,
+  IdempotentHandlerOptions,
+  ReceiptStore,
+  StoredResponse,
+  BeginResult,
 } from './receiver.js';
 export { DeliveryError } from './errors.js';
 export type { DeliveryErrorCode } from './errors.js';

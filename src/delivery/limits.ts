@@ -15,7 +15,10 @@ export class SlidingWindowLimiter {
   private head = 0;
   private size = 0;
 
-  constructor(readonly requests: number, readonly perMs: number) {
+  constructor(
+    readonly requests: number,
+    readonly perMs: number,
+  ) {
     this.log = new Float64Array(requests);
   }
 

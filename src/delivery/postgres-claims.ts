@@ -4,9 +4,7 @@
 import { cutBatches, type PendingRow } from './batching.js';
 import { counted, type PgCx, type PgTables } from './postgres-schema.js';
 import { toClaimed, type BatchRow } from './store-common.js';
-import type {
-  BatchLimits, ClaimedBatch, EnqueueResult, FormAndClaimResult, FormResult, Lease, LimitedClaim, NewItem, SharedLimits,
-} from './types.js';
+import type { BatchLimits, ClaimedBatch, EnqueueResult, FormAndClaimResult, FormResult, Lease, LimitedClaim, NewItem, SharedLimits } from './types.js';
 
 /** One statement claims and reads the items: due batches of a destination that is not paused, oldest due first. */
 export function claimStatement(t: PgTables): string {
@@ -48,26 +46,34 @@ export async function enqueue(x: PgCx, list: readonly NewItem[], now: number): P
   return x.s.tx(`enqueueing ${list.length} item${list.length === 1 ? '' : 's'}`, async (c) => {
     const dests = list.map((i) => i.destination);
     const keys = list.map((i) => i.key);
-    const inserted = await x.s.run<{ id: number; destination: string; key: string }>(c, `
+    const inserted = await x.s.run<{ id: number; destination: string; key: string }>(
+      c,
+      `
       WITH ins AS (
         INSERT INTO ${x.t.items} (destination, key, payload, bytes, enqueued_at)
         SELECT d, k, p, octet_length(p), $4 FROM unnest($1::text[], $2::text[], $3::text[]) AS u(d, k, p)
         ON CONFLICT (destination, key) DO NOTHING RETURNING id, destination, key
       ), cnt AS (${counted(x.t, `SELECT destination, 'pending' AS state, 0::bigint AS batches, count(*) AS items FROM ins GROUP BY destination`, '$5')})
       SELECT id, destination, key FROM ins`,
-    [dests, keys, list.map((i) => i.payload), now, x.shard()]);
+      [dests, keys, list.map((i) => i.payload), now, x.shard()],
+    );
     const fresh = new Map(inserted.map((r) => [`${r.destination}\0${r.key}`, r.id]));
     const missing = list.filter((i) => !fresh.has(`${i.destination}\0${i.key}`));
     const known = new Map<string, number>();
     if (missing.length > 0) {
-      const rows = await x.s.run<{ id: number; destination: string; key: string }>(c,
+      const rows = await x.s.run<{ id: number; destination: string; key: string }>(
+        c,
         `SELECT i.id, i.destination, i.key FROM ${x.t.items} i JOIN unnest($1::text[], $2::text[]) AS u(d, k) ON i.destination = u.d AND i.key = u.k`,
         [missing.map((i) => i.destination), missing.map((i) => i.key)],
       );
       for (const r of rows) known.set(`${r.destination}\0${r.key}`, r.id);
     }
     // Workers of other processes wake up (delivered when the transaction commits).
-    if (inserted.length > 0) await x.s.run(c, `SELECT pg_notify($1, d) FROM (SELECT DISTINCT unnest($2::text[]) AS d) x`, [x.channel, [...new Set(inserted.map((r) => r.destination))]]);
+    if (inserted.length > 0)
+      await x.s.run(c, `SELECT pg_notify($1, d) FROM (SELECT DISTINCT unnest($2::text[]) AS d) x`, [
+        x.channel,
+        [...new Set(inserted.map((r) => r.destination))],
+      ]);
     const seen = new Set<string>();
     return list.map((i) => {
       const k = `${i.destination}\0${i.key}`;
@@ -85,7 +91,8 @@ export async function enqueue(x: PgCx, list: readonly NewItem[], now: number): P
 export async function formBatches(x: PgCx, destination: string, limits: BatchLimits, now: number, maxBatches: number): Promise<FormResult> {
   return x.s.tx('forming batches', async (c) => {
     const limit = Math.max(1, maxBatches * limits.maxItems);
-    const rows = await x.s.run<PendingRow>(c,
+    const rows = await x.s.run<PendingRow>(
+      c,
       `SELECT id, key, bytes, enqueued_at AS "enqueuedAt" FROM ${x.t.items}
        WHERE destination = $1 AND batch_id IS NULL ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`,
       [destination, limit],
@@ -95,27 +102,54 @@ export async function formBatches(x: PgCx, destination: string, limits: BatchLim
     if (cuts.length === 0) return { formed: 0, nextAt };
     const { itemIds, itemBatch } = itemsOfCuts(cuts);
     // The batches and their items' batch_id in one statement (ordinality ties them).
-    await x.s.run(c, `
+    await x.s.run(
+      c,
+      `
       WITH b AS (
         INSERT INTO ${x.t.batches} (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at)
         SELECT $1, k, 'queued', n, b, $5, $5, $5, e FROM unnest($2::text[], $3::int[], $4::bigint[], $6::bigint[]) WITH ORDINALITY AS u(k, n, b, e, o) ORDER BY o
         RETURNING id, key
       ), o AS (
         SELECT b.id, u.o FROM b JOIN unnest($2::text[]) WITH ORDINALITY AS u(k, o) ON u.k = b.key
-      ), cnt AS (${counted(x.t, `SELECT $1::text AS destination, s AS state, nb AS batches, ni AS items
-          FROM (VALUES ('pending', 0::bigint, -$9::bigint), ('queued', $10::bigint, $9::bigint)) AS v(s, nb, ni)`, '$11')})
+      ), cnt AS (${counted(
+        x.t,
+        `SELECT $1::text AS destination, s AS state, nb AS batches, ni AS items
+          FROM (VALUES ('pending', 0::bigint, -$9::bigint), ('queued', $10::bigint, $9::bigint)) AS v(s, nb, ni)`,
+        '$11',
+      )})
       UPDATE ${x.t.items} i SET batch_id = o.id FROM unnest($7::bigint[], $8::int[]) AS m(i, o) JOIN o ON o.o = m.o WHERE i.id = m.i`,
-    [destination, cuts.map((cut) => cut.key), cuts.map((cut) => cut.rows.length), cuts.map((cut) => cut.bytes), now, cuts.map((cut) => cut.rows[0]!.enqueuedAt), itemIds, itemBatch,
-      itemIds.length, cuts.length, x.shard()]);
+      [
+        destination,
+        cuts.map((cut) => cut.key),
+        cuts.map((cut) => cut.rows.length),
+        cuts.map((cut) => cut.bytes),
+        now,
+        cuts.map((cut) => cut.rows[0]!.enqueuedAt),
+        itemIds,
+        itemBatch,
+        itemIds.length,
+        cuts.length,
+        x.shard(),
+      ],
+    );
     return { formed: cuts.length, nextAt };
   });
 }
 
-export async function formAndClaim(x: PgCx, destination: string, limits: BatchLimits, now: number, maxBatches: number, leaseMs: number, owner: string): Promise<FormAndClaimResult> {
+export async function formAndClaim(
+  x: PgCx,
+  destination: string,
+  limits: BatchLimits,
+  now: number,
+  maxBatches: number,
+  leaseMs: number,
+  owner: string,
+): Promise<FormAndClaimResult> {
   if (limits.maxItems === 1) return formAndClaimSingles(x, destination, now, maxBatches, leaseMs, owner);
   return x.s.tx('forming and claiming batches', async (c) => {
     const limit = Math.max(1, maxBatches * limits.maxItems);
-    const rows = await x.s.run<PendingRow & { payload: string }>(c,
+    const rows = await x.s.run<PendingRow & { payload: string }>(
+      c,
       `SELECT id, key, bytes, enqueued_at AS "enqueuedAt", payload FROM ${x.t.items}
        WHERE destination = $1 AND batch_id IS NULL
          AND NOT EXISTS (SELECT 1 FROM ${x.t.dests} p WHERE p.destination = $1 AND p.paused_at IS NOT NULL)
@@ -128,25 +162,56 @@ export async function formAndClaim(x: PgCx, destination: string, limits: BatchLi
     const until = now + leaseMs;
     const { itemIds, itemBatch } = itemsOfCuts(cuts);
     // The batches, born leased to `owner` (token 1, as a first claim leaves it), and their items' batch_id.
-    const made = await x.s.run<{ id: number; o: number }>(c, `
+    const made = await x.s.run<{ id: number; o: number }>(
+      c,
+      `
       WITH b AS (
         INSERT INTO ${x.t.batches} (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at, lease_owner, lease_until, lease_token, claims)
         SELECT $1, k, 'queued', n, b, $5, $5, $12, e, $13, $12, 1, 1 FROM unnest($2::text[], $3::int[], $4::bigint[], $6::bigint[]) WITH ORDINALITY AS u(k, n, b, e, o) ORDER BY o
         RETURNING id, key
       ), o AS (
         SELECT b.id, u.o FROM b JOIN unnest($2::text[]) WITH ORDINALITY AS u(k, o) ON u.k = b.key
-      ), cnt AS (${counted(x.t, `SELECT $1::text AS destination, s AS state, nb AS batches, ni AS items
-          FROM (VALUES ('pending', 0::bigint, -$9::bigint), ('queued', $10::bigint, $9::bigint)) AS v(s, nb, ni)`, '$11')}
+      ), cnt AS (${counted(
+        x.t,
+        `SELECT $1::text AS destination, s AS state, nb AS batches, ni AS items
+          FROM (VALUES ('pending', 0::bigint, -$9::bigint), ('queued', $10::bigint, $9::bigint)) AS v(s, nb, ni)`,
+        '$11',
+      )}
       ), m AS (
         UPDATE ${x.t.items} i SET batch_id = o.id FROM unnest($7::bigint[], $8::int[]) AS m(i, o) JOIN o ON o.o = m.o WHERE i.id = m.i
       )
       SELECT id, o FROM o`,
-    [destination, cuts.map((cut) => cut.key), cuts.map((cut) => cut.rows.length), cuts.map((cut) => cut.bytes), now, cuts.map((cut) => cut.rows[0]!.enqueuedAt), itemIds, itemBatch,
-      itemIds.length, cuts.length, x.shard(), until, owner]);
+      [
+        destination,
+        cuts.map((cut) => cut.key),
+        cuts.map((cut) => cut.rows.length),
+        cuts.map((cut) => cut.bytes),
+        now,
+        cuts.map((cut) => cut.rows[0]!.enqueuedAt),
+        itemIds,
+        itemBatch,
+        itemIds.length,
+        cuts.length,
+        x.shard(),
+        until,
+        owner,
+      ],
+    );
     const idOf = new Map(made.map((r) => [Number(r.o), Number(r.id)]));
     const claimed: ClaimedBatch[] = cuts.map((cut, i) => ({
-      id: idOf.get(i + 1)!, token: 1, destination, key: cut.key, round: 1, attempt: 0, opStartedAt: null, opDeadlineAt: null, prevDelayMs: null,
-      opThrottled: 0, createdAt: now, notBefore: now, bytes: cut.bytes,
+      id: idOf.get(i + 1)!,
+      token: 1,
+      destination,
+      key: cut.key,
+      round: 1,
+      attempt: 0,
+      opStartedAt: null,
+      opDeadlineAt: null,
+      prevDelayMs: null,
+      opThrottled: 0,
+      createdAt: now,
+      notBefore: now,
+      bytes: cut.bytes,
       items: cut.rows.map((r) => ({ key: r.key, payload: (r as PendingRow & { payload: string }).payload })),
     }));
     return { claimed, nextAt };
@@ -159,12 +224,21 @@ export async function formAndClaim(x: PgCx, destination: string, limits: BatchLi
  * PostgreSQL exactly as batchKey() does (SHA-256 of the length-prefixed destination
  * and item key, lengths in UTF-16 code units as JavaScript counts them).
  */
-export async function formAndClaimSingles(x: PgCx, destination: string, now: number, maxBatches: number, leaseMs: number, owner: string): Promise<FormAndClaimResult> {
+export async function formAndClaimSingles(
+  x: PgCx,
+  destination: string,
+  now: number,
+  maxBatches: number,
+  leaseMs: number,
+  owner: string,
+): Promise<FormAndClaimResult> {
   const limit = Math.max(1, maxBatches);
   // UTF-16 length of k: its characters, plus one for each outside the Basic Multilingual Plane.
   const len16 = `(CASE WHEN octet_length(p.key) = char_length(p.key) THEN char_length(p.key)
     ELSE char_length(p.key) + char_length(regexp_replace(p.key, E'[^\\\\U00010000-\\\\U0010FFFF]', '', 'g')) END)`;
-  const rows = await x.s.q<{ id: number; key: string; item_key: string; payload: string; bytes: number }>('forming and claiming batches', `
+  const rows = await x.s.q<{ id: number; key: string; item_key: string; payload: string; bytes: number }>(
+    'forming and claiming batches',
+    `
     WITH p AS (
       SELECT id, key, bytes, enqueued_at, payload FROM ${x.t.items}
       WHERE destination = $1 AND batch_id IS NULL
@@ -182,14 +256,31 @@ export async function formAndClaimSingles(x: PgCx, destination: string, now: num
       SELECT b.id, b.key, k.id AS item_id, k.key AS item_key, k.payload, k.bytes FROM b JOIN k ON k.bkey = b.key
     ), m AS (
       UPDATE ${x.t.items} i SET batch_id = x.id FROM x WHERE i.id = x.item_id
-    ), cnt AS (${counted(x.t, `SELECT $1::text AS destination, s AS state, nb AS batches, ni AS items
-        FROM (SELECT count(*) AS n FROM x) AS c, LATERAL (VALUES ('pending', 0::bigint, -c.n), ('queued', c.n, c.n)) AS v(s, nb, ni)`, '$7')}
+    ), cnt AS (${counted(
+      x.t,
+      `SELECT $1::text AS destination, s AS state, nb AS batches, ni AS items
+        FROM (SELECT count(*) AS n FROM x) AS c, LATERAL (VALUES ('pending', 0::bigint, -c.n), ('queued', c.n, c.n)) AS v(s, nb, ni)`,
+      '$7',
+    )}
     )
     SELECT id, key, item_key, payload, bytes FROM x ORDER BY item_id`,
-  [destination, limit, `${destination.length}:${destination}`, now, now + leaseMs, owner, x.shard()]);
+    [destination, limit, `${destination.length}:${destination}`, now, now + leaseMs, owner, x.shard()],
+  );
   const claimed: ClaimedBatch[] = rows.map((r) => ({
-    id: r.id, token: 1, destination, key: r.key, round: 1, attempt: 0, opStartedAt: null, opDeadlineAt: null, prevDelayMs: null,
-    opThrottled: 0, createdAt: now, notBefore: now, bytes: r.bytes, items: [{ key: r.item_key, payload: r.payload }],
+    id: r.id,
+    token: 1,
+    destination,
+    key: r.key,
+    round: 1,
+    attempt: 0,
+    opStartedAt: null,
+    opDeadlineAt: null,
+    prevDelayMs: null,
+    opThrottled: 0,
+    createdAt: now,
+    notBefore: now,
+    bytes: r.bytes,
+    items: [{ key: r.item_key, payload: r.payload }],
   }));
   return { claimed, nextAt: rows.length < limit ? null : now };
 }
@@ -202,7 +293,9 @@ export async function claim(x: PgCx, destination: string, limit: number, now: nu
 }
 
 export async function reclaim(x: PgCx, destination: string, owner: string, known: readonly Lease[], now: number, leaseMs: number): Promise<ClaimedBatch[]> {
-  const rows = await x.s.q<ClaimRow>('looking for leases of unknown claims', `
+  const rows = await x.s.q<ClaimRow>(
+    'looking for leases of unknown claims',
+    `
     WITH u AS (
       UPDATE ${x.t.batches} b SET lease_until = $3, due_at = $3
       WHERE b.state = 'queued' AND b.destination = $1 AND b.lease_owner = $2 AND b.lease_until > $4
@@ -211,13 +304,22 @@ export async function reclaim(x: PgCx, destination: string, owner: string, known
         b.created_at, b.not_before, b.bytes, b.due_at
     )
     SELECT u.*, i.key AS item_key, i.payload AS item_payload FROM u JOIN ${x.t.items} i ON i.batch_id = u.id ORDER BY u.id, i.id`,
-  [destination, owner, now + leaseMs, now, known.map((l) => l.id), known.map((l) => l.token)]);
+    [destination, owner, now + leaseMs, now, known.map((l) => l.id), known.map((l) => l.token)],
+  );
   if (rows.length === 0) return [];
   const { batches, items } = splitClaimRows(rows);
   return toClaimed(batches, items);
 }
 
-export async function claimLimited(x: PgCx, destination: string, want: number, limits: SharedLimits, now: number, leaseMs: number, owner: string): Promise<LimitedClaim> {
+export async function claimLimited(
+  x: PgCx,
+  destination: string,
+  want: number,
+  limits: SharedLimits,
+  now: number,
+  leaseMs: number,
+  owner: string,
+): Promise<LimitedClaim> {
   return x.s.tx('claiming batches', async (c) => {
     // Claims of this destination, from every worker, one at a time: the destination's row is the lock.
     const lock = `SELECT paused_at FROM ${x.t.dests} WHERE destination = $1 FOR UPDATE`;
@@ -229,11 +331,14 @@ export async function claimLimited(x: PgCx, destination: string, want: number, l
     if (row[0]?.paused_at !== null && row[0]?.paused_at !== undefined) return { claimed: [], retryAt: null, permit: null };
     // A new statement, so a new snapshot: it sees every claim committed before the lock was ours.
     const perMs = limits.rate?.perMs ?? 0;
-    const [use] = await x.s.run<{ used: number; leased: number }>(c, `
+    const [use] = await x.s.run<{ used: number; leased: number }>(
+      c,
+      `
       WITH gone AS (DELETE FROM ${x.t.rate} WHERE destination = $1 AND end_at <= $2::bigint - $3::bigint)
       SELECT (SELECT coalesce(sum(n), 0) FROM ${x.t.rate} WHERE destination = $1 AND end_at > $2::bigint - $3::bigint) AS used,
              (SELECT count(*) FROM ${x.t.batches} WHERE destination = $1 AND state = 'queued' AND lease_owner IS NOT NULL AND lease_until > $2) AS leased`,
-    [destination, now, perMs]);
+      [destination, now, perMs],
+    );
     let allowed = want;
     if (limits.concurrency !== null) allowed = Math.min(allowed, limits.concurrency - Number(use!.leased));
     const rate = limits.rate;
@@ -245,15 +350,23 @@ export async function claimLimited(x: PgCx, destination: string, want: number, l
     let retryAt: number | null = null;
     if (used + batches.length >= rate.requests) {
       // The window is full: one more fits when enough of its entries have aged out (this claim's own last).
-      const [first] = await x.s.run<{ end_at: number }>(c, `
+      const [first] = await x.s.run<{ end_at: number }>(
+        c,
+        `
         SELECT end_at FROM (SELECT end_at, sum(n) OVER (ORDER BY end_at, id) AS cum FROM ${x.t.rate} WHERE destination = $1 AND end_at > $2::bigint - $3::bigint) x
-        WHERE cum >= $4 ORDER BY end_at LIMIT 1`, [destination, now, perMs, used + batches.length - rate.requests + 1]);
+        WHERE cum >= $4 ORDER BY end_at LIMIT 1`,
+        [destination, now, perMs, used + batches.length - rate.requests + 1],
+      );
       retryAt = first ? Number(first.end_at) + perMs : now + leaseMs + perMs;
     }
     let permit: number | null = null;
     if (batches.length > 0) {
-      const [p] = await x.s.run<{ id: number }>(c, `INSERT INTO ${x.t.rate} (destination, at, n, end_at) VALUES ($1, $2, $3, $4) RETURNING id`,
-        [destination, now, batches.length, now + leaseMs]);
+      const [p] = await x.s.run<{ id: number }>(c, `INSERT INTO ${x.t.rate} (destination, at, n, end_at) VALUES ($1, $2, $3, $4) RETURNING id`, [
+        destination,
+        now,
+        batches.length,
+        now + leaseMs,
+      ]);
       permit = p!.id;
     }
     return { claimed: toClaimed(batches, items), retryAt, permit };
@@ -267,22 +380,30 @@ export async function endPermit(x: PgCx, permit: number, at: number): Promise<vo
 export async function renew(x: PgCx, leases: readonly Lease[], now: number, leaseMs: number): Promise<number[]> {
   if (leases.length === 0) return [];
   const until = now + leaseMs;
-  const kept = await x.s.q<{ id: number }>('renewing leases', `
+  const kept = await x.s.q<{ id: number }>(
+    'renewing leases',
+    `
     UPDATE ${x.t.batches} b SET lease_until = $3, due_at = $3
     FROM unnest($1::bigint[], $2::bigint[]) AS l(id, token)
     WHERE b.id = l.id AND b.lease_token = l.token AND b.state = 'queued'
-    RETURNING b.id`, [leases.map((l) => l.id), leases.map((l) => l.token), until]);
+    RETURNING b.id`,
+    [leases.map((l) => l.id), leases.map((l) => l.token), until],
+  );
   const ok = new Set(kept.map((r) => r.id));
   return leases.filter((l) => !ok.has(l.id)).map((l) => l.id);
 }
 
 export async function release(x: PgCx, leases: readonly Lease[], _now: number): Promise<number> {
   if (leases.length === 0) return 0;
-  const rows = await x.s.q<{ id: number }>('releasing claims', `
+  const rows = await x.s.q<{ id: number }>(
+    'releasing claims',
+    `
     UPDATE ${x.t.batches} b SET lease_owner = NULL, lease_until = 0, due_at = b.not_before
     FROM unnest($1::bigint[], $2::bigint[]) AS l(id, token)
     WHERE b.id = l.id AND b.lease_token = l.token AND b.state = 'queued'
-    RETURNING b.id`, [leases.map((l) => l.id), leases.map((l) => l.token)]);
+    RETURNING b.id`,
+    [leases.map((l) => l.id), leases.map((l) => l.token)],
+  );
   return rows.length;
 }
 

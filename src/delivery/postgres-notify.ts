@@ -10,7 +10,10 @@ export class PgListener {
   private listening: Promise<void> | null = null;
   private relisten: ReturnType<typeof setTimeout> | null = null;
 
-  constructor(private readonly s: PgSession, private readonly channel: string) {}
+  constructor(
+    private readonly s: PgSession,
+    private readonly channel: string,
+  ) {}
 
   async subscribe(listener: (destination: string) => void): Promise<() => Promise<void>> {
     if (this.s.closed) throw new DeliveryError('ERR_STORE_CLOSED', `${this.s.description}: the store is closed`);

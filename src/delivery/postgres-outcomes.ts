@@ -12,11 +12,27 @@ export async function complete(x: PgCx, outcomes: readonly Outcome[]): Promise<C
   // One JSON parameter (one JSON.stringify here, parsed by PostgreSQL) instead of a text array per column.
   const rows = outcomes.map((o) => {
     const r = o.record;
-    return [o.id, o.token, o.state, o.notBefore, o.attempt, o.opStartedAt, o.opDeadlineAt, o.prevDelayMs, o.lastStatus, o.lastErrorClass,
-      o.lastDecision, o.lastWhy, o.finishedAt, o.opThrottled,
-      r === null ? null : [r.attempt, r.at, r.status, r.errorClass, r.elapsedMs, r.decision, r.why, r.delayMs, r.retryAfterMs, r.worker]];
+    return [
+      o.id,
+      o.token,
+      o.state,
+      o.notBefore,
+      o.attempt,
+      o.opStartedAt,
+      o.opDeadlineAt,
+      o.prevDelayMs,
+      o.lastStatus,
+      o.lastErrorClass,
+      o.lastDecision,
+      o.lastWhy,
+      o.finishedAt,
+      o.opThrottled,
+      r === null ? null : [r.attempt, r.at, r.status, r.errorClass, r.elapsedMs, r.decision, r.why, r.delayMs, r.retryAfterMs, r.worker],
+    ];
   });
-  const applied = await x.s.q<{ id: number }>('recording outcomes', `
+  const applied = await x.s.q<{ id: number }>(
+    'recording outcomes',
+    `
     WITH o AS (
       SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token, e->>2 AS state, (e->>3)::bigint AS not_before, (e->>4)::int AS attempt,
         (e->>5)::bigint AS op_started_at, (e->>6)::bigint AS op_deadline_at, (e->>7)::bigint AS prev_delay_ms, (e->>8)::int AS last_status,
@@ -29,8 +45,12 @@ export async function complete(x: PgCx, outcomes: readonly Outcome[]): Promise<C
         finished_at = o.finished_at
       FROM o WHERE b.id = o.id AND b.lease_token = o.token AND b.state = 'queued'
       RETURNING b.id, b.round, b.destination, b.state, b.items
-    ), cnt AS (${counted(x.t, `SELECT destination, 'queued' AS state, -1::bigint AS batches, -items::bigint AS items FROM u WHERE state <> 'queued'
-        UNION ALL SELECT destination, state, 1, items FROM u WHERE state <> 'queued'`, '$2')}
+    ), cnt AS (${counted(
+      x.t,
+      `SELECT destination, 'queued' AS state, -1::bigint AS batches, -items::bigint AS items FROM u WHERE state <> 'queued'
+        UNION ALL SELECT destination, state, 1, items FROM u WHERE state <> 'queued'`,
+      '$2',
+    )}
     ), a AS (
       INSERT INTO ${x.t.attempts} (batch_id, round, attempt, at, status, error_class, elapsed_ms, decision, why, delay_ms, retry_after_ms, worker)
       SELECT o.id, u.round, (o.r->>0)::int, (o.r->>1)::bigint, (o.r->>2)::int, o.r->>3, (o.r->>4)::bigint, o.r->>5, o.r->>6, (o.r->>7)::bigint,
@@ -41,17 +61,24 @@ export async function complete(x: PgCx, outcomes: readonly Outcome[]): Promise<C
       -- Written already by this very claim (a write whose answer a broken connection lost, made again): done, not lost.
       SELECT b.id FROM ${x.t.batches} b JOIN o ON b.id = o.id WHERE b.lease_token = o.token AND b.state <> 'queued' AND b.state = o.state
     )
-    SELECT id FROM u UNION ALL SELECT id FROM again`, [JSON.stringify(rows), x.shard()], x.s.outcomePool);
+    SELECT id FROM u UNION ALL SELECT id FROM again`,
+    [JSON.stringify(rows), x.shard()],
+    x.s.outcomePool,
+  );
   const ok = new Set(applied.map((r) => r.id));
   return { applied: outcomes.filter((o) => ok.has(o.id)).map((o) => o.id), lost: outcomes.filter((o) => !ok.has(o.id)).map((o) => o.id) };
 }
 
 /** Rebuilds the counters behind stats() from the tables (writers wait meanwhile). */
 export async function recount(x: PgCx): Promise<void> {
-  await x.s.tx('counting the queue', async (c) => {
-    await c.query(`LOCK TABLE ${x.t.items}, ${x.t.batches} IN SHARE MODE`);
-    await c.query(fill(PG_RECOUNT, { ...x.t }));
-  }, true);
+  await x.s.tx(
+    'counting the queue',
+    async (c) => {
+      await c.query(`LOCK TABLE ${x.t.items}, ${x.t.batches} IN SHARE MODE`);
+      await c.query(fill(PG_RECOUNT, { ...x.t }));
+    },
+    true,
+  );
 }
 
 export async function requeue(x: PgCx, filter: RequeueFilter, now: number): Promise<number> {
@@ -64,31 +91,49 @@ export async function requeue(x: PgCx, filter: RequeueFilter, now: number): Prom
   }
   whereDestinationAndReason(filter, values, where);
   values.push(x.shard());
-  const rows = await x.s.q<{ id: number }>('requeueing batches', `
+  const rows = await x.s.q<{ id: number }>(
+    'requeueing batches',
+    `
     WITH c AS (SELECT id FROM ${x.t.batches} WHERE ${where.join(' AND ')} ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
     r AS (
       UPDATE ${x.t.batches} b SET state = 'queued', round = b.round + 1, attempt = 0, op_started_at = NULL, op_deadline_at = NULL,
         prev_delay_ms = NULL, op_throttled = 0, not_before = $1, due_at = $1, lease_owner = NULL, lease_until = 0, lease_token = b.lease_token + 1, finished_at = NULL
       FROM c WHERE b.id = c.id RETURNING b.id, b.destination, b.items
-    ), cnt AS (${counted(x.t, `SELECT destination, 'dropped' AS state, -1::bigint AS batches, -items::bigint AS items FROM r
-        UNION ALL SELECT destination, 'queued', 1, items FROM r`, `$${values.length}`)})
-    SELECT id, destination FROM r`, values);
+    ), cnt AS (${counted(
+      x.t,
+      `SELECT destination, 'dropped' AS state, -1::bigint AS batches, -items::bigint AS items FROM r
+        UNION ALL SELECT destination, 'queued', 1, items FROM r`,
+      `$${values.length}`,
+    )})
+    SELECT id, destination FROM r`,
+    values,
+  );
   const touched = [...new Set(rows.map((r) => (r as { destination?: string }).destination).filter((d): d is string => d !== undefined))];
   if (touched.length > 0) await x.s.q('requeueing batches', `SELECT pg_notify($1, d) FROM unnest($2::text[]) AS d`, [x.channel, touched]).catch(() => {});
   return rows.length;
 }
 
 export async function purge(x: PgCx, state: FinishedState, before: number, limit: number): Promise<number> {
-  if (state !== 'delivered' && state !== 'dropped') throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`state\` to be delivered or dropped, got ${JSON.stringify(state)}`, { field: 'state' });
+  if (state !== 'delivered' && state !== 'dropped')
+    throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`state\` to be delivered or dropped, got ${JSON.stringify(state)}`, { field: 'state' });
   return x.s.tx(`purging ${state} batches`, async (c) => {
-    const ids = (await x.s.run<{ id: number }>(c,
-      `SELECT id FROM ${x.t.batches} WHERE state = '${state}' AND finished_at < $1 ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED`, [before, limit])).map((r) => r.id);
+    const ids = (
+      await x.s.run<{ id: number }>(
+        c,
+        `SELECT id FROM ${x.t.batches} WHERE state = '${state}' AND finished_at < $1 ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED`,
+        [before, limit],
+      )
+    ).map((r) => r.id);
     if (ids.length === 0) return 0;
-    await x.s.run(c, `
+    await x.s.run(
+      c,
+      `
       WITH i AS (DELETE FROM ${x.t.items} WHERE batch_id = ANY($1::bigint[])), a AS (DELETE FROM ${x.t.attempts} WHERE batch_id = ANY($1::bigint[])),
       b AS (DELETE FROM ${x.t.batches} WHERE id = ANY($1::bigint[]) RETURNING destination, state, items),
       cnt AS (${counted(x.t, `SELECT destination, state, -1::bigint AS batches, -items::bigint AS items FROM b`, '$2')})
-      SELECT count(*) FROM b`, [ids, x.shard()]);
+      SELECT count(*) FROM b`,
+      [ids, x.shard()],
+    );
     return ids.length;
   });
 }

@@ -2,9 +2,7 @@
 // migrations.ts for the scheme), and the counters every write keeps for stats().
 import type * as Pg from 'pg';
 import { DeliveryError } from './errors.js';
-import {
-  fill, lastMigration, refuseOtherSchema, tableVersions, MIGRATION_KEY, SCHEMA_KEY, type Migration, type TableVersions,
-} from './migrations.js';
+import { fill, lastMigration, refuseOtherSchema, tableVersions, MIGRATION_KEY, SCHEMA_KEY, type Migration, type TableVersions } from './migrations.js';
 import type { PgSession } from './postgres-session.js';
 import { SCHEMA_VERSION } from './store-common.js';
 
@@ -47,15 +45,21 @@ export const PG_RECOUNT = `
 
 /** What a migration works with: SQL on the store's tables, in the upgrade's transaction. */
 export class PgMigrator {
-  constructor(private readonly c: Pg.PoolClient, readonly names: Names) {}
+  constructor(
+    private readonly c: Pg.PoolClient,
+    readonly names: Names,
+  ) {}
 
   async exec(sql: string, values: unknown[] = []): Promise<Pg.QueryResult> {
     return this.c.query(fill(sql, { ...this.names }), values);
   }
 
   async hasColumn(table: keyof PgTables, column: string): Promise<boolean> {
-    const r = await this.c.query(`SELECT 1 FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 AND column_name = $3`,
-      [this.names.schema, this.tableName(table), column]);
+    const r = await this.c.query(`SELECT 1 FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 AND column_name = $3`, [
+      this.names.schema,
+      this.tableName(table),
+      column,
+    ]);
     return r.rows.length > 0;
   }
 
@@ -88,7 +92,8 @@ export const PG_MIGRATIONS: readonly Migration<PgMigrator, Promise<unknown>>[] =
   {
     version: 1,
     name: 'items, batches and their attempts',
-    up: (m) => m.exec(`
+    up: (m) =>
+      m.exec(`
       CREATE TABLE IF NOT EXISTS {meta} (k TEXT PRIMARY KEY, v TEXT NOT NULL);
       CREATE TABLE IF NOT EXISTS {items} (
         id BIGSERIAL PRIMARY KEY,
@@ -183,7 +188,7 @@ export const PG_MIGRATIONS: readonly Migration<PgMigrator, Promise<unknown>>[] =
     name: 'statistics from counters',
     up: async (m) => {
       // The counters behind stats() (O(1) on any number of rows): made, and filled from the tables, once.
-      if (!await m.hasTable('counts')) {
+      if (!(await m.hasTable('counts'))) {
         await m.exec(`CREATE TABLE {counts} (destination TEXT NOT NULL, state TEXT NOT NULL, shard INTEGER NOT NULL,
           batches BIGINT NOT NULL DEFAULT 0, items BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (destination, state, shard))`);
         await m.exec(PG_RECOUNT);
@@ -211,28 +216,39 @@ async function versions(read: (text: string, values: unknown[]) => Promise<{ k: 
  * tables that are not there are not made (ERR_NO_QUEUE).
  */
 export async function migratePostgres(s: PgSession, t: PgTables, schema: string, prefix: string, mustExist: boolean): Promise<void> {
-  const [found] = await s.q<{ items: string | null; meta: string | null }>('looking for the queue', 'SELECT to_regclass($1)::text AS items, to_regclass($2)::text AS meta', [t.items, t.meta]);
+  const [found] = await s.q<{ items: string | null; meta: string | null }>(
+    'looking for the queue',
+    'SELECT to_regclass($1)::text AS items, to_regclass($2)::text AS meta',
+    [t.items, t.meta],
+  );
   if (mustExist && (found?.items === null || found?.items === undefined)) {
-    throw new DeliveryError('ERR_NO_QUEUE', `${s.description}: no queue here (there is no table ${t.items}: nothing was enqueued with this schema and tablePrefix)`);
+    throw new DeliveryError(
+      'ERR_NO_QUEUE',
+      `${s.description}: no queue here (there is no table ${t.items}: nothing was enqueued with this schema and tablePrefix)`,
+    );
   }
   const hasMeta = found?.meta !== null && found?.meta !== undefined;
   const before = hasMeta ? await versions((text, values) => s.q('creating the tables', text, values), t.meta) : tableVersions([]);
   refuseOtherSchema(s.description, before);
   if (before.migration >= PG_LAST_MIGRATION) return;
-  await s.tx('creating the tables', async (c) => {
-    // One creator at a time: two workers starting together would race on the catalog.
-    await c.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, [`relent:${schema}.${prefix}`]);
-    await c.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`);
-    const metaNow = (await c.query(`SELECT to_regclass($1) AS t`, [t.meta])).rows[0].t !== null;
-    const v = metaNow ? await versions(async (text, values) => (await c.query(text, values)).rows as { k: string; v: string }[], t.meta) : tableVersions([]);
-    refuseOtherSchema(s.description, v);
-    if (v.migration >= PG_LAST_MIGRATION) return;
-    const m = new PgMigrator(c, { ...t, schema, prefix });
-    for (const step of PG_MIGRATIONS) if (step.version > v.migration) await step.up(m);
-    const set = `INSERT INTO ${t.meta} (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v`;
-    if (v.schema === null) await c.query(set, [SCHEMA_KEY, String(SCHEMA_VERSION)]);
-    await c.query(set, [MIGRATION_KEY, String(PG_LAST_MIGRATION)]);
-  }, true);
+  await s.tx(
+    'creating the tables',
+    async (c) => {
+      // One creator at a time: two workers starting together would race on the catalog.
+      await c.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, [`relent:${schema}.${prefix}`]);
+      await c.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`);
+      const metaNow = (await c.query(`SELECT to_regclass($1) AS t`, [t.meta])).rows[0].t !== null;
+      const v = metaNow ? await versions(async (text, values) => (await c.query(text, values)).rows as { k: string; v: string }[], t.meta) : tableVersions([]);
+      refuseOtherSchema(s.description, v);
+      if (v.migration >= PG_LAST_MIGRATION) return;
+      const m = new PgMigrator(c, { ...t, schema, prefix });
+      for (const step of PG_MIGRATIONS) if (step.version > v.migration) await step.up(m);
+      const set = `INSERT INTO ${t.meta} (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v`;
+      if (v.schema === null) await c.query(set, [SCHEMA_KEY, String(SCHEMA_VERSION)]);
+      await c.query(set, [MIGRATION_KEY, String(PG_LAST_MIGRATION)]);
+    },
+    true,
+  );
 }
 
 /** What the store's operations work with: its connections, its tables, its notification channel, and the counters' next shard. */

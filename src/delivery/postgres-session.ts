@@ -8,8 +8,23 @@ import { systemClock } from '../shared/clock.js';
 import { DeliveryError } from './errors.js';
 
 const CONNECT_CODES = new Set([
-  'ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'ECONNRESET', 'EHOSTUNREACH', 'ENETUNREACH', 'EPIPE', '28P01', '28000', '3D000', '57P01', '57P02', '57P03',
-  '08001', '08006', '08004',
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'ECONNRESET',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EPIPE',
+  '28P01',
+  '28000',
+  '3D000',
+  '57P01',
+  '57P02',
+  '57P03',
+  '08001',
+  '08006',
+  '08004',
 ]);
 
 /** A statement that got no answer within queryTimeoutMs (its connection was reset). */
@@ -26,16 +41,32 @@ export function postgresError(e: unknown, where: string, what: string): Delivery
   const code = typeof (e as { code?: unknown })?.code === 'string' ? (e as { code: string }).code : '';
   const msg = e instanceof Error ? e.message : String(e);
   if (e instanceof QueryTimeout) {
-    return new DeliveryError('ERR_STORE_UNAVAILABLE', `${where}: no answer from PostgreSQL within ${e.ms} ms (queryTimeoutMs), the connection was reset; ${what} may not have happened, nothing stored earlier is lost`, { cause: e });
+    return new DeliveryError(
+      'ERR_STORE_UNAVAILABLE',
+      `${where}: no answer from PostgreSQL within ${e.ms} ms (queryTimeoutMs), the connection was reset; ${what} may not have happened, nothing stored earlier is lost`,
+      { cause: e },
+    );
   }
   if (code === '57014') {
-    return new DeliveryError('ERR_STORE', `${where}: PostgreSQL cancelled a statement that ran past statement_timeout (statementTimeoutMs; ${msg}); ${what} was rolled back`, { cause: e });
+    return new DeliveryError(
+      'ERR_STORE',
+      `${where}: PostgreSQL cancelled a statement that ran past statement_timeout (statementTimeoutMs; ${msg}); ${what} was rolled back`,
+      { cause: e },
+    );
   }
   if (CONNECT_CODES.has(code) || /timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED/i.test(msg)) {
-    return new DeliveryError('ERR_STORE_UNAVAILABLE', `${where}: cannot reach PostgreSQL (${code || msg}${code && msg ? `: ${msg}` : ''}); ${what} did not happen, nothing stored earlier is lost`, { cause: e });
+    return new DeliveryError(
+      'ERR_STORE_UNAVAILABLE',
+      `${where}: cannot reach PostgreSQL (${code || msg}${code && msg ? `: ${msg}` : ''}); ${what} did not happen, nothing stored earlier is lost`,
+      { cause: e },
+    );
   }
   if (code === '53100' || code === '53200' || code === '53400') {
-    return new DeliveryError('ERR_STORE_FULL', `${where}: PostgreSQL is out of disk or memory (${code}: ${msg}); ${what} was rolled back, nothing stored earlier is lost`, { cause: e });
+    return new DeliveryError(
+      'ERR_STORE_FULL',
+      `${where}: PostgreSQL is out of disk or memory (${code}: ${msg}); ${what} was rolled back, nothing stored earlier is lost`,
+      { cause: e },
+    );
   }
   if (code === '55P03') {
     return new DeliveryError('ERR_STORE_LOCKED', `${where}: a lock could not be taken (${code}: ${msg}); ${what} did not happen`, { cause: e });
@@ -73,8 +104,11 @@ export class PgSession {
   private readonly clients = new Set<Pg.ClientBase>();
 
   constructor(
-    readonly pool: Pg.Pool, readonly outcomePool: Pg.Pool, readonly description: string,
-    readonly listenClient: (connectMs?: number) => Pg.Client, readonly queryTimeoutMs: number,
+    readonly pool: Pg.Pool,
+    readonly outcomePool: Pg.Pool,
+    readonly description: string,
+    readonly listenClient: (connectMs?: number) => Pg.Client,
+    readonly queryTimeoutMs: number,
   ) {
     for (const p of new Set([pool, outcomePool])) {
       p.on('connect', (c) => this.clients.add(c));
@@ -152,7 +186,10 @@ export class PgSession {
         let failed: unknown = e;
         if (!this.broken.has(client) && isStatementError(e)) {
           // The connection is sound: roll back and reuse it (if the rollback fails, it is closed).
-          await this.exec(client, 'ROLLBACK', limit).then(() => (failed = null), (r: unknown) => (failed = r));
+          await this.exec(client, 'ROLLBACK', limit).then(
+            () => (failed = null),
+            (r: unknown) => (failed = r),
+          );
         }
         this.giveBack(client, failed);
         const code = (e as { code?: string }).code ?? '';
@@ -207,10 +244,13 @@ export class PgSession {
   async endClient(c: Pg.ClientBase): Promise<void> {
     let cancel: () => void = () => {};
     const late = new Promise<void>((resolve) => {
-      cancel = systemClock.setTimer(() => {
-        resetConnection(c);
-        resolve();
-      }, this.queryTimeoutMs > 0 ? this.queryTimeoutMs : 3_000);
+      cancel = systemClock.setTimer(
+        () => {
+          resetConnection(c);
+          resolve();
+        },
+        this.queryTimeoutMs > 0 ? this.queryTimeoutMs : 3_000,
+      );
     });
     try {
       await Promise.race([(c as Pg.Client).end().catch(() => {}), late]);

@@ -14,8 +14,25 @@ import { migratePostgres, pgTables, type PgCx, type PgTables } from './postgres-
 import { PgSession } from './postgres-session.js';
 import { PURGE_DELIVERED_CHUNK } from './store-common.js';
 import type {
-  BatchDetail, BatchLimits, BatchSummary, ClaimedBatch, CompleteResult, DeliveryStore, DestinationStats, DropStat,
-  EnqueueResult, FinishedState, FormAndClaimResult, FormResult, Lease, LimitedClaim, ListFilter, NewItem, Outcome, RequeueFilter, SharedLimits,
+  BatchDetail,
+  BatchLimits,
+  BatchSummary,
+  ClaimedBatch,
+  CompleteResult,
+  DeliveryStore,
+  DestinationStats,
+  DropStat,
+  EnqueueResult,
+  FinishedState,
+  FormAndClaimResult,
+  FormResult,
+  Lease,
+  LimitedClaim,
+  ListFilter,
+  NewItem,
+  Outcome,
+  RequeueFilter,
+  SharedLimits,
 } from './types.js';
 
 export { postgresError } from './postgres-session.js';
@@ -72,7 +89,13 @@ export interface PostgresStoreOptions {
 }
 
 export const POSTGRES_DEFAULTS = Object.freeze({
-  schema: 'public', tablePrefix: 'relent_', poolSize: 4, connectTimeoutMs: 5_000, queryTimeoutMs: 3_000, statementTimeoutMs: 2_000, keepAliveMs: 10_000,
+  schema: 'public',
+  tablePrefix: 'relent_',
+  poolSize: 4,
+  connectTimeoutMs: 5_000,
+  queryTimeoutMs: 3_000,
+  statementTimeoutMs: 2_000,
+  keepAliveMs: 10_000,
   synchronousOutcomes: false,
 });
 
@@ -116,8 +139,14 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   }
   schema ??= POSTGRES_DEFAULTS.schema;
   const prefix = options.tablePrefix ?? POSTGRES_DEFAULTS.tablePrefix;
-  if (!IDENT.test(schema)) throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`schema\` to be lower-case letters, digits and _, got ${JSON.stringify(schema)}`, { field: 'schema' });
-  if (!IDENT.test(prefix)) throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`tablePrefix\` to be lower-case letters, digits and _, got ${JSON.stringify(prefix)}`, { field: 'tablePrefix' });
+  if (!IDENT.test(schema))
+    throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`schema\` to be lower-case letters, digits and _, got ${JSON.stringify(schema)}`, {
+      field: 'schema',
+    });
+  if (!IDENT.test(prefix))
+    throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`tablePrefix\` to be lower-case letters, digits and _, got ${JSON.stringify(prefix)}`, {
+      field: 'tablePrefix',
+    });
   const where = describePostgres(connectionString, schema);
   const ms = (field: 'connectTimeoutMs' | 'queryTimeoutMs' | 'statementTimeoutMs' | 'keepAliveMs'): number => {
     const v = options[field] ?? POSTGRES_DEFAULTS[field];
@@ -152,7 +181,9 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   // Outcomes go through a connection of their own that does not wait for the disk (see synchronousOutcomes).
   let outcomePool: Pg.Pool | null = null;
   if (options.synchronousOutcomes !== undefined && typeof options.synchronousOutcomes !== 'boolean') {
-    throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`synchronousOutcomes\` to be true or false, got ${JSON.stringify(options.synchronousOutcomes)}`, { field: 'synchronousOutcomes' });
+    throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`synchronousOutcomes\` to be true or false, got ${JSON.stringify(options.synchronousOutcomes)}`, {
+      field: 'synchronousOutcomes',
+    });
   }
   if (!(options.synchronousOutcomes ?? POSTGRES_DEFAULTS.synchronousOutcomes)) {
     outcomePool = new pg.Pool({
@@ -189,7 +220,11 @@ class PostgresStore implements DeliveryStore, PgCx {
   private shardSeq = Math.floor(Math.random() * 16);
   private readonly notify: PgListener;
 
-  constructor(readonly s: PgSession, private readonly schema: string, private readonly prefix: string) {
+  constructor(
+    readonly s: PgSession,
+    private readonly schema: string,
+    private readonly prefix: string,
+  ) {
     this.description = s.description;
     this.t = pgTables(schema, prefix);
     this.channel = `relent_${createHash('sha256').update(`${schema}.${prefix}`).digest('hex').slice(0, 16)}`;

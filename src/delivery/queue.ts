@@ -5,9 +5,7 @@ import { checkDestinationName, resolveDestinations, type DestinationOptions, typ
 import { describe } from '../core/errors.js';
 import { DeliveryError } from './errors.js';
 import { openStore } from './store.js';
-import type {
-  BatchDetail, BatchSummary, DeliveryStore, DestinationStats, DropStat, EnqueueResult, ListFilter, NewItem, RequeueFilter,
-} from './types.js';
+import type { BatchDetail, BatchSummary, DeliveryStore, DestinationStats, DropStat, EnqueueResult, ListFilter, NewItem, RequeueFilter } from './types.js';
 import { createWorker, type DeliveryWorker, type WorkerOptions } from './worker.js';
 
 /** Largest payload one item may carry (JSON text, bytes). */
@@ -75,15 +73,21 @@ export function prepareItem(destination: string, payload: unknown, key: string |
   checkDestinationName(destination);
   const k = key ?? randomUUID();
   if (typeof k !== 'string' || k.length === 0 || k.length > 255 || hasControl(k)) {
-    throw new DeliveryError('ERR_INVALID_ITEM', `Expected \`${field}.key\` to be 1-255 characters without control characters, got ${describe(k)}`, { field: `${field}.key` });
+    throw new DeliveryError('ERR_INVALID_ITEM', `Expected \`${field}.key\` to be 1-255 characters without control characters, got ${describe(k)}`, {
+      field: `${field}.key`,
+    });
   }
   let text: string | undefined;
   try {
     text = JSON.stringify(payload);
   } catch (e) {
-    throw new DeliveryError('ERR_INVALID_ITEM', `Expected \`${field}.payload\` to be JSON-serialisable (${e instanceof Error ? e.message : String(e)})`, { field: `${field}.payload`, cause: e });
+    throw new DeliveryError('ERR_INVALID_ITEM', `Expected \`${field}.payload\` to be JSON-serialisable (${e instanceof Error ? e.message : String(e)})`, {
+      field: `${field}.payload`,
+      cause: e,
+    });
   }
-  if (text === undefined) throw new DeliveryError('ERR_INVALID_ITEM', `Expected \`${field}.payload\` to be a JSON value, got ${describe(payload)}`, { field: `${field}.payload` });
+  if (text === undefined)
+    throw new DeliveryError('ERR_INVALID_ITEM', `Expected \`${field}.payload\` to be a JSON value, got ${describe(payload)}`, { field: `${field}.payload` });
   if (Buffer.byteLength(text) > MAX_ITEM_BYTES) {
     throw new DeliveryError('ERR_INVALID_ITEM', `Expected \`${field}.payload\` to be at most ${MAX_ITEM_BYTES} bytes of JSON`, { field: `${field}.payload` });
   }
@@ -91,15 +95,26 @@ export function prepareItem(destination: string, payload: unknown, key: string |
 }
 
 export async function openDeliveryQueue(options: QueueOptions): Promise<DeliveryQueue> {
-  const destinations = options.destinations === undefined
-    ? null
-    : options.destinations instanceof Map ? options.destinations as ReadonlyMap<string, ResolvedDestination> : resolveDestinations(options.destinations);
-  const store = typeof options.store === 'string' ? await openStore(options.store, { mustExist: options.mustExist === true, ...(options.sqliteRunIn !== undefined ? { sqliteRunIn: options.sqliteRunIn } : {}) }) : options.store;
+  const destinations =
+    options.destinations === undefined
+      ? null
+      : options.destinations instanceof Map
+        ? (options.destinations as ReadonlyMap<string, ResolvedDestination>)
+        : resolveDestinations(options.destinations);
+  const store =
+    typeof options.store === 'string'
+      ? await openStore(options.store, {
+          mustExist: options.mustExist === true,
+          ...(options.sqliteRunIn !== undefined ? { sqliteRunIn: options.sqliteRunIn } : {}),
+        })
+      : options.store;
   const clock = clockOption(options.clock) ?? systemClock;
   const workers = new Set<DeliveryWorker>();
   const known = (destination: string): void => {
     if (destinations && !destinations.has(destination)) {
-      throw new DeliveryError('ERR_UNKNOWN_DESTINATION', `Unknown destination ${JSON.stringify(destination)} (known: ${[...destinations.keys()].join(', ')})`, { field: 'destination' });
+      throw new DeliveryError('ERR_UNKNOWN_DESTINATION', `Unknown destination ${JSON.stringify(destination)} (known: ${[...destinations.keys()].join(', ')})`, {
+        field: 'destination',
+      });
     }
   };
   /** Workers in this process look for work at once: at `destination` only, when given. */

@@ -32,14 +32,19 @@ export type IdempotentHandler = (req: IncomingMessage, body: Buffer, key: string
  * are not remembered, so the sender's retry is processed. A known key with a different
  * body is refused with 422 (draft-ietf-httpapi-idempotency-key-header).
  */
-export function createIdempotentHandler(handler: IdempotentHandler, options: IdempotentHandlerOptions = {}): (req: IncomingMessage, res: ServerResponse) => void {
+export function createIdempotentHandler(
+  handler: IdempotentHandler,
+  options: IdempotentHandlerOptions = {},
+): (req: IncomingMessage, res: ServerResponse) => void {
   const receipts = options.receipts ?? createIdempotencyCache();
   const maxBody = options.maxBodyBytes ?? 16 * 1024 * 1024;
-  const keyOf = options.keyOf ?? ((req: IncomingMessage) => {
-    const h = req.headers['idempotency-key'];
-    const v = Array.isArray(h) ? h[0] : h;
-    return v === undefined || v.trim() === '' ? null : keyFromHeader(v);
-  });
+  const keyOf =
+    options.keyOf ??
+    ((req: IncomingMessage) => {
+      const h = req.headers['idempotency-key'];
+      const v = Array.isArray(h) ? h[0] : h;
+      return v === undefined || v.trim() === '' ? null : keyFromHeader(v);
+    });
   const send = (res: ServerResponse, r: StoredResponse, replayed: boolean): void => {
     const headers: Record<string, string> = { ...(r.headers ?? {}) };
     if (replayed) headers['idempotent-replayed'] = 'true';

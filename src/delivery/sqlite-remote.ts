@@ -6,8 +6,18 @@ import { fileURLToPath } from 'node:url';
 import { DeliveryError } from './errors.js';
 import type { SqliteStoreOptions } from './sqlite-store.js';
 import type {
-  BatchDetail, BatchSummary, ClaimedBatch, CompleteResult, DeliveryStore, DestinationStats, DropStat,
-  ClaimThenFormResult, EnqueueResult, FormAndClaimResult, FormResult, LimitedClaim,
+  BatchDetail,
+  BatchSummary,
+  ClaimedBatch,
+  CompleteResult,
+  DeliveryStore,
+  DestinationStats,
+  DropStat,
+  ClaimThenFormResult,
+  EnqueueResult,
+  FormAndClaimResult,
+  FormResult,
+  LimitedClaim,
 } from './types.js';
 
 /**
@@ -24,14 +34,22 @@ export async function openRemoteStore(options: SqliteStoreOptions, runIn: 'proce
   let peer: Peer;
   try {
     // None of the process's own node flags (--input-type, --import of a loader, …): the runner runs only the compiled store.
-    peer = runIn === 'thread'
-      ? new Thread(entry, { workerData: child, execArgv: [] })
-      : processPeer(fork(fileURLToPath(entry), [JSON.stringify(child)], {
-        // A session of its own, where there are sessions: scheduled as a program of its own (Linux autogroups).
-        detached: process.platform !== 'win32', execArgv: [], serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-      }));
+    peer =
+      runIn === 'thread'
+        ? new Thread(entry, { workerData: child, execArgv: [] })
+        : processPeer(
+            fork(fileURLToPath(entry), [JSON.stringify(child)], {
+              // A session of its own, where there are sessions: scheduled as a program of its own (Linux autogroups).
+              detached: process.platform !== 'win32',
+              execArgv: [],
+              serialization: 'advanced',
+              stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+            }),
+          );
   } catch (e) {
-    throw new DeliveryError('ERR_STORE_UNAVAILABLE', `${where}: cannot start the store's ${runIn} (${e instanceof Error ? e.message : String(e)})`, { cause: e });
+    throw new DeliveryError('ERR_STORE_UNAVAILABLE', `${where}: cannot start the store's ${runIn} (${e instanceof Error ? e.message : String(e)})`, {
+      cause: e,
+    });
   }
   const store = new RemoteSqliteStore(peer, where, runIn);
   try {
@@ -70,14 +88,15 @@ function processPeer(child: ChildProcess): Peer {
       child.unref();
       channel.channel?.unref?.();
     },
-    terminate: () => new Promise<void>((resolve) => {
-      if (child.exitCode !== null || child.signalCode !== null) return resolve();
-      child.ref(); // the caller waits for the exit: keep its event loop alive until then
-      child.once('exit', () => resolve());
-      // Closing the channel ends the runner after it closed the database; a kill if it does not.
-      if (child.connected) child.disconnect();
-      else child.kill();
-    }),
+    terminate: () =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        child.ref(); // the caller waits for the exit: keep its event loop alive until then
+        child.once('exit', () => resolve());
+        // Closing the channel ends the runner after it closed the database; a kill if it does not.
+        if (child.connected) child.disconnect();
+        else child.kill();
+      }),
   } as Peer;
 }
 
@@ -101,7 +120,11 @@ class RemoteSqliteStore implements DeliveryStore {
   /** Why the thread is gone (it exited or failed): every later call fails with it. */
   private gone: DeliveryError | null = null;
 
-  constructor(private readonly thread: Peer, where: string, private readonly runIn: 'process' | 'thread') {
+  constructor(
+    private readonly thread: Peer,
+    where: string,
+    private readonly runIn: 'process' | 'thread',
+  ) {
     this.description = where;
     this.opened = new Promise<void>((resolve, reject) => {
       this.waiting.set(0, { resolve: () => resolve(), reject });
@@ -120,14 +143,21 @@ class RemoteSqliteStore implements DeliveryStore {
       this.waiting.clear();
       for (const w of all) w.reject(this.gone);
     };
-    thread.on('error', (e) => fail(new DeliveryError('ERR_STORE', `${where}: the store's ${runIn} failed (${e instanceof Error ? e.message : String(e)})`, { cause: e })));
-    thread.on('exit', (code) => fail(this.closed
-      ? new DeliveryError('ERR_STORE_CLOSED', `${where}: the store is closed`)
-      : new DeliveryError('ERR_STORE', `${where}: the store's ${runIn} ended (exit code ${code})`)));
+    thread.on('error', (e) =>
+      fail(new DeliveryError('ERR_STORE', `${where}: the store's ${runIn} failed (${e instanceof Error ? e.message : String(e)})`, { cause: e })),
+    );
+    thread.on('exit', (code) =>
+      fail(
+        this.closed
+          ? new DeliveryError('ERR_STORE_CLOSED', `${where}: the store is closed`)
+          : new DeliveryError('ERR_STORE', `${where}: the store's ${runIn} ended (exit code ${code})`),
+      ),
+    );
   }
 
   private call<T>(method: string, args: readonly unknown[]): Promise<T> {
-    if (this.closed || this.gone !== null) return Promise.reject(this.gone ?? new DeliveryError('ERR_STORE_CLOSED', `${this.description}: the store is closed`));
+    if (this.closed || this.gone !== null)
+      return Promise.reject(this.gone ?? new DeliveryError('ERR_STORE_CLOSED', `${this.description}: the store is closed`));
     return this.post<T>(method, args);
   }
 
@@ -140,27 +170,69 @@ class RemoteSqliteStore implements DeliveryStore {
     });
   }
 
-  init(): Promise<void> { return this.call('init', []); }
-  enqueue(...a: Parameters<DeliveryStore['enqueue']>): Promise<EnqueueResult[]> { return this.call('enqueue', a); }
-  formBatches(...a: Parameters<DeliveryStore['formBatches']>): Promise<FormResult> { return this.call('formBatches', a); }
-  formAndClaim(...a: Parameters<NonNullable<DeliveryStore['formAndClaim']>>): Promise<FormAndClaimResult> { return this.call('formAndClaim', a); }
-  claimThenForm(...a: Parameters<NonNullable<DeliveryStore['claimThenForm']>>): Promise<ClaimThenFormResult> { return this.call('claimThenForm', a); }
-  claim(...a: Parameters<DeliveryStore['claim']>): Promise<ClaimedBatch[]> { return this.call('claim', a); }
-  claimLimited(...a: Parameters<DeliveryStore['claimLimited']>): Promise<LimitedClaim> { return this.call('claimLimited', a); }
-  reclaim(...a: Parameters<NonNullable<DeliveryStore['reclaim']>>): Promise<ClaimedBatch[]> { return this.call('reclaim', a); }
-  endPermit(...a: Parameters<DeliveryStore['endPermit']>): Promise<void> { return this.call('endPermit', a); }
-  renew(...a: Parameters<DeliveryStore['renew']>): Promise<number[]> { return a[0].length === 0 ? Promise.resolve([]) : this.call('renew', a); }
-  complete(...a: Parameters<DeliveryStore['complete']>): Promise<CompleteResult> { return a[0].length === 0 ? Promise.resolve({ applied: [], lost: [] }) : this.call('complete', a); }
-  release(...a: Parameters<DeliveryStore['release']>): Promise<number> { return a[0].length === 0 ? Promise.resolve(0) : this.call('release', a); }
-  stats(...a: Parameters<DeliveryStore['stats']>): Promise<DestinationStats[]> { return this.call('stats', a); }
-  recount(): Promise<void> { return this.call('recount', []); }
-  list(...a: Parameters<DeliveryStore['list']>): Promise<BatchSummary[]> { return this.call('list', a); }
-  get(...a: Parameters<DeliveryStore['get']>): Promise<BatchDetail | null> { return this.call('get', a); }
-  requeue(...a: Parameters<DeliveryStore['requeue']>): Promise<number> { return this.call('requeue', a); }
-  dropStats(): Promise<DropStat[]> { return this.call('dropStats', []); }
-  purgeDelivered(...a: Parameters<DeliveryStore['purgeDelivered']>): Promise<number> { return this.call('purgeDelivered', a); }
-  purge(...a: Parameters<DeliveryStore['purge']>): Promise<number> { return this.call('purge', a); }
-  setPaused(...a: Parameters<DeliveryStore['setPaused']>): Promise<boolean> { return this.call('setPaused', a); }
+  init(): Promise<void> {
+    return this.call('init', []);
+  }
+  enqueue(...a: Parameters<DeliveryStore['enqueue']>): Promise<EnqueueResult[]> {
+    return this.call('enqueue', a);
+  }
+  formBatches(...a: Parameters<DeliveryStore['formBatches']>): Promise<FormResult> {
+    return this.call('formBatches', a);
+  }
+  formAndClaim(...a: Parameters<NonNullable<DeliveryStore['formAndClaim']>>): Promise<FormAndClaimResult> {
+    return this.call('formAndClaim', a);
+  }
+  claimThenForm(...a: Parameters<NonNullable<DeliveryStore['claimThenForm']>>): Promise<ClaimThenFormResult> {
+    return this.call('claimThenForm', a);
+  }
+  claim(...a: Parameters<DeliveryStore['claim']>): Promise<ClaimedBatch[]> {
+    return this.call('claim', a);
+  }
+  claimLimited(...a: Parameters<DeliveryStore['claimLimited']>): Promise<LimitedClaim> {
+    return this.call('claimLimited', a);
+  }
+  reclaim(...a: Parameters<NonNullable<DeliveryStore['reclaim']>>): Promise<ClaimedBatch[]> {
+    return this.call('reclaim', a);
+  }
+  endPermit(...a: Parameters<DeliveryStore['endPermit']>): Promise<void> {
+    return this.call('endPermit', a);
+  }
+  renew(...a: Parameters<DeliveryStore['renew']>): Promise<number[]> {
+    return a[0].length === 0 ? Promise.resolve([]) : this.call('renew', a);
+  }
+  complete(...a: Parameters<DeliveryStore['complete']>): Promise<CompleteResult> {
+    return a[0].length === 0 ? Promise.resolve({ applied: [], lost: [] }) : this.call('complete', a);
+  }
+  release(...a: Parameters<DeliveryStore['release']>): Promise<number> {
+    return a[0].length === 0 ? Promise.resolve(0) : this.call('release', a);
+  }
+  stats(...a: Parameters<DeliveryStore['stats']>): Promise<DestinationStats[]> {
+    return this.call('stats', a);
+  }
+  recount(): Promise<void> {
+    return this.call('recount', []);
+  }
+  list(...a: Parameters<DeliveryStore['list']>): Promise<BatchSummary[]> {
+    return this.call('list', a);
+  }
+  get(...a: Parameters<DeliveryStore['get']>): Promise<BatchDetail | null> {
+    return this.call('get', a);
+  }
+  requeue(...a: Parameters<DeliveryStore['requeue']>): Promise<number> {
+    return this.call('requeue', a);
+  }
+  dropStats(): Promise<DropStat[]> {
+    return this.call('dropStats', []);
+  }
+  purgeDelivered(...a: Parameters<DeliveryStore['purgeDelivered']>): Promise<number> {
+    return this.call('purgeDelivered', a);
+  }
+  purge(...a: Parameters<DeliveryStore['purge']>): Promise<number> {
+    return this.call('purge', a);
+  }
+  setPaused(...a: Parameters<DeliveryStore['setPaused']>): Promise<boolean> {
+    return this.call('setPaused', a);
+  }
 
   /** Closes the database where it runs (after every call posted before), then ends the runner. */
   async close(): Promise<void> {

@@ -29,14 +29,18 @@ function toThreadError(e: unknown): ThreadError {
 
 async function serve(): Promise<void> {
   const ipc = parentPort === null && typeof process.send === 'function';
-  const port = parentPort ?? (ipc ? {
-    // The caller may be gone (it exited, or was killed): an answer nobody reads is dropped, not an error.
-    postMessage: (m: unknown) => {
-      if (process.connected) process.send!(m, undefined, undefined, () => {});
-    },
-    on: (ev: 'message', f: (m: ThreadCall) => void) => process.on(ev, f as never),
-    close: () => process.disconnect(),
-  } : null);
+  const port =
+    parentPort ??
+    (ipc
+      ? {
+          // The caller may be gone (it exited, or was killed): an answer nobody reads is dropped, not an error.
+          postMessage: (m: unknown) => {
+            if (process.connected) process.send!(m, undefined, undefined, () => {});
+          },
+          on: (ev: 'message', f: (m: ThreadCall) => void) => process.on(ev, f as never),
+          close: () => process.disconnect(),
+        }
+      : null);
   if (port === null) return;
   if (ipc) {
     process.on('disconnect', () => {

@@ -1,9 +1,7 @@
 // The SQLite store's tables: their names, and the numbered migrations that make them
 // (see migrations.ts for the scheme).
 import type BetterSqlite3 from 'better-sqlite3';
-import {
-  fill, lastMigration, refuseOtherSchema, tableVersions, MIGRATION_KEY, SCHEMA_KEY, type Migration, type TableVersions,
-} from './migrations.js';
+import { fill, lastMigration, refuseOtherSchema, tableVersions, MIGRATION_KEY, SCHEMA_KEY, type Migration, type TableVersions } from './migrations.js';
 import { SCHEMA_VERSION } from './store-common.js';
 
 type Db = BetterSqlite3.Database;
@@ -21,8 +19,13 @@ export interface SqliteTables {
 
 export function sqliteTables(prefix: string): SqliteTables {
   return {
-    items: `${prefix}items`, batches: `${prefix}batches`, attempts: `${prefix}attempts`, meta: `${prefix}meta`, dests: `${prefix}destinations`,
-    rate: `${prefix}rate`, counts: `${prefix}counts`,
+    items: `${prefix}items`,
+    batches: `${prefix}batches`,
+    attempts: `${prefix}attempts`,
+    meta: `${prefix}meta`,
+    dests: `${prefix}destinations`,
+    rate: `${prefix}rate`,
+    counts: `${prefix}counts`,
   };
 }
 
@@ -35,7 +38,10 @@ export const SQLITE_RECOUNT = `
 
 /** What a migration works with: SQL on the store's tables, and what it must look up first. */
 export class SqliteMigrator {
-  constructor(private readonly db: Db, private readonly t: SqliteTables) {}
+  constructor(
+    private readonly db: Db,
+    private readonly t: SqliteTables,
+  ) {}
 
   exec(sql: string): void {
     this.db.exec(fill(sql, { ...this.t }));
@@ -63,7 +69,8 @@ export const SQLITE_MIGRATIONS: readonly Migration<SqliteMigrator>[] = [
   {
     version: 1,
     name: 'items, batches and their attempts',
-    up: (m) => m.exec(`
+    up: (m) =>
+      m.exec(`
       CREATE TABLE IF NOT EXISTS {meta} (k TEXT PRIMARY KEY, v TEXT NOT NULL);
       CREATE TABLE IF NOT EXISTS {items} (
         id INTEGER PRIMARY KEY,
@@ -163,7 +170,7 @@ export const SQLITE_MIGRATIONS: readonly Migration<SqliteMigrator>[] = [
           PRIMARY KEY (destination, state))`);
         m.exec(SQLITE_RECOUNT);
       }
-      m.exec('CREATE INDEX IF NOT EXISTS {batches}_oldest ON {batches} (destination, enqueued_at) WHERE state = \'queued\'');
+      m.exec("CREATE INDEX IF NOT EXISTS {batches}_oldest ON {batches} (destination, enqueued_at) WHERE state = 'queued'");
     },
   },
 ];

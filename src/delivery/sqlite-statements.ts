@@ -10,15 +10,20 @@ export function prepareStatements(db: Db, t: SqliteTables): Statements {
   const { items, batches, attempts, dests, rate, counts } = t;
   const p = (sql: string): Stmt => db.prepare(sql);
   return {
-    insertItem: p(`INSERT INTO ${items} (destination, key, payload, bytes, enqueued_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (destination, key) DO NOTHING RETURNING id`),
+    insertItem: p(
+      `INSERT INTO ${items} (destination, key, payload, bytes, enqueued_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (destination, key) DO NOTHING RETURNING id`,
+    ),
     findItem: p(`SELECT id FROM ${items} WHERE destination = ? AND key = ?`),
     anyDue: p(`SELECT 1 FROM ${batches} WHERE state = 'queued' AND destination = ? AND due_at <= ? LIMIT 1`),
     anyPending: p(`SELECT 1 FROM ${items} WHERE destination = ? AND batch_id IS NULL LIMIT 1`),
     pending: p(`SELECT id, key, bytes, enqueued_at AS enqueuedAt FROM ${items} WHERE destination = ? AND batch_id IS NULL ORDER BY id LIMIT ?`),
-    insertBatch: p(`INSERT INTO ${batches} (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?) RETURNING id`),
+    insertBatch: p(
+      `INSERT INTO ${batches} (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?) RETURNING id`,
+    ),
     pendingPayload: p(`SELECT id, key, bytes, enqueued_at AS enqueuedAt, payload FROM ${items} WHERE destination = ? AND batch_id IS NULL ORDER BY id LIMIT ?`),
     // A batch born leased: the row a first claim leaves (token 1, one claim).
-    insertLeased: p(`INSERT INTO ${batches} (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at, lease_owner, lease_until, lease_token, claims)
+    insertLeased:
+      p(`INSERT INTO ${batches} (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at, lease_owner, lease_until, lease_token, claims)
         VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, 1, 1) RETURNING id`),
     setBatch: p(`UPDATE ${items} SET batch_id = m.b FROM (SELECT value ->> 0 AS i, value ->> 1 AS b FROM json_each(?)) AS m
         WHERE ${items}.id = m.i AND +${items}.batch_id IS NULL`), // `+`: look rows up by id, never scan the index

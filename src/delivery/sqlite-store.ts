@@ -12,8 +12,26 @@ import { migrateSqlite, sqliteTables, type SqliteTables } from './sqlite-schema.
 import { prepareStatements, type SqliteCx, type Statements } from './sqlite-statements.js';
 import { PURGE_DELIVERED_CHUNK } from './store-common.js';
 import type {
-  BatchDetail, BatchLimits, BatchSummary, ClaimedBatch, CompleteResult, DeliveryStore, DestinationStats, DropStat,
-  ClaimThenFormResult, EnqueueResult, FinishedState, FormAndClaimResult, FormResult, Lease, LimitedClaim, ListFilter, NewItem, Outcome, RequeueFilter, SharedLimits,
+  BatchDetail,
+  BatchLimits,
+  BatchSummary,
+  ClaimedBatch,
+  CompleteResult,
+  DeliveryStore,
+  DestinationStats,
+  DropStat,
+  ClaimThenFormResult,
+  EnqueueResult,
+  FinishedState,
+  FormAndClaimResult,
+  FormResult,
+  Lease,
+  LimitedClaim,
+  ListFilter,
+  NewItem,
+  Outcome,
+  RequeueFilter,
+  SharedLimits,
 } from './types.js';
 
 type Db = BetterSqlite3.Database;
@@ -56,12 +74,26 @@ export function sqliteError(e: unknown, where: string, what: string): DeliveryEr
   const code = typeof (e as { code?: unknown })?.code === 'string' ? (e as { code: string }).code : '';
   const msg = e instanceof Error ? e.message : String(e);
   if (code === 'SQLITE_FULL' || /disk is full|database or disk is full/i.test(msg)) {
-    return new DeliveryError('ERR_STORE_FULL', `${where}: the disk or the database size limit is full (${code || msg}); ${what} was rolled back, nothing stored earlier is lost`, { cause: e });
+    return new DeliveryError(
+      'ERR_STORE_FULL',
+      `${where}: the disk or the database size limit is full (${code || msg}); ${what} was rolled back, nothing stored earlier is lost`,
+      { cause: e },
+    );
   }
   if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED')) {
-    return new DeliveryError('ERR_STORE_LOCKED', `${where}: the database file is locked by another process (${code}) for longer than the busy timeout; ${what} did not happen, nothing stored earlier is lost`, { cause: e });
+    return new DeliveryError(
+      'ERR_STORE_LOCKED',
+      `${where}: the database file is locked by another process (${code}) for longer than the busy timeout; ${what} did not happen, nothing stored earlier is lost`,
+      { cause: e },
+    );
   }
-  if (code.startsWith('SQLITE_CANTOPEN') || code === 'SQLITE_NOTADB' || code.startsWith('SQLITE_READONLY') || code === 'SQLITE_PERM' || code === 'SQLITE_AUTH') {
+  if (
+    code.startsWith('SQLITE_CANTOPEN') ||
+    code === 'SQLITE_NOTADB' ||
+    code.startsWith('SQLITE_READONLY') ||
+    code === 'SQLITE_PERM' ||
+    code === 'SQLITE_AUTH'
+  ) {
     return new DeliveryError('ERR_STORE_UNAVAILABLE', `${where}: cannot open the database (${code}: ${msg})`, { cause: e });
   }
   return new DeliveryError('ERR_STORE', `${where}: ${what} failed (${code || 'error'}: ${msg})`, { cause: e });
@@ -83,7 +115,9 @@ export async function openSqliteStore(options: SqliteStoreOptions): Promise<Deli
   try {
     Ctor = (await import('better-sqlite3')).default;
   } catch (e) {
-    throw new DeliveryError('ERR_STORE_DRIVER_MISSING', 'The SQLite store needs the optional package better-sqlite3 12 or 13 (npm install better-sqlite3@13)', { cause: e });
+    throw new DeliveryError('ERR_STORE_DRIVER_MISSING', 'The SQLite store needs the optional package better-sqlite3 12 or 13 (npm install better-sqlite3@13)', {
+      cause: e,
+    });
   }
   const where = `sqlite:${options.file}`;
   let db: Db;
@@ -112,10 +146,15 @@ class SqliteStore implements DeliveryStore, SqliteCx {
   private statements: Statements | null = null;
   private closed = false;
 
-  constructor(readonly db: Db, where: string, private readonly options: SqliteStoreOptions) {
+  constructor(
+    readonly db: Db,
+    where: string,
+    private readonly options: SqliteStoreOptions,
+  ) {
     this.description = where;
     const p = options.tablePrefix ?? SQLITE_DEFAULTS.tablePrefix;
-    if (!/^[A-Za-z_][A-Za-z0-9_]{0,40}$/.test(p)) throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`tablePrefix\` to be letters, digits and _, got ${JSON.stringify(p)}`, { field: 'tablePrefix' });
+    if (!/^[A-Za-z_][A-Za-z0-9_]{0,40}$/.test(p))
+      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`tablePrefix\` to be letters, digits and _, got ${JSON.stringify(p)}`, { field: 'tablePrefix' });
     this.t = sqliteTables(p);
   }
 
@@ -232,7 +271,9 @@ class SqliteStore implements DeliveryStore, SqliteCx {
 
   purge(state: FinishedState, before: number, limit: number): Promise<number> {
     if (state !== 'delivered' && state !== 'dropped') {
-      return Promise.reject(new DeliveryError('ERR_INVALID_CONFIG', `Expected \`state\` to be delivered or dropped, got ${JSON.stringify(state)}`, { field: 'state' }));
+      return Promise.reject(
+        new DeliveryError('ERR_INVALID_CONFIG', `Expected \`state\` to be delivered or dropped, got ${JSON.stringify(state)}`, { field: 'state' }),
+      );
     }
     return this.guard(`purging ${state} batches`, () => outcomes.purge(this, state, before, limit));
   }

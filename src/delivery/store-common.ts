@@ -59,11 +59,24 @@ const nn = (v: unknown): number | null => (v === null || v === undefined ? null 
 
 export function rowToSummary(b: BatchRow): BatchSummary {
   return {
-    id: n(b.id), destination: b.destination, key: b.key, state: b.state, items: n(b.items), bytes: n(b.bytes),
-    createdAt: n(b.created_at), notBefore: n(b.not_before), round: n(b.round), attempt: n(b.attempt), claims: n(b.claims),
-    leaseOwner: b.lease_owner, leaseUntil: n(b.lease_until), lastStatus: nn(b.last_status),
-    lastErrorClass: b.last_error_class as ErrorClass | null, lastDecision: b.last_decision as Decision | null,
-    lastWhy: b.last_why as DecisionWhy | null, finishedAt: nn(b.finished_at),
+    id: n(b.id),
+    destination: b.destination,
+    key: b.key,
+    state: b.state,
+    items: n(b.items),
+    bytes: n(b.bytes),
+    createdAt: n(b.created_at),
+    notBefore: n(b.not_before),
+    round: n(b.round),
+    attempt: n(b.attempt),
+    claims: n(b.claims),
+    leaseOwner: b.lease_owner,
+    leaseUntil: n(b.lease_until),
+    lastStatus: nn(b.last_status),
+    lastErrorClass: b.last_error_class as ErrorClass | null,
+    lastDecision: b.last_decision as Decision | null,
+    lastWhy: b.last_why as DecisionWhy | null,
+    finishedAt: nn(b.finished_at),
   };
 }
 
@@ -80,17 +93,36 @@ export function toClaimed(rows: BatchRow[], items: readonly { batch_id: number; 
   }
   rows.sort((a, b) => a.due_at - b.due_at || a.id - b.id);
   return rows.map((b) => ({
-    id: b.id, token: b.lease_token, destination: b.destination, key: b.key, round: b.round, attempt: b.attempt,
-    opStartedAt: b.op_started_at, opDeadlineAt: b.op_deadline_at, prevDelayMs: b.prev_delay_ms, opThrottled: Number(b.op_throttled),
-    createdAt: b.created_at, notBefore: b.not_before, bytes: b.bytes, items: byBatch.get(b.id) ?? [],
+    id: b.id,
+    token: b.lease_token,
+    destination: b.destination,
+    key: b.key,
+    round: b.round,
+    attempt: b.attempt,
+    opStartedAt: b.op_started_at,
+    opDeadlineAt: b.op_deadline_at,
+    prevDelayMs: b.prev_delay_ms,
+    opThrottled: Number(b.op_throttled),
+    createdAt: b.created_at,
+    notBefore: b.not_before,
+    bytes: b.bytes,
+    items: byBatch.get(b.id) ?? [],
   }));
 }
 
 export function rowToAttempt(a: AttemptRow): AttemptRecord {
   return {
-    round: n(a.round), attempt: n(a.attempt), at: n(a.at), status: nn(a.status), errorClass: a.error_class as ErrorClass | null,
-    elapsedMs: n(a.elapsed_ms), decision: a.decision as Decision, why: a.why as DecisionWhy | null, delayMs: nn(a.delay_ms),
-    retryAfterMs: nn(a.retry_after_ms), worker: a.worker,
+    round: n(a.round),
+    attempt: n(a.attempt),
+    at: n(a.at),
+    status: nn(a.status),
+    errorClass: a.error_class as ErrorClass | null,
+    elapsedMs: n(a.elapsed_ms),
+    decision: a.decision as Decision,
+    why: a.why as DecisionWhy | null,
+    delayMs: nn(a.delay_ms),
+    retryAfterMs: nn(a.retry_after_ms),
+    worker: a.worker,
   };
 }
 
@@ -112,7 +144,11 @@ export function listCondition(state: ListFilter['state'], now: string): string |
     case 'dropped':
       return `state = 'dropped'`;
     default:
-      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`state\` to be one of queued, ready, inflight, deferred, delivered, dropped, got ${JSON.stringify(state)}`, { field: 'state' });
+      throw new DeliveryError(
+        'ERR_INVALID_CONFIG',
+        `Expected \`state\` to be one of queued, ready, inflight, deferred, delivered, dropped, got ${JSON.stringify(state)}`,
+        { field: 'state' },
+      );
   }
 }
 
@@ -132,7 +168,21 @@ export function assembleStats(
   paused: readonly string[],
 ): DestinationStats[] {
   const num = (v: Num): number => (v === null || v === undefined ? 0 : Number(v));
-  interface Acc { pending: number; qb: number; qi: number; fb: number; fi: number; db: number; di: number; vb: number; vi: number; xb: number; xi: number; oldest: number | null; paused: boolean }
+  interface Acc {
+    pending: number;
+    qb: number;
+    qi: number;
+    fb: number;
+    fi: number;
+    db: number;
+    di: number;
+    vb: number;
+    vi: number;
+    xb: number;
+    xi: number;
+    oldest: number | null;
+    paused: boolean;
+  }
   const by = new Map<string, Acc>();
   const acc = (d: string): Acc => {
     let a = by.get(d);
@@ -142,9 +192,16 @@ export function assembleStats(
   for (const r of totals) {
     const a = acc(r.destination);
     if (r.state === 'pending') a.pending += num(r.i);
-    else if (r.state === 'queued') { a.qb += num(r.b); a.qi += num(r.i); }
-    else if (r.state === 'delivered') { a.vb += num(r.b); a.vi += num(r.i); }
-    else if (r.state === 'dropped') { a.xb += num(r.b); a.xi += num(r.i); }
+    else if (r.state === 'queued') {
+      a.qb += num(r.b);
+      a.qi += num(r.i);
+    } else if (r.state === 'delivered') {
+      a.vb += num(r.b);
+      a.vi += num(r.i);
+    } else if (r.state === 'dropped') {
+      a.xb += num(r.b);
+      a.xi += num(r.i);
+    }
   }
   for (const r of inflight) {
     const a = acc(r.destination);
@@ -162,11 +219,20 @@ export function assembleStats(
   for (const [destination, a] of by) {
     if (!a.paused && a.pending + a.qb + a.vb + a.xb === 0) continue;
     out.push({
-      destination, pendingItems: a.pending,
-      readyBatches: Math.max(0, a.qb - a.fb - a.db), readyItems: Math.max(0, a.qi - a.fi - a.di),
-      inflightBatches: a.fb, inflightItems: a.fi, deferredBatches: a.db, deferredItems: a.di,
-      deliveredBatches: a.vb, deliveredItems: a.vi, droppedBatches: a.xb, droppedItems: a.xi,
-      paused: a.paused, oldestEnqueuedAt: a.pending + a.qb > 0 ? a.oldest : null,
+      destination,
+      pendingItems: a.pending,
+      readyBatches: Math.max(0, a.qb - a.fb - a.db),
+      readyItems: Math.max(0, a.qi - a.fi - a.di),
+      inflightBatches: a.fb,
+      inflightItems: a.fi,
+      deferredBatches: a.db,
+      deferredItems: a.di,
+      deliveredBatches: a.vb,
+      deliveredItems: a.vi,
+      droppedBatches: a.xb,
+      droppedItems: a.xi,
+      paused: a.paused,
+      oldestEnqueuedAt: a.pending + a.qb > 0 ? a.oldest : null,
     });
   }
   return out.sort((x, y) => (x.destination < y.destination ? -1 : x.destination > y.destination ? 1 : 0));

@@ -10,9 +10,31 @@
 // suite both stores of relent pass; docs/delivery.md describes the tables they keep.
 
 export type {
-  DeliveryStore, BatchState, ListState, NewItem, EnqueueResult, BatchLimits, FormResult, FormAndClaimResult, ClaimThenFormResult, Lease, BatchItem,
-  ClaimedBatch, AttemptRecord, Outcome, CompleteResult, BatchSummary, StoredItem, BatchDetail, ListFilter, RequeueFilter, DestinationStats, DropStat,
-  SharedLimits, LimitedClaim, FinishedState,
+  DeliveryStore,
+  BatchState,
+  ListState,
+  NewItem,
+  EnqueueResult,
+  BatchLimits,
+  FormResult,
+  FormAndClaimResult,
+  ClaimThenFormResult,
+  Lease,
+  BatchItem,
+  ClaimedBatch,
+  AttemptRecord,
+  Outcome,
+  CompleteResult,
+  BatchSummary,
+  StoredItem,
+  BatchDetail,
+  ListFilter,
+  RequeueFilter,
+  DestinationStats,
+  DropStat,
+  SharedLimits,
+  LimitedClaim,
+  FinishedState,
 } from './types.js';
 export { DeliveryError } from './errors.js';
 export type { DeliveryErrorCode } from './errors.js';

@@ -14,7 +14,10 @@ import type { DeliveryStore } from './types.js';
  *
  * The driver of each store is imported only when that store is opened.
  */
-export async function openStore(url: string, options: { readonly mustExist?: boolean; readonly sqliteRunIn?: 'process' | 'thread' | 'caller' } = {}): Promise<DeliveryStore> {
+export async function openStore(
+  url: string,
+  options: { readonly mustExist?: boolean; readonly sqliteRunIn?: 'process' | 'thread' | 'caller' } = {},
+): Promise<DeliveryStore> {
   if (typeof url !== 'string' || url.length === 0) {
     throw new DeliveryError('ERR_INVALID_CONFIG', 'Expected `store` to be sqlite:FILE or postgres://…', { field: 'store' });
   }
@@ -23,24 +26,33 @@ export async function openStore(url: string, options: { readonly mustExist?: boo
     const q = rest.indexOf('?');
     const file = (q >= 0 ? rest.slice(0, q) : rest).replace(/^\/\/(?=\/)/, '');
     const params = new URLSearchParams(q >= 0 ? rest.slice(q + 1) : '');
-    if (file.length === 0) throw new DeliveryError('ERR_INVALID_CONFIG', 'Expected `store` to name a file: sqlite:./relent.db (or sqlite::memory:)', { field: 'store' });
+    if (file.length === 0)
+      throw new DeliveryError('ERR_INVALID_CONFIG', 'Expected `store` to name a file: sqlite:./relent.db (or sqlite::memory:)', { field: 'store' });
     const busy = params.get('busyTimeoutMs');
     const maxSize = params.get('maxSizeBytes');
     const maxSizeBytes = maxSize === null ? undefined : Number(maxSize);
     if (maxSizeBytes !== undefined && !(Number.isInteger(maxSizeBytes) && maxSizeBytes > 0)) {
-      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`maxSizeBytes\` in the store URL to be an integer > 0, got ${JSON.stringify(maxSize)}`, { field: 'store.maxSizeBytes' });
+      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`maxSizeBytes\` in the store URL to be an integer > 0, got ${JSON.stringify(maxSize)}`, {
+        field: 'store.maxSizeBytes',
+      });
     }
     const sync = params.get('synchronous');
     const runIn = params.get('runIn') ?? options.sqliteRunIn ?? null;
     if (runIn !== null && runIn !== 'process' && runIn !== 'thread' && runIn !== 'caller') {
-      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`runIn\` in the store URL to be process, thread or caller, got ${JSON.stringify(runIn)}`, { field: 'store.runIn' });
+      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`runIn\` in the store URL to be process, thread or caller, got ${JSON.stringify(runIn)}`, {
+        field: 'store.runIn',
+      });
     }
     const busyTimeoutMs = busy === null ? undefined : Number(busy);
     if (busyTimeoutMs !== undefined && !(Number.isInteger(busyTimeoutMs) && busyTimeoutMs >= 0)) {
-      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`busyTimeoutMs\` in the store URL to be an integer >= 0, got ${JSON.stringify(busy)}`, { field: 'store.busyTimeoutMs' });
+      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`busyTimeoutMs\` in the store URL to be an integer >= 0, got ${JSON.stringify(busy)}`, {
+        field: 'store.busyTimeoutMs',
+      });
     }
     if (sync !== null && sync !== 'NORMAL' && sync !== 'FULL') {
-      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`synchronous\` in the store URL to be NORMAL or FULL, got ${JSON.stringify(sync)}`, { field: 'store.synchronous' });
+      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`synchronous\` in the store URL to be NORMAL or FULL, got ${JSON.stringify(sync)}`, {
+        field: 'store.synchronous',
+      });
     }
     if (options.mustExist === true && file !== ':memory:' && !existsSync(file)) {
       throw new DeliveryError('ERR_NO_QUEUE', `no queue at sqlite:${file} (the file does not exist: nothing was enqueued there)`);
@@ -75,16 +87,24 @@ export async function openStore(url: string, options: { readonly mustExist?: boo
       u.searchParams.delete(k);
       const n = Number(v);
       if (!(/^\d+$/.test(v) && Number.isSafeInteger(n))) {
-        throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`${k}\` in the store URL to be an integer number of ms >= 0, got ${JSON.stringify(v)}`, { field: `store.${k}` });
+        throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`${k}\` in the store URL to be an integer number of ms >= 0, got ${JSON.stringify(v)}`, {
+          field: `store.${k}`,
+        });
       }
       timeouts[k] = n;
     }
     if (syncOutcomes !== null && syncOutcomes !== 'true' && syncOutcomes !== 'false') {
-      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`synchronousOutcomes\` in the store URL to be true or false, got ${JSON.stringify(syncOutcomes)}`, { field: 'store.synchronousOutcomes' });
+      throw new DeliveryError(
+        'ERR_INVALID_CONFIG',
+        `Expected \`synchronousOutcomes\` in the store URL to be true or false, got ${JSON.stringify(syncOutcomes)}`,
+        { field: 'store.synchronousOutcomes' },
+      );
     }
     const poolSize = pool === null ? undefined : Number(pool);
     if (poolSize !== undefined && !(Number.isInteger(poolSize) && poolSize >= 1 && poolSize <= 100)) {
-      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`poolSize\` in the store URL to be an integer in [1, 100], got ${JSON.stringify(pool)}`, { field: 'store.poolSize' });
+      throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`poolSize\` in the store URL to be an integer in [1, 100], got ${JSON.stringify(pool)}`, {
+        field: 'store.poolSize',
+      });
     }
     const { openPostgresStore } = await import('./postgres-store.js');
     return openPostgresStore({
@@ -96,5 +116,9 @@ export async function openStore(url: string, options: { readonly mustExist?: boo
       ...(options.mustExist === true ? { mustExist: true } : {}),
     });
   }
-  throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`store\` to start with sqlite: or postgres://, got ${JSON.stringify(url.replace(/\/\/[^@/]*@/, '//…@'))}`, { field: 'store' });
+  throw new DeliveryError(
+    'ERR_INVALID_CONFIG',
+    `Expected \`store\` to start with sqlite: or postgres://, got ${JSON.stringify(url.replace(/\/\/[^@/]*@/, '//…@'))}`,
+    { field: 'store' },
+  );
 }

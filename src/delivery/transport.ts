@@ -28,8 +28,7 @@ export interface DeliveryRequest {
  * the worker classifies thrown errors by their code (src/core/wire.ts).
  */
 export type TransportResult =
-  | { readonly status: number; readonly headers?: Readonly<Record<string, string>> }
-  | { readonly errorClass: ErrorClass; readonly sent?: SendState };
+  { readonly status: number; readonly headers?: Readonly<Record<string, string>> } | { readonly errorClass: ErrorClass; readonly sent?: SendState };
 
 export type Transport = (req: DeliveryRequest) => Promise<TransportResult>;
 
@@ -44,7 +43,6 @@ export interface HttpTransportOptions {
   /** Connections per origin; default: as many as requests in flight. */
   readonly connections?: number | null;
 }
-
 
 /**
  * The default transport: undici's `request` over one keep-alive Agent shared by every

@@ -154,7 +154,8 @@ export class ClaimLoop {
       r.now = w.clock.wallNow();
       const t0 = w.clock.now();
       for (const at of dest.wakeTimes) {
-        if (at <= r.now) dest.wakeTimes.delete(at); // due: this round claims it
+        if (at <= r.now)
+          dest.wakeTimes.delete(at); // due: this round claims it
         else if (at - r.now < r.wait) r.wait = at - r.now;
       }
       const want = this.want(dest, room, r);
@@ -300,7 +301,10 @@ export class ClaimLoop {
     p.left--;
     p.end = Math.max(p.end, Math.round(this.w.clock.wallNow()));
     if (p.left > 0) return;
-    this.w.store.endPermit(p.id, p.end).then(() => this.pump(dest, true), (e: unknown) => this.w.storeError('ending a rate permit', e));
+    this.w.store.endPermit(p.id, p.end).then(
+      () => this.pump(dest, true),
+      (e: unknown) => this.w.storeError('ending a rate permit', e),
+    );
   }
 
   /**

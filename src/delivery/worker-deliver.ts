@@ -73,9 +73,17 @@ export class BatchDelivery {
       const op = createOperation(d.policy, o);
       return { op, cmd: op.start(now) };
     }
-    const op = restoreOperation(d.policy, {
-      attempt: b.attempt, startedAt: b.opStartedAt, deadlineAt: b.opDeadlineAt, prevDelayMs: b.prevDelayMs, throttled: b.opThrottled,
-    }, o);
+    const op = restoreOperation(
+      d.policy,
+      {
+        attempt: b.attempt,
+        startedAt: b.opStartedAt,
+        deadlineAt: b.opDeadlineAt,
+        prevDelayMs: b.prevDelayMs,
+        throttled: b.opThrottled,
+      },
+      o,
+    );
     return { op, cmd: op.timerFired(now) };
   }
 
@@ -93,8 +101,16 @@ export class BatchDelivery {
       span.attempts = op.attempt;
       if (w.instrumentation !== null) {
         span.scope = w.instrumentation.operation({
-          operationId: b.key, method: d.method, endpoint: endpointOf(d.url), driver: 'delivery',
-          attributes: { 'relent.delivery.destination': d.name, 'relent.delivery.batch_id': b.id, 'relent.delivery.items': b.items.length, 'relent.delivery.round': b.round },
+          operationId: b.key,
+          method: d.method,
+          endpoint: endpointOf(d.url),
+          driver: 'delivery',
+          attributes: {
+            'relent.delivery.destination': d.name,
+            'relent.delivery.batch_id': b.id,
+            'relent.delivery.items': b.items.length,
+            'relent.delivery.round': b.round,
+          },
         });
       }
       if (cmd.kind === 'end') {
@@ -102,9 +118,21 @@ export class BatchDelivery {
         // The operation's deadline passed while the batch waited: no call; kept as dropped.
         const why = cmd.why ?? 'deadline_spent';
         w.outcomes.settle(h, {
-          id: b.id, token: b.token, opStartedAt: op.startedAt, opDeadlineAt: op.deadlineAt, state: 'dropped', notBefore: b.notBefore, attempt: op.attempt,
-          prevDelayMs: op.prevDelayMs, opThrottled: op.throttled ?? 0, lastStatus: null, lastErrorClass: null, lastDecision: cmd.reason, lastWhy: why,
-          finishedAt: startWall, record: null,
+          id: b.id,
+          token: b.token,
+          opStartedAt: op.startedAt,
+          opDeadlineAt: op.deadlineAt,
+          state: 'dropped',
+          notBefore: b.notBefore,
+          attempt: op.attempt,
+          prevDelayMs: op.prevDelayMs,
+          opThrottled: op.throttled ?? 0,
+          lastStatus: null,
+          lastErrorClass: null,
+          lastDecision: cmd.reason,
+          lastWhy: why,
+          finishedAt: startWall,
+          record: null,
         });
         this.countDrop(ref, cmd.reason, why, null, null, op.attempt);
         return;
@@ -127,7 +155,15 @@ export class BatchDelivery {
 
   private endSpan(span: Span, reason: TerminalReason, status: number | null, errorClass: ErrorClass | null): void {
     if (span.scope === null) return;
-    span.scope.end({ type: 'result', operationId: span.operationId, status, errorClass, reason, attempts: span.attempts, ts: Math.round(this.w.clock.wallNow()) });
+    span.scope.end({
+      type: 'result',
+      operationId: span.operationId,
+      status,
+      errorClass,
+      reason,
+      attempts: span.attempts,
+      ts: Math.round(this.w.clock.wallNow()),
+    });
     span.scope = null;
   }
 
@@ -155,9 +191,10 @@ export class BatchDelivery {
     }
     const elapsedMs = Math.max(0, Math.round(w.clock.now() - t0));
     if (h.timedOut && !('status' in result)) result = TIMED_OUT;
-    const obs: Observation = 'status' in result
-      ? { status: result.status, ...(result.headers ? { headers: result.headers } : {}), elapsedMs }
-      : { errorClass: result.errorClass, ...(result.sent ? { sent: result.sent } : {}), elapsedMs };
+    const obs: Observation =
+      'status' in result
+        ? { status: result.status, ...(result.headers ? { headers: result.headers } : {}), elapsedMs }
+        : { errorClass: result.errorClass, ...(result.sent ? { sent: result.sent } : {}), elapsedMs };
     const now = w.clock.wallNow();
     const next = op.answered(obs, now, now);
     const res: DecisionResult = op.decision!;
@@ -167,7 +204,7 @@ export class BatchDelivery {
     const ev = deliveryAttemptEvent(who, obs, remainingMs, res, now, inject !== undefined ? inject.kind : null);
     aScope?.end(ev);
     // A retry the queue stores is, for this process, a deferral.
-    this.endSpan(span, res.decision === 'retry' ? 'defer' : res.decision as TerminalReason, status, errorClass);
+    this.endSpan(span, res.decision === 'retry' ? 'defer' : (res.decision as TerminalReason), status, errorClass);
     w.emit(ev);
     shed(w, dest, status, res, generation, t0, now);
     this.record(dest, b, h, ref, op, next, res, { attempt, status, errorClass, elapsedMs, now });
@@ -177,7 +214,12 @@ export class BatchDelivery {
   private request(dest: Dest, b: ClaimedBatch, h: Held, attempt: number, requestId: string, timeoutMs: number): DeliveryRequest {
     const d = dest.d;
     const { body, contentType } = encodeBatch(d.format, b.key, b.items);
-    const headers: Record<string, string> = { ...d.headers, 'content-type': contentType, 'idempotency-key': formatIdempotencyKey(b.key), 'x-request-id': requestId };
+    const headers: Record<string, string> = {
+      ...d.headers,
+      'content-type': contentType,
+      'idempotency-key': formatIdempotencyKey(b.key),
+      'x-request-id': requestId,
+    };
     if (d.propagate.names.length > 0) {
       const pairs = appendPropagation([], d.propagate, attempt, timeoutMs);
       for (let i = 0; i < pairs.length; i += 2) headers[pairs[i]!] = pairs[i + 1]!;
@@ -192,7 +234,11 @@ export class BatchDelivery {
       if (inject !== undefined && inject.kind !== 'latency') {
         // Chaos: the injected fault or outcome is the attempt's answer; nothing is sent.
         const o = injectedObservation(inject);
-        return o.status !== null && o.status !== undefined ? (o.headers ? { status: o.status, headers: o.headers } : { status: o.status }) : { errorClass: o.errorClass!, sent: o.sent! };
+        return o.status !== null && o.status !== undefined
+          ? o.headers
+            ? { status: o.status, headers: o.headers }
+            : { status: o.status }
+          : { errorClass: o.errorClass!, sent: o.sent! };
       }
       // Chaos: a latency delays the send within the attempt's time (its timeout cuts the wait too).
       if (inject !== undefined) await this.injectedDelay(h, inject.delayMs);
@@ -206,21 +252,44 @@ export class BatchDelivery {
 
   /** The core decided: the batch is delivered, deferred (the core's wait, stored) or dropped. */
   private record(
-    dest: Dest, b: ClaimedBatch, h: Held, ref: BatchRef, op: Operation, next: Command, res: DecisionResult,
+    dest: Dest,
+    b: ClaimedBatch,
+    h: Held,
+    ref: BatchRef,
+    op: Operation,
+    next: Command,
+    res: DecisionResult,
     a: { readonly attempt: number; readonly status: number | null; readonly errorClass: ErrorClass | null; readonly elapsedMs: number; readonly now: number },
   ): void {
     const w = this.w;
     const { attempt, status, errorClass, now } = a;
     const whole = (v: number | null): number | null => (v === null ? null : Math.round(v));
     const record: AttemptRecord = {
-      round: b.round, attempt, at: Math.round(now), status, errorClass, elapsedMs: a.elapsedMs, decision: res.decision, why: res.why,
-      delayMs: whole(res.delayMs), retryAfterMs: whole(res.retryAfterMs), worker: w.id,
+      round: b.round,
+      attempt,
+      at: Math.round(now),
+      status,
+      errorClass,
+      elapsedMs: a.elapsedMs,
+      decision: res.decision,
+      why: res.why,
+      delayMs: whole(res.delayMs),
+      retryAfterMs: whole(res.retryAfterMs),
+      worker: w.id,
     };
     const base = { id: b.id, token: b.token, opStartedAt: op.startedAt, opDeadlineAt: op.deadlineAt };
     const last = { lastStatus: status, lastErrorClass: errorClass, lastDecision: res.decision, lastWhy: res.why, record };
     if (next.kind === 'end' && next.reason === 'return') {
-      w.outcomes.settle(h, { ...base, ...last, state: 'delivered', notBefore: b.notBefore, attempt, prevDelayMs: op.prevDelayMs,
-        opThrottled: op.throttled ?? 0, finishedAt: now });
+      w.outcomes.settle(h, {
+        ...base,
+        ...last,
+        state: 'delivered',
+        notBefore: b.notBefore,
+        attempt,
+        prevDelayMs: op.prevDelayMs,
+        opThrottled: op.throttled ?? 0,
+        finishedAt: now,
+      });
       w.c.deliveredBatches++;
       w.c.deliveredItems += b.items.length;
       w.emit({ type: 'delivered', ...ref, attempts: attempt, ts: Math.round(now) });
@@ -230,14 +299,28 @@ export class BatchDelivery {
       const snap = op.snapshot();
       const notBefore = Math.round(now + next.delayMs);
       w.outcomes.settle(h, {
-        ...base, ...last, state: 'queued', notBefore, attempt: snap.attempt, prevDelayMs: snap.prevDelayMs, opThrottled: snap.throttled, finishedAt: null,
+        ...base,
+        ...last,
+        state: 'queued',
+        notBefore,
+        attempt: snap.attempt,
+        prevDelayMs: snap.prevDelayMs,
+        opThrottled: snap.throttled,
+        finishedAt: null,
       });
       w.c.deferredBatches++;
       w.emit({ type: 'deferred', ...ref, notBefore, delayMs: next.delayMs, ts: Math.round(now) });
       w.loop.wakeAt(dest, notBefore);
     } else {
       w.outcomes.settle(h, {
-        ...base, ...last, state: 'dropped', notBefore: b.notBefore, attempt, prevDelayMs: op.prevDelayMs, opThrottled: op.throttled ?? 0, finishedAt: now,
+        ...base,
+        ...last,
+        state: 'dropped',
+        notBefore: b.notBefore,
+        attempt,
+        prevDelayMs: op.prevDelayMs,
+        opThrottled: op.throttled ?? 0,
+        finishedAt: now,
       });
       this.countDrop(ref, res.decision, res.why, status, errorClass, attempt);
     }
@@ -272,19 +355,22 @@ export class BatchDelivery {
   private armSweep(due: number): void {
     this.cancelSweep?.();
     this.sweepAt = due;
-    this.cancelSweep = this.w.clock.setTimer(() => {
-      this.cancelSweep = null;
-      this.sweepAt = Number.POSITIVE_INFINITY;
-      const now = this.w.clock.now();
-      let next = Number.POSITIVE_INFINITY;
-      for (const [held, at] of this.deadlines) {
-        if (at <= now) {
-          this.deadlines.delete(held);
-          held.timedOut = true;
-          held.abort.abort(new Error('relent: attempt timeout'));
-        } else if (at < next) next = at;
-      }
-      if (next !== Number.POSITIVE_INFINITY) this.armSweep(next);
-    }, Math.max(0, due - this.w.clock.now()));
+    this.cancelSweep = this.w.clock.setTimer(
+      () => {
+        this.cancelSweep = null;
+        this.sweepAt = Number.POSITIVE_INFINITY;
+        const now = this.w.clock.now();
+        let next = Number.POSITIVE_INFINITY;
+        for (const [held, at] of this.deadlines) {
+          if (at <= now) {
+            this.deadlines.delete(held);
+            held.timedOut = true;
+            held.abort.abort(new Error('relent: attempt timeout'));
+          } else if (at < next) next = at;
+        }
+        if (next !== Number.POSITIVE_INFINITY) this.armSweep(next);
+      },
+      Math.max(0, due - this.w.clock.now()),
+    );
   }
 }

@@ -41,26 +41,32 @@ export class LeaseKeeper {
     const leases = [...w.held.values()].filter((h) => !h.abandoned).map((h) => ({ id: h.id, token: h.token }));
     const sent = new Map(leases.map((l) => [l.id, l.token]));
     const done = w.link.track('renewing leases');
-    w.store.renew(leases, w.clock.wallNow(), w.settings.leaseMs).then((lost) => {
-      done(true);
-      for (const id of lost) {
-        const h = w.held.get(id);
-        // (claimed again by this worker meanwhile: the renewal of the old claim says nothing about it;
-        // answered already: the outcome's write says whether the lease held, or whether this worker's own write landed)
-        // (a claim of this worker under way, or of unknown outcome, may have it under a newer token)
-        if (!h || h.token !== sent.get(id) || h.settled || h.dest.claiming || h.dest.orphans) continue;
-        // Another worker has it now: stop caring; our result would be refused by the fence anyway.
-        w.held.delete(id);
-        w.c.leaseLost++;
-        w.emit({ type: 'lease_lost', destination: h.dest.d.name, batchId: id });
-      }
-    }, (e: unknown) => {
-      done(false);
-      w.storeError('renewing leases', e);
-    }).finally(() => {
-      this.renewing = false;
-      if (w.isRunning && !w.stopping && this.cancelRenew === null) this.armRenew();
-    });
+    w.store
+      .renew(leases, w.clock.wallNow(), w.settings.leaseMs)
+      .then(
+        (lost) => {
+          done(true);
+          for (const id of lost) {
+            const h = w.held.get(id);
+            // (claimed again by this worker meanwhile: the renewal of the old claim says nothing about it;
+            // answered already: the outcome's write says whether the lease held, or whether this worker's own write landed)
+            // (a claim of this worker under way, or of unknown outcome, may have it under a newer token)
+            if (!h || h.token !== sent.get(id) || h.settled || h.dest.claiming || h.dest.orphans) continue;
+            // Another worker has it now: stop caring; our result would be refused by the fence anyway.
+            w.held.delete(id);
+            w.c.leaseLost++;
+            w.emit({ type: 'lease_lost', destination: h.dest.d.name, batchId: id });
+          }
+        },
+        (e: unknown) => {
+          done(false);
+          w.storeError('renewing leases', e);
+        },
+      )
+      .finally(() => {
+        this.renewing = false;
+        if (w.isRunning && !w.stopping && this.cancelRenew === null) this.armRenew();
+      });
   }
 
   /**

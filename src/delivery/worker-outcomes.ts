@@ -82,23 +82,28 @@ export class OutcomeWriter {
         cancel();
         resolve();
       };
-    }).then(() => {
-      this.cancelFlushWait = null;
-      this.groupWaiting = false;
-      return cancelled ? undefined : this.flush();
-    }).then(() => {
-      this.flushing = null;
-      this.kick();
-    }, (e: unknown) => {
-      this.flushing = null;
-      this.w.storeError('recording outcomes', e);
-      // Kept; written again after a pause, or as soon as the store answers a ping (or the leases expire and the batches are delivered again).
-      this.w.link.failures++;
-      this.cancelFlushRetry = this.w.clock.setTimer(() => {
-        this.cancelFlushRetry = null;
-        this.kick();
-      }, this.w.link.retryMs());
-    });
+    })
+      .then(() => {
+        this.cancelFlushWait = null;
+        this.groupWaiting = false;
+        return cancelled ? undefined : this.flush();
+      })
+      .then(
+        () => {
+          this.flushing = null;
+          this.kick();
+        },
+        (e: unknown) => {
+          this.flushing = null;
+          this.w.storeError('recording outcomes', e);
+          // Kept; written again after a pause, or as soon as the store answers a ping (or the leases expire and the batches are delivered again).
+          this.w.link.failures++;
+          this.cancelFlushRetry = this.w.clock.setTimer(() => {
+            this.cancelFlushRetry = null;
+            this.kick();
+          }, this.w.link.retryMs());
+        },
+      );
     this.flushing = run;
   }
 
@@ -127,10 +132,12 @@ export class OutcomeWriter {
     } catch (e) {
       done(false);
       // (an outcome claimed again meanwhile carries its newest token: see adopt)
-      this.queue = batch.map((o) => {
-        const h = this.w.held.get(o.id);
-        return h !== undefined && h.token > o.token ? { ...o, token: h.token } : o;
-      }).concat(this.queue);
+      this.queue = batch
+        .map((o) => {
+          const h = this.w.held.get(o.id);
+          return h !== undefined && h.token > o.token ? { ...o, token: h.token } : o;
+        })
+        .concat(this.queue);
       throw e;
     }
     // A destination whose limits live in the store counted these leases until now: there may be room again.
@@ -143,7 +150,11 @@ export class OutcomeWriter {
       this.w.held.delete(id);
       this.parks.delete(id);
     }
-    for (const id of res.lost) this.lost(id, batch.find((o) => o.id === id)!);
+    for (const id of res.lost)
+      this.lost(
+        id,
+        batch.find((o) => o.id === id)!,
+      );
     for (const dest of freed) this.w.loop.pump(dest, true);
     this.w.notifyIdle();
   }

@@ -87,9 +87,19 @@ export interface Dest {
 }
 
 /** A destination's starting state. */
-export function newDest(d: ResolvedDestination, aimd: LimitAlgorithm, rate: SlidingWindowLimiter | null, shared: Dest['shared'], budget: RetryBudget | null): Dest {
+export function newDest(
+  d: ResolvedDestination,
+  aimd: LimitAlgorithm,
+  rate: SlidingWindowLimiter | null,
+  shared: Dest['shared'],
+  budget: RetryBudget | null,
+): Dest {
   return {
-    d, aimd, rate, shared, budget,
+    d,
+    aimd,
+    rate,
+    shared,
+    budget,
     inflight: 0,
     pausedUntil: 0,
     ready: [],

@@ -69,8 +69,13 @@ export class StoreLink {
       }
       if (oldest !== null) {
         const secs = ((now - oldest.since) / 1000).toFixed(1);
-        this.w.storeError(oldest.during, new DeliveryError('ERR_STORE_UNAVAILABLE',
-          `${this.w.store.description}: no answer from the store for ${secs} s (storeTimeoutMs ${limit}; ${waiting} call${waiting === 1 ? '' : 's'} waiting); still waiting, nothing stored earlier is lost`));
+        this.w.storeError(
+          oldest.during,
+          new DeliveryError(
+            'ERR_STORE_UNAVAILABLE',
+            `${this.w.store.description}: no answer from the store for ${secs} s (storeTimeoutMs ${limit}; ${waiting} call${waiting === 1 ? '' : 's'} waiting); still waiting, nothing stored earlier is lost`,
+          ),
+        );
       }
       if (next !== Number.POSITIVE_INFINITY) this.armWatchdog(Math.max(1, next - now));
     }, ms);
@@ -87,7 +92,10 @@ export class StoreLink {
     this.cancelProbe = this.w.clock.setTimer(() => {
       this.cancelProbe = null;
       if (!this.down || !this.w.isRunning || this.w.stopping) return;
-      this.w.store.ping!(PROBE_TIMEOUT_MS).then(() => this.back(), () => {});
+      this.w.store.ping!(PROBE_TIMEOUT_MS).then(
+        () => this.back(),
+        () => {},
+      );
       this.armProbe();
     }, PROBE_EVERY_MS);
   }

@@ -95,7 +95,15 @@ class Worker implements DeliveryWorker, WorkerCore {
   readonly instrumentation: Instrumentation | null;
   readonly aheadPerSlot: number;
   readonly c: WorkerCounters = {
-    attempts: 0, deliveredBatches: 0, deliveredItems: 0, deferredBatches: 0, droppedBatches: 0, droppedItems: 0, inflight: 0, leaseLost: 0, storeErrors: 0,
+    attempts: 0,
+    deliveredBatches: 0,
+    deliveredItems: 0,
+    deferredBatches: 0,
+    droppedBatches: 0,
+    droppedItems: 0,
+    inflight: 0,
+    leaseLost: 0,
+    storeErrors: 0,
   };
   isRunning = false;
   stopping = false;
@@ -116,17 +124,20 @@ class Worker implements DeliveryWorker, WorkerCore {
     this.onEvent = o.onEvent ?? null;
     this.instrumentation = o.instrumentation ?? null;
     this.aheadPerSlot = this.store.kind === 'sqlite' ? 10 : 4;
-    this.settings = resolveWorkerSettings({
-      ...(o.leaseMs !== undefined ? { leaseMs: o.leaseMs } : {}),
-      ...(o.pollMs !== undefined ? { pollMs: o.pollMs } : {}),
-      ...(o.claimChunk !== undefined ? { claimChunk: o.claimChunk } : {}),
-      ...(o.stopTimeoutMs !== undefined ? { stopTimeoutMs: o.stopTimeoutMs } : {}),
-      ...(o.retainDeliveredMs !== undefined ? { retainDeliveredMs: o.retainDeliveredMs } : {}),
-      ...(o.retainDroppedMs !== undefined ? { retainDroppedMs: o.retainDroppedMs } : {}),
-      ...(o.storeTimeoutMs !== undefined ? { storeTimeoutMs: o.storeTimeoutMs } : {}),
-    }, 'worker');
+    this.settings = resolveWorkerSettings(
+      {
+        ...(o.leaseMs !== undefined ? { leaseMs: o.leaseMs } : {}),
+        ...(o.pollMs !== undefined ? { pollMs: o.pollMs } : {}),
+        ...(o.claimChunk !== undefined ? { claimChunk: o.claimChunk } : {}),
+        ...(o.stopTimeoutMs !== undefined ? { stopTimeoutMs: o.stopTimeoutMs } : {}),
+        ...(o.retainDeliveredMs !== undefined ? { retainDeliveredMs: o.retainDeliveredMs } : {}),
+        ...(o.retainDroppedMs !== undefined ? { retainDroppedMs: o.retainDroppedMs } : {}),
+        ...(o.storeTimeoutMs !== undefined ? { storeTimeoutMs: o.storeTimeoutMs } : {}),
+      },
+      'worker',
+    );
     this.id = o.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
-    const resolved = o.destinations instanceof Map ? o.destinations as ReadonlyMap<string, ResolvedDestination> : resolveDestinations(o.destinations);
+    const resolved = o.destinations instanceof Map ? (o.destinations as ReadonlyMap<string, ResolvedDestination>) : resolveDestinations(o.destinations);
     if (o.budget !== undefined && o.budget !== 'none' && o.budget !== 'policy') {
       throw new DeliveryError('ERR_INVALID_CONFIG', `Expected \`budget\` to be "none" or "policy", got ${JSON.stringify(o.budget)}`, { field: 'budget' });
     }
@@ -136,15 +147,22 @@ class Worker implements DeliveryWorker, WorkerCore {
     }
     const budgets = o.budget === 'policy';
     for (const d of resolved.values()) {
-      const sharedRate = d.rateLimit && d.rateLimit.scope === 'shared' ? { requests: d.rateLimit.requests, perMs: d.rateLimit.perMs + d.rateLimit.marginMs } : null;
+      const sharedRate =
+        d.rateLimit && d.rateLimit.scope === 'shared' ? { requests: d.rateLimit.requests, perMs: d.rateLimit.perMs + d.rateLimit.marginMs } : null;
       const sharedConcurrency = d.concurrency.scope === 'shared';
-      this.dests.set(d.name, newDest(
-        d,
-        createLimitAlgorithm({ kind: 'aimd', initial: d.concurrency.initial, min: d.concurrency.min, max: d.concurrency.max, decrease: d.concurrency.decrease }, `destinations.${d.name}.concurrency`),
-        d.rateLimit && d.rateLimit.scope === 'worker' ? new SlidingWindowLimiter(d.rateLimit.requests, d.rateLimit.perMs) : null,
-        sharedRate || sharedConcurrency ? { rate: sharedRate, concurrency: sharedConcurrency } : null,
-        budgets && d.policy.budget ? (fleet !== null ? fleet.budget(d.name, d.policy.budget) : createRetryBudget(d.policy.budget)) : null,
-      ));
+      this.dests.set(
+        d.name,
+        newDest(
+          d,
+          createLimitAlgorithm(
+            { kind: 'aimd', initial: d.concurrency.initial, min: d.concurrency.min, max: d.concurrency.max, decrease: d.concurrency.decrease },
+            `destinations.${d.name}.concurrency`,
+          ),
+          d.rateLimit && d.rateLimit.scope === 'worker' ? new SlidingWindowLimiter(d.rateLimit.requests, d.rateLimit.perMs) : null,
+          sharedRate || sharedConcurrency ? { rate: sharedRate, concurrency: sharedConcurrency } : null,
+          budgets && d.policy.budget ? (fleet !== null ? fleet.budget(d.name, d.policy.budget) : createRetryBudget(d.policy.budget)) : null,
+        ),
+      );
     }
   }
 
@@ -187,13 +205,18 @@ class Worker implements DeliveryWorker, WorkerCore {
     this.leases.start();
     // Wake-ups from other processes (PostgreSQL LISTEN/NOTIFY): new items, requeues, a resume.
     if (this.store.subscribe) {
-      this.store.subscribe((destination) => {
-        const dest = this.dests.get(destination);
-        if (dest) this.loop.look(dest);
-      }).then((unsubscribe) => {
-        if (this.isRunning && !this.stopping) this.unsubscribe = unsubscribe;
-        else void unsubscribe().catch(() => {});
-      }, (e: unknown) => this.storeError('listening for new work', e));
+      this.store
+        .subscribe((destination) => {
+          const dest = this.dests.get(destination);
+          if (dest) this.loop.look(dest);
+        })
+        .then(
+          (unsubscribe) => {
+            if (this.isRunning && !this.stopping) this.unsubscribe = unsubscribe;
+            else void unsubscribe().catch(() => {});
+          },
+          (e: unknown) => this.storeError('listening for new work', e),
+        );
     }
   }
 

@@ -1,6 +1,12 @@
 import {
-  createCircuitBreaker, type BreakerOutcome, type BreakerSnapshot, type BreakerState, type BreakerStateChange, type BreakerTransitionReason,
-  type CircuitBreaker, type ResolvedBreakerSpec,
+  createCircuitBreaker,
+  type BreakerOutcome,
+  type BreakerSnapshot,
+  type BreakerState,
+  type BreakerStateChange,
+  type BreakerTransitionReason,
+  type CircuitBreaker,
+  type ResolvedBreakerSpec,
 } from '../core/breaker.js';
 import type { Command, Link, Member } from './link.js';
 import { BreakerCode } from './scripts.js';
@@ -73,7 +79,13 @@ export class FleetBreaker implements CircuitBreaker, Member {
   private readonly keys: readonly string[];
   private readonly bucketMs: number;
 
-  constructor(private readonly link: Link, private readonly dependency: string, keys: readonly string[], spec: ResolvedBreakerSpec, name: string | null) {
+  constructor(
+    private readonly link: Link,
+    private readonly dependency: string,
+    keys: readonly string[],
+    spec: ResolvedBreakerSpec,
+    name: string | null,
+  ) {
     this.name = name;
     this.spec = spec;
     this.keys = keys;
@@ -175,7 +187,9 @@ export class FleetBreaker implements CircuitBreaker, Member {
       this.trialResult = null;
       const epoch = this.epoch;
       out.push({
-        script: 'breakerTrial', keys, args: [result, link.id, spec.openMs, spec.successThreshold, link.channel, this.dependency, this.stateTtl(), this.claimMs()],
+        script: 'breakerTrial',
+        keys,
+        args: [result, link.id, spec.openMs, spec.successThreshold, link.channel, this.dependency, this.stateTtl(), this.claimMs()],
         onReply: (r) => this.heard(r, epoch, 'trial'),
         onFail: () => {},
       });
@@ -183,7 +197,9 @@ export class FleetBreaker implements CircuitBreaker, Member {
     if (this.trial === 'asking') {
       const epoch = this.epoch;
       out.push({
-        script: 'breakerTrial', keys, args: ['probe', link.id, spec.openMs, spec.successThreshold, link.channel, this.dependency, this.stateTtl(), this.claimMs()],
+        script: 'breakerTrial',
+        keys,
+        args: ['probe', link.id, spec.openMs, spec.successThreshold, link.channel, this.dependency, this.stateTtl(), this.claimMs()],
         onReply: (r) => {
           if (this.trial !== 'asking') return;
           this.trial = 'none';
@@ -215,8 +231,21 @@ export class FleetBreaker implements CircuitBreaker, Member {
       const announce = this.announce && this.own.state(link.wallNow()) !== 'closed' ? 1 : 0;
       const epoch = this.epoch;
       out.push({
-        script: 'breakerSync', keys,
-        args: [s, f, announce, spec.windowMs, spec.buckets, spec.failureRatio, spec.minimumThroughput, spec.openMs, link.channel, this.dependency, this.stateTtl()],
+        script: 'breakerSync',
+        keys,
+        args: [
+          s,
+          f,
+          announce,
+          spec.windowMs,
+          spec.buckets,
+          spec.failureRatio,
+          spec.minimumThroughput,
+          spec.openMs,
+          link.channel,
+          this.dependency,
+          this.stateTtl(),
+        ],
         onReply: (r) => {
           if (announce === 1) this.announce = false;
           this.fleetWindow = { successes: Number(r[4]), failures: Number(r[5]) };
@@ -313,7 +342,12 @@ export class FleetBreaker implements CircuitBreaker, Member {
   /** The in-process breaker, in the fleet's state (a window of its own starts empty). */
   private makeOwn(state: 'open' | 'closed'): CircuitBreaker {
     const snap: BreakerSnapshot = {
-      version: 1, state, openedAt: state === 'open' ? this.openedAt : null, trialSuccesses: 0, bucketMs: this.bucketMs, buckets: [],
+      version: 1,
+      state,
+      openedAt: state === 'open' ? this.openedAt : null,
+      trialSuccesses: 0,
+      bucketMs: this.bucketMs,
+      buckets: [],
     };
     return createCircuitBreaker(this.spec, { name: this.name, initialState: snap, onStateChange: this.onOwn });
   }

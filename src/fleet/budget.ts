@@ -69,7 +69,10 @@ export class FleetBudget implements RetryBudget, Member {
   private refill: { refilled: number; floorBefore: number | null; processes: number | null } | null = null;
 
   constructor(
-    private readonly link: Link, keys: readonly [string, string], spec: RatioBudgetSpec, private readonly leaseTokens: number,
+    private readonly link: Link,
+    keys: readonly [string, string],
+    spec: RatioBudgetSpec,
+    private readonly leaseTokens: number,
     private readonly membership: Membership,
   ) {
     this.spec = spec;
@@ -191,8 +194,13 @@ export class FleetBudget implements RetryBudget, Member {
   stats(): FleetBudgetStats {
     const local = this.link.local;
     return {
-      mode: local ? 'local' : 'fleet', lease: this.lease.held(), pending: this.lease.pending(), shared: this.shared, processes: this.processes,
-      share: local && this.share !== null ? this.share.held() : null, spentFromLease: this.lease.spent() - this.moved,
+      mode: local ? 'local' : 'fleet',
+      lease: this.lease.held(),
+      pending: this.lease.pending(),
+      shared: this.shared,
+      processes: this.processes,
+      share: local && this.share !== null ? this.share.held() : null,
+      spentFromLease: this.lease.spent() - this.moved,
     };
   }
 }

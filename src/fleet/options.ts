@@ -31,7 +31,10 @@ export function invalid(field: string, message: string): RelentError {
 function num(raw: Record<string, unknown>, field: keyof typeof FLEET_DEFAULTS, min: number, max: number, integer = false): number {
   const v = raw[field] ?? FLEET_DEFAULTS[field];
   if (typeof v !== 'number' || !Number.isFinite(v) || v < min || v > max || (integer && !Number.isInteger(v))) {
-    throw invalid(field, `Expected \`${field}\` to be ${integer ? 'an integer' : 'a number'} in [${min}, ${max}], got ${typeof v === 'number' ? String(v) : typeof v}`);
+    throw invalid(
+      field,
+      `Expected \`${field}\` to be ${integer ? 'an integer' : 'a number'} in [${min}, ${max}], got ${typeof v === 'number' ? String(v) : typeof v}`,
+    );
   }
   return v;
 }
@@ -44,7 +47,7 @@ export function resolveSettings(raw: Record<string, unknown>): FleetSettings {
   }
   const lease = raw.leaseTokens ?? null;
   if (lease !== null && (typeof lease !== 'number' || !Number.isFinite(lease) || lease < 1 || lease > 1e6)) {
-    throw invalid('leaseTokens', 'Expected `leaseTokens` to be a number in [1, 1000000], or null for a tenth of the budget\'s maxTokens');
+    throw invalid('leaseTokens', "Expected `leaseTokens` to be a number in [1, 1000000], or null for a tenth of the budget's maxTokens");
   }
   return {
     prefix,
@@ -102,7 +105,8 @@ export function checkSentinels(v: unknown): SentinelAddress[] {
   return v.map((s: unknown, i) => {
     if (typeof s === 'object' && s !== null && typeof (s as { host?: unknown }).host === 'string' && (s as { host: string }).host !== '') {
       const port = (s as { port?: unknown }).port ?? 26379;
-      if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) throw invalid('sentinels', `Expected \`sentinels[${i}].port\` to be a port number`);
+      if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535)
+        throw invalid('sentinels', `Expected \`sentinels[${i}].port\` to be a port number`);
       return { host: (s as { host: string }).host, port };
     }
     if (typeof s === 'string') {
@@ -127,6 +131,7 @@ export function checkCluster(v: unknown): URL[] {
 
 /** Options for every connection the fleet opens: a plain object (never a client). */
 export function checkRedisOptions(v: unknown): Readonly<Record<string, unknown>> {
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid('redisOptions', 'Expected `redisOptions` to be an object of ioredis options (password, username, tls, sentinelPassword, …)');
+  if (typeof v !== 'object' || v === null || Array.isArray(v))
+    throw invalid('redisOptions', 'Expected `redisOptions` to be an object of ioredis options (password, username, tls, sentinelPassword, …)');
   return v as Record<string, unknown>;
 }

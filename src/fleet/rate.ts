@@ -45,7 +45,13 @@ export class FleetRateLimit implements TokenBucket, Member {
   private lastWrite = -Infinity;
   private asked = false;
 
-  constructor(private readonly link: Link, keys: readonly string[], spec: ResolvedRateLimitSpec, private readonly syncMs: number, private readonly keyName: string) {
+  constructor(
+    private readonly link: Link,
+    keys: readonly string[],
+    spec: ResolvedRateLimitSpec,
+    private readonly syncMs: number,
+    private readonly keyName: string,
+  ) {
     this.spec = spec;
     this.keys = keys;
     // Empty: a member earns its burst at its share, it does not start with the fleet's.
@@ -149,8 +155,17 @@ export class FleetRateLimit implements TokenBucket, Member {
       script: 'rate',
       keys: this.keys,
       args: [
-        this.link.id, demand, 3 * this.syncMs, s.ratePerSecond, s.decrease, s.recoverMs, s.minRatePerSecond / s.ratePerSecond, wait ?? -1,
-        Math.max(this.link.keyTtlMs, 3 * this.syncMs), this.link.channel, this.keyName,
+        this.link.id,
+        demand,
+        3 * this.syncMs,
+        s.ratePerSecond,
+        s.decrease,
+        s.recoverMs,
+        s.minRatePerSecond / s.ratePerSecond,
+        wait ?? -1,
+        Math.max(this.link.keyTtlMs, 3 * this.syncMs),
+        this.link.channel,
+        this.keyName,
       ],
       onReply: (r) => {
         const serverMs = Number(r[0]) / 1000;

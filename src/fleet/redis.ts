@@ -157,7 +157,8 @@ const MAX_SHARED = 10_000;
  * or a wrong password does not throw: the fleet stays local and says why.
  */
 export function createRedisFleet(options: RedisFleetOptions): RedisFleet {
-  if (typeof options !== 'object' || options === null || Array.isArray(options)) throw invalid('options', 'Expected `options` to be an object with `url`, `cluster`, `sentinels` or `client`');
+  if (typeof options !== 'object' || options === null || Array.isArray(options))
+    throw invalid('options', 'Expected `options` to be an object with `url`, `cluster`, `sentinels` or `client`');
   const raw = options as Record<string, unknown>;
   for (const k of Object.keys(raw)) if (!KNOWN.includes(k)) throw invalid(k, `Unknown option \`${k}\` (createRedisFleet takes ${KNOWN.join(', ')})`);
   const target = resolveTarget(raw);
@@ -165,8 +166,14 @@ export function createRedisFleet(options: RedisFleetOptions): RedisFleet {
   const onEvent = raw.onEvent ?? null;
   if (onEvent !== null && typeof onEvent !== 'function') throw invalid('onEvent', 'Expected `onEvent` to be a function');
   const clock = raw.clock ?? null;
-  if (clock !== null && (typeof clock !== 'object' || typeof (clock as { wallNow?: unknown }).wallNow !== 'function')) throw invalid('clock', 'Expected `clock` to have a wallNow() function');
-  return new RedisFleetImpl(target, settings, onEvent as ((e: FleetEvent) => void) | null, (clock as { wallNow: () => number } | null) ?? { wallNow: Date.now });
+  if (clock !== null && (typeof clock !== 'object' || typeof (clock as { wallNow?: unknown }).wallNow !== 'function'))
+    throw invalid('clock', 'Expected `clock` to have a wallNow() function');
+  return new RedisFleetImpl(
+    target,
+    settings,
+    onEvent as ((e: FleetEvent) => void) | null,
+    (clock as { wallNow: () => number } | null) ?? { wallNow: Date.now },
+  );
 }
 
 type Mode = 'connecting' | 'fleet' | 'local';
@@ -197,8 +204,10 @@ class RedisFleetImpl implements RedisFleet, SyncHost {
   private readonly listener: StoreListener;
 
   constructor(
-    target: Target, readonly settings: FleetSettings,
-    private readonly onEvent: ((e: FleetEvent) => void) | null, readonly clock: { readonly wallNow: () => number },
+    target: Target,
+    readonly settings: FleetSettings,
+    private readonly onEvent: ((e: FleetEvent) => void) | null,
+    readonly clock: { readonly wallNow: () => number },
   ) {
     this.channel = `${settings.prefix}breaker`;
     this.since = clock.wallNow();
@@ -308,16 +317,18 @@ class RedisFleetImpl implements RedisFleet, SyncHost {
     let b: RetryBudget;
     if (resolved.kind !== 'ratio' || this.full()) {
       b = createRetryBudget(resolved);
-      const reason = resolved.kind !== 'ratio'
-        ? `a ${resolved.kind} budget follows one client's calls (as gRPC's and the AWS SDK's do); only ratio budgets are shared`
-        : `more than ${MAX_SHARED} shared dependencies`;
+      const reason =
+        resolved.kind !== 'ratio'
+          ? `a ${resolved.kind} budget follows one client's calls (as gRPC's and the AWS SDK's do); only ratio budgets are shared`
+          : `more than ${MAX_SHARED} shared dependencies`;
       this.emit({ type: 'fleet_budget_local', ts: this.clock.wallNow(), dependency: name, kind: resolved.kind, reason });
     } else {
       const lease = this.settings.leaseTokens ?? Math.max(1, Math.round(resolved.maxTokens / 10));
       const route = this.route(name);
       const s = this.settings;
       const fb = new FleetBudget(route, [this.key(name, 'budget'), this.key(name, 'members')], resolved, Math.min(lease, resolved.maxTokens), {
-        renewMs: 3 * s.syncMs, memberTtlMs: Math.max(10 * s.syncMs, 3 * s.syncMs + 2 * s.connectTimeoutMs),
+        renewMs: 3 * s.syncMs,
+        memberTtlMs: Math.max(10 * s.syncMs, 3 * s.syncMs + 2 * s.connectTimeoutMs),
       });
       this.joinRoute(route, fb);
       b = fb;
@@ -395,10 +406,22 @@ class RedisFleetImpl implements RedisFleet, SyncHost {
     const s = this.sync;
     const r = (v: number | null): number | null => (v === null ? null : Math.round(v * 1000) / 1000);
     return {
-      mode: this.mode, reason: this.mode_ === 'fleet' ? null : this.reason, since: this.since, store: this.store_.describe(),
-      connected: this.fatal_ === null && this.store_.ready(), subscribed: this.store_.subscribed(),
-      roundTrips: s.roundTrips, syncFailures: s.syncFailures, fallbacks: s.fallbacks, rejoins: s.rejoins,
-      rttMs: { last: r(s.rttLast), avg: r(s.rttAvg), max: r(s.rttMax) }, lastError: s.lastError, nodes: s.nodes(), budgets, breakers, rateLimits,
+      mode: this.mode,
+      reason: this.mode_ === 'fleet' ? null : this.reason,
+      since: this.since,
+      store: this.store_.describe(),
+      connected: this.fatal_ === null && this.store_.ready(),
+      subscribed: this.store_.subscribed(),
+      roundTrips: s.roundTrips,
+      syncFailures: s.syncFailures,
+      fallbacks: s.fallbacks,
+      rejoins: s.rejoins,
+      rttMs: { last: r(s.rttLast), avg: r(s.rttAvg), max: r(s.rttMax) },
+      lastError: s.lastError,
+      nodes: s.nodes(),
+      budgets,
+      breakers,
+      rateLimits,
     };
   }
 
@@ -430,7 +453,13 @@ class RedisFleetImpl implements RedisFleet, SyncHost {
     if (typeof m !== 'object' || m === null || typeof m.d !== 'string') return;
     const n = Number(m.n);
     if (!Number.isFinite(n)) return;
-    const a: Announcement = { s: String(m.s), n, a: m.a === undefined ? undefined : Number(m.a), u: m.u === undefined ? undefined : Number(m.u), r: typeof m.r === 'string' ? m.r : undefined };
+    const a: Announcement = {
+      s: String(m.s),
+      n,
+      a: m.a === undefined ? undefined : Number(m.a),
+      u: m.u === undefined ? undefined : Number(m.u),
+      r: typeof m.r === 'string' ? m.r : undefined,
+    };
     const b = this.byKey.get(m.d);
     if (b !== undefined) {
       b.announced(a);
@@ -482,8 +511,7 @@ class RedisFleetImpl implements RedisFleet, SyncHost {
 }
 
 function checkDependency(d: unknown): string {
-  if (typeof d !== 'string' || d.length === 0) throw invalid('dependency', 'Expected `dependency` to be a non-empty string (e.g. the origin or a service name)');
+  if (typeof d !== 'string' || d.length === 0)
+    throw invalid('dependency', 'Expected `dependency` to be a non-empty string (e.g. the origin or a service name)');
   return d;
 }
-
-

@@ -113,10 +113,13 @@ function send(client: Redis | Cluster, script: ScriptName, keys: readonly string
 function wireSub(sub: Redis, s: StoreSettings, l: StoreListener, state: { subscribed: boolean }): void {
   sub.on('error', (e: unknown) => l.error(s.clean(e)));
   sub.on('ready', () => {
-    sub.subscribe(s.channel).then(() => {
-      state.subscribed = true;
-      l.subscribed(true);
-    }, (e: unknown) => l.error(s.clean(e)));
+    sub.subscribe(s.channel).then(
+      () => {
+        state.subscribed = true;
+        l.subscribed(true);
+      },
+      (e: unknown) => l.error(s.clean(e)),
+    );
   });
   sub.on('close', () => {
     if (state.subscribed) {
@@ -140,8 +143,11 @@ export class SingleStore implements Store {
   private closed = false;
 
   constructor(
-    readonly kind: 'single' | 'sentinel', private readonly label: string, make: (override: RedisOptions) => Redis,
-    private readonly s: StoreSettings, private readonly l: StoreListener,
+    readonly kind: 'single' | 'sentinel',
+    private readonly label: string,
+    make: (override: RedisOptions) => Redis,
+    private readonly s: StoreSettings,
+    private readonly l: StoreListener,
   ) {
     const own = connectionOptions(s);
     this.cmd = make(own);
@@ -163,25 +169,28 @@ export class SingleStore implements Store {
       this.l.changed();
       return;
     }
-    this.cmd.info('cluster').then((info: string) => {
-      if (this.closed) return;
-      if (/cluster_enabled:1/.test(info)) {
-        const o = this.cmd.options;
-        if ((o.db ?? 0) !== 0) {
-          this.l.fatal(`${this.label} is a Redis Cluster node, and a cluster has only database 0: remove the database number from \`url\``);
+    this.cmd.info('cluster').then(
+      (info: string) => {
+        if (this.closed) return;
+        if (/cluster_enabled:1/.test(info)) {
+          const o = this.cmd.options;
+          if ((o.db ?? 0) !== 0) {
+            this.l.fatal(`${this.label} is a Redis Cluster node, and a cluster has only database 0: remove the database number from \`url\``);
+            return;
+          }
+          this.l.cluster({ host: o.host ?? '127.0.0.1', port: o.port ?? 6379 }, o);
           return;
         }
-        this.l.cluster({ host: o.host ?? '127.0.0.1', port: o.port ?? 6379 }, o);
-        return;
-      }
-      this.checked = true;
-      this.l.changed();
-    }, (e: unknown) => {
-      // A server without INFO cluster (or a proxy in front of one) is a single node.
-      this.l.error(this.s.clean(e));
-      this.checked = true;
-      this.l.changed();
-    });
+        this.checked = true;
+        this.l.changed();
+      },
+      (e: unknown) => {
+        // A server without INFO cluster (or a proxy in front of one) is a single node.
+        this.l.error(this.s.clean(e));
+        this.checked = true;
+        this.l.changed();
+      },
+    );
   }
 
   describe(): string {
@@ -250,8 +259,11 @@ export class ClusterStore implements Store {
   private closed = false;
 
   constructor(
-    private readonly label: string, make: (override: ClusterOptions) => Cluster, private readonly ioredis: typeof IORedis,
-    private readonly s: StoreSettings, private readonly l: StoreListener,
+    private readonly label: string,
+    make: (override: ClusterOptions) => Cluster,
+    private readonly ioredis: typeof IORedis,
+    private readonly s: StoreSettings,
+    private readonly l: StoreListener,
   ) {
     const own = connectionOptions(s);
     this.cluster = make({
@@ -347,7 +359,10 @@ export class ClusterStore implements Store {
     const chosen = (others.length > 0 ? others : pool)[n % Math.max(1, (others.length > 0 ? others : pool).length)]!;
     const { host, port } = chosen.options;
     const sub = new this.ioredis.Redis({
-      ...(this.cluster.options.redisOptions ?? {}), ...connectionOptions(this.s), host, port,
+      ...(this.cluster.options.redisOptions ?? {}),
+      ...connectionOptions(this.s),
+      host,
+      port,
       // A node that is gone is left for another one, not retried.
       retryStrategy: () => null,
     });
@@ -358,10 +373,13 @@ export class ClusterStore implements Store {
       if (this.sub !== sub) return;
       this.sub = null;
       if (this.closed) return;
-      this.subTimer = setTimeout(() => {
-        this.subTimer = null;
-        this.pickSub(n + 1);
-      }, Math.min(100, this.s.reconnectMs));
+      this.subTimer = setTimeout(
+        () => {
+          this.subTimer = null;
+          this.pickSub(n + 1);
+        },
+        Math.min(100, this.s.reconnectMs),
+      );
       this.subTimer.unref();
     });
   }

@@ -57,7 +57,10 @@ export class Route implements Link {
   readonly channel: string;
   readonly id: string;
 
-  constructor(private readonly fleet: Sync, readonly slot: number) {
+  constructor(
+    private readonly fleet: Sync,
+    readonly slot: number,
+  ) {
     this.syncEvery = fleet.host.settings.syncEvery;
     this.keyTtlMs = fleet.host.settings.keyTtlMs;
     this.channel = fleet.host.channel;
@@ -146,8 +149,11 @@ export class Sync {
     const nodes: Record<string, { mode: Health['mode']; reason: string | null; dependencies: number; deadlineMs: number; failures: number }> = {};
     for (const lane of this.lanes.values()) {
       nodes[lane.key] = {
-        mode: lane.health.mode, reason: lane.health.mode === 'fleet' ? null : lane.reason, dependencies: deps.get(lane) ?? 0,
-        deadlineMs: Math.round(this.deadline(lane) * 1000) / 1000, failures: lane.health.failures,
+        mode: lane.health.mode,
+        reason: lane.health.mode === 'fleet' ? null : lane.reason,
+        dependencies: deps.get(lane) ?? 0,
+        deadlineMs: Math.round(this.deadline(lane) * 1000) / 1000,
+        failures: lane.health.failures,
       };
     }
     return nodes;
@@ -288,7 +294,12 @@ export class Sync {
       this.good(rtt);
       this.observe(lane, afterSuccess(lane.health, rtt), null);
     } else {
-      const why = outcome === null ? `${this.where(lane)} did not answer within ${round(deadline)} ms` : outcome.ok ? 'an unexpected reply to TIME' : this.host.clean(outcome.error);
+      const why =
+        outcome === null
+          ? `${this.where(lane)} did not answer within ${round(deadline)} ms`
+          : outcome.ok
+            ? 'an unexpected reply to TIME'
+            : this.host.clean(outcome.error);
       this.syncFailures++;
       this.lastError = why;
       // A connection that stopped answering is replaced: a new one does not wait out TCP's backoff.
@@ -308,7 +319,8 @@ export class Sync {
     const now = performance.now();
     // An idle node is asked the time now and then: a dead one is noticed, its clock followed.
     for (const lane of this.lanes.values()) {
-      if (lane.health.mode === 'fleet' && lane.inFlight === 0 && now - lane.lastExchange >= 2 * this.host.settings.syncMs) void this.sync(true, false, lane, true);
+      if (lane.health.mode === 'fleet' && lane.inFlight === 0 && now - lane.lastExchange >= 2 * this.host.settings.syncMs)
+        void this.sync(true, false, lane, true);
     }
     void this.pingSub();
   }
@@ -374,7 +386,8 @@ export class Sync {
     const deadline = this.deadline(lane);
     const wall0 = this.host.clock.wallNow();
     const t0 = performance.now();
-    const calls: (Promise<unknown> | null)[] = cmds.length === 0 ? [this.host.store().time(lane.key)] : cmds.map((c) => this.host.store().call(c.script, c.keys, c.args));
+    const calls: (Promise<unknown> | null)[] =
+      cmds.length === 0 ? [this.host.store().time(lane.key)] : cmds.map((c) => this.host.store().call(c.script, c.keys, c.args));
     const outcomes = await bounded(calls, deadline);
     const rtt = performance.now() - t0;
     lane.inFlight--;
@@ -461,7 +474,6 @@ export class Sync {
       void this.sync(false);
     });
   }
-
 }
 
 /** Waits for every call, or until `ms`; a call not answered by then is null (as is a call that could not be sent: an error). */
@@ -486,15 +498,18 @@ async function bounded(calls: readonly (Promise<unknown> | null)[], ms: number):
         if (--left === 0) finish();
         return;
       }
-      p.then((value) => {
-        if (done) return;
-        out[i] = { ok: true, value };
-        if (--left === 0) finish();
-      }, (error: unknown) => {
-        if (done) return;
-        out[i] = { ok: false, error };
-        if (--left === 0) finish();
-      });
+      p.then(
+        (value) => {
+          if (done) return;
+          out[i] = { ok: true, value };
+          if (--left === 0) finish();
+        },
+        (error: unknown) => {
+          if (done) return;
+          out[i] = { ok: false, error };
+          if (--left === 0) finish();
+        },
+      );
     });
     if (calls.length === 0) finish();
   });
@@ -504,4 +519,3 @@ async function bounded(calls: readonly (Promise<unknown> | null)[], ms: number):
 function round(ms: number): number {
   return Math.round(ms);
 }
-

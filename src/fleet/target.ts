@@ -24,17 +24,43 @@ export function ioredis(): typeof IORedis {
 export type Target =
   | { readonly kind: 'url'; readonly url: URL; readonly redisOptions: Readonly<Record<string, unknown>> }
   | { readonly kind: 'cluster'; readonly urls: readonly URL[]; readonly redisOptions: Readonly<Record<string, unknown>> }
-  | { readonly kind: 'sentinel'; readonly sentinels: readonly SentinelAddress[]; readonly name: string; readonly redisOptions: Readonly<Record<string, unknown>> }
+  | {
+      readonly kind: 'sentinel';
+      readonly sentinels: readonly SentinelAddress[];
+      readonly name: string;
+      readonly redisOptions: Readonly<Record<string, unknown>>;
+    }
   | { readonly kind: 'client'; readonly client: Redis | Cluster };
 
-export const KNOWN = ['url', 'cluster', 'sentinels', 'name', 'redisOptions', 'client', 'prefix', 'timeoutMs', 'syncMs', 'syncEvery', 'leaseTokens', 'keyTtlMs', 'reconnectMs', 'connectTimeoutMs', 'onEvent', 'clock'];
+export const KNOWN = [
+  'url',
+  'cluster',
+  'sentinels',
+  'name',
+  'redisOptions',
+  'client',
+  'prefix',
+  'timeoutMs',
+  'syncMs',
+  'syncEvery',
+  'leaseTokens',
+  'keyTtlMs',
+  'reconnectMs',
+  'connectTimeoutMs',
+  'onEvent',
+  'clock',
+];
 
 export function resolveTarget(raw: Record<string, unknown>): Target {
   const given = (['url', 'cluster', 'sentinels', 'client'] as const).filter((k) => raw[k] !== undefined);
   if (given.length !== 1) {
-    throw invalid(given[1] ?? 'url', `Expected exactly one of \`url\`, \`cluster\`, \`sentinels\` (with \`name\`) and \`client\`${given.length > 1 ? `, got ${given.join(' and ')}` : ''}`);
+    throw invalid(
+      given[1] ?? 'url',
+      `Expected exactly one of \`url\`, \`cluster\`, \`sentinels\` (with \`name\`) and \`client\`${given.length > 1 ? `, got ${given.join(' and ')}` : ''}`,
+    );
   }
-  if (raw.name !== undefined && raw.sentinels === undefined) throw invalid('name', 'Expected `name` only with `sentinels` (the master\'s name in their configuration)');
+  if (raw.name !== undefined && raw.sentinels === undefined)
+    throw invalid('name', "Expected `name` only with `sentinels` (the master's name in their configuration)");
   const redisOptions = raw.redisOptions === undefined ? {} : checkRedisOptions(raw.redisOptions);
   switch (given[0]) {
     case 'url':
@@ -43,12 +69,18 @@ export function resolveTarget(raw: Record<string, unknown>): Target {
       return { kind: 'cluster', urls: checkCluster(raw.cluster), redisOptions };
     case 'sentinels': {
       const sentinels = checkSentinels(raw.sentinels);
-      if (typeof raw.name !== 'string' || raw.name === '') throw invalid('name', 'Expected `name` (the master\'s name in the Sentinels\' configuration) with `sentinels`');
+      if (typeof raw.name !== 'string' || raw.name === '')
+        throw invalid('name', "Expected `name` (the master's name in the Sentinels' configuration) with `sentinels`");
       return { kind: 'sentinel', sentinels, name: raw.name, redisOptions };
     }
     default: {
       const client = raw.client as Redis | Cluster;
-      if (typeof client !== 'object' || client === null || typeof (client as { duplicate?: unknown }).duplicate !== 'function' || typeof (client as { defineCommand?: unknown }).defineCommand !== 'function') {
+      if (
+        typeof client !== 'object' ||
+        client === null ||
+        typeof (client as { duplicate?: unknown }).duplicate !== 'function' ||
+        typeof (client as { defineCommand?: unknown }).defineCommand !== 'function'
+      ) {
         throw invalid('client', 'Expected `client` to be an ioredis client (Redis or Cluster)');
       }
       if (raw.redisOptions !== undefined) throw invalid('redisOptions', 'Expected no `redisOptions` with `client` (the client carries its own)');
@@ -64,7 +96,13 @@ export function openStore(t: Target, label: string, s: StoreSettings, l: StoreLi
     case 'url':
       return new SingleStore('single', label, (own) => new RedisClass(t.url.href, { ...(t.redisOptions as RedisOptions), ...own }), s, l);
     case 'sentinel':
-      return new SingleStore('sentinel', label, (own) => new RedisClass({ ...(t.redisOptions as RedisOptions), sentinels: [...t.sentinels], name: t.name, ...own }), s, l);
+      return new SingleStore(
+        'sentinel',
+        label,
+        (own) => new RedisClass({ ...(t.redisOptions as RedisOptions), sentinels: [...t.sentinels], name: t.name, ...own }),
+        s,
+        l,
+      );
     case 'cluster': {
       const first = t.urls[0]!;
       const seeds = t.urls.map((u) => ({ host: u.hostname.replace(/^\[|\]$/g, ''), port: u.port === '' ? 6379 : Number(u.port) }));
@@ -75,7 +113,13 @@ export function openStore(t: Target, label: string, s: StoreSettings, l: StoreLi
       const c = t.client;
       if ((c as { isCluster?: unknown }).isCluster === true) {
         const cluster = c as Cluster;
-        return new ClusterStore(label, (over) => cluster.duplicate([], { ...over, redisOptions: { ...(cluster.options.redisOptions ?? {}), ...ownNodeOptions(s) } }), ioredis(), s, l);
+        return new ClusterStore(
+          label,
+          (over) => cluster.duplicate([], { ...over, redisOptions: { ...(cluster.options.redisOptions ?? {}), ...ownNodeOptions(s) } }),
+          ioredis(),
+          s,
+          l,
+        );
       }
       const redis = c as Redis;
       return new SingleStore(redis.options.sentinels ? 'sentinel' : 'single', label, (own) => redis.duplicate(own), s, l);
@@ -84,13 +128,25 @@ export function openStore(t: Target, label: string, s: StoreSettings, l: StoreLi
 }
 
 /** The cluster a single-node URL turned out to be part of: seeded by that node, with the same credentials and TLS. */
-export function clusterOfNode(label: string, seed: { readonly host: string; readonly port: number }, o: RedisOptions, s: StoreSettings, l: StoreListener): Store {
+export function clusterOfNode(
+  label: string,
+  seed: { readonly host: string; readonly port: number },
+  o: RedisOptions,
+  s: StoreSettings,
+  l: StoreListener,
+): Store {
   const { Cluster: ClusterClass } = ioredis();
   const carried: RedisOptions = {};
   for (const k of ['username', 'password', 'tls', 'family', 'connectionName', 'keepAlive', 'noDelay'] as const) {
     if (o[k] !== undefined) (carried as Record<string, unknown>)[k] = o[k];
   }
-  return new ClusterStore(`cluster via ${label}`, (over) => new ClusterClass([seed], { ...over, redisOptions: { ...carried, ...ownNodeOptions(s) } }), ioredis(), s, l);
+  return new ClusterStore(
+    `cluster via ${label}`,
+    (over) => new ClusterClass([seed], { ...over, redisOptions: { ...carried, ...ownNodeOptions(s) } }),
+    ioredis(),
+    s,
+    l,
+  );
 }
 
 /** What every node connection of a cluster gets from the fleet (ioredis sets the rest: pool connections have their own queue and no reconnection). */

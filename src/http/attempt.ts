@@ -72,7 +72,10 @@ export class AttemptHandler implements Dispatcher.DispatchHandler, PromiseLike<A
    * One subscriber (the executor), told synchronously: no promise and no microtask
    * between the head and the decision.
    */
-  then<A = AttemptHandler, B = never>(onHead?: ((h: AttemptHandler) => A | PromiseLike<A>) | null, onError?: ((e: unknown) => B | PromiseLike<B>) | null): PromiseLike<A | B> {
+  then<A = AttemptHandler, B = never>(
+    onHead?: ((h: AttemptHandler) => A | PromiseLike<A>) | null,
+    onError?: ((e: unknown) => B | PromiseLike<B>) | null,
+  ): PromiseLike<A | B> {
     this.onHead = onHead ?? null;
     this.onHeadError = onError ?? null;
     this.notify();

@@ -18,8 +18,12 @@ const NONE: PreparedBody = Object.freeze({ kind: 'none' });
 function isStreamLike(body: unknown): boolean {
   if (typeof body !== 'object' || body === null) return false;
   const b = body as Record<string | symbol, unknown>;
-  return typeof b.getReader === 'function' || typeof b.pipe === 'function'
-    || typeof b[Symbol.asyncIterator] === 'function' || typeof b[Symbol.iterator] === 'function';
+  return (
+    typeof b.getReader === 'function' ||
+    typeof b.pipe === 'function' ||
+    typeof b[Symbol.asyncIterator] === 'function' ||
+    typeof b[Symbol.iterator] === 'function'
+  );
 }
 
 /** Turns a fetch body into what the client sends; async only for Blob and FormData. */
@@ -44,5 +48,9 @@ export function prepareBody(body: unknown): PreparedBody | Promise<PreparedBody>
     return encoded.arrayBuffer().then((ab) => ({ kind: 'bytes' as const, bytes: Buffer.from(ab), contentType }));
   }
   if (isStreamLike(body)) return { kind: 'stream', stream: body };
-  throw new RelentError('ERR_INVALID_INPUT', 'Expected `body` to be a string, ArrayBuffer, typed array, URLSearchParams, Blob, FormData, ReadableStream or (async) iterable', { field: 'body' });
+  throw new RelentError(
+    'ERR_INVALID_INPUT',
+    'Expected `body` to be a string, ArrayBuffer, typed array, URLSearchParams, Blob, FormData, ReadableStream or (async) iterable',
+    { field: 'body' },
+  );
 }

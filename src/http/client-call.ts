@@ -6,7 +6,14 @@ import { appendPropagation } from '../core/propagation.js';
 import type { HedgeState } from '../core/hedge.js';
 import type { Clock } from '../core/types.js';
 import {
-  executeFrom, executeThen, newOperationId, type AttemptContext, type Classified, type ExecuteOptions, type FirstAttemptEnd, type RunResult,
+  executeFrom,
+  executeThen,
+  newOperationId,
+  type AttemptContext,
+  type Classified,
+  type ExecuteOptions,
+  type FirstAttemptEnd,
+  type RunResult,
 } from '../run/run.js';
 import type { IncomingCall } from '../run/incoming.js';
 import { AttemptHandler } from './attempt.js';
@@ -15,7 +22,21 @@ import { callRunOptions } from './driver.js';
 import { checkRouteTemplate, normalizeUrlEndpoint, originKey } from './endpoint.js';
 import { whereOf } from './errors.js';
 import {
-  attemptHeaders, Call, callLimits, callPolicy, dispatchAttempt, FirstAttempt, inherit, invalid, limitsOf, observeRateLimited, observeResponse, passOnNoRetry, plainPath, withHeaders, type Dependency,
+  attemptHeaders,
+  Call,
+  callLimits,
+  callPolicy,
+  dispatchAttempt,
+  FirstAttempt,
+  inherit,
+  invalid,
+  limitsOf,
+  observeRateLimited,
+  observeResponse,
+  passOnNoRetry,
+  plainPath,
+  withHeaders,
+  type Dependency,
 } from './operation.js';
 import type { Prepared } from './request.js';
 import { BoundLimit, REDIRECT_STATUSES, settle, toResponse, unexpectedRedirect, type BoundBodyLimit } from './response.js';
@@ -31,7 +52,6 @@ function classifyClientValue(v: AttemptHandler | Response, policy: Policy): Clas
 function classifyRateLimitedValue(v: AttemptHandler | Response, policy: Policy): Classified {
   return v instanceof AttemptHandler ? observeRateLimited(v, policy) : { status: v.status };
 }
-
 
 /** One call of client.fetch: the success path's first attempt (FirstAttempt), or the executor from the start. */
 export class ClientCall extends FirstAttempt implements BoundBodyLimit {
@@ -50,13 +70,19 @@ export class ClientCall extends FirstAttempt implements BoundBodyLimit {
   /** As the body limit of the success path's Response: the operation's time left at its answer. */
   remainingMs = 0;
 
-  constructor(private readonly cx: ClientContext, private readonly req: Prepared, private readonly init: RelentRequestInit) {
+  constructor(
+    private readonly cx: ClientContext,
+    private readonly req: Prepared,
+    private readonly init: RelentRequestInit,
+  ) {
     super();
     const bodyDeadline = init.bodyDeadline ?? this.cx.bodyDeadline;
     if (typeof bodyDeadline !== 'boolean') throw invalid('bodyDeadline', 'Expected `bodyDeadline` to be a boolean');
     this.bodyDeadline = bodyDeadline;
     const lim = callLimits(callPolicy(this.cx.basePolicy, init.policy, this.cx.policyCache), {
-      deadlineMs: init.deadlineMs, attemptTimeoutMs: init.attemptTimeoutMs, stream: req.body.kind === 'stream',
+      deadlineMs: init.deadlineMs,
+      attemptTimeoutMs: init.attemptTimeoutMs,
+      stream: req.body.kind === 'stream',
     });
     this.lim = lim;
     this.policy = lim.policy;
@@ -101,9 +127,16 @@ export class ClientCall extends FirstAttempt implements BoundBodyLimit {
     });
     const signal = req.signal;
     // The success path (plainPath), for a caller still waiting.
-    if (plainPath(this.cx.onEvent !== null || this.init.onEvent !== undefined, this.cx.instrumentation !== null, hedging, dep, req.body.kind === 'stream')
-      && !(signal?.aborted ?? false) && this.plan(policy, dep.guard.budget, limitsOf(this.lim.deadlineMs, this.lim.attemptTimeoutMs, callerDeadlineMs), this.cx.clock)) {
-      this.send(this.cx.dispatch, this.dispatchOptions(this.cx.prop.sends ? appendPropagation(req.headers.slice(), this.cx.prop, 1, this.timeoutMs) : req.headers), validStatus);
+    if (
+      plainPath(this.cx.onEvent !== null || this.init.onEvent !== undefined, this.cx.instrumentation !== null, hedging, dep, req.body.kind === 'stream') &&
+      !(signal?.aborted ?? false) &&
+      this.plan(policy, dep.guard.budget, limitsOf(this.lim.deadlineMs, this.lim.attemptTimeoutMs, callerDeadlineMs), this.cx.clock)
+    ) {
+      this.send(
+        this.cx.dispatch,
+        this.dispatchOptions(this.cx.prop.sends ? appendPropagation(req.headers.slice(), this.cx.prop, 1, this.timeoutMs) : req.headers),
+        validStatus,
+      );
       if (this.inFlight) {
         this.call.current = this.first;
         if (signal !== undefined) this.call.listen(signal, (reason) => this.cancelFirst(reason));
@@ -168,7 +201,9 @@ export class ClientCall extends FirstAttempt implements BoundBodyLimit {
   protected override handOver(how: FirstAttemptEnd, payload: unknown): void {
     this.call.current = this.first;
     try {
-      executeFrom<AttemptHandler | Response>(this.attemptFn(), this.runOptions(null), this.startedAt, this.timeoutMs, this.deadlineMs, how, payload, (r) => this.ended(r));
+      executeFrom<AttemptHandler | Response>(this.attemptFn(), this.runOptions(null), this.startedAt, this.timeoutMs, this.deadlineMs, how, payload, (r) =>
+        this.ended(r),
+      );
     } catch (e) {
       this.call.release();
       this.reject!(e);

@@ -90,7 +90,6 @@ export interface RelentClient extends DependencyState {
   close(): Promise<void>;
 }
 
-
 /** A client's settings, resolved once and read by every call (ClientCall). */
 export class ClientContext extends DriverContext {
   readonly dispatch: (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler) => boolean;
@@ -98,13 +97,17 @@ export class ClientContext extends DriverContext {
   readonly routeOf: ((url: URL) => string | null | undefined) | null;
   readonly maxRedirections: number;
 
-  constructor(options: ClientOptions, readonly dispatcher: Dispatcher) {
+  constructor(
+    options: ClientOptions,
+    readonly dispatcher: Dispatcher,
+  ) {
     super(options, 'client.fetch');
     this.dispatch = dispatcher.dispatch.bind(dispatcher) as (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler) => boolean;
     this.keyOf = options.key ?? originKey;
     this.routeOf = options.routeTemplate ?? null;
     const maxRedirections = options.maxRedirections ?? CLIENT_DEFAULTS.maxRedirections;
-    if (!Number.isInteger(maxRedirections) || maxRedirections < 0 || maxRedirections > 100) throw invalid('maxRedirections', 'Expected `maxRedirections` to be an integer in [0, 100]');
+    if (!Number.isInteger(maxRedirections) || maxRedirections < 0 || maxRedirections > 100)
+      throw invalid('maxRedirections', 'Expected `maxRedirections` to be an integer in [0, 100]');
     this.maxRedirections = maxRedirections;
   }
 }
@@ -159,7 +162,10 @@ export function createClient(options: ClientOptions = {}): RelentClient {
   const base: Dispatcher = options.dispatcher ?? ownAgent!;
   if (typeof base.compose !== 'function') {
     // Bun answers `import { Agent } from 'undici'` with its own partial copy, whose Agent has no compose().
-    throw invalid('dispatcher', 'Expected `dispatcher` to be an undici Dispatcher with compose() (undici ≥ 6; under Bun, `import \'undici\'` is Bun\'s own partial copy: load the npm package by its path, or leave `dispatcher` out)');
+    throw invalid(
+      'dispatcher',
+      "Expected `dispatcher` to be an undici Dispatcher with compose() (undici ≥ 6; under Bun, `import 'undici'` is Bun's own partial copy: load the npm package by its path, or leave `dispatcher` out)",
+    );
   }
   const cx = new ClientContext(options, base.compose(interceptors.redirect({ maxRedirections: 0 })));
   const deps = cx.deps;

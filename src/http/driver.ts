@@ -16,7 +16,17 @@ import { forDriver } from '../run/instrument.js';
 import type { AttemptContext, Classified, DriverName, ExecuteOptions, Instrumentation, RelentEvent } from '../run/run.js';
 import { clockOption, systemClock } from '../shared/clock.js';
 import {
-  Dependencies, invalid, PROTECTION_DEFAULTS, listenerOf, observeRateLimited, observeResponse, timeoutOf, type Call, type CallLimits, type Dependency, type ProtectionOptions,
+  Dependencies,
+  invalid,
+  PROTECTION_DEFAULTS,
+  listenerOf,
+  observeRateLimited,
+  observeResponse,
+  timeoutOf,
+  type Call,
+  type CallLimits,
+  type Dependency,
+  type ProtectionOptions,
 } from './operation.js';
 
 /** The options both HTTP drivers take (createClient and relentInterceptor add their own). */
@@ -150,7 +160,8 @@ export function callRunOptions<V>(cx: DriverContext, f: CallFields<V>): ExecuteO
     method: f.method,
     endpoint: f.endpoint,
     onEvent: cx.listened(f.onEvent) ? listenerOf(cx.onEvent, f.onEvent) : undefined,
-    classifyValue: f.classifyValue ?? ((f.dep.guard.rateLimiter === null ? observeResponse : observeRateLimited) as unknown as (value: V, policy: Policy) => Classified),
+    classifyValue:
+      f.classifyValue ?? ((f.dep.guard.rateLimiter === null ? observeResponse : observeRateLimited) as unknown as (value: V, policy: Policy) => Classified),
     classifyTimeout: timeoutOf(f.call),
     guard: f.dep.guard,
     hedging: f.hedging,

@@ -14,10 +14,20 @@ export class RelentFetchError extends RelentError {
   readonly sent: SendState | null;
   /** The response, for ERR_RETRY_AFTER_TOO_LONG and ERR_BODY_NOT_REPLAYABLE after a response (client.fetch only; body unread). */
   readonly response: Response | null;
-  constructor(code: RelentErrorCode, message: string, o: {
-    cause?: unknown; reason: TerminalReason | null; attempts: number; operationId: string;
-    status?: number | null; errorClass?: ErrorClass | null; sent?: SendState | null; response?: Response | null;
-  }) {
+  constructor(
+    code: RelentErrorCode,
+    message: string,
+    o: {
+      cause?: unknown;
+      reason: TerminalReason | null;
+      attempts: number;
+      operationId: string;
+      status?: number | null;
+      errorClass?: ErrorClass | null;
+      sent?: SendState | null;
+      response?: Response | null;
+    },
+  ) {
     super(code, message, { cause: o.cause, reason: o.reason, attempts: o.attempts, operationId: o.operationId });
     this.name = 'RelentFetchError';
     this.status = o.status ?? null;
@@ -47,27 +57,55 @@ export function whereOf(method: string, endpoint: string, r: { operationId: stri
   return `${method} ${endpoint}, operation ${r.operationId}, ${plural(r.attempts)}`;
 }
 
-export function tooLongError(r: RunResult<unknown>, waitMs: number, policy: Policy, where: string, status: number, response: Response | null): RelentFetchError {
+export function tooLongError(
+  r: RunResult<unknown>,
+  waitMs: number,
+  policy: Policy,
+  where: string,
+  status: number,
+  response: Response | null,
+): RelentFetchError {
   const over = r.reason === 'not_retryable';
   const msg = `${r.reason}: the server asked to wait ${waitMs} ms, ${over ? `over the policy's cap of ${policy.retryAfter.maxMs} ms` : 'past the deadline'}; not waiting (${where}, last: ${status})`;
   return new RelentFetchError('ERR_RETRY_AFTER_TOO_LONG', msg, { reason: r.reason, attempts: r.attempts, operationId: r.operationId, status, response });
 }
 
 /** A body still arriving when the operation's deadline passed (the deadline covers the body by default). */
-export function bodyDeadlineError(r: { readonly operationId: string; readonly attempts: number }, deadlineMs: number, where: string, status: number): RelentFetchError {
-  return new RelentFetchError('ERR_DEADLINE_EXCEEDED',
+export function bodyDeadlineError(
+  r: { readonly operationId: string; readonly attempts: number },
+  deadlineMs: number,
+  where: string,
+  status: number,
+): RelentFetchError {
+  return new RelentFetchError(
+    'ERR_DEADLINE_EXCEEDED',
     `deadline_exceeded: the response body was still arriving when the deadline of ${Math.round(deadlineMs)} ms passed, so it was aborted (${where}; pass bodyDeadline: false for long downloads)`,
-    { reason: 'deadline_exceeded', attempts: r.attempts, operationId: r.operationId, status });
+    { reason: 'deadline_exceeded', attempts: r.attempts, operationId: r.operationId, status },
+  );
 }
 
 const REPLAY_HINT = 'pass a string, bytes or a Blob to make it replayable';
 
-export function notReplayableError(r: RunResult<unknown>, where: string, o: { status?: number; response?: Response | null; cause?: unknown }): RelentFetchError {
+export function notReplayableError(
+  r: RunResult<unknown>,
+  where: string,
+  o: { status?: number; response?: Response | null; cause?: unknown },
+): RelentFetchError {
   const last = r.last ? (r.last.status ?? r.last.errorClass) : 'no call made';
-  return new RelentFetchError('ERR_BODY_NOT_REPLAYABLE', `max_attempts: a retry is needed but the body is a stream, sent once (${where}, last: ${last}); ${REPLAY_HINT}`, {
-    reason: r.reason, attempts: r.attempts, operationId: r.operationId, status: o.status ?? null,
-    errorClass: r.last?.errorClass ?? null, sent: r.last?.sent ?? null, response: o.response ?? null, cause: o.cause,
-  });
+  return new RelentFetchError(
+    'ERR_BODY_NOT_REPLAYABLE',
+    `max_attempts: a retry is needed but the body is a stream, sent once (${where}, last: ${last}); ${REPLAY_HINT}`,
+    {
+      reason: r.reason,
+      attempts: r.attempts,
+      operationId: r.operationId,
+      status: o.status ?? null,
+      errorClass: r.last?.errorClass ?? null,
+      sent: r.last?.sent ?? null,
+      response: o.response ?? null,
+      cause: o.cause,
+    },
+  );
 }
 
 /** The error of an operation that ended without a response to hand over. */
@@ -80,7 +118,13 @@ export function failureError(r: RunResult<unknown>, error: unknown, where: strin
     // The executor's own ending (timeout, deadline, cancel, unknown outcome, breaker, bulkhead, defer).
     const cause = WireError.is(error.cause) ? error.cause.cause : error.cause;
     return new RelentFetchError(error.code, `${error.message} [${where.split(',')[0]}]`, {
-      cause, reason: r.reason, attempts: r.attempts, operationId: r.operationId, status: lastStatus, errorClass: lastClass, sent,
+      cause,
+      reason: r.reason,
+      attempts: r.attempts,
+      operationId: r.operationId,
+      status: lastStatus,
+      errorClass: lastClass,
+      sent,
     });
   }
   const code: RelentErrorCode = r.reason === 'return' ? 'ERR_NOT_RETRYABLE' : REASON_CODES[r.reason];
@@ -88,6 +132,11 @@ export function failureError(r: RunResult<unknown>, error: unknown, where: strin
     ? `${error.errorClass}${error.code ? ` (${error.code})` : ''}, ${error.sent === 'not_sent' ? 'the request was not sent' : 'the request may have reached the server'}`
     : (lastClass ?? 'error');
   return new RelentFetchError(code, `${r.reason}: ${what} (${where})`, {
-    cause: WireError.is(error) ? error.cause : error, reason: r.reason, attempts: r.attempts, operationId: r.operationId, errorClass: lastClass, sent,
+    cause: WireError.is(error) ? error.cause : error,
+    reason: r.reason,
+    attempts: r.attempts,
+    operationId: r.operationId,
+    errorClass: lastClass,
+    sent,
   });
 }

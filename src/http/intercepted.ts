@@ -13,7 +13,22 @@ import { checkRouteTemplate } from './endpoint.js';
 import { bodyDeadlineError, failureError, notReplayableError, tooLongError, waitTooLong, whereOf } from './errors.js';
 import { IDEMPOTENCY_KEY_HEADER, keyFromHeader, resolveIdempotencyKey } from '../shared/idempotency.js';
 import {
-  asError, attemptHeaders, Call, callLimits, callPolicy, dispatchAttempt, FirstAttempt, inherit, invalid, limitsOf, optsWithHeaders, passOnNoRetry, plainPath, withHeaders, withHeadersKey, type Dependency,
+  asError,
+  attemptHeaders,
+  Call,
+  callLimits,
+  callPolicy,
+  dispatchAttempt,
+  FirstAttempt,
+  inherit,
+  invalid,
+  limitsOf,
+  optsWithHeaders,
+  passOnNoRetry,
+  plainPath,
+  withHeaders,
+  withHeadersKey,
+  type Dependency,
 } from './operation.js';
 
 import type { InterceptorContext, RelentDispatchOptions } from './interceptor.js';
@@ -55,7 +70,8 @@ function headerKey(headers: unknown): string | null {
       for (const [k, v] of headers as [string, string][]) if (String(k).toLowerCase() === IDEMPOTENCY_KEY_HEADER) return keyFromHeader(String(v));
       return null;
     }
-    for (let i = 0; i + 1 < headers.length; i += 2) if (String(headers[i]).toLowerCase() === IDEMPOTENCY_KEY_HEADER) return keyFromHeader(String(headers[i + 1]));
+    for (let i = 0; i + 1 < headers.length; i += 2)
+      if (String(headers[i]).toLowerCase() === IDEMPOTENCY_KEY_HEADER) return keyFromHeader(String(headers[i + 1]));
     return null;
   }
   if (typeof headers === 'object') {
@@ -179,7 +195,10 @@ export class InterceptedOperation extends FirstAttempt implements Dispatcher.Dis
   private bodyDeadline = true;
   private endpoint: string | undefined = undefined;
 
-  constructor(private readonly cx: InterceptorContext, private readonly handler: Dispatcher.DispatchHandler) {
+  constructor(
+    private readonly cx: InterceptorContext,
+    private readonly handler: Dispatcher.DispatchHandler,
+  ) {
     super();
   }
 
@@ -205,7 +224,14 @@ export class InterceptedOperation extends FirstAttempt implements Dispatcher.Dis
 
     const body = opts.body;
     const stream = body !== undefined && body !== null && !replayable(body);
-    const lim = per === NO_OPTIONS && !stream ? null : callLimits(callPolicy(this.cx.basePolicy, per.policy, this.cx.policyCache), { deadlineMs: per.deadlineMs, attemptTimeoutMs: per.attemptTimeoutMs, stream });
+    const lim =
+      per === NO_OPTIONS && !stream
+        ? null
+        : callLimits(callPolicy(this.cx.basePolicy, per.policy, this.cx.policyCache), {
+            deadlineMs: per.deadlineMs,
+            attemptTimeoutMs: per.attemptTimeoutMs,
+            stream,
+          });
     this.lim = lim;
     const policy = lim === null ? this.cx.basePolicy : lim.policy;
     this.policy = policy;
@@ -230,8 +256,10 @@ export class InterceptedOperation extends FirstAttempt implements Dispatcher.Dis
     }
     // The success path (plainPath).
     const prop = this.cx.prop;
-    if (plainPath(listened, this.cx.instrumentation !== null, hedging, dep, stream)
-      && this.plan(policy, dep.guard.budget, limitsOf(lim?.deadlineMs, lim?.attemptTimeoutMs, callerDeadlineMs), this.cx.clock)) {
+    if (
+      plainPath(listened, this.cx.instrumentation !== null, hedging, dep, stream) &&
+      this.plan(policy, dep.guard.budget, limitsOf(lim?.deadlineMs, lim?.attemptTimeoutMs, callerDeadlineMs), this.cx.clock)
+    ) {
       this.send(dispatch, prop.sends ? optsWithHeaders(opts, appendPropagation(flatHeaders(opts.headers, prop.names), prop, 1, this.timeoutMs)) : opts, null);
       return;
     }
@@ -313,7 +341,12 @@ export class InterceptedOperation extends FirstAttempt implements Dispatcher.Dis
   /** The body deadline passed (success path). */
   protected override timerFired(): void {
     if (this.done) return;
-    const e = bodyDeadlineError(this.firstResult(), this.deadlineMs, whereOf(this.method, this.endpoint ?? this.endpointOf(), this.firstResult()), this.committed!.status);
+    const e = bodyDeadlineError(
+      this.firstResult(),
+      this.deadlineMs,
+      whereOf(this.method, this.endpoint ?? this.endpointOf(), this.firstResult()),
+      this.committed!.status,
+    );
     this.committed!.abort(e);
     this.fail(e);
   }
@@ -331,7 +364,14 @@ export class InterceptedOperation extends FirstAttempt implements Dispatcher.Dis
     try {
       passOnNoRetry(this.incoming, r);
       const lim = this.lim;
-      this.settle(r, this.call!, this.policy!, () => whereOf(this.method, this.endpoint ?? this.endpointOf(), r), lim !== null && lim.streamLimited, this.bodyDeadline ? r.deadlineMs : null);
+      this.settle(
+        r,
+        this.call!,
+        this.policy!,
+        () => whereOf(this.method, this.endpoint ?? this.endpointOf(), r),
+        lim !== null && lim.streamLimited,
+        this.bodyDeadline ? r.deadlineMs : null,
+      );
     } catch (e) {
       this.fail(asError(e));
     }
@@ -469,4 +509,3 @@ export class InterceptedOperation extends FirstAttempt implements Dispatcher.Dis
     this.committed?.resume();
   }
 }
-

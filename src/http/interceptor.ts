@@ -78,15 +78,16 @@ export class InterceptorContext extends DriverContext {
 export function relentInterceptor(options: InterceptorOptions = {}): RelentInterceptor {
   const cx = new InterceptorContext(options);
   const deps = cx.deps;
-  const interceptor = ((dispatch: Dispatch): Dispatch => (opts, handler) => {
-    const op = new InterceptedOperation(cx, handler);
-    try {
-      op.start(dispatch, opts);
-    } catch (e) {
-      op.fail(asError(e));
-    }
-    return true;
-  }) as RelentInterceptor;
+  const interceptor = ((dispatch: Dispatch): Dispatch =>
+    (opts, handler) => {
+      const op = new InterceptedOperation(cx, handler);
+      try {
+        op.start(dispatch, opts);
+      } catch (e) {
+        op.fail(asError(e));
+      }
+      return true;
+    }) as RelentInterceptor;
 
   Object.defineProperties(interceptor, {
     breakers: { value: deps.breakers, enumerable: true },

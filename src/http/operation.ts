@@ -1,9 +1,7 @@
 // What the client and the interceptor share: per-dependency protections, the state of one
 // call around execute(), one attempt through an undici dispatcher, and per-call limits.
 import type { Dispatcher } from 'undici';
-import {
-  createCircuitBreaker, type BreakerSnapshot, type BreakerSpec, type BreakerStateChange, type CircuitBreaker,
-} from '../core/breaker.js';
+import { createCircuitBreaker, type BreakerSnapshot, type BreakerSpec, type BreakerStateChange, type CircuitBreaker } from '../core/breaker.js';
 import type { RetryBudget } from '../core/budget.js';
 import type { Fleet } from '../core/fleet.js';
 import { RelentError } from '../core/errors.js';
@@ -27,8 +25,15 @@ import { pickHintHeaders } from '../core/hints.js';
 
 /** What the client and the interceptor protect a dependency with by default: a shared budget, no breaker, no bulkhead, no limits. */
 export const PROTECTION_DEFAULTS = Object.freeze({
-  budget: true, breaker: false as const, breakerState: null, onBreakerStateChange: null, bulkhead: false as const, fleet: null,
-  concurrencyLimit: false as const, rateLimit: false as const, onLimitEvent: null,
+  budget: true,
+  breaker: false as const,
+  breakerState: null,
+  onBreakerStateChange: null,
+  bulkhead: false as const,
+  fleet: null,
+  concurrencyLimit: false as const,
+  rateLimit: false as const,
+  onLimitEvent: null,
 });
 
 export function invalid(field: string, message: string): RelentError {
@@ -110,7 +115,10 @@ export class Dependencies {
   private readonly bulkheadOpts: BulkheadOptions | false;
   private readonly fleet: Fleet | null;
 
-  constructor(private readonly o: ProtectionOptions, clock: Clock | null = null) {
+  constructor(
+    private readonly o: ProtectionOptions,
+    clock: Clock | null = null,
+  ) {
     this.clock = clock ?? systemClock;
     this.fleet = o.fleet ?? null;
     if (this.fleet !== null && (typeof this.fleet !== 'object' || typeof this.fleet.budget !== 'function' || typeof this.fleet.breaker !== 'function')) {
@@ -126,7 +134,8 @@ export class Dependencies {
     if (this.breakerSpec !== false) createCircuitBreaker(this.breakerSpec);
     if (this.bulkheadOpts !== false) createBulkhead(this.bulkheadOpts);
     if (this.limitOpts !== false) {
-      if (this.bulkheadOpts !== false) throw invalid('concurrencyLimit', 'Expected one of `bulkhead` and `concurrencyLimit` (an adaptive limit replaces the fixed bulkhead)');
+      if (this.bulkheadOpts !== false)
+        throw invalid('concurrencyLimit', 'Expected one of `bulkhead` and `concurrencyLimit` (an adaptive limit replaces the fixed bulkhead)');
       createConcurrencyLimit(this.limitOpts);
     }
     if (this.rateSpec !== false) normalizeRateLimit(this.rateSpec);
@@ -162,12 +171,14 @@ export class Dependencies {
       fleet: this.fleet,
       budget: this.shareBudget ? policy.budget : null,
       breaker: this.breakerSpec === false ? null : this.breakerSpec,
-      breakerState: this.fleet === null ? this.o.breakerState?.[key] ?? null : null,
+      breakerState: this.fleet === null ? (this.o.breakerState?.[key] ?? null) : null,
       onBreakerStateChange: this.o.onBreakerStateChange ?? null,
       rateLimit: this.rateSpec === false ? null : this.rateSpec,
       bulkhead: this.bulkheadOpts === false ? null : createBulkhead(this.bulkheadOpts),
-      concurrencyLimit: this.limitOpts === false ? null
-        : createConcurrencyLimit(this.limitOpts, { name: key, onEvent: this.o.onLimitEvent ?? null, wallNow: () => this.clock.wallNow() }),
+      concurrencyLimit:
+        this.limitOpts === false
+          ? null
+          : createConcurrencyLimit(this.limitOpts, { name: key, onEvent: this.o.onLimitEvent ?? null, wallNow: () => this.clock.wallNow() }),
       clock: this.clock,
     });
     d = { guard, hedging: null };
@@ -195,10 +206,11 @@ export class Dependencies {
 
 /** The events listener of a call: the client's (or interceptor's) and the call's own, or none. */
 export function listenerOf(a: ((e: RelentEvent) => void) | null, b: ((e: RelentEvent) => void) | null | undefined): ((e: RelentEvent) => void) | undefined {
-  if (a !== null && b) return (e) => {
-    a(e);
-    b(e);
-  };
+  if (a !== null && b)
+    return (e) => {
+      a(e);
+      b(e);
+    };
   return a ?? b ?? undefined;
 }
 
@@ -356,7 +368,8 @@ export function timeoutOf(call: Call): (ctx: AttemptContext) => Classified {
 
 function checkMs(v: unknown, field: string): number | undefined {
   if (v === undefined) return undefined;
-  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0 || v > 2 ** 31 - 1) throw invalid(field, `Expected \`${field}\` to be a number of ms in (0, 2147483647]`);
+  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0 || v > 2 ** 31 - 1)
+    throw invalid(field, `Expected \`${field}\` to be a number of ms in (0, 2147483647]`);
   return v;
 }
 
@@ -378,8 +391,14 @@ export function callPolicy(base: Policy, p: PresetName | PolicySpec | Policy | u
  * A call's own deadline and attempt timeout (checked here; the operation takes them
  * instead of the policy's, longer or shorter), and the one-attempt limit of a stream body.
  */
-export function callLimits(policy: Policy, o: { deadlineMs?: number; attemptTimeoutMs?: number; stream: boolean }): {
-  policy: Policy; deadlineMs: number | undefined; attemptTimeoutMs: number | undefined; streamLimited: boolean;
+export function callLimits(
+  policy: Policy,
+  o: { deadlineMs?: number; attemptTimeoutMs?: number; stream: boolean },
+): {
+  policy: Policy;
+  deadlineMs: number | undefined;
+  attemptTimeoutMs: number | undefined;
+  streamLimited: boolean;
 } {
   const deadlineMs = checkMs(o.deadlineMs, 'deadlineMs');
   const attemptTimeoutMs = checkMs(o.attemptTimeoutMs, 'attemptTimeoutMs');
@@ -450,10 +469,16 @@ const NO_LIMITS: CallLimits = Object.freeze({});
 
 /** A call's own limits as one object (a shared empty one when it has none). */
 export function limitsOf(deadlineMs: number | undefined, attemptTimeoutMs: number | undefined, callerDeadlineMs: number | undefined): CallLimits {
-  return deadlineMs === undefined && attemptTimeoutMs === undefined && callerDeadlineMs === undefined ? NO_LIMITS : { deadlineMs, attemptTimeoutMs, callerDeadlineMs };
+  return deadlineMs === undefined && attemptTimeoutMs === undefined && callerDeadlineMs === undefined
+    ? NO_LIMITS
+    : { deadlineMs, attemptTimeoutMs, callerDeadlineMs };
 }
 
-const enum Fast { Off, InFlight, Over }
+const enum Fast {
+  Off,
+  InFlight,
+  Over,
+}
 
 /**
  * The success path of one HTTP operation, for the client and the interceptor: the
@@ -518,7 +543,11 @@ export abstract class FirstAttempt implements TimerRecord, HeadListener {
   }
 
   /** Sends the first attempt (after plan()) with these options. */
-  protected send(dispatch: (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler) => boolean, opts: Dispatcher.DispatchOptions, acceptStatus: ((status: number) => boolean) | null): void {
+  protected send(
+    dispatch: (opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler) => boolean,
+    opts: Dispatcher.DispatchOptions,
+    acceptStatus: ((status: number) => boolean) | null,
+  ): void {
     const h = new AttemptHandler(acceptStatus);
     this.first = h;
     this.fast = Fast.InFlight;

@@ -65,7 +65,12 @@ function toHeaders(h: HeadersLike): Headers {
 }
 
 /** The call's request, checked and encoded; a promise only when the body must be read first (a Request's, a Blob, FormData). */
-export function prepareRequest(input: string | URL | Request, init: RelentRequestInit, autoKeyDefault: boolean, prop: ResolvedPropagation): Prepared | Promise<Prepared> {
+export function prepareRequest(
+  input: string | URL | Request,
+  init: RelentRequestInit,
+  autoKeyDefault: boolean,
+  prop: ResolvedPropagation,
+): Prepared | Promise<Prepared> {
   const { url, request } = parseInput(input);
   const method = normalizeMethod(init.method ?? request?.method ?? 'GET');
   const rawBody: unknown = init.body;
@@ -76,7 +81,13 @@ export function prepareRequest(input: string | URL | Request, init: RelentReques
 }
 
 function prepareWithBody(
-  url: URL, request: Request | null, method: string, rawBody: unknown, init: RelentRequestInit, autoKeyDefault: boolean, prop: ResolvedPropagation,
+  url: URL,
+  request: Request | null,
+  method: string,
+  rawBody: unknown,
+  init: RelentRequestInit,
+  autoKeyDefault: boolean,
+  prop: ResolvedPropagation,
 ): Prepared | Promise<Prepared> {
   if (rawBody !== undefined && rawBody !== null && (method === 'GET' || method === 'HEAD')) throw invalid('body', `A ${method} request cannot have a body`);
   const body = prepareBody(rawBody);
@@ -85,7 +96,13 @@ function prepareWithBody(
 }
 
 function prepared(
-  url: URL, request: Request | null, method: string, body: PreparedBody, init: RelentRequestInit, autoKeyDefault: boolean, prop: ResolvedPropagation,
+  url: URL,
+  request: Request | null,
+  method: string,
+  body: PreparedBody,
+  init: RelentRequestInit,
+  autoKeyDefault: boolean,
+  prop: ResolvedPropagation,
 ): Prepared {
   const headers: string[] = [];
   let headerKey: string | null = null;
@@ -94,7 +111,9 @@ function prepared(
   if (hIn !== undefined && hIn !== null) {
     for (const [name, value] of toHeaders(hIn)) {
       if (REFUSED_HEADERS.has(name)) {
-        if (name === 'connection' && /^\s*(close|keep-alive)\s*$/i.test(value)) { /* allowed by undici */ } else throw invalid('headers', `The \`${name}\` header is managed by the HTTP client and cannot be set`);
+        if (name === 'connection' && /^\s*(close|keep-alive)\s*$/i.test(value)) {
+          /* allowed by undici */
+        } else throw invalid('headers', `The \`${name}\` header is managed by the HTTP client and cannot be set`);
       }
       if (name === 'content-length' && body.kind !== 'stream') continue; // we know the length
       if (name === 'content-type') hasContentType = true;
@@ -109,14 +128,20 @@ function prepared(
   if (header !== null) headers.push(IDEMPOTENCY_KEY_HEADER, header);
 
   const redirect = init.redirect ?? (request?.redirect as 'follow' | 'manual' | 'error' | undefined) ?? 'follow';
-  if (redirect !== 'follow' && redirect !== 'manual' && redirect !== 'error') throw invalid('redirect', 'Expected `redirect` to be "follow", "manual" or "error"');
+  if (redirect !== 'follow' && redirect !== 'manual' && redirect !== 'error')
+    throw invalid('redirect', 'Expected `redirect` to be "follow", "manual" or "error"');
   const signal = init.signal ?? request?.signal ?? undefined;
   return new PreparedRequest(url, method, headers, body, signal, redirect, key);
 }
 
 class PreparedRequest implements Prepared {
   constructor(
-    readonly url: URL, readonly method: string, readonly headers: string[], readonly body: PreparedBody, readonly signal: AbortSignal | undefined,
-    readonly redirect: 'follow' | 'manual' | 'error', readonly idempotencyKey: string | null,
+    readonly url: URL,
+    readonly method: string,
+    readonly headers: string[],
+    readonly body: PreparedBody,
+    readonly signal: AbortSignal | undefined,
+    readonly redirect: 'follow' | 'manual' | 'error',
+    readonly idempotencyKey: string | null,
   ) {}
 }

@@ -12,7 +12,13 @@ const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
 export const REDIRECT_STATUSES = new Set([301, 302, 303, 307, 308]);
 
 export function settle(
-  r: RunResult<AttemptHandler | Response>, call: Call, req: Prepared, policy: Policy, where: () => string, streamLimited: boolean, limit: BoundBodyLimit | null,
+  r: RunResult<AttemptHandler | Response>,
+  call: Call,
+  req: Prepared,
+  policy: Policy,
+  where: () => string,
+  streamLimited: boolean,
+  limit: BoundBodyLimit | null,
 ): Response {
   if (r.outcome.ok) {
     const v = r.outcome.value;
@@ -25,7 +31,8 @@ export function settle(
     call.discardOthers(v);
     const tooLong = waitTooLong(r);
     if (tooLong !== null) throw tooLongError(r, tooLong, policy, where(), v.status, toResponse(v, req, call, limit, true));
-    if (streamLimited && r.reason === 'max_attempts') throw notReplayableError(r, where(), { status: v.status, response: toResponse(v, req, call, limit, true) });
+    if (streamLimited && r.reason === 'max_attempts')
+      throw notReplayableError(r, where(), { status: v.status, response: toResponse(v, req, call, limit, true) });
     if (req.redirect === 'error' && REDIRECT_STATUSES.has(v.status)) {
       v.discard();
       call.release();
@@ -41,9 +48,17 @@ export function settle(
 }
 
 /** A 3xx answer with `redirect: "error"`. */
-export function unexpectedRedirect(status: number, reason: TerminalReason, r: { readonly operationId: string; readonly attempts: number }, where: string): RelentFetchError {
+export function unexpectedRedirect(
+  status: number,
+  reason: TerminalReason,
+  r: { readonly operationId: string; readonly attempts: number },
+  where: string,
+): RelentFetchError {
   return new RelentFetchError('ERR_NOT_RETRYABLE', `return: unexpected redirect (${status}) with redirect: "error" (${where})`, {
-    reason, attempts: r.attempts, operationId: r.operationId, status,
+    reason,
+    attempts: r.attempts,
+    operationId: r.operationId,
+    status,
   });
 }
 
@@ -60,7 +75,11 @@ export interface BoundBodyLimit {
 /** The body limit of an operation the executor ran (not a literal: see RunResultRecord in run.ts). */
 export class BoundLimit implements BoundBodyLimit {
   constructor(
-    readonly clock: Clock, readonly remainingMs: number, readonly deadlineMs: number, private readonly whereFn: () => string, private readonly r: RunResult<unknown>,
+    readonly clock: Clock,
+    readonly remainingMs: number,
+    readonly deadlineMs: number,
+    private readonly whereFn: () => string,
+    private readonly r: RunResult<unknown>,
   ) {}
 
   where(): string {
@@ -132,7 +151,11 @@ class WebBody implements BodySink {
   private done = false;
   private cancelTimer: (() => void) | null = null;
 
-  constructor(private readonly h: AttemptHandler, private readonly call: Call, private readonly limit: BoundBodyLimit | null) {}
+  constructor(
+    private readonly h: AttemptHandler,
+    private readonly call: Call,
+    private readonly limit: BoundBodyLimit | null,
+  ) {}
 
   start(c: ReadableStreamDefaultController<Uint8Array>): void {
     this.c = c;

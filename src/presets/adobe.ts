@@ -9,7 +9,8 @@ import type { PresetDefinition } from './types.js';
 export const adobeBestEffort: PresetDefinition = {
   name: 'adobe-best-effort',
   summary: 'Adobe Destination SDK best-effort aggregation: 2 retries at +15 s and +30 s, then drop',
-  source: 'Adobe Experience Platform, "Rate limiting and retry policy for streaming destinations built with Destination SDK" — https://experienceleague.adobe.com/en/docs/experience-platform/destinations/destination-sdk/functionality/rate-limiting-retry-policy',
+  source:
+    'Adobe Experience Platform, "Rate limiting and retry policy for streaming destinations built with Destination SDK" — https://experienceleague.adobe.com/en/docs/experience-platform/destinations/destination-sdk/functionality/rate-limiting-retry-policy',
   schedule: 'retry 403, 408, 409, 429, 500, 502, 503, 504 after 15 s, then after 30 s; 3 calls in all; 400 and others not retried',
   notes: [
     'Adobe resends activations, so the preset declares the operation idempotent (the delivery queue also sends an idempotency key per batch)',
@@ -23,7 +24,11 @@ export const adobeBestEffort: PresetDefinition = {
     attemptTimeoutMs: 30_000,
     idempotent: true,
     backoff: { kind: 'schedule', delaysMs: [15_000, 30_000] },
-    retryOn: { status: [403, 408, 409, 429, 500, 502, 503, 504], errors: ['connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed'], statusWithWait: [] },
+    retryOn: {
+      status: [403, 408, 409, 429, 500, 502, 503, 504],
+      errors: ['connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed'],
+      statusWithWait: [],
+    },
     safeStatuses: [403, 408, 409, 429, 500, 502, 503, 504],
     retryAfter: { maxMs: 60_000 },
   },
@@ -37,7 +42,8 @@ export const adobeBestEffort: PresetDefinition = {
 export const adobeConfigurable: PresetDefinition = {
   name: 'adobe-configurable',
   summary: 'Adobe Destination SDK configurable aggregation: 420, 429 and >500 retried 30 minutes later (durable)',
-  source: 'Adobe Experience Platform, "Rate limiting and retry policy for streaming destinations built with Destination SDK" — https://experienceleague.adobe.com/en/docs/experience-platform/destinations/destination-sdk/functionality/rate-limiting-retry-policy',
+  source:
+    'Adobe Experience Platform, "Rate limiting and retry policy for streaming destinations built with Destination SDK" — https://experienceleague.adobe.com/en/docs/experience-platform/destinations/destination-sdk/functionality/rate-limiting-retry-policy',
   schedule: 'retry 420, 429 and 501–599 after 30 min, or later if a Retry-After asks (up to 1 h); waits over 60 s are deferred to the durable queue',
   notes: [
     '"greater than 500" is read literally: 500 itself is NOT retried (the Japanese page says "the 500s"; add 500 to retryOn.status to follow it)',
@@ -52,7 +58,11 @@ export const adobeConfigurable: PresetDefinition = {
     attemptTimeoutMs: 30_000,
     idempotent: true,
     backoff: { kind: 'schedule', delaysMs: [1_800_000] },
-    retryOn: { status: [420, 429, '>500'], errors: ['connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed'], statusWithWait: [] },
+    retryOn: {
+      status: [420, 429, '>500'],
+      errors: ['connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed'],
+      statusWithWait: [],
+    },
     safeStatuses: [420, 429, '>500'],
     retryAfter: { statuses: [420, 429, 503], maxMs: 3_600_000, lengthenOnly: true },
     deferOverMs: 60_000,

@@ -34,7 +34,8 @@ export const grpc: PresetDefinition = {
 export const grpc2017: PresetDefinition = {
   name: 'grpc-2017',
   summary: 'gRPC A6 original text (2017–2024): full-jitter exponential backoff',
-  source: 'gRFC A6 "gRPC Retry Design" as written from 2017 to August 2024 — https://github.com/grpc/proposal/blob/master/A6-client-retries.md (see its history)',
+  source:
+    'gRFC A6 "gRPC Retry Design" as written from 2017 to August 2024 — https://github.com/grpc/proposal/blob/master/A6-client-retries.md (see its history)',
   schedule: 'U[0, min(100 ms·2^(n−1), 1 s)); 4 calls (at most 5); throttled while tokens <= 5 of 10',
   notes: ['kept for comparison with services that still follow the original text', 'pushback, throttling and the cap of 5 attempts as in `grpc`'],
   spec: {
@@ -57,7 +58,8 @@ export const grpc2017: PresetDefinition = {
 export const awsStandard: PresetDefinition = {
   name: 'aws-standard',
   summary: 'AWS SDK standard mode (2026 "v2.1"): 3 attempts, full jitter 50 ms / 1 s base, 20 s cap, quota 500',
-  source: 'AWS SDKs and Tools Reference Guide, "Retry behavior" — https://docs.aws.amazon.com/sdkref/latest/guide/feature-retry-behavior.html; botocore retries/standard.py and quota.py (the 2026 values) — https://github.com/boto/botocore/tree/develop/botocore/retries',
+  source:
+    'AWS SDKs and Tools Reference Guide, "Retry behavior" — https://docs.aws.amazon.com/sdkref/latest/guide/feature-retry-behavior.html; botocore retries/standard.py and quota.py (the 2026 values) — https://github.com/boto/botocore/tree/develop/botocore/retries',
   schedule: 'U[0, min(50 ms·2^(i−1), 20 s)) transient, U[0, min(1 s·2^(i−1), 20 s)) throttling; 3 calls; quota 500, cost 14 / 5',
   notes: [
     'HTTP 429 stands for the throttling error codes (ThrottlingException, SlowDown…); 500/502/503/504 and transport failures are transient',
@@ -84,7 +86,8 @@ export const awsStandard: PresetDefinition = {
 export const envoyDefault: PresetDefinition = {
   name: 'envoy-default',
   summary: 'Envoy router defaults: 1 retry on 5xx/reset/connect failure, U[0, (2^N−1)·25 ms) capped at 250 ms',
-  source: 'Envoy, RetryPolicy (route_components.proto) — https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/route/v3/route_components.proto; router filter, x-envoy-retry-on — https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/router_filter',
+  source:
+    'Envoy, RetryPolicy (route_components.proto) — https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/route/v3/route_components.proto; router filter, x-envoy-retry-on — https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/router_filter',
   schedule: 'retry 1 waits U[0, 25 ms); 2 calls; retry_on 5xx',
   notes: [
     "Envoy's retry budget limits concurrent retries (20 % of active requests, min 3); it is not modelled, so the preset has no budget",

@@ -12,8 +12,19 @@ export type { PresetName } from '../core/policy.js';
 
 /** Every preset, by name, in the order `relent presets` lists them. */
 export const PRESETS: ReadonlyMap<PresetName, PresetDefinition> = new Map(
-  [modelArmor, adobeBestEffort, adobeConfigurable, openrtbBid, openrtbBillingNotice, backgroundFullJitter, http429, grpc, grpc2017, awsStandard, envoyDefault]
-    .map((p) => [p.name, p] as const),
+  [
+    modelArmor,
+    adobeBestEffort,
+    adobeConfigurable,
+    openrtbBid,
+    openrtbBillingNotice,
+    backgroundFullJitter,
+    http429,
+    grpc,
+    grpc2017,
+    awsStandard,
+    envoyDefault,
+  ].map((p) => [p.name, p] as const),
 );
 
 const compiled = new Map<string, Policy>();

@@ -22,7 +22,11 @@ export const modelArmor: PresetDefinition = {
     deadlineMs: 300_000,
     idempotent: true,
     backoff: { kind: 'truncated-exponential', baseMs: 1000, capMs: 32_000, fractionMs: 1000 },
-    retryOn: { status: [500, 502, 503, 504], errors: ['connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed'], statusWithWait: [] },
+    retryOn: {
+      status: [500, 502, 503, 504],
+      errors: ['connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed'],
+      statusWithWait: [],
+    },
     retryAfter: { statuses: [503], maxMs: 32_000 },
   },
 };

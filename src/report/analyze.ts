@@ -13,8 +13,21 @@ export { printable } from './fields.js';
 
 /** relent's decisions (a closed set), in the order reports list them. */
 export const REPORT_DECISIONS: readonly Decision[] = Object.freeze([
-  'return', 'retry', 'check_state', 'deadline_exceeded', 'max_attempts', 'not_retryable', 'budget_exhausted', 'circuit_open',
-  'bulkhead_full', 'concurrency_limited', 'rate_limited', 'cancelled', 'defer', 'await_hedge', 'hedge_lost',
+  'return',
+  'retry',
+  'check_state',
+  'deadline_exceeded',
+  'max_attempts',
+  'not_retryable',
+  'budget_exhausted',
+  'circuit_open',
+  'bulkhead_full',
+  'concurrency_limited',
+  'rate_limited',
+  'cancelled',
+  'defer',
+  'await_hedge',
+  'hedge_lost',
 ] as const);
 /** Whether a decision ends the operation (every one but `retry` and the two about one attempt of a hedged operation). */
 export function isTerminal(d: Decision): d is TerminalReason {
@@ -207,7 +220,17 @@ export class EventLogAnalyzer {
   }
 
   private newEndpoint(key: string): EndpointAcc {
-    const acc: EndpointAcc = { key: printable(key), operations: 0, attempts: 0, returned: 0, retried: 0, retriedReturned: 0, timeouts: 0, unfinished: 0, reasons: new Float64Array(REPORT_DECISIONS.length) };
+    const acc: EndpointAcc = {
+      key: printable(key),
+      operations: 0,
+      attempts: 0,
+      returned: 0,
+      retried: 0,
+      retriedReturned: 0,
+      timeouts: 0,
+      unfinished: 0,
+      reasons: new Float64Array(REPORT_DECISIONS.length),
+    };
     this.endpoints.set(key, acc);
     return acc;
   }
@@ -220,9 +243,11 @@ export class EventLogAnalyzer {
     const d = typeof o.decision === 'string' ? DECISION_INDEX.get(o.decision) : undefined;
     if (d === undefined) return this.bad(lineNo, 'attempt: "decision" is not one of relent\'s decisions');
     const status = o.status ?? null;
-    if (status !== null && (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 599)) return this.bad(lineNo, 'attempt: "status" is not an HTTP status');
+    if (status !== null && (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 599))
+      return this.bad(lineNo, 'attempt: "status" is not an HTTP status');
     const errorClass = o.errorClass ?? null;
-    if (errorClass !== null && (typeof errorClass !== 'string' || errorClass.length === 0)) return this.bad(lineNo, 'attempt: "errorClass" is not a non-empty string');
+    if (errorClass !== null && (typeof errorClass !== 'string' || errorClass.length === 0))
+      return this.bad(lineNo, 'attempt: "errorClass" is not a non-empty string');
     if ((status === null) === (errorClass === null)) return this.bad(lineNo, 'attempt: needs exactly one of "status" and "errorClass"');
     if (o.endpoint !== undefined && o.endpoint !== null && typeof o.endpoint !== 'string') return this.bad(lineNo, 'attempt: "endpoint" is not a string');
     const delay = optNonNeg(o.delayMs);
@@ -294,9 +319,11 @@ export class EventLogAnalyzer {
     const n = o.attempts;
     if (typeof n !== 'number' || !Number.isInteger(n) || n < 0) return this.bad(lineNo, 'result: "attempts" is not a whole number ≥ 0');
     const status = o.status ?? null;
-    if (status !== null && (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 599)) return this.bad(lineNo, 'result: "status" is not an HTTP status');
+    if (status !== null && (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 599))
+      return this.bad(lineNo, 'result: "status" is not an HTTP status');
     const errorClass = o.errorClass ?? null;
-    if (errorClass !== null && (typeof errorClass !== 'string' || errorClass.length === 0)) return this.bad(lineNo, 'result: "errorClass" is not a non-empty string');
+    if (errorClass !== null && (typeof errorClass !== 'string' || errorClass.length === 0))
+      return this.bad(lineNo, 'result: "errorClass" is not a non-empty string');
     if (status !== null && errorClass !== null) return this.bad(lineNo, 'result: has both "status" and "errorClass"');
 
     this.resultLines++;
@@ -366,7 +393,8 @@ export class EventLogAnalyzer {
     const share = (n: number, of: number): number => (of > 0 ? n / of : 0);
 
     const histogram: { attempts: number; operations: number; share: number }[] = [];
-    for (let a = 0; a < this.perOp.length; a++) if (this.perOp[a]! > 0) histogram.push({ attempts: a, operations: this.perOp[a]!, share: share(this.perOp[a]!, ended) });
+    for (let a = 0; a < this.perOp.length; a++)
+      if (this.perOp[a]! > 0) histogram.push({ attempts: a, operations: this.perOp[a]!, share: share(this.perOp[a]!, ended) });
 
     const reasons: { reason: TerminalReason; operations: number; share: number }[] = [];
     REPORT_DECISIONS.forEach((d, i) => {
@@ -382,8 +410,20 @@ export class EventLogAnalyzer {
       statusClasses[statusClass(s)] = (statusClasses[statusClass(s)] ?? 0) + c;
     }
 
-    const endpointRows = [...this.endpoints.values()].map((e) => endpointReport(e)).sort((a, b) => b.operations - a.operations || b.attempts - a.attempts || (a.endpoint < b.endpoint ? -1 : 1));
-    const all: EndpointAcc = { key: 'all endpoints', operations: 0, attempts: 0, returned: 0, retried: 0, retriedReturned: 0, timeouts: 0, unfinished: 0, reasons: new Float64Array(REPORT_DECISIONS.length) };
+    const endpointRows = [...this.endpoints.values()]
+      .map((e) => endpointReport(e))
+      .sort((a, b) => b.operations - a.operations || b.attempts - a.attempts || (a.endpoint < b.endpoint ? -1 : 1));
+    const all: EndpointAcc = {
+      key: 'all endpoints',
+      operations: 0,
+      attempts: 0,
+      returned: 0,
+      retried: 0,
+      retriedReturned: 0,
+      timeouts: 0,
+      unfinished: 0,
+      reasons: new Float64Array(REPORT_DECISIONS.length),
+    };
     for (const e of this.endpoints.values()) {
       all.operations += e.operations;
       all.attempts += e.attempts;
@@ -397,9 +437,11 @@ export class EventLogAnalyzer {
 
     const series = this.series ?? new AdaptiveSeries('lines', this.seriesBuckets);
     const basis = this.timeField !== null ? 'time' : 'line';
-    const note = this.timeField !== null
-      ? `by time (the events' "${this.timeField}" field), buckets of ${series.bucketWidth} ms` + (this.withoutTime > 0 ? `; ${this.withoutTime} attempt${this.withoutTime === 1 ? '' : 's'} without a time counted at the last time seen` : '')
-      : `by line order: the events carry no time (no "ts" or "time" field), buckets of ${series.bucketWidth} line${series.bucketWidth === 1 ? '' : 's'}`;
+    const note =
+      this.timeField !== null
+        ? `by time (the events' "${this.timeField}" field), buckets of ${series.bucketWidth} ms` +
+          (this.withoutTime > 0 ? `; ${this.withoutTime} attempt${this.withoutTime === 1 ? '' : 's'} without a time counted at the last time seen` : '')
+        : `by line order: the events carry no time (no "ts" or "time" field), buckets of ${series.bucketWidth} line${series.bucketWidth === 1 ? '' : 's'}`;
 
     return {
       source: this.source,
@@ -420,7 +462,9 @@ export class EventLogAnalyzer {
         won: this.hedgesWon,
         extraLoad: seen > 0 ? this.hedges / seen : null,
       },
-      chaos: ((i) => ({ injected: i, ...this.injected, share: this.attemptLines > 0 ? i / this.attemptLines : null }))(this.injected.fault + this.injected.outcome + this.injected.latency),
+      chaos: ((i) => ({ injected: i, ...this.injected, share: this.attemptLines > 0 ? i / this.attemptLines : null }))(
+        this.injected.fault + this.injected.outcome + this.injected.latency,
+      ),
       attemptsPerOperation: {
         histogram,
         more: this.perOpMore > 0 ? { from: REPORT_DEFAULTS.maxAttemptsBar + 1, operations: this.perOpMore } : null,
@@ -440,7 +484,15 @@ export class EventLogAnalyzer {
       elapsed: { ...this.elapsed.summary(), bins: this.elapsed.bins() },
       retryAfter: { seen: this.raSeen, valid: this.raValid, invalid: this.raInvalid },
       retrySuccess: { overall: endpointReport(all), endpoints: endpointRows, endpointsFolded: this.endpointsFolded, thresholds: VERDICT_THRESHOLDS },
-      series: { basis, field: this.timeField, unit: series.unit, bucketWidth: series.bucketWidth, buckets: series.buckets(), attemptsWithoutTime: this.withoutTime, note },
+      series: {
+        basis,
+        field: this.timeField,
+        unit: series.unit,
+        bucketWidth: series.bucketWidth,
+        buckets: series.buckets(),
+        attemptsWithoutTime: this.withoutTime,
+        note,
+      },
     };
   }
 }

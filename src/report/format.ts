@@ -42,7 +42,10 @@ const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? '' 
 function distribution(title: string, d: Distribution): string {
   if (d.count === 0) return `${title}: none\n`;
   let out = `${title} (${plural(d.count, 'value')}): min ${duration(d.min)}, p50 ${duration(d.p50)}, p90 ${duration(d.p90)}, p99 ${duration(d.p99)}, max ${duration(d.max)}, mean ${duration(d.mean)}\n`;
-  out += textTable(['range', 'count', 'share'], d.bins.map((b) => [binLabel(b), count(b.count), percent(b.count / d.count)]));
+  out += textTable(
+    ['range', 'count', 'share'],
+    d.bins.map((b) => [binLabel(b), count(b.count), percent(b.count / d.count)]),
+  );
   return out;
 }
 
@@ -81,17 +84,25 @@ export function formatReport(r: EventReport, options: { maxEndpoints?: number } 
   const maxEndpoints = options.maxEndpoints ?? 20;
   const other = Object.values(r.events.other).reduce((s, n) => s + n, 0);
   let out = `relent report${r.source ? ` — ${r.source}` : ''}\n`;
-  out += `${plural(r.lines, 'line')}: ${plural(r.events.attempt, 'attempt')}, ${plural(r.events.result, 'result')}` +
-    (other > 0 ? `, ${other} other event${other === 1 ? '' : 's'} (${Object.entries(r.events.other).map(([k, v]) => `${k} ${v}`).join(', ')})` : '') +
-    (r.blankLines > 0 ? `, ${r.blankLines} blank` : '') + `; ${r.malformed.count} malformed\n`;
+  out +=
+    `${plural(r.lines, 'line')}: ${plural(r.events.attempt, 'attempt')}, ${plural(r.events.result, 'result')}` +
+    (other > 0
+      ? `, ${other} other event${other === 1 ? '' : 's'} (${Object.entries(r.events.other)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ')})`
+      : '') +
+    (r.blankLines > 0 ? `, ${r.blankLines} blank` : '') +
+    `; ${r.malformed.count} malformed\n`;
   if (r.malformed.count > 0) {
     const listed = r.malformed.lines.map((m) => `line ${m.line} (${m.reason})`).join(', ');
     const more = r.malformed.count - r.malformed.lines.length;
     out += `Malformed lines (skipped): ${listed}${more > 0 ? `, and ${more} more` : ''}\n`;
   }
   const o = r.operations;
-  out += `Operations: ${o.ended} ended (${o.withResult} by a result line, ${o.inferred} by their last attempt's decision), ${o.unfinished} unfinished` +
-    (o.evicted > 0 ? `; ${o.evicted} evicted from memory (more than ${o.maxOpen} open at once)` : '') + '\n';
+  out +=
+    `Operations: ${o.ended} ended (${o.withResult} by a result line, ${o.inferred} by their last attempt's decision), ${o.unfinished} unfinished` +
+    (o.evicted > 0 ? `; ${o.evicted} evicted from memory (more than ${o.maxOpen} open at once)` : '') +
+    '\n';
   if (r.events.attempt === 0 && r.events.result === 0) {
     out += '\nNo attempt or result events in this log.\n';
     return out;
@@ -108,22 +119,41 @@ export function formatReport(r: EventReport, options: { maxEndpoints?: number } 
 
   out += '\nAttempts per operation\n';
   const hist = r.attemptsPerOperation.histogram.map((h) => [String(h.attempts), count(h.operations), percent(h.share)]);
-  if (r.attemptsPerOperation.more) hist.push([`${r.attemptsPerOperation.more.from}+`, count(r.attemptsPerOperation.more.operations), percent(r.attemptsPerOperation.more.operations / Math.max(1, r.operations.ended))]);
+  if (r.attemptsPerOperation.more)
+    hist.push([
+      `${r.attemptsPerOperation.more.from}+`,
+      count(r.attemptsPerOperation.more.operations),
+      percent(r.attemptsPerOperation.more.operations / Math.max(1, r.operations.ended)),
+    ]);
   out += textTable(['attempts', 'operations', 'share'], hist);
   out += `mean ${fixed2(r.attemptsPerOperation.mean)}, max ${r.attemptsPerOperation.max ?? '-'}\n`;
 
   out += '\nTerminal reasons\n';
-  out += textTable(['reason', 'operations', 'share'], r.reasons.map((x) => [x.reason, count(x.operations), percent(x.share)]));
-  out += `Outcomes: ${Object.entries(r.outcomes).map(([k, v]) => `${k} ${count(v)}`).join(', ') || '-'}\n`;
+  out += textTable(
+    ['reason', 'operations', 'share'],
+    r.reasons.map((x) => [x.reason, count(x.operations), percent(x.share)]),
+  );
+  out += `Outcomes: ${
+    Object.entries(r.outcomes)
+      .map(([k, v]) => `${k} ${count(v)}`)
+      .join(', ') || '-'
+  }\n`;
 
   out += '\nAttempts by status and error class\n';
   const att = Math.max(1, r.events.attempt);
-  out += textTable(['observation', 'attempts', 'share'], [
-    ...r.perAttempt.statuses.map((s) => [String(s.status), count(s.attempts), percent(s.attempts / att)]),
-    ...r.perAttempt.errorClasses.map((e) => [e.errorClass, count(e.attempts), percent(e.attempts / att)]),
-  ]);
-  out += `Status classes: ${Object.entries(r.perAttempt.statusClasses).map(([k, v]) => `${k} ${count(v)}`).join(', ') || '-'}; ` +
-    `decisions: ${r.perAttempt.decisions.map((d) => `${d.decision} ${count(d.attempts)}`).join(', ')}\n`;
+  out += textTable(
+    ['observation', 'attempts', 'share'],
+    [
+      ...r.perAttempt.statuses.map((s) => [String(s.status), count(s.attempts), percent(s.attempts / att)]),
+      ...r.perAttempt.errorClasses.map((e) => [e.errorClass, count(e.attempts), percent(e.attempts / att)]),
+    ],
+  );
+  out +=
+    `Status classes: ${
+      Object.entries(r.perAttempt.statusClasses)
+        .map(([k, v]) => `${k} ${count(v)}`)
+        .join(', ') || '-'
+    }; ` + `decisions: ${r.perAttempt.decisions.map((d) => `${d.decision} ${count(d.attempts)}`).join(', ')}\n`;
 
   out += '\n' + distribution('Delays chosen before retries', r.delays);
   if (r.retryAfter.seen > 0) out += `Retry-After seen on ${r.retryAfter.seen} attempts: ${r.retryAfter.valid} valid, ${r.retryAfter.invalid} invalid\n`;
@@ -132,15 +162,31 @@ export function formatReport(r: EventReport, options: { maxEndpoints?: number } 
   const t = r.retrySuccess.thresholds;
   out += `\nRetry success per endpoint (retried operations that ended with return; a verdict needs ${t.minRetried} retried operations, helps from ${percent(t.helps)}, almost never below ${percent(t.almostNever)})\n`;
   const rows = [r.retrySuccess.overall, ...r.retrySuccess.endpoints.slice(0, maxEndpoints)].map((e) => [
-    e.endpoint, count(e.operations), fixed2(e.attemptsPerOperation), count(e.retried), share(e.retrySuccessRate), share(e.timeoutShare), e.verdict.text,
+    e.endpoint,
+    count(e.operations),
+    fixed2(e.attemptsPerOperation),
+    count(e.retried),
+    share(e.retrySuccessRate),
+    share(e.timeoutShare),
+    e.verdict.text,
   ]);
   out += textTable(['endpoint', 'operations', 'attempts/op', 'retried', 'retry success', 'timeouts', 'verdict'], rows, true);
-  if (r.retrySuccess.endpoints.length > maxEndpoints) out += `… and ${r.retrySuccess.endpoints.length - maxEndpoints} more endpoints (--json or --html for all)\n`;
+  if (r.retrySuccess.endpoints.length > maxEndpoints)
+    out += `… and ${r.retrySuccess.endpoints.length - maxEndpoints} more endpoints (--json or --html for all)\n`;
 
   out += `\nLoad vs retries, ${r.series.note}\n`;
   const start = seriesStart(r);
   if (start) out += `starting ${start}\n`;
-  out += textTable([r.series.unit === 'lines' ? 'lines' : 'since start', 'attempts', 'first attempts', 'retries', 'retry share', 'not return'],
-    coarseSeries(r).map((x) => [x.label, count(x.attempts), count(x.firstAttempts), count(x.retries), x.attempts > 0 ? percent(x.retries / x.attempts) : '-', count(x.failures)]));
+  out += textTable(
+    [r.series.unit === 'lines' ? 'lines' : 'since start', 'attempts', 'first attempts', 'retries', 'retry share', 'not return'],
+    coarseSeries(r).map((x) => [
+      x.label,
+      count(x.attempts),
+      count(x.firstAttempts),
+      count(x.retries),
+      x.attempts > 0 ? percent(x.retries / x.attempts) : '-',
+      count(x.failures),
+    ]),
+  );
   return out;
 }

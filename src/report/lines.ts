@@ -27,7 +27,8 @@ export class LineSplitter {
 
   /** Feeds a chunk (a Buffer, or a string, which is encoded as UTF-8). */
   push(chunk: Buffer | Uint8Array | string): void {
-    const buf = typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    const buf =
+      typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
     let start = 0;
     for (;;) {
       const nl = buf.indexOf(10, start);

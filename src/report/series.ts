@@ -12,7 +12,9 @@ export interface SeriesBucket {
 }
 
 /** Widths of a time series (ms): each a whole multiple of the one before, so buckets merge exactly. */
-const TIME_WIDTHS = [1, 2, 10, 20, 100, 200, 1000, 2000, 10_000, 20_000, 60_000, 120_000, 600_000, 1_200_000, 3_600_000, 7_200_000, 21_600_000, 43_200_000, 86_400_000];
+const TIME_WIDTHS = [
+  1, 2, 10, 20, 100, 200, 1000, 2000, 10_000, 20_000, 60_000, 120_000, 600_000, 1_200_000, 3_600_000, 7_200_000, 21_600_000, 43_200_000, 86_400_000,
+];
 
 /** The next, coarser bucket width: 1, 2, 10, 20, 100 … for lines; round durations for time. */
 export function nextWidth(width: number, unit: 'ms' | 'lines'): number {
@@ -109,7 +111,12 @@ export class AdaptiveSeries {
     const W = nextWidth(w, this.unit);
     const origin = this.origin!;
     const newOrigin = Math.floor(origin / W) * W;
-    const next: Float64Array[] = [new Float64Array(this.maxBuckets), new Float64Array(this.maxBuckets), new Float64Array(this.maxBuckets), new Float64Array(this.maxBuckets)];
+    const next: Float64Array[] = [
+      new Float64Array(this.maxBuckets),
+      new Float64Array(this.maxBuckets),
+      new Float64Array(this.maxBuckets),
+      new Float64Array(this.maxBuckets),
+    ];
     const old: Float64Array[] = [this.a, this.f, this.r, this.x];
     let used = 0;
     for (let k = 0; k < this.used; k++) {

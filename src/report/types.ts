@@ -75,7 +75,13 @@ export interface EventReport {
     readonly maxOpen: number;
   };
   /** Load sent to the dependencies: attempts ÷ operations seen. */
-  readonly load: { readonly attempts: number; readonly operations: number; readonly attemptsPerOperation: number | null; readonly retries: number; readonly retryShare: number | null };
+  readonly load: {
+    readonly attempts: number;
+    readonly operations: number;
+    readonly attemptsPerOperation: number | null;
+    readonly retries: number;
+    readonly retryShare: number | null;
+  };
   /**
    * Hedged requests: attempts sent while another of their operation was in flight, those
    * whose answer was the operation's, and the extra load they added (hedges ÷ operations).

@@ -38,11 +38,19 @@ export function retryVerdict(retried: number, succeeded: number, thresholds: typ
   const rate = succeeded / retried;
   const share = percent(rate);
   if (retried < thresholds.minRetried) {
-    return { kind: 'not-enough-data', successRate: rate, text: `not enough data: ${retried} retried operation${retried === 1 ? '' : 's'} (${share} succeeded); a verdict needs ${thresholds.minRetried}` };
+    return {
+      kind: 'not-enough-data',
+      successRate: rate,
+      text: `not enough data: ${retried} retried operation${retried === 1 ? '' : 's'} (${share} succeeded); a verdict needs ${thresholds.minRetried}`,
+    };
   }
   if (rate >= thresholds.helps) return { kind: 'help', successRate: rate, text: `retries help: ${share} of retried operations succeed` };
   if (rate >= thresholds.almostNever) {
-    return { kind: 'help-a-little', successRate: rate, text: `retries help a little: ${share} of retried operations succeed; keep them few and under a retry budget` };
+    return {
+      kind: 'help-a-little',
+      successRate: rate,
+      text: `retries help a little: ${share} of retried operations succeed; keep them few and under a retry budget`,
+    };
   }
   return { kind: 'almost-never', successRate: rate, text: `retries almost never help (${share} of retried operations succeed): consider switching them off` };
 }

@@ -30,30 +30,30 @@ export interface ReceivedBid {
 /** A partner's answer, classified once (see `classifyBidAnswer`). */
 export type PartnerAnswer =
   | {
-    readonly kind: 'bid';
-    readonly status: 200;
-    readonly response: BidResponse;
-    readonly bids: readonly ReceivedBid[];
-    /** `BidResponse.cur`, default "USD". */
-    readonly currency: string;
-    readonly bytes: number;
-  }
+      readonly kind: 'bid';
+      readonly status: 200;
+      readonly response: BidResponse;
+      readonly bids: readonly ReceivedBid[];
+      /** `BidResponse.cur`, default "USD". */
+      readonly currency: string;
+      readonly bytes: number;
+    }
   | {
-    readonly kind: 'no_bid';
-    readonly status: 200 | 204;
-    readonly form: NoBidForm;
-    /** The reason, when the partner gave one (unknown values kept as they are). */
-    readonly nbr: number | null;
-    readonly bytes: number;
-  }
+      readonly kind: 'no_bid';
+      readonly status: 200 | 204;
+      readonly form: NoBidForm;
+      /** The reason, when the partner gave one (unknown values kept as they are). */
+      readonly nbr: number | null;
+      readonly bytes: number;
+    }
   | {
-    readonly kind: 'error';
-    readonly status: number;
-    readonly error: AnswerError;
-    /** One line for logs (never the body). */
-    readonly detail: string;
-    readonly bytes: number;
-  };
+      readonly kind: 'error';
+      readonly status: number;
+      readonly error: AnswerError;
+      /** One line for logs (never the body). */
+      readonly detail: string;
+      readonly bytes: number;
+    };
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
@@ -122,7 +122,7 @@ export function classifyBidAnswer(status: number, raw: Buffer | string | null, r
   if (!isObject(v)) return error(200, 'malformed', 'the body is not a JSON object', bytes);
   if (v.id !== undefined && typeof v.id !== 'string') return error(200, 'malformed', '`id` is not a string', bytes);
   if (typeof v.id === 'string' && requestId !== undefined && requestId !== null && v.id !== requestId) {
-    return error(200, 'id_mismatch', '`id` is not the bid request\'s id', bytes);
+    return error(200, 'id_mismatch', "`id` is not the bid request's id", bytes);
   }
   let nbr: number | null = null;
   if (v.nbr !== undefined && v.nbr !== null) {

@@ -26,7 +26,12 @@ export interface AuctionFacts {
 }
 
 /** Builds the response of an auction that has its winners, and the firing of its notices. */
-export function buildResponse(core: ExchangeCore, a: AuctionFacts, sel: Selection, candidates: readonly Candidate[]): { body: string | null; fire: (() => void) | null } {
+export function buildResponse(
+  core: ExchangeCore,
+  a: AuctionFacts,
+  sel: Selection,
+  candidates: readonly Candidate[],
+): { body: string | null; fire: (() => void) | null } {
   const winners = sel.winners;
   const cfg = core.config.notices;
   const request = a.request;
@@ -64,7 +69,12 @@ export function buildResponse(core: ExchangeCore, a: AuctionFacts, sel: Selectio
     if (typeof burl === 'string') {
       if (cfg.billing === 'source') out.burl = substituteMacros(burl, values);
       else if (billable && cfg.billing === 'on-win') {
-        notices.push({ kind: 'billing', partner: c.partner, key: noticeQueueKey('billing', request.id, w.imp.id), url: substituteMacros(burl, { ...values, impTs: Date.now() }) });
+        notices.push({
+          kind: 'billing',
+          partner: c.partner,
+          key: noticeQueueKey('billing', request.id, w.imp.id),
+          url: substituteMacros(burl, { ...values, impTs: Date.now() }),
+        });
       } else if (billable) {
         const b: Billable = { partner: c.partner, requestId: request.id, impId: w.imp.id, burl, values };
         core.notices.keepBillable(b);

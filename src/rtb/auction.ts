@@ -44,7 +44,12 @@ export function runAuction(core: ExchangeCore, input: unknown, arrivedAt: number
   for (let i = 0; i < request.imp.length; i++) {
     const imp = request.imp[i]!;
     if ((imp.bidfloor ?? 0) > 0 && (imp.bidfloorcur ?? 'USD') !== currency) {
-      return early(400, 'invalid_request', `imp[${i}].bidfloorcur: ${JSON.stringify(String(imp.bidfloorcur ?? 'USD').slice(0, 8))} is not the auction currency ${currency} (no conversion)`, request.imp.length);
+      return early(
+        400,
+        'invalid_request',
+        `imp[${i}].bidfloorcur: ${JSON.stringify(String(imp.bidfloorcur ?? 'USD').slice(0, 8))} is not the auction currency ${currency} (no conversion)`,
+        request.imp.length,
+      );
     }
   }
   const tmaxGiven = typeof request.tmax === 'number' && request.tmax > 0;
@@ -82,15 +87,37 @@ const NO_PARTNERS = Object.freeze({ asked: 0, bid: 0, noBid: 0, error: 0, timeou
 const NO_BIDS = Object.freeze({ received: 0, valid: 0, won: 0, rejected: Object.freeze({}) });
 
 /** The outcome of a request answered without a fan-out (204 or 400): no partner asked, no bids. */
-export function earlyOutcome(status: 204 | 400, reason: AuctionReason, field: string | null, imps: number, spentMs: number, tmax: number | null): AuctionOutcome {
+export function earlyOutcome(
+  status: 204 | 400,
+  reason: AuctionReason,
+  field: string | null,
+  imps: number,
+  spentMs: number,
+  tmax: number | null,
+): AuctionOutcome {
   return {
     status,
     body: null,
     reason,
     summary: {
-      type: 'auction', auctionId: `${auctionPrefix}-${(++auctionCounter).toString(36)}`, status, reason, invalidField: field, imps,
-      tmaxMs: tmax, tmaxGiven: false, spentMs: round(spentMs), windowMs: null, deadlineMs: null, usedMs: 0,
-      partners: NO_PARTNERS, noBidReasons: {}, errors: {}, skipped: {}, bids: NO_BIDS, results: [],
+      type: 'auction',
+      auctionId: `${auctionPrefix}-${(++auctionCounter).toString(36)}`,
+      status,
+      reason,
+      invalidField: field,
+      imps,
+      tmaxMs: tmax,
+      tmaxGiven: false,
+      spentMs: round(spentMs),
+      windowMs: null,
+      deadlineMs: null,
+      usedMs: 0,
+      partners: NO_PARTNERS,
+      noBidReasons: {},
+      errors: {},
+      skipped: {},
+      bids: NO_BIDS,
+      results: [],
     },
   };
 }
@@ -143,7 +170,12 @@ class Auction implements CallOwner {
     if (inst !== null && inst.work !== undefined) {
       this.work = inst.work({
         name: 'auction',
-        attributes: { 'relent.auction.id': this.id, 'relent.auction.imps': this.request.imp.length, 'relent.auction.tmax_ms': this.tmaxMs, 'relent.auction.window_ms': Math.round(this.windowMs) },
+        attributes: {
+          'relent.auction.id': this.id,
+          'relent.auction.imps': this.request.imp.length,
+          'relent.auction.tmax_ms': this.tmaxMs,
+          'relent.auction.window_ms': Math.round(this.windowMs),
+        },
       });
     }
     return new Promise<Finished>((resolve) => {
@@ -202,7 +234,10 @@ class Auction implements CallOwner {
     } catch (e) {
       run = Promise.reject(e);
     }
-    run.then((r) => this.done(p, call, r), () => this.done(p, call, null));
+    run.then(
+      (r) => this.done(p, call, r),
+      () => this.done(p, call, null),
+    );
   }
 
   private done(p: Partner, call: PartnerCall, r: RunResult<PartnerAnswer> | null): void {
@@ -277,7 +312,12 @@ class Auction implements CallOwner {
       this.cancelTimer = null;
     }
     const partners = this.core.partners;
-    let asked = 0, bid = 0, noBid = 0, error = 0, timeout = 0, skipped = 0;
+    let asked = 0,
+      bid = 0,
+      noBid = 0,
+      error = 0,
+      timeout = 0,
+      skipped = 0;
     const noBidReasons: Record<string, number> = {};
     const errors: Record<string, number> = {};
     const skips: Record<string, number> = {};
@@ -292,11 +332,27 @@ class Auction implements CallOwner {
         this.results[i] = r;
       }
       switch (r.outcome) {
-        case 'bid': asked++; bid++; break;
-        case 'no_bid': asked++; noBid++; bump(noBidReasons, r.nbr !== null ? `nbr:${r.nbr}` : r.noBidForm ?? 'no_bid'); break;
-        case 'error': asked++; error++; bump(errors, r.error ?? 'error'); break;
-        case 'timeout': asked++; timeout++; break;
-        default: skipped++; bump(skips, r.outcome.slice('skipped_'.length));
+        case 'bid':
+          asked++;
+          bid++;
+          break;
+        case 'no_bid':
+          asked++;
+          noBid++;
+          bump(noBidReasons, r.nbr !== null ? `nbr:${r.nbr}` : (r.noBidForm ?? 'no_bid'));
+          break;
+        case 'error':
+          asked++;
+          error++;
+          bump(errors, r.error ?? 'error');
+          break;
+        case 'timeout':
+          asked++;
+          timeout++;
+          break;
+        default:
+          skipped++;
+          bump(skips, r.outcome.slice('skipped_'.length));
       }
     }
     const sel = selectWinners(this.request, this.candidates, this.currency);
@@ -327,9 +383,15 @@ class Auction implements CallOwner {
       this.work.end({
         error: null,
         attributes: {
-          'relent.auction.status': status, 'relent.auction.reason': summary.reason, 'relent.auction.partners.asked': asked, 'relent.auction.partners.bid': bid,
-          'relent.auction.partners.no_bid': noBid, 'relent.auction.partners.error': error, 'relent.auction.partners.timeout': timeout,
-          'relent.auction.partners.skipped': skipped, 'relent.auction.bids.won': sel.winners.length,
+          'relent.auction.status': status,
+          'relent.auction.reason': summary.reason,
+          'relent.auction.partners.asked': asked,
+          'relent.auction.partners.bid': bid,
+          'relent.auction.partners.no_bid': noBid,
+          'relent.auction.partners.error': error,
+          'relent.auction.partners.timeout': timeout,
+          'relent.auction.partners.skipped': skipped,
+          'relent.auction.bids.won': sel.winners.length,
         },
       });
       this.work = null;
@@ -341,11 +403,23 @@ class Auction implements CallOwner {
 }
 
 function result(
-  partner: string, outcome: PartnerOutcome, ms: number | null, attempts: number, tmaxMs: number | null,
+  partner: string,
+  outcome: PartnerOutcome,
+  ms: number | null,
+  attempts: number,
+  tmaxMs: number | null,
   extra: { status?: number | null; error?: string | null; noBidForm?: string | null; nbr?: number | null; bids?: number } = {},
 ): PartnerResult {
   return {
-    partner, outcome, ms, attempts, tmaxMs,
-    status: extra.status ?? null, error: extra.error ?? null, noBidForm: extra.noBidForm ?? null, nbr: extra.nbr ?? null, bids: extra.bids ?? 0,
+    partner,
+    outcome,
+    ms,
+    attempts,
+    tmaxMs,
+    status: extra.status ?? null,
+    error: extra.error ?? null,
+    noBidForm: extra.noBidForm ?? null,
+    nbr: extra.nbr ?? null,
+    bids: extra.bids ?? 0,
   };
 }

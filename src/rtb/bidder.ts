@@ -107,7 +107,16 @@ class BidderImpl implements Bidder {
   private bidsMade = 0;
   private seq = 0;
   private readonly byBehaviour: Record<BidderBehaviour, number> = {
-    bid: 0, no_bid: 0, no_bid_nbr: 0, shed: 0, short_tmax: 0, bad_request: 0, error500: 0, reset: 0, hang: 0, malformed: 0,
+    bid: 0,
+    no_bid: 0,
+    no_bid_nbr: 0,
+    shed: 0,
+    short_tmax: 0,
+    bad_request: 0,
+    error500: 0,
+    reset: 0,
+    hang: 0,
+    malformed: 0,
   };
   private readonly notice = { wins: 0, winDuplicates: 0, billed: 0, billingDuplicates: 0, billedCpm: 0, noticeFailures: 0, noticeBadRequests: 0 };
   private readonly hanging = new Set<http.ServerResponse>();
@@ -252,16 +261,24 @@ class BidderImpl implements Bidder {
     const send = (): void => {
       if (res.destroyed || res.writableEnded) return;
       switch (behaviour) {
-        case 'error500': return plain(res, 500, 'injected failure\n');
-        case 'reset': res.socket?.destroy(); return;
-        case 'malformed': return json(res, 200, '{"id": "not json');
-        case 'no_bid': res.writeHead(204); res.end(); return;
+        case 'error500':
+          return plain(res, 500, 'injected failure\n');
+        case 'reset':
+          res.socket?.destroy();
+          return;
+        case 'malformed':
+          return json(res, 200, '{"id": "not json');
+        case 'no_bid':
+          res.writeHead(204);
+          res.end();
+          return;
         case 'no_bid_nbr': {
           const codes = cfg.nbr;
           const nbr = codes[Math.min(codes.length - 1, Math.floor(this.random() * codes.length))]!;
           return json(res, 200, JSON.stringify({ id: request.id, seatbid: [], nbr }));
         }
-        default: return json(res, 200, body!);
+        default:
+          return json(res, 200, body!);
       }
     };
     if (delay < 1) send();
@@ -302,8 +319,10 @@ class BidderImpl implements Bidder {
 
   private latency(l: LatencySpec): number {
     switch (l.kind) {
-      case 'fixed': return l.ms;
-      case 'uniform': return l.minMs + this.random() * (l.maxMs - l.minMs);
+      case 'fixed':
+        return l.ms;
+      case 'uniform':
+        return l.minMs + this.random() * (l.maxMs - l.minMs);
       case 'lognormal': {
         // Box–Muller; sigma from the ratio of p99 to the median (z99 = 2.3263).
         const u1 = Math.max(this.random(), 1e-12);
@@ -355,15 +374,18 @@ class BidderImpl implements Bidder {
     const server = http.createServer(this.handler);
     server.keepAliveTimeout = 65_000;
     this.server = server;
-    return listenOn(server, port ?? this.config.port, host ?? this.config.host).then((addr) => {
-      const shownHost = addr.address === '0.0.0.0' || addr.address === '::' ? '127.0.0.1' : addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-      const base = `http://${shownHost}:${addr.port}`;
-      this.publicUrl ??= base;
-      return { host: addr.address, port: addr.port, url: `${base}${this.config.path}`, publicUrl: this.publicUrl };
-    }, (e: unknown) => {
-      this.server = null;
-      throw e;
-    });
+    return listenOn(server, port ?? this.config.port, host ?? this.config.host).then(
+      (addr) => {
+        const shownHost = addr.address === '0.0.0.0' || addr.address === '::' ? '127.0.0.1' : addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+        const base = `http://${shownHost}:${addr.port}`;
+        this.publicUrl ??= base;
+        return { host: addr.address, port: addr.port, url: `${base}${this.config.path}`, publicUrl: this.publicUrl };
+      },
+      (e: unknown) => {
+        this.server = null;
+        throw e;
+      },
+    );
   }
 
   stats(): BidderStats {
@@ -396,4 +418,3 @@ function json(res: http.ServerResponse, status: number, body: string): void {
   res.writeHead(status, { 'content-type': 'application/json', 'x-openrtb-version': '2.6', 'content-length': String(Buffer.byteLength(body)) });
   res.end(body);
 }
-

@@ -10,9 +10,7 @@ export type LatencySpec =
   | { readonly kind: 'lognormal'; readonly medianMs: number; readonly p99Ms: number };
 
 /** What the bidder bids (CPM). */
-export type PriceSpec =
-  | { readonly kind: 'fixed'; readonly cpm: number }
-  | { readonly kind: 'uniform'; readonly min: number; readonly max: number };
+export type PriceSpec = { readonly kind: 'fixed'; readonly cpm: number } | { readonly kind: 'uniform'; readonly min: number; readonly max: number };
 
 /** Shares of requests that fail on purpose (each in [0, 1], together at most 1). */
 export interface FailureSpec {
@@ -108,8 +106,27 @@ export const BIDDER_DEFAULTS = Object.freeze({
 });
 
 const BIDDER_KEYS = [
-  'name', 'host', 'port', 'path', 'publicUrl', 'seat', 'maxConcurrency', 'maxRequestBytes', 'latency', 'price', 'currency', 'noBidRate',
-  'nbrShare', 'nbr', 'failures', 'bidBelowFloor', 'noticeFailureRate', 'minTmaxMs', 'seed', 'noticeMaxKeys', 'noticeTtlMs',
+  'name',
+  'host',
+  'port',
+  'path',
+  'publicUrl',
+  'seat',
+  'maxConcurrency',
+  'maxRequestBytes',
+  'latency',
+  'price',
+  'currency',
+  'noBidRate',
+  'nbrShare',
+  'nbr',
+  'failures',
+  'bidBelowFloor',
+  'noticeFailureRate',
+  'minTmaxMs',
+  'seed',
+  'noticeMaxKeys',
+  'noticeTtlMs',
 ];
 
 function latencySpec(v: unknown, field: string): LatencySpec {

@@ -10,8 +10,21 @@ import { bool, httpUrl, int, invalidConfig, NAME, obj, onlyKeys, required, str }
 import { EXCHANGE_DEFAULTS, PARTNER_BREAKER_DEFAULTS, type ResolvedPartner } from './config-schema.js';
 
 const PARTNER_KEYS = [
-  'name', 'url', 'timeoutMs', 'maxConcurrency', 'breaker', 'minTimeMs', 'lateGraceMs', 'preSendRetries', 'maxResponseBytes', 'headers', 'enabled',
-  'warmConnections', 'retryBudget', 'concurrencyLimit', 'chaos',
+  'name',
+  'url',
+  'timeoutMs',
+  'maxConcurrency',
+  'breaker',
+  'minTimeMs',
+  'lateGraceMs',
+  'preSendRetries',
+  'maxResponseBytes',
+  'headers',
+  'enabled',
+  'warmConnections',
+  'retryBudget',
+  'concurrencyLimit',
+  'chaos',
 ];
 
 /** Validates `partners[i]` and fills its defaults (`d`: the exchange's, for what a partner inherits). */
@@ -44,7 +57,9 @@ export function resolvePartner(v: unknown, i: number, d: { maxResponseBytes: num
         throw invalidConfig(`${f}.headers.${k}`, 'absent (the exchange sets this header)', '(a value)');
       }
       if (typeof hv !== 'string' || /[\r\n\0]/.test(hv)) {
-        throw new RelentError('ERR_INVALID_INPUT', `Expected \`${f}.headers.${k}\` to be a string without CR, LF or NUL (not shown)`, { field: `${f}.headers.${k}` });
+        throw new RelentError('ERR_INVALID_INPUT', `Expected \`${f}.headers.${k}\` to be a string without CR, LF or NUL (not shown)`, {
+          field: `${f}.headers.${k}`,
+        });
       }
       headers[k.toLowerCase()] = hv;
     }
@@ -54,7 +69,8 @@ export function resolvePartner(v: unknown, i: number, d: { maxResponseBytes: num
     url,
     timeoutMs,
     maxConcurrency,
-    concurrencyLimit: o.concurrencyLimit === undefined || o.concurrencyLimit === null ? null : limitSpec(o.concurrencyLimit, `${f}.concurrencyLimit`, maxConcurrency),
+    concurrencyLimit:
+      o.concurrencyLimit === undefined || o.concurrencyLimit === null ? null : limitSpec(o.concurrencyLimit, `${f}.concurrencyLimit`, maxConcurrency),
     breaker,
     minTimeMs: o.minTimeMs === undefined ? pd.minTimeMs : int(o.minTimeMs, `${f}.minTimeMs`, 0, 60_000),
     lateGraceMs: o.lateGraceMs === undefined ? pd.lateGraceMs : int(o.lateGraceMs, `${f}.lateGraceMs`, 0, 60_000),
@@ -85,7 +101,8 @@ function chaosSpec(v: unknown, field: string): ChaosSpec | null {
  */
 function limitSpec(v: unknown, field: string, maxConcurrency: number): ResolvedLimitSpec {
   const o = obj(v, field);
-  if (o.maxQueue !== undefined) throw invalidConfig(`${field}.maxQueue`, 'absent (an auction never waits for a partner: over its limit the partner is skipped)', o.maxQueue);
+  if (o.maxQueue !== undefined)
+    throw invalidConfig(`${field}.maxQueue`, 'absent (an auction never waits for a partner: over its limit the partner is skipped)', o.maxQueue);
   let spec: ResolvedLimitSpec;
   try {
     const max = o.max ?? maxConcurrency;

@@ -231,7 +231,12 @@ export const EXCHANGE_DEFAULTS = Object.freeze({
   maxHeaderBytes: 16 * 1024,
   warmup: Object.freeze({ auctions: 48, timeoutMs: 3_000 }),
   notices: Object.freeze({
-    win: 'exchange' as const, billing: 'on-win' as const, loss: 'exchange' as const, maxPending: 10_000, eventTtlMs: 3_600_000, eventMaxKeys: 100_000,
+    win: 'exchange' as const,
+    billing: 'on-win' as const,
+    loss: 'exchange' as const,
+    maxPending: 10_000,
+    eventTtlMs: 3_600_000,
+    eventMaxKeys: 100_000,
     store: 'memory',
   }),
   partner: Object.freeze({ minTimeMs: 10, lateGraceMs: 50, preSendRetries: 0, enabled: true, maxWarmConnections: 32 }),

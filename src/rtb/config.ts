@@ -14,15 +14,28 @@ import { EXCHANGE_DEFAULTS, type ResolvedExchangeConfig, type ResolvedNotices, t
 
 export { invalidConfig } from './config-check.js';
 export { PARTNER_BREAKER_DEFAULTS, EXCHANGE_DEFAULTS } from './config-schema.js';
-export type {
-  PartnerConfig, NoticeConfig, WarmupConfig, ExchangeConfig, ResolvedPartner, ResolvedNotices, ResolvedExchangeConfig,
-} from './config-schema.js';
+export type { PartnerConfig, NoticeConfig, WarmupConfig, ExchangeConfig, ResolvedPartner, ResolvedNotices, ResolvedExchangeConfig } from './config-schema.js';
 export { BIDDER_DEFAULTS, resolveBidderConfig } from './config-bidder.js';
 export type { LatencySpec, PriceSpec, FailureSpec, BidderConfig, ResolvedBidderConfig } from './config-bidder.js';
 
 const EXCHANGE_KEYS = [
-  'host', 'port', 'path', 'auctionTimeoutMs', 'reserveMs', 'defaultTmaxMs', 'maxRequestBytes', 'maxResponseBytes', 'maxImps',
-  'currency', 'disabledSources', 'readTimeoutMs', 'maxHeaderBytes', 'warmup', 'fleet', 'notices', 'partners',
+  'host',
+  'port',
+  'path',
+  'auctionTimeoutMs',
+  'reserveMs',
+  'defaultTmaxMs',
+  'maxRequestBytes',
+  'maxResponseBytes',
+  'maxImps',
+  'currency',
+  'disabledSources',
+  'readTimeoutMs',
+  'maxHeaderBytes',
+  'warmup',
+  'fleet',
+  'notices',
+  'partners',
 ];
 const NOTICE_KEYS = ['win', 'billing', 'billingPolicy', 'winPolicy', 'maxPending', 'eventTtlMs', 'eventMaxKeys', 'loss', 'lossPolicy', 'store', 'worker'];
 const WARMUP_KEYS = ['auctions', 'timeoutMs'];
@@ -99,7 +112,8 @@ export function resolveExchangeConfig(input: unknown): ResolvedExchangeConfig {
     names.add(p.name);
   });
   const disabledIn = o.disabledSources ?? [];
-  if (!Array.isArray(disabledIn) || disabledIn.some((s) => typeof s !== 'string')) throw invalidConfig('disabledSources', 'an array of publisher ids', disabledIn);
+  if (!Array.isArray(disabledIn) || disabledIn.some((s) => typeof s !== 'string'))
+    throw invalidConfig('disabledSources', 'an array of publisher ids', disabledIn);
   const n = o.notices === undefined ? {} : obj(o.notices, 'notices');
   onlyKeys(n, NOTICE_KEYS, 'notices');
   const nd = d.notices;
@@ -128,7 +142,7 @@ export function resolveExchangeConfig(input: unknown): ResolvedExchangeConfig {
     maxResponseBytes,
     maxImps: o.maxImps === undefined ? d.maxImps : int(o.maxImps, 'maxImps', 1, 10_000),
     currency: o.currency === undefined ? d.currency : str(o.currency, 'currency', CURRENCY, 'an ISO-4217 code like "USD"'),
-    disabledSources: Object.freeze([...disabledIn as string[]]),
+    disabledSources: Object.freeze([...(disabledIn as string[])]),
     readTimeoutMs: o.readTimeoutMs === undefined ? defaultTmaxMs : int(o.readTimeoutMs, 'readTimeoutMs', 1, 600_000),
     maxHeaderBytes: o.maxHeaderBytes === undefined ? d.maxHeaderBytes : int(o.maxHeaderBytes, 'maxHeaderBytes', 1024, 1024 * 1024),
     warmup: warmupConfig(o.warmup),

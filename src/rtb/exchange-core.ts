@@ -58,66 +58,90 @@ export class ExchangeCore {
     this.lanes = new TimerLanes(this.clock);
     this.random = o.random ?? systemRandom;
     const userEvent = o.onEvent ?? null;
-    this.onEvent = userEvent === null ? undefined : (e) => {
-      try {
-        userEvent(e);
-      } catch {
-        // A listener's error must not stop a partner call (its slot would never be freed).
-      }
-    };
+    this.onEvent =
+      userEvent === null
+        ? undefined
+        : (e) => {
+            try {
+              userEvent(e);
+            } catch {
+              // A listener's error must not stop a partner call (its slot would never be freed).
+            }
+          };
     const userAuction = o.onAuction ?? null;
-    this.onAuction = userAuction === null ? null : (s) => {
-      try {
-        userAuction(s);
-      } catch {
-        // as above
-      }
-    };
+    this.onAuction =
+      userAuction === null
+        ? null
+        : (s) => {
+            try {
+              userAuction(s);
+            } catch {
+              // as above
+            }
+          };
     const onBreaker = o.onBreakerStateChange ?? null;
     const onLimit = o.onLimitChange ?? null;
-    if (onLimit !== null && typeof onLimit !== 'function') throw new RelentError('ERR_INVALID_INPUT', 'Expected `onLimitChange` to be a function', { field: 'onLimitChange' });
+    if (onLimit !== null && typeof onLimit !== 'function')
+      throw new RelentError('ERR_INVALID_INPUT', 'Expected `onLimitChange` to be a function', { field: 'onLimitChange' });
     const processes = o.processes ?? 1;
     if (!Number.isInteger(processes) || processes < 1 || processes > 1024) {
-      throw new RelentError('ERR_INVALID_INPUT', `Expected \`processes\` to be an integer in [1, 1024], got ${JSON.stringify(processes)}`, { field: 'processes' });
+      throw new RelentError('ERR_INVALID_INPUT', `Expected \`processes\` to be an integer in [1, 1024], got ${JSON.stringify(processes)}`, {
+        field: 'processes',
+      });
     }
     const index = o.processIndex ?? 0;
     if (!Number.isInteger(index) || index < 0 || index >= processes) {
-      throw new RelentError('ERR_INVALID_INPUT', `Expected \`processIndex\` to be an integer in [0, ${processes - 1}] (\`processes\` is ${processes}), got ${JSON.stringify(index)}`, { field: 'processIndex' });
+      throw new RelentError(
+        'ERR_INVALID_INPUT',
+        `Expected \`processIndex\` to be an integer in [0, ${processes - 1}] (\`processes\` is ${processes}), got ${JSON.stringify(index)}`,
+        { field: 'processIndex' },
+      );
     }
-    this.partners = config.partners.map((p, i) => new Partner(i, p, config.auctionTimeoutMs, {
-      dispatcher: o.dispatcherFor?.(p) ?? null,
-      cap: processPart(p.maxConcurrency, processes, index),
-      processes,
-      fleet: o.fleet ?? null,
-      wallNow: () => this.clock.wallNow(),
-      clock: this.clock,
-      onLimitEvent: onLimit === null ? null : (e) => {
-        try {
-          onLimit({ ...e, partner: p.name });
-        } catch {
-          // as above
-        }
-      },
-      onBreakerStateChange: onBreaker === null ? null : (change) => {
-        try {
-          onBreaker({ ...change, partner: p.name });
-        } catch {
-          // as above
-        }
-      },
-    }));
+    this.partners = config.partners.map(
+      (p, i) =>
+        new Partner(i, p, config.auctionTimeoutMs, {
+          dispatcher: o.dispatcherFor?.(p) ?? null,
+          cap: processPart(p.maxConcurrency, processes, index),
+          processes,
+          fleet: o.fleet ?? null,
+          wallNow: () => this.clock.wallNow(),
+          clock: this.clock,
+          onLimitEvent:
+            onLimit === null
+              ? null
+              : (e) => {
+                  try {
+                    onLimit({ ...e, partner: p.name });
+                  } catch {
+                    // as above
+                  }
+                },
+          onBreakerStateChange:
+            onBreaker === null
+              ? null
+              : (change) => {
+                  try {
+                    onBreaker({ ...change, partner: p.name });
+                  } catch {
+                    // as above
+                  }
+                },
+        }),
+    );
     this.instrumentation = o.instrumentation ?? null;
     this.partnerInstrumentation = config.partners.map((p) => forDriver(this.instrumentation, 'exchange.partner', { 'relent.partner': p.name }));
     this.ownNotices = !o.noticeOutlet;
-    this.notices = o.noticeOutlet ?? new NoticeHub(config.notices, {
-      clock: this.clock,
-      random: this.random,
-      onEvent: this.onEvent,
-      onDeliveryEvent: o.onDeliveryEvent ?? null,
-      dispatcher: o.noticeDispatcher ?? null,
-      partners: config.partners.map((p) => ({ name: p.name, url: p.url })),
-      instrumentation: this.instrumentation,
-    });
+    this.notices =
+      o.noticeOutlet ??
+      new NoticeHub(config.notices, {
+        clock: this.clock,
+        random: this.random,
+        onEvent: this.onEvent,
+        onDeliveryEvent: o.onDeliveryEvent ?? null,
+        dispatcher: o.noticeDispatcher ?? null,
+        partners: config.partners.map((p) => ({ name: p.name, url: p.url })),
+        instrumentation: this.instrumentation,
+      });
     this.disabledSources = new Set(config.disabledSources);
   }
 

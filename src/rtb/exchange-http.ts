@@ -37,13 +37,16 @@ export class HttpFront {
    */
   createServer(): http.Server {
     const cfg = this.core.config;
-    const server = http.createServer({
-      // A stalled client is cut when its request has not all arrived readTimeoutMs after its first byte (checked every few ms).
-      requestTimeout: cfg.readTimeoutMs,
-      headersTimeout: cfg.readTimeoutMs,
-      connectionsCheckingInterval: READ_CHECK_INTERVAL_MS,
-      maxHeaderSize: cfg.maxHeaderBytes,
-    }, this.handler);
+    const server = http.createServer(
+      {
+        // A stalled client is cut when its request has not all arrived readTimeoutMs after its first byte (checked every few ms).
+        requestTimeout: cfg.readTimeoutMs,
+        headersTimeout: cfg.readTimeoutMs,
+        connectionsCheckingInterval: READ_CHECK_INTERVAL_MS,
+        maxHeaderSize: cfg.maxHeaderBytes,
+      },
+      this.handler,
+    );
     server.keepAliveTimeout = 65_000;
     server.on('clientError', this.onClientError);
     return server;
@@ -148,7 +151,9 @@ export class HttpFront {
       this.core.metrics.requests.timedOut++;
       const res = (socket as net.Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
       if (socket.writable && !res?.headersSent) {
-        socket.write('HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\nx-relent-reason: request_timeout: the request did not arrive within readTimeoutMs\r\n\r\n');
+        socket.write(
+          'HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\nx-relent-reason: request_timeout: the request did not arrive within readTimeoutMs\r\n\r\n',
+        );
       }
       socket.destroy();
     }
@@ -168,7 +173,8 @@ export class HttpFront {
   private readAuction(req: http.IncomingMessage, res: http.ServerResponse, arrivedAt: number): void {
     const max = this.core.config.maxRequestBytes;
     const enc = req.headers['content-encoding'];
-    if (enc !== undefined && enc.trim().toLowerCase() !== 'identity') return this.refuse(req, res, arrivedAt, 'unsupported_encoding', 'compressed request bodies are not accepted');
+    if (enc !== undefined && enc.trim().toLowerCase() !== 'identity')
+      return this.refuse(req, res, arrivedAt, 'unsupported_encoding', 'compressed request bodies are not accepted');
     const declared = Number(req.headers['content-length']);
     if (Number.isFinite(declared) && declared > max) return this.refuse(req, res, arrivedAt, 'too_large', `over ${max} bytes`);
     const chunks: Buffer[] = [];
@@ -196,10 +202,15 @@ export class HttpFront {
       if (refused) return;
       const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
       // Tracked until the answer is written: a shutdown waits for it.
-      void this.core.track(runAuction(this.core, body, arrivedAt).then((f) => this.write(res, f, arrivedAt), () => {
-        this.core.metrics.internalErrors++;
-        if (!res.headersSent && !res.destroyed) plain(res, 500, 'internal error\n');
-      }));
+      void this.core.track(
+        runAuction(this.core, body, arrivedAt).then(
+          (f) => this.write(res, f, arrivedAt),
+          () => {
+            this.core.metrics.internalErrors++;
+            if (!res.headersSent && !res.destroyed) plain(res, 500, 'internal error\n');
+          },
+        ),
+      );
     });
   }
 
@@ -229,14 +240,17 @@ export class HttpFront {
     const imp = params.get('imp');
     if (!id || !imp) return plain(res, 400, 'expected ?id=<bid request id>&imp=<impression id>\n');
     // 204 only once the billing notice is stored (durable store): an answered event is not lost.
-    this.core.billingEvent(id, imp).then(async (r) => {
-      if (r === 'unknown') return plain(res, 404, 'no won impression with this id (or it expired)\n');
-      if (!(await this.core.notices.stored())) return plain(res, 503, 'the billing notice is not stored yet; send the event again\n', { 'retry-after': '1' });
-      res.writeHead(204);
-      res.end();
-    }).catch(() => {
-      this.core.metrics.internalErrors++;
-      if (!res.headersSent) plain(res, 503, 'the billing notice could not be stored; send the event again\n');
-    });
+    this.core
+      .billingEvent(id, imp)
+      .then(async (r) => {
+        if (r === 'unknown') return plain(res, 404, 'no won impression with this id (or it expired)\n');
+        if (!(await this.core.notices.stored())) return plain(res, 503, 'the billing notice is not stored yet; send the event again\n', { 'retry-after': '1' });
+        res.writeHead(204);
+        res.end();
+      })
+      .catch(() => {
+        this.core.metrics.internalErrors++;
+        if (!res.headersSent) plain(res, 503, 'the billing notice could not be stored; send the event again\n');
+      });
   }
 }

@@ -34,11 +34,13 @@ export async function warmUp(core: ExchangeCore): Promise<WarmupReport> {
   // A store that cannot be opened is an error of the configuration: nothing is served.
   await core.notices.open();
   const w = core.config.warmup;
-  const connections = Promise.all(core.partners.map(async (p) => {
-    const wanted = w === null ? 0 : p.warmTarget;
-    const r = wanted > 0 && p.connector !== null ? await p.connector.open(p.config.url, wanted) : { opened: 0, error: null };
-    return { name: p.name, connections: r.opened, wanted, error: r.error };
-  }));
+  const connections = Promise.all(
+    core.partners.map(async (p) => {
+      const wanted = w === null ? 0 : p.warmTarget;
+      const r = wanted > 0 && p.connector !== null ? await p.connector.open(p.config.url, wanted) : { opened: 0, error: null };
+      return { name: p.name, connections: r.opened, wanted, error: r.error };
+    }),
+  );
   const dry = w === null || w.auctions === 0 ? Promise.resolve(0) : dryRun(core, w.auctions).catch(() => 0);
   let timedOut = false;
   let cancel: (() => void) | null = null;
@@ -50,9 +52,10 @@ export async function warmUp(core: ExchangeCore): Promise<WarmupReport> {
   });
   const done = await Promise.race([Promise.all([connections, dry]), limit]);
   (cancel as (() => void) | null)?.();
-  const partners = done === null
-    ? core.partners.map((p) => ({ name: p.name, connections: p.connector?.available ?? 0, wanted: w === null ? 0 : p.warmTarget, error: 'warmup_timeout' }))
-    : done[0];
+  const partners =
+    done === null
+      ? core.partners.map((p) => ({ name: p.name, connections: p.connector?.available ?? 0, wanted: w === null ? 0 : p.warmTarget, error: 'warmup_timeout' }))
+      : done[0];
   // The dry-run auctions filled the young generation; collected now, not in the first burst.
   const gcMs = w === null || w.auctions === 0 ? null : collectGarbage();
   core.isReady = !core.stopping;
@@ -68,11 +71,19 @@ export async function warmUp(core: ExchangeCore): Promise<WarmupReport> {
 async function dryRun(core: ExchangeCore, n: number): Promise<number> {
   const standIn = await startStandIn();
   const url = new URL(standIn.url);
-  const shadow = new ExchangeCore({
-    ...core.config,
-    warmup: null,
-    partners: core.config.partners.map((p) => ({ ...p, url: new URL(`${url.href}?partner=${encodeURIComponent(p.name)}`), enabled: true, warmConnections: 0 })),
-  }, { clock: core.clock, random: core.random, noticeOutlet: DISCARD });
+  const shadow = new ExchangeCore(
+    {
+      ...core.config,
+      warmup: null,
+      partners: core.config.partners.map((p) => ({
+        ...p,
+        url: new URL(`${url.href}?partner=${encodeURIComponent(p.name)}`),
+        enabled: true,
+        warmConnections: 0,
+      })),
+    },
+    { clock: core.clock, random: core.random, noticeOutlet: DISCARD },
+  );
   const server = http.createServer(new HttpFront(shadow).handler);
   let client: Pool | null = null;
   let ran = 0;
@@ -83,9 +94,18 @@ async function dryRun(core: ExchangeCore, n: number): Promise<number> {
     const c = client;
     const tmax = core.config.defaultTmaxMs;
     const one = async (k: number): Promise<void> => {
-      const imps = k % 3 === 0 ? [{ id: '1', bidfloor: 0.5 }, { id: '2', bidfloor: 0.2 }] : [{ id: '1', bidfloor: 0.5 }];
+      const imps =
+        k % 3 === 0
+          ? [
+              { id: '1', bidfloor: 0.5 },
+              { id: '2', bidfloor: 0.2 },
+            ]
+          : [{ id: '1', bidfloor: 0.5 }];
       const body = JSON.stringify({
-        id: `warmup-${k}`, imp: imps, tmax, cur: [core.config.currency],
+        id: `warmup-${k}`,
+        imp: imps,
+        tmax,
+        cur: [core.config.currency],
         ...(k % 2 === 0 ? { site: { domain: 'warmup.example', publisher: { id: 'warmup' } } } : { app: { bundle: 'warmup', publisher: { id: 'warmup' } } }),
         device: { ua: 'warmup', ip: '192.0.2.1' },
       });
@@ -111,7 +131,12 @@ async function dryRun(core: ExchangeCore, n: number): Promise<number> {
  * auction in flight (each by its own deadline), closes the connections, then hands the
  * notices over: written to the durable store, or drained for `noticeDrainMs` in memory.
  */
-export async function shutdown(core: ExchangeCore, o: CloseOptions, readying: Promise<WarmupReport> | null, serverNow: () => http.Server | null): Promise<void> {
+export async function shutdown(
+  core: ExchangeCore,
+  o: CloseOptions,
+  readying: Promise<WarmupReport> | null,
+  serverNow: () => http.Server | null,
+): Promise<void> {
   core.stopping = true;
   if (readying !== null) await readying.catch(() => {});
   const server = serverNow();

@@ -68,13 +68,16 @@ function partnerStats(p: Partner, wall: number): PartnerStats {
     breaker: p.breakerState(wall),
     inFlight: p.inFlight,
     maxConcurrency: p.config.maxConcurrency,
-    concurrencyLimit: p.limit === null ? null : {
-      kind: p.limit.spec.kind,
-      limit: p.limit.limit,
-      lowest: p.limitCounters!.lowest,
-      changes: { ...p.limitCounters!.changes },
-      baselineMs: p.limit.algorithm.baselineMs === null ? null : round(p.limit.algorithm.baselineMs),
-    },
+    concurrencyLimit:
+      p.limit === null
+        ? null
+        : {
+            kind: p.limit.spec.kind,
+            limit: p.limit.limit,
+            lowest: p.limitCounters!.lowest,
+            changes: { ...p.limitCounters!.changes },
+            baselineMs: p.limit.algorithm.baselineMs === null ? null : round(p.limit.algorithm.baselineMs),
+          },
     timeoutMs: p.config.timeoutMs,
     calls: c.calls,
     attempts: c.attempts,

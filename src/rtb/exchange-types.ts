@@ -84,7 +84,12 @@ export interface AuctionSummary {
   /** Errors by kind: `status:500`, `malformed`, `too_large`, `connect_refused`… */
   readonly errors: Readonly<Record<string, number>>;
   readonly skipped: Readonly<Record<string, number>>;
-  readonly bids: { readonly received: number; readonly valid: number; readonly won: number; readonly rejected: Readonly<Partial<Record<BidRejection, number>>> };
+  readonly bids: {
+    readonly received: number;
+    readonly valid: number;
+    readonly won: number;
+    readonly rejected: Readonly<Partial<Record<BidRejection, number>>>;
+  };
   readonly results: readonly PartnerResult[];
 }
 

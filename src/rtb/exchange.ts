@@ -20,8 +20,21 @@ import type { BillingEventResult } from './notice-model.js';
 import type { ExchangeHistograms } from './stats-merge.js';
 
 export type {
-  PartnerOutcome, PartnerResult, AuctionReason, AuctionSummary, AuctionOutcome, PartnerBreakerChange, PartnerLimitChange, ExchangeOptions,
-  WarmupReport, PartnerStats, PartnerLimitStats, ExchangeStats, ListenInfo, CloseOptions, Exchange,
+  PartnerOutcome,
+  PartnerResult,
+  AuctionReason,
+  AuctionSummary,
+  AuctionOutcome,
+  PartnerBreakerChange,
+  PartnerLimitChange,
+  ExchangeOptions,
+  WarmupReport,
+  PartnerStats,
+  PartnerLimitStats,
+  ExchangeStats,
+  ListenInfo,
+  CloseOptions,
+  Exchange,
 } from './exchange-types.js';
 export { processPart } from './exchange-core.js';
 export { AFTER_DEADLINE_SLACK_MS } from './exchange-stats.js';
@@ -84,25 +97,32 @@ class ExchangeImpl implements Exchange {
     const cfg = this.config;
     const server = this.front.createServer();
     this.server = server;
-    return this.ready().then(() => {
-      if (this.core.stopping) throw new Error('relent exchange: closed before it could listen');
-      return listenOn(server, port ?? cfg.port, host ?? cfg.host);
-    }).then((addr) => {
-      const shown = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-      return { host: addr.address, port: addr.port, url: `http://${shown}:${addr.port}${cfg.path}` };
-    }, (e: unknown) => {
-      this.server = null;
-      throw e;
-    });
+    return this.ready()
+      .then(() => {
+        if (this.core.stopping) throw new Error('relent exchange: closed before it could listen');
+        return listenOn(server, port ?? cfg.port, host ?? cfg.host);
+      })
+      .then(
+        (addr) => {
+          const shown = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+          return { host: addr.address, port: addr.port, url: `http://${shown}:${addr.port}${cfg.path}` };
+        },
+        (e: unknown) => {
+          this.server = null;
+          throw e;
+        },
+      );
   }
 
   auction(request: unknown, arrivedAt?: number): Promise<AuctionOutcome> {
     const core = this.core;
     const at = arrivedAt ?? core.clock.now();
-    return core.track(runAuction(core, request, at).then((f) => {
-      core.completed(f.outcome, f.fire, at, core.clock.now());
-      return f.outcome;
-    }));
+    return core.track(
+      runAuction(core, request, at).then((f) => {
+        core.completed(f.outcome, f.fire, at, core.clock.now());
+        return f.outcome;
+      }),
+    );
   }
 
   billingEvent(requestId: string, impId: string): Promise<BillingEventResult> {

@@ -3,17 +3,38 @@
 
 export { createExchange, READ_CHECK_INTERVAL_MS, LOSS_REASONS } from './exchange.js';
 export type {
-  Exchange, ExchangeOptions, ExchangeStats, PartnerStats, AuctionSummary, AuctionOutcome, AuctionReason, PartnerResult, PartnerOutcome,
-  PartnerBreakerChange, PartnerLimitChange, PartnerLimitStats, ListenInfo, CloseOptions, WarmupReport,
+  Exchange,
+  ExchangeOptions,
+  ExchangeStats,
+  PartnerStats,
+  AuctionSummary,
+  AuctionOutcome,
+  AuctionReason,
+  PartnerResult,
+  PartnerOutcome,
+  PartnerBreakerChange,
+  PartnerLimitChange,
+  PartnerLimitStats,
+  ListenInfo,
+  CloseOptions,
+  WarmupReport,
 } from './exchange.js';
 export { createBidder } from './bidder.js';
 export type { Bidder, BidderOptions, BidderStats, BidderBehaviour, BidderRequestInfo, BidderListenInfo } from './bidder.js';
-export {
-  resolveExchangeConfig, resolveBidderConfig, EXCHANGE_DEFAULTS, BIDDER_DEFAULTS, PARTNER_BREAKER_DEFAULTS,
-} from './config.js';
+export { resolveExchangeConfig, resolveBidderConfig, EXCHANGE_DEFAULTS, BIDDER_DEFAULTS, PARTNER_BREAKER_DEFAULTS } from './config.js';
 export type {
-  ExchangeConfig, PartnerConfig, NoticeConfig, WarmupConfig, ResolvedExchangeConfig, ResolvedPartner, ResolvedNotices, BidderConfig, ResolvedBidderConfig,
-  LatencySpec, PriceSpec, FailureSpec,
+  ExchangeConfig,
+  PartnerConfig,
+  NoticeConfig,
+  WarmupConfig,
+  ResolvedExchangeConfig,
+  ResolvedPartner,
+  ResolvedNotices,
+  BidderConfig,
+  ResolvedBidderConfig,
+  LatencySpec,
+  PriceSpec,
+  FailureSpec,
 } from './config.js';
 export { checkBidRequest, REQUEST_LIMITS_DEFAULTS } from './model.js';
 export type { BidRequest, Imp, BidResponse, SeatBid, Bid, Extra, RequestCheck, RequestLimits } from './model.js';

@@ -33,8 +33,18 @@ export interface MacroValues {
 
 /** The macro names relent substitutes (2.6 §4.4). */
 export const AUCTION_MACROS: readonly string[] = Object.freeze([
-  'AUCTION_ID', 'AUCTION_BID_ID', 'AUCTION_IMP_ID', 'AUCTION_SEAT_ID', 'AUCTION_AD_ID', 'AUCTION_PRICE',
-  'AUCTION_CURRENCY', 'AUCTION_MBR', 'AUCTION_LOSS', 'AUCTION_MIN_TO_WIN', 'AUCTION_MULTIPLIER', 'AUCTION_IMP_TS',
+  'AUCTION_ID',
+  'AUCTION_BID_ID',
+  'AUCTION_IMP_ID',
+  'AUCTION_SEAT_ID',
+  'AUCTION_AD_ID',
+  'AUCTION_PRICE',
+  'AUCTION_CURRENCY',
+  'AUCTION_MBR',
+  'AUCTION_LOSS',
+  'AUCTION_MIN_TO_WIN',
+  'AUCTION_MULTIPLIER',
+  'AUCTION_IMP_TS',
 ]);
 
 /** A price or ratio without exponent notation: up to 6 decimals, trailing zeros dropped. */
@@ -55,19 +65,32 @@ function encode(v: string): string {
 
 function valueOf(name: string, v: MacroValues): string | undefined {
   switch (name) {
-    case 'AUCTION_ID': return v.auctionId;
-    case 'AUCTION_BID_ID': return v.bidId ?? '';
-    case 'AUCTION_IMP_ID': return v.impId;
-    case 'AUCTION_SEAT_ID': return v.seatId ?? '';
-    case 'AUCTION_AD_ID': return v.adId ?? '';
-    case 'AUCTION_PRICE': return v.price === undefined || v.price === null ? '' : formatDecimal(v.price);
-    case 'AUCTION_CURRENCY': return v.currency ?? '';
-    case 'AUCTION_MBR': return v.mbr === undefined || v.mbr === null ? '' : formatDecimal(v.mbr);
-    case 'AUCTION_LOSS': return v.loss === undefined || v.loss === null ? '' : String(v.loss);
-    case 'AUCTION_MIN_TO_WIN': return v.minToWin === undefined || v.minToWin === null ? '' : formatDecimal(v.minToWin);
-    case 'AUCTION_MULTIPLIER': return v.multiplier === undefined || v.multiplier === null ? '' : formatDecimal(v.multiplier);
-    case 'AUCTION_IMP_TS': return v.impTs === undefined || v.impTs === null ? '' : String(Math.round(v.impTs));
-    default: return undefined;
+    case 'AUCTION_ID':
+      return v.auctionId;
+    case 'AUCTION_BID_ID':
+      return v.bidId ?? '';
+    case 'AUCTION_IMP_ID':
+      return v.impId;
+    case 'AUCTION_SEAT_ID':
+      return v.seatId ?? '';
+    case 'AUCTION_AD_ID':
+      return v.adId ?? '';
+    case 'AUCTION_PRICE':
+      return v.price === undefined || v.price === null ? '' : formatDecimal(v.price);
+    case 'AUCTION_CURRENCY':
+      return v.currency ?? '';
+    case 'AUCTION_MBR':
+      return v.mbr === undefined || v.mbr === null ? '' : formatDecimal(v.mbr);
+    case 'AUCTION_LOSS':
+      return v.loss === undefined || v.loss === null ? '' : String(v.loss);
+    case 'AUCTION_MIN_TO_WIN':
+      return v.minToWin === undefined || v.minToWin === null ? '' : formatDecimal(v.minToWin);
+    case 'AUCTION_MULTIPLIER':
+      return v.multiplier === undefined || v.multiplier === null ? '' : formatDecimal(v.multiplier);
+    case 'AUCTION_IMP_TS':
+      return v.impTs === undefined || v.impTs === null ? '' : String(Math.round(v.impTs));
+    default:
+      return undefined;
   }
 }
 

@@ -80,9 +80,7 @@ export interface BidResponse extends Extra {
 }
 
 /** How `checkBidRequest` ends. `field` is the path of the first wrong field (`imp[2].id`). */
-export type RequestCheck =
-  | { readonly ok: true; readonly request: BidRequest }
-  | { readonly ok: false; readonly field: string; readonly reason: string };
+export type RequestCheck = { readonly ok: true; readonly request: BidRequest } | { readonly ok: false; readonly field: string; readonly reason: string };
 
 export interface RequestLimits {
   /** More impressions than this → refused. Default 100. */
@@ -135,7 +133,8 @@ export function checkBidRequest(value: unknown, limits: RequestLimits = {}): Req
   const tmax = value.tmax;
   if (tmax !== undefined && (typeof tmax !== 'number' || !Number.isFinite(tmax) || tmax < 0)) return bad('tmax', 'must be a number of ms >= 0');
   const cur = value.cur;
-  if (cur !== undefined && (!Array.isArray(cur) || cur.some((c) => typeof c !== 'string' || c.length === 0))) return bad('cur', 'must be an array of currency codes');
+  if (cur !== undefined && (!Array.isArray(cur) || cur.some((c) => typeof c !== 'string' || c.length === 0)))
+    return bad('cur', 'must be an array of currency codes');
   let places = 0;
   for (const k of ['site', 'app', 'dooh', 'source', 'ext'] as const) {
     const v = value[k];

@@ -12,26 +12,28 @@ export interface NoBidReasonEntry {
 }
 
 /** The standard codes 0–17, by value. */
-export const NO_BID_REASONS: readonly NoBidReasonEntry[] = Object.freeze([
-  { code: 0, name25: 'Unknown Error', name30: 'Unknown Error' },
-  { code: 1, name25: 'Technical Error', name30: 'Technical Error' },
-  { code: 2, name25: 'Invalid Request', name30: 'Invalid Request' },
-  { code: 3, name25: 'Known Web Spider', name30: 'Known Web Crawler' },
-  { code: 4, name25: 'Suspected Non-Human Traffic', name30: 'Suspected Non-Human Traffic' },
-  { code: 5, name25: 'Cloud, Data center, or Proxy IP', name30: 'Cloud, Data Center, or Proxy IP' },
-  { code: 6, name25: 'Unsupported Device', name30: 'Unsupported Device' },
-  { code: 7, name25: 'Blocked Publisher or Site', name30: 'Blocked Publisher or Site' },
-  { code: 8, name25: 'Unmatched User', name30: 'Unmatched User' },
-  { code: 9, name25: 'Daily Reader Cap Met', name30: 'Daily User Cap Met' },
-  { code: 10, name25: 'Daily Domain Cap Met', name30: 'Daily Domain Cap Met' },
-  { code: 11, name25: null, name30: 'Ads.txt Authorization Unavailable' },
-  { code: 12, name25: null, name30: 'Ads.txt Authorization Violation' },
-  { code: 13, name25: null, name30: 'Ads.cert Authentication Unavailable' },
-  { code: 14, name25: null, name30: 'Ads.cert Authentication Violation' },
-  { code: 15, name25: null, name30: 'Insufficient Auction Time' },
-  { code: 16, name25: null, name30: 'Incomplete SupplyChain' },
-  { code: 17, name25: null, name30: 'Blocked SupplyChain Node' },
-].map((e) => Object.freeze(e)));
+export const NO_BID_REASONS: readonly NoBidReasonEntry[] = Object.freeze(
+  [
+    { code: 0, name25: 'Unknown Error', name30: 'Unknown Error' },
+    { code: 1, name25: 'Technical Error', name30: 'Technical Error' },
+    { code: 2, name25: 'Invalid Request', name30: 'Invalid Request' },
+    { code: 3, name25: 'Known Web Spider', name30: 'Known Web Crawler' },
+    { code: 4, name25: 'Suspected Non-Human Traffic', name30: 'Suspected Non-Human Traffic' },
+    { code: 5, name25: 'Cloud, Data center, or Proxy IP', name30: 'Cloud, Data Center, or Proxy IP' },
+    { code: 6, name25: 'Unsupported Device', name30: 'Unsupported Device' },
+    { code: 7, name25: 'Blocked Publisher or Site', name30: 'Blocked Publisher or Site' },
+    { code: 8, name25: 'Unmatched User', name30: 'Unmatched User' },
+    { code: 9, name25: 'Daily Reader Cap Met', name30: 'Daily User Cap Met' },
+    { code: 10, name25: 'Daily Domain Cap Met', name30: 'Daily Domain Cap Met' },
+    { code: 11, name25: null, name30: 'Ads.txt Authorization Unavailable' },
+    { code: 12, name25: null, name30: 'Ads.txt Authorization Violation' },
+    { code: 13, name25: null, name30: 'Ads.cert Authentication Unavailable' },
+    { code: 14, name25: null, name30: 'Ads.cert Authentication Violation' },
+    { code: 15, name25: null, name30: 'Insufficient Auction Time' },
+    { code: 16, name25: null, name30: 'Incomplete SupplyChain' },
+    { code: 17, name25: null, name30: 'Blocked SupplyChain Node' },
+  ].map((e) => Object.freeze(e)),
+);
 
 /** The first exchange-specific value (3.0: "500+ Exchange specific values"). */
 export const EXCHANGE_SPECIFIC_NBR_MIN = 500;
@@ -51,7 +53,8 @@ export interface NoBidReason {
 export function describeNoBidReason(code: number): NoBidReason {
   const e = Number.isInteger(code) && code >= 0 && code < NO_BID_REASONS.length ? NO_BID_REASONS[code]! : null;
   if (e) return { code, kind: 'standard', name: e.name30, name25: e.name25 };
-  if (Number.isInteger(code) && code >= EXCHANGE_SPECIFIC_NBR_MIN) return { code, kind: 'exchange_specific', name: `Exchange-specific (${code})`, name25: null };
+  if (Number.isInteger(code) && code >= EXCHANGE_SPECIFIC_NBR_MIN)
+    return { code, kind: 'exchange_specific', name: `Exchange-specific (${code})`, name25: null };
   return { code, kind: 'unknown', name: `Unknown (${code})`, name25: null };
 }
 

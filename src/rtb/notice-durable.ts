@@ -8,7 +8,14 @@ import type { DeliveryEvent, DeliveryQueue, DeliveryRequest, DeliveryWorker, New
 import { pickHintHeaders } from '../core/hints.js';
 import type { ResolvedNotices } from './config-schema.js';
 import {
-  httpUrl, newCounters, NOTICE_KINDS, noticeDestination, type Notice, type NoticeCounters, type NoticeHubOptions, type NoticeKind,
+  httpUrl,
+  newCounters,
+  NOTICE_KINDS,
+  noticeDestination,
+  type Notice,
+  type NoticeCounters,
+  type NoticeHubOptions,
+  type NoticeKind,
 } from './notice-model.js';
 
 /**
@@ -105,7 +112,12 @@ export class DurableNotices {
       // Not an http(s) URL (only if edited in the store by hand): answered like a bad request.
       if (u === null) return { status: 400 };
       const res = await agent.request({
-        origin: u.origin, path: `${u.pathname}${u.search}`, method: 'GET', signal: req.signal, headersTimeout: req.timeoutMs, bodyTimeout: req.timeoutMs,
+        origin: u.origin,
+        path: `${u.pathname}${u.search}`,
+        method: 'GET',
+        signal: req.signal,
+        headersTimeout: req.timeoutMs,
+        bodyTimeout: req.timeoutMs,
       });
       await res.body.dump({ limit: 64 * 1024 }).catch(() => {});
       const headers = pickHintHeaders(res.headers);
@@ -150,13 +162,20 @@ export class DurableNotices {
   send(n: Notice): boolean {
     const c = this.counters[n.kind];
     // Auctions run without ready() (exchange.auction()) open the store on the first notice.
-    if (this.opening === null && !this.closing) this.open().catch(() => { this.storeErrors++; });
+    if (this.opening === null && !this.closing)
+      this.open().catch(() => {
+        this.storeErrors++;
+      });
     if (this.closing || this.buffer.length >= this.cfg.maxPending || httpUrl(n.url) === null) {
       c.dropped++;
       return false;
     }
     c.sent++;
-    this.buffer.push({ item: { destination: noticeDestination(n.partner, n.kind), key: n.key, payload: JSON.stringify({ url: n.url }) }, kind: n.kind, n: ++this.seq });
+    this.buffer.push({
+      item: { destination: noticeDestination(n.partner, n.kind), key: n.key, payload: JSON.stringify({ url: n.url }) },
+      kind: n.kind,
+      n: ++this.seq,
+    });
     this.schedule();
     return true;
   }

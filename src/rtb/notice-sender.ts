@@ -26,15 +26,17 @@ export class NoticeSender {
   private idle: (() => void)[] = [];
   private closing = false;
 
-  constructor(private readonly o: {
-    readonly maxPending: number;
-    readonly policies: Record<NoticeKind, Policy>;
-    readonly clock: Clock;
-    readonly random: Random;
-    readonly onEvent: ((e: RelentEvent) => void) | undefined;
-    readonly dispatcher?: Dispatcher | null;
-    readonly instrumentation?: Instrumentation | null;
-  }) {
+  constructor(
+    private readonly o: {
+      readonly maxPending: number;
+      readonly policies: Record<NoticeKind, Policy>;
+      readonly clock: Clock;
+      readonly random: Random;
+      readonly onEvent: ((e: RelentEvent) => void) | undefined;
+      readonly dispatcher?: Dispatcher | null;
+      readonly instrumentation?: Instrumentation | null;
+    },
+  ) {
     this.own = !o.dispatcher;
     this.dispatcher = o.dispatcher ?? new (undici().Agent)({ connections: 32, keepAliveTimeout: 10_000 });
     setMaxListeners(0, this.abort.signal);
@@ -60,7 +62,12 @@ export class NoticeSender {
     const attempt = async (ctx: AttemptContext): Promise<{ status: number }> => {
       c.attempts++;
       const res = await dispatcher.request({
-        origin, path, method: 'GET', signal: ctx.signal, headersTimeout: ctx.timeoutMs, bodyTimeout: ctx.timeoutMs,
+        origin,
+        path,
+        method: 'GET',
+        signal: ctx.signal,
+        headersTimeout: ctx.timeoutMs,
+        bodyTimeout: ctx.timeoutMs,
       });
       try {
         await res.body.dump({ limit: 64 * 1024 });
@@ -79,19 +86,24 @@ export class NoticeSender {
       random: this.o.random,
       onEvent: this.o.onEvent,
       instrumentation: this.o.instrumentation ?? null,
-    }).then((r) => {
-      if (r.reason === 'return') c.delivered++;
-      else if (r.reason === 'cancelled') c.abandoned++;
-      else c.failed++;
-    }, () => {
-      c.failed++;
-    }).finally(() => {
-      if (--this.pending === 0) {
-        const waiters = this.idle;
-        this.idle = [];
-        for (const w of waiters) w();
-      }
-    });
+    })
+      .then(
+        (r) => {
+          if (r.reason === 'return') c.delivered++;
+          else if (r.reason === 'cancelled') c.abandoned++;
+          else c.failed++;
+        },
+        () => {
+          c.failed++;
+        },
+      )
+      .finally(() => {
+        if (--this.pending === 0) {
+          const waiters = this.idle;
+          this.idle = [];
+          for (const w of waiters) w();
+        }
+      });
     return true;
   }
 

@@ -44,7 +44,10 @@ hub.open().then(
     const code = (e as { code?: unknown } | null)?.code;
     post({ t: 'failed', message: e instanceof Error ? e.message : String(e), code: typeof code === 'string' ? code : null });
     clearInterval(report);
-    void hub.close({ drainMs: 0, force: true }).catch(() => {}).finally(() => port.close());
+    void hub
+      .close({ drainMs: 0, force: true })
+      .catch(() => {})
+      .finally(() => port.close());
   },
 );
 
@@ -57,10 +60,13 @@ port.on('message', (m: ToNoticeThread) => {
       break;
     case 'close':
       clearInterval(report);
-      void hub.close({ drainMs: m.drainMs, force: m.force }).catch(() => {}).finally(() => {
-        post({ t: 'closed', s: hub.stats() });
-        port.close();
-      });
+      void hub
+        .close({ drainMs: m.drainMs, force: m.force })
+        .catch(() => {})
+        .finally(() => {
+          post({ t: 'closed', s: hub.stats() });
+          port.close();
+        });
       break;
   }
 });

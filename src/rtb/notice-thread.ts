@@ -66,16 +66,28 @@ function zeroStats(): NoticeStats {
 
 function addCounters(a: NoticeCounters, b: NoticeCounters): NoticeCounters {
   return {
-    sent: a.sent + b.sent, stored: a.stored + b.stored, delivered: a.delivered + b.delivered, failed: a.failed + b.failed,
-    dropped: a.dropped + b.dropped, abandoned: a.abandoned + b.abandoned, attempts: a.attempts + b.attempts,
+    sent: a.sent + b.sent,
+    stored: a.stored + b.stored,
+    delivered: a.delivered + b.delivered,
+    failed: a.failed + b.failed,
+    dropped: a.dropped + b.dropped,
+    abandoned: a.abandoned + b.abandoned,
+    attempts: a.attempts + b.attempts,
   };
 }
 
 function addStats(a: NoticeStats, b: NoticeStats): NoticeStats {
   return {
-    win: addCounters(a.win, b.win), billing: addCounters(a.billing, b.billing), loss: addCounters(a.loss, b.loss),
+    win: addCounters(a.win, b.win),
+    billing: addCounters(a.billing, b.billing),
+    loss: addCounters(a.loss, b.loss),
     inFlight: a.inFlight + b.inFlight,
-    events: { received: a.events.received + b.events.received, fired: a.events.fired + b.events.fired, duplicate: a.events.duplicate + b.events.duplicate, unknown: a.events.unknown + b.events.unknown },
+    events: {
+      received: a.events.received + b.events.received,
+      fired: a.events.fired + b.events.fired,
+      duplicate: a.events.duplicate + b.events.duplicate,
+      unknown: a.events.unknown + b.events.unknown,
+    },
     storeErrors: a.storeErrors + b.storeErrors,
   };
 }
@@ -121,7 +133,10 @@ export class NoticeThread implements NoticeOutlet {
   private restartMs = NOTICE_THREAD_RESTART_MS;
   private restartTimer: ReturnType<typeof setTimeout> | null = null;
 
-  constructor(cfg: ResolvedNotices, private readonly o: NoticeThreadOptions) {
+  constructor(
+    cfg: ResolvedNotices,
+    private readonly o: NoticeThreadOptions,
+  ) {
     this.store = cfg.store;
     this.maxPending = cfg.maxPending;
     if (ENTRY === null) throw new Error('relent: the notice thread runs from the compiled package only');
@@ -183,11 +198,13 @@ export class NoticeThread implements NoticeOutlet {
       why = e instanceof Error ? e.message : String(e);
       failed(e instanceof Error ? e : new Error(why));
     });
-    this.exited = new Promise<void>((resolve) => worker.once('exit', (code) => {
-      failed(new Error(`relent: the notice thread exited (code ${code}) before it opened the store`));
-      this.down(worker, why);
-      resolve();
-    }));
+    this.exited = new Promise<void>((resolve) =>
+      worker.once('exit', (code) => {
+        failed(new Error(`relent: the notice thread exited (code ${code}) before it opened the store`));
+        this.down(worker, why);
+        resolve();
+      }),
+    );
     return opening;
   }
 
@@ -264,7 +281,11 @@ export class NoticeThread implements NoticeOutlet {
 
   stats(): NoticeStats {
     const s = addStats(this.past, this.last);
-    const add = (k: 'win' | 'billing' | 'loss'): NoticeCounters => ({ ...s[k], dropped: s[k].dropped + this.lost[k].dropped, abandoned: s[k].abandoned + this.lost[k].abandoned });
+    const add = (k: 'win' | 'billing' | 'loss'): NoticeCounters => ({
+      ...s[k],
+      dropped: s[k].dropped + this.lost[k].dropped,
+      abandoned: s[k].abandoned + this.lost[k].abandoned,
+    });
     return { ...s, win: add('win'), billing: add('billing'), loss: add('loss'), inFlight: s.inFlight + this.notices.length };
   }
 
@@ -302,5 +323,11 @@ function call<E>(f: ((e: E) => void) | null | undefined, e: E): void {
 /** A NoticeHub in a thread when the build can start one, else in this thread (TypeScript sources). */
 export function createNoticeOutlet(cfg: ResolvedNotices, o: NoticeThreadOptions & { readonly clock: Clock; readonly random: Random }): NoticeOutlet {
   if (ENTRY !== null) return new NoticeThread(cfg, o);
-  return new NoticeHub(cfg, { clock: o.clock, random: o.random, onEvent: o.onEvent ?? undefined, onDeliveryEvent: o.onDeliveryEvent ?? null, partners: o.partners });
+  return new NoticeHub(cfg, {
+    clock: o.clock,
+    random: o.random,
+    onEvent: o.onEvent ?? undefined,
+    onDeliveryEvent: o.onDeliveryEvent ?? null,
+    partners: o.partners,
+  });
 }

@@ -8,17 +8,20 @@ import type { ResolvedNotices } from './config-schema.js';
 import { substituteMacros } from './macros.js';
 import { DurableNotices } from './notice-durable.js';
 import {
-  noticePolicies, noticeQueueKey, type Billable, type BillingEventResult, type Notice, type NoticeHubOptions, type NoticeOutlet, type NoticeStats,
+  noticePolicies,
+  noticeQueueKey,
+  type Billable,
+  type BillingEventResult,
+  type Notice,
+  type NoticeHubOptions,
+  type NoticeOutlet,
+  type NoticeStats,
 } from './notice-model.js';
 import { NoticeSender } from './notice-sender.js';
 import { TtlMap } from './ttl-map.js';
 
-export {
-  NOTICE_KINDS, WIN_NOTICE_OVERRIDES, noticePolicies, noticeQueueKey, noticeDestination,
-} from './notice-model.js';
-export type {
-  NoticeKind, Notice, Billable, BillingEventResult, NoticeCounters, NoticeStats, NoticeOutlet, NoticeHubOptions,
-} from './notice-model.js';
+export { NOTICE_KINDS, WIN_NOTICE_OVERRIDES, noticePolicies, noticeQueueKey, noticeDestination } from './notice-model.js';
+export type { NoticeKind, Notice, Billable, BillingEventResult, NoticeCounters, NoticeStats, NoticeOutlet, NoticeHubOptions } from './notice-model.js';
 export { NoticeSender } from './notice-sender.js';
 export { DurableNotices, NOTICE_GROUP_MS, NOTICE_GROUP_MAX, NOTICE_WORKER_DEFAULTS } from './notice-durable.js';
 
@@ -35,8 +38,7 @@ export type OutletRequest =
   | { readonly t: 'sync'; readonly id: number };
 
 export type OutletReply =
-  | { readonly t: 'event'; readonly id: number; readonly r: BillingEventResult }
-  | { readonly t: 'sync'; readonly id: number; readonly ok: boolean };
+  { readonly t: 'event'; readonly id: number; readonly r: BillingEventResult } | { readonly t: 'sync'; readonly id: number; readonly ok: boolean };
 
 /** The hub's side: serves one request with `hub`, answering questions through `reply`. */
 export function serveOutletRequest(hub: NoticeOutlet, m: OutletRequest, reply: (r: OutletReply) => void): void {
@@ -93,12 +95,20 @@ export class NoticeHub implements NoticeOutlet {
   private readonly billables: TtlMap<Billable & { fired: boolean }> | null;
   private readonly events = { received: 0, fired: 0, duplicate: 0, unknown: 0 };
 
-  constructor(private readonly cfg: ResolvedNotices, o: NoticeHubOptions) {
+  constructor(
+    private readonly cfg: ResolvedNotices,
+    o: NoticeHubOptions,
+  ) {
     this.store = cfg.store;
     const policies = noticePolicies(cfg);
     if (cfg.store === 'memory') {
       this.memory = new NoticeSender({
-        maxPending: cfg.maxPending, policies, clock: o.clock, random: o.random, onEvent: o.onEvent, dispatcher: o.dispatcher ?? null,
+        maxPending: cfg.maxPending,
+        policies,
+        clock: o.clock,
+        random: o.random,
+        onEvent: o.onEvent,
+        dispatcher: o.dispatcher ?? null,
         instrumentation: forDriver(o.instrumentation, 'exchange.notice'),
       });
       this.durable = null;
@@ -139,7 +149,9 @@ export class NoticeHub implements NoticeOutlet {
     b.fired = true;
     this.events.fired++;
     this.send({
-      kind: 'billing', partner: b.partner, key: noticeQueueKey('billing', requestId, impId),
+      kind: 'billing',
+      partner: b.partner,
+      key: noticeQueueKey('billing', requestId, impId),
       url: substituteMacros(b.burl, { ...b.values, impTs: Date.now() }),
     });
     return 'fired';
@@ -148,7 +160,9 @@ export class NoticeHub implements NoticeOutlet {
   stats(): NoticeStats {
     const c = this.memory?.counters ?? this.durable!.counters;
     return {
-      win: { ...c.win }, billing: { ...c.billing }, loss: { ...c.loss },
+      win: { ...c.win },
+      billing: { ...c.billing },
+      loss: { ...c.loss },
       inFlight: this.memory?.inFlight ?? this.durable!.pending,
       events: { ...this.events },
       storeErrors: this.durable?.storeErrors ?? 0,

@@ -66,9 +66,24 @@ export interface PartnerCounters {
 
 function newCounters(): PartnerCounters {
   return {
-    calls: 0, attempts: 0, retries: 0, bidAnswers: 0, bidsReceived: 0, bidsWon: 0, noBids: 0, noBidForms: {}, noBidReasons: {},
-    errors: 0, errorKinds: {}, timeouts: 0, late: 0, lateMaxMs: 0, dropped: 0,
-    skipped: { circuit_open: 0, at_capacity: 0, concurrency_limited: 0, no_time: 0, disabled: 0 }, latency: new Histogram(), lastTmaxMs: null,
+    calls: 0,
+    attempts: 0,
+    retries: 0,
+    bidAnswers: 0,
+    bidsReceived: 0,
+    bidsWon: 0,
+    noBids: 0,
+    noBidForms: {},
+    noBidReasons: {},
+    errors: 0,
+    errorKinds: {},
+    timeouts: 0,
+    late: 0,
+    lateMaxMs: 0,
+    dropped: 0,
+    skipped: { circuit_open: 0, at_capacity: 0, concurrency_limited: 0, no_time: 0, disabled: 0 },
+    latency: new Histogram(),
+    lastTmaxMs: null,
   };
 }
 
@@ -113,22 +128,27 @@ export class Partner {
   readonly counters: PartnerCounters = newCounters();
   enabled: boolean;
 
-  constructor(index: number, config: ResolvedPartner, auctionTimeoutMs: number, o: {
-    dispatcher?: Dispatcher | null;
-    onBreakerStateChange?: ((change: BreakerStateChange) => void) | null;
-    /** This process's share of maxConcurrency (default: all of it). */
-    cap?: number;
-    /** Shares the breaker and the retry budget with other processes (dependency `rtb:<name>`). */
-    fleet?: Fleet | null;
-    /** How many processes share the partner (each takes ⌈x / processes⌉ of the adaptive limit's numbers). Default 1. */
-    processes?: number;
-    /** Every change of the adaptive limit. */
-    onLimitEvent?: ((event: LimitEvent) => void) | null;
-    /** The wall clock of limit events. */
-    wallNow?: () => number;
-    /** The exchange's clock. */
-    clock?: Clock;
-  }) {
+  constructor(
+    index: number,
+    config: ResolvedPartner,
+    auctionTimeoutMs: number,
+    o: {
+      dispatcher?: Dispatcher | null;
+      onBreakerStateChange?: ((change: BreakerStateChange) => void) | null;
+      /** This process's share of maxConcurrency (default: all of it). */
+      cap?: number;
+      /** Shares the breaker and the retry budget with other processes (dependency `rtb:<name>`). */
+      fleet?: Fleet | null;
+      /** How many processes share the partner (each takes ⌈x / processes⌉ of the adaptive limit's numbers). Default 1. */
+      processes?: number;
+      /** Every change of the adaptive limit. */
+      onLimitEvent?: ((event: LimitEvent) => void) | null;
+      /** The wall clock of limit events. */
+      wallNow?: () => number;
+      /** The exchange's clock. */
+      clock?: Clock;
+    },
+  ) {
     this.index = index;
     this.config = config;
     this.name = config.name;
@@ -139,16 +159,23 @@ export class Partner {
     this.cap = o.cap ?? config.maxConcurrency;
     this.ownDispatcher = !o.dispatcher;
     this.connector = o.dispatcher ? null : new WarmConnector(undici().buildConnector({ timeout: config.timeoutMs + config.lateGraceMs + 100 }));
-    this.dispatcher = o.dispatcher ?? new (undici().Pool)(this.origin, {
-      connections: this.cap,
-      pipelining: 1,
-      keepAliveTimeout: 30_000,
-      keepAliveMaxTimeout: 600_000,
-      connect: this.connector!.connect,
-    });
+    this.dispatcher =
+      o.dispatcher ??
+      new (undici().Pool)(this.origin, {
+        connections: this.cap,
+        pipelining: 1,
+        keepAliveTimeout: 30_000,
+        keepAliveMaxTimeout: 600_000,
+        connect: this.connector!.connect,
+      });
     this.guard = createGuard({
-      dependency: `rtb:${config.name}`, fleet: o.fleet ?? null, breaker: config.breaker, breakerName: config.name,
-      onBreakerStateChange: o.onBreakerStateChange ?? null, budget: config.retryBudget, clock: o.clock ?? systemClock,
+      dependency: `rtb:${config.name}`,
+      fleet: o.fleet ?? null,
+      breaker: config.breaker,
+      breakerName: config.name,
+      onBreakerStateChange: o.onBreakerStateChange ?? null,
+      budget: config.retryBudget,
+      clock: o.clock ?? systemClock,
     });
     this.bulkhead = createBulkhead({ maxConcurrent: this.cap, maxQueue: 0 });
     if (config.concurrencyLimit === null) {
@@ -159,16 +186,19 @@ export class Partner {
       const counters: PartnerLimitCounters = { changes: { decrease: 0, increase: 0, gradient: 0, probe: 0, probe_end: 0 }, lowest: spec.initial };
       const onLimit = o.onLimitEvent ?? null;
       this.limitCounters = counters;
-      this.limit = createConcurrencyLimit({ ...spec, maxQueue: 0 }, {
-        name: config.name,
-        field: `partners[${index}].concurrencyLimit`,
-        ...(o.wallNow ? { wallNow: o.wallNow } : {}),
-        onEvent: (e) => {
-          counters.changes[e.cause]++;
-          if (e.limit < counters.lowest) counters.lowest = e.limit;
-          if (onLimit !== null) onLimit(e);
+      this.limit = createConcurrencyLimit(
+        { ...spec, maxQueue: 0 },
+        {
+          name: config.name,
+          field: `partners[${index}].concurrencyLimit`,
+          ...(o.wallNow ? { wallNow: o.wallNow } : {}),
+          onEvent: (e) => {
+            counters.changes[e.cause]++;
+            if (e.limit < counters.lowest) counters.lowest = e.limit;
+            if (onLimit !== null) onLimit(e);
+          },
         },
-      });
+      );
     }
     this.policy = withOverrides(presetPolicy('openrtb-bid'), {
       maxAttempts: 1 + config.preSendRetries,
@@ -281,7 +311,10 @@ export class PartnerCall {
   private sampleEnd = -1;
   private sampleDropped = false;
 
-  constructor(readonly partner: Partner, readonly owner: CallOwner) {
+  constructor(
+    readonly partner: Partner,
+    readonly owner: CallOwner,
+  ) {
     this.generation = partner.limit?.generation ?? 0;
   }
 
@@ -365,7 +398,10 @@ export class PartnerCall {
       this.released = true;
       const limit = this.partner.limit;
       if (limit === null) this.partner.bulkhead.release();
-      else limit.release(this.sampleEnd < 0 ? null : { startedAt: this.sampleStart, now: this.sampleEnd, generation: this.generation, dropped: this.sampleDropped });
+      else
+        limit.release(
+          this.sampleEnd < 0 ? null : { startedAt: this.sampleStart, now: this.sampleEnd, generation: this.generation, dropped: this.sampleDropped },
+        );
     }
   }
 }
@@ -383,7 +419,7 @@ type Controller = Dispatcher.DispatchController;
  */
 export const LATE_EXCUSE_MS = 5;
 
-const CUT = Object.assign(new Error('relent: the partner\'s time is over'), { code: 'ERR_RELENT_PARTNER_CUT' });
+const CUT = Object.assign(new Error("relent: the partner's time is over"), { code: 'ERR_RELENT_PARTNER_CUT' });
 const TOO_LARGE = Object.assign(new Error('relent: the answer is over the size limit'), { code: 'ERR_RELENT_TOO_LARGE' });
 
 /**

@@ -75,15 +75,33 @@ export function selectWinners(request: BidRequest, candidates: readonly Candidat
     i = k;
     order++;
     const bid = c.received.bid;
-    if (typeof bid.id !== 'string' || bid.id.length === 0) { reject('missing_id'); continue; }
+    if (typeof bid.id !== 'string' || bid.id.length === 0) {
+      reject('missing_id');
+      continue;
+    }
     const imp = typeof bid.impid === 'string' ? imps.get(bid.impid) : undefined;
-    if (imp === undefined) { reject('unknown_imp'); continue; }
+    if (imp === undefined) {
+      reject('unknown_imp');
+      continue;
+    }
     const price = bid.price;
-    if (typeof price !== 'number' || !Number.isFinite(price) || price <= 0) { reject('bad_price'); continue; }
-    if (c.currency !== currency) { reject('currency'); continue; }
-    if (c.received.group && multi) { reject('group'); continue; }
+    if (typeof price !== 'number' || !Number.isFinite(price) || price <= 0) {
+      reject('bad_price');
+      continue;
+    }
+    if (c.currency !== currency) {
+      reject('currency');
+      continue;
+    }
+    if (c.received.group && multi) {
+      reject('group');
+      continue;
+    }
     const floor = imp.bidfloor ?? 0;
-    if (price < floor) { reject('below_floor'); continue; }
+    if (price < floor) {
+      reject('below_floor');
+      continue;
+    }
     valid++;
     const cur = best.get(imp.id);
     if (cur === undefined) best.set(imp.id, { c, i: k, price, order, second: floor, count: 1 });

@@ -49,7 +49,18 @@ export function mergeNoticeStats(list: readonly NoticeStats[]): NoticeStats {
 }
 
 const PARTNER_SUMS = [
-  'inFlight', 'calls', 'attempts', 'retries', 'bidAnswers', 'bidsReceived', 'bidsWon', 'noBids', 'errors', 'timeouts', 'late', 'dropped',
+  'inFlight',
+  'calls',
+  'attempts',
+  'retries',
+  'bidAnswers',
+  'bidsReceived',
+  'bidsWon',
+  'noBids',
+  'errors',
+  'timeouts',
+  'late',
+  'dropped',
 ] as const;
 
 function mergePartner(list: readonly PartnerStats[], hists: readonly SparseHistogram[]): PartnerStats {
@@ -115,7 +126,12 @@ export function mergeExchangeStats(parts: readonly StatsPart[], notices?: Notice
     addRecords(requests, s.requests);
   }
   const sum = (f: (s: ExchangeStats) => number): number => parts.reduce((n, p) => n + f(p.stats), 0);
-  const partners = parts[0]!.stats.partners.map((_, i) => mergePartner(parts.map((p) => p.stats.partners[i]!), parts.map((p) => p.hist.partners[i]!)));
+  const partners = parts[0]!.stats.partners.map((_, i) =>
+    mergePartner(
+      parts.map((p) => p.stats.partners[i]!),
+      parts.map((p) => p.hist.partners[i]!),
+    ),
+  );
   return {
     auctions: {
       total: sum((s) => s.auctions.total),

@@ -59,7 +59,14 @@ export class Histogram {
   }
 
   toJSON(): LatencySummary {
-    return { count: this.count, p50Ms: this.quantile(0.5), p90Ms: this.quantile(0.9), p99Ms: this.quantile(0.99), maxMs: round(this.max), meanMs: this.count === 0 ? 0 : round(this.sum / this.count) };
+    return {
+      count: this.count,
+      p50Ms: this.quantile(0.5),
+      p90Ms: this.quantile(0.9),
+      p99Ms: this.quantile(0.99),
+      maxMs: round(this.max),
+      meanMs: this.count === 0 ? 0 : round(this.sum / this.count),
+    };
   }
 }
 

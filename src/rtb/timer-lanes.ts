@@ -47,7 +47,10 @@ export class TimerLanes {
   private readonly quietMs: number;
   private readonly maxDeferMs: number;
 
-  constructor(private readonly base: Clock, options: TimerLanesOptions = {}) {
+  constructor(
+    private readonly base: Clock,
+    options: TimerLanesOptions = {},
+  ) {
     this.quietMs = options.quietMs ?? DEFAULT_QUIET_MS;
     this.maxDeferMs = options.maxDeferMs ?? DEFAULT_MAX_DEFER_MS;
     const now = (): number => base.now();

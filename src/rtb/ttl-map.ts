@@ -12,7 +12,11 @@ import type { Clock } from '../core/types.js';
 export class TtlMap<V> {
   private readonly map = new Map<string, { value: V; expiresAt: number }>();
 
-  constructor(private readonly maxKeys: number, private readonly ttlMs: number, private readonly clock: Clock) {}
+  constructor(
+    private readonly maxKeys: number,
+    private readonly ttlMs: number,
+    private readonly clock: Clock,
+  ) {}
 
   get size(): number {
     return this.map.size;

@@ -53,29 +53,30 @@ export class WarmConnector {
     if (hostname.startsWith('[')) hostname = hostname.slice(1, -1);
     const options = { hostname, host: url.host, protocol: url.protocol, port: url.port, servername: null, localAddress: null } as unknown as ConnectOptions;
     let error: string | null = null;
-    const one = (): Promise<boolean> => new Promise<boolean>((resolve) => {
-      try {
-        this.base(options, (err, socket) => {
-          if (err !== null || socket === null) {
-            error ??= codeOf(err);
-            resolve(false);
-            return;
-          }
-          const s = socket as net.Socket;
-          if (this.closed) {
-            s.destroy();
-            resolve(false);
-            return;
-          }
-          s.on('error', noop); // an idle connection's error only closes it (it is skipped when handed out)
-          this.idle.push(s);
-          resolve(true);
-        });
-      } catch (e) {
-        error ??= codeOf(e);
-        resolve(false);
-      }
-    });
+    const one = (): Promise<boolean> =>
+      new Promise<boolean>((resolve) => {
+        try {
+          this.base(options, (err, socket) => {
+            if (err !== null || socket === null) {
+              error ??= codeOf(err);
+              resolve(false);
+              return;
+            }
+            const s = socket as net.Socket;
+            if (this.closed) {
+              s.destroy();
+              resolve(false);
+              return;
+            }
+            s.on('error', noop); // an idle connection's error only closes it (it is skipped when handed out)
+            this.idle.push(s);
+            resolve(true);
+          });
+        } catch (e) {
+          error ??= codeOf(e);
+          resolve(false);
+        }
+      });
     return Promise.all(Array.from({ length: n }, one)).then((ok) => ({ opened: ok.filter(Boolean).length, error }));
   }
 
@@ -121,7 +122,11 @@ export async function startStandIn(): Promise<{ readonly url: string; close(): P
       const bid = imps.map((imp, i) => {
         const floor = typeof imp.bidfloor === 'number' ? imp.bidfloor : 0;
         return {
-          id: `w${i}`, impid: imp.id, price: k === 4 ? floor / 2 || 0.01 : floor + 1 + i, adid: 'ad', crid: 'cr',
+          id: `w${i}`,
+          impid: imp.id,
+          price: k === 4 ? floor / 2 || 0.01 : floor + 1 + i,
+          adid: 'ad',
+          crid: 'cr',
           adm: '<a href="${AUCTION_PRICE}">${AUCTION_ID}</a>',
           nurl: `${host}/win?id=\${AUCTION_ID}&p=\${AUCTION_PRICE}`,
           burl: `${host}/bill?id=\${AUCTION_ID}&imp=\${AUCTION_IMP_ID}&p=\${AUCTION_PRICE}`,
@@ -135,10 +140,11 @@ export async function startStandIn(): Promise<{ readonly url: string; close(): P
   const addr = await listenOn(server, 0, '127.0.0.1', true);
   return {
     url: `http://127.0.0.1:${addr.port}/bid`,
-    close: () => new Promise<void>((resolve) => {
-      server.closeAllConnections();
-      server.close(() => resolve());
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   };
 }
 
@@ -163,7 +169,8 @@ export function collectGarbage(): number | null {
       const own = (globalThis as { gc?: unknown }).gc;
       const bun = (globalThis as { Bun?: { gc?: (force: boolean) => void } }).Bun;
       if (typeof own === 'function') gcFn = own as () => void;
-      else if (typeof bun?.gc === 'function') gcFn = () => bun.gc!(true); // Bun: no V8 flags; its own collector call
+      else if (typeof bun?.gc === 'function')
+        gcFn = () => bun.gc!(true); // Bun: no V8 flags; its own collector call
       else {
         v8.setFlagsFromString('--expose-gc');
         const fn = vm.runInNewContext('gc') as unknown;

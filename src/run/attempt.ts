@@ -50,7 +50,11 @@ export type WaitResult = { readonly result: 'ok' | 'deadline' | 'cancelled' } | 
  * a refusal is the limit's error with `code`.
  */
 export async function waitFor(
-  acquire: (signal: AbortSignal) => Promise<void>, code: string, clock: Clock, signal: AbortSignal | undefined, remainingMs: number,
+  acquire: (signal: AbortSignal) => Promise<void>,
+  code: string,
+  clock: Clock,
+  signal: AbortSignal | undefined,
+  remainingMs: number,
 ): Promise<WaitResult> {
   if (signal?.aborted) return WAIT_CANCELLED;
   const controller = new AbortController();
@@ -83,7 +87,12 @@ const WAIT_CANCELLED: WaitResult = Object.freeze({ result: 'cancelled' });
 
 /** The decision of an attempt cut because the caller cancelled its operation (hedging: the others in flight). */
 export const CANCELLED_ATTEMPT: DecisionResult = Object.freeze({
-  decision: 'cancelled', why: 'cancelled', delayMs: null, retryAfterMs: null, retryAfterValid: null, budgetCost: 0,
+  decision: 'cancelled',
+  why: 'cancelled',
+  delayMs: null,
+  retryAfterMs: null,
+  retryAfterValid: null,
+  budgetCost: 0,
 });
 
 /** Hedging states kept by relent: one per dependency name (or per policy when none is named), at most 10 000. */
@@ -95,7 +104,9 @@ export function hedgingOf(o: Pick<RunOptions<unknown>, 'hedging' | 'dependency'>
   if (o.hedging !== undefined) {
     const h = o.hedging as { started?: unknown; delayMs?: unknown } | null;
     if (h !== null && (typeof h !== 'object' || typeof h.started !== 'function' || typeof h.delayMs !== 'function')) {
-      throw new RelentError('ERR_INVALID_INPUT', `Expected \`hedging\` to be made by createHedgeState() (shared per dependency), got ${describe(o.hedging)}`, { field: 'hedging' });
+      throw new RelentError('ERR_INVALID_INPUT', `Expected \`hedging\` to be made by createHedgeState() (shared per dependency), got ${describe(o.hedging)}`, {
+        field: 'hedging',
+      });
     }
     return o.hedging;
   }
@@ -197,16 +208,28 @@ export class AttemptCtx implements AttemptHandle {
   }
 }
 
-export const enum Phase { Idle, Calling, Waiting, Slot, Done }
+export const enum Phase {
+  Idle,
+  Calling,
+  Waiting,
+  Slot,
+  Done,
+}
 
 /** How the last attempt settled (the payload is its value or error). */
-export const enum Settled { None, Value, Error, Timeout, Aborted, Injected }
+export const enum Settled {
+  None,
+  Value,
+  Error,
+  Timeout,
+  Aborted,
+  Injected,
+}
 
 export const CRASHED: EndCommand = Object.freeze({ kind: 'end', reason: 'not_retryable', why: null, decision: null });
 
 /** A 200 nobody timed: the observation of a plain success when no one watches (no allocation). */
 export const UNTIMED_200: Observation = Object.freeze({ status: 200, errorClass: null, sent: undefined, headers: undefined, nbr: null, elapsedMs: 0 });
-
 
 type FleetFields = Pick<RunOptions<unknown>, 'fleet' | 'dependency'>;
 
@@ -230,24 +253,38 @@ export function guardOf(o: ExecuteOptions<unknown>, clock: Clock): Guard | null 
   checkShared('rateLimiter', o.rateLimiter, 'createRateLimiter');
   const b = o.breaker;
   if (b != null && typeof (b as CircuitBreaker).tryPass !== 'function' && o.fleet == null) {
-    throw new RelentError('ERR_INVALID_INPUT', 'Expected `breaker` to be a CircuitBreaker (a breaker spec needs `fleet` and `dependency`)', { field: 'breaker' });
+    throw new RelentError('ERR_INVALID_INPUT', 'Expected `breaker` to be a CircuitBreaker (a breaker spec needs `fleet` and `dependency`)', {
+      field: 'breaker',
+    });
   }
   return createGuard({
-    dependency: o.dependency ?? null, fleet: o.fleet ?? null, breaker: b ?? null, rateLimit: o.rateLimiter ?? null,
-    bulkhead: o.bulkhead ?? null, concurrencyLimit: o.concurrencyLimit ?? null, clock,
+    dependency: o.dependency ?? null,
+    fleet: o.fleet ?? null,
+    breaker: b ?? null,
+    rateLimit: o.rateLimiter ?? null,
+    bulkhead: o.bulkhead ?? null,
+    concurrencyLimit: o.concurrencyLimit ?? null,
+    clock,
   });
 }
 
 /** What an attempt observed, by the caller's classifiers or the defaults (may throw: the executor ends the operation with it). */
-export function classifyAttempt<T>(options: ExecuteOptions<T>, policy: Policy, aborted: boolean, ctx: AttemptContext, kind: Settled, payload: unknown): Classified {
+export function classifyAttempt<T>(
+  options: ExecuteOptions<T>,
+  policy: Policy,
+  aborted: boolean,
+  ctx: AttemptContext,
+  kind: Settled,
+  payload: unknown,
+): Classified {
   switch (kind) {
     case Settled.Value:
-      return (options.classifyValue?.(payload as T, policy)) ?? classifyValueDefault(payload);
+      return options.classifyValue?.(payload as T, policy) ?? classifyValueDefault(payload);
     case Settled.Error:
       // An error after the caller's abort is the cancellation, not a new fact.
-      return aborted ? ABORTED : ((options.classifyError?.(payload)) ?? classifyErrorDefault(payload));
+      return aborted ? ABORTED : (options.classifyError?.(payload) ?? classifyErrorDefault(payload));
     case Settled.Timeout:
-      return (options.classifyTimeout?.(ctx)) ?? TIMED_OUT;
+      return options.classifyTimeout?.(ctx) ?? TIMED_OUT;
     case Settled.Injected:
       return injectedClassified(payload as Exclude<ChaosInjection, { kind: 'latency' }>);
     default:
@@ -258,12 +295,18 @@ export function classifyAttempt<T>(options: ExecuteOptions<T>, policy: Policy, a
 /** How the last attempt ended, for the outcome (built only off the success path). */
 export function lastOutcomeOf<T>(settled: Settled, payload: unknown): AttemptOutcome<T> | null {
   switch (settled) {
-    case Settled.Value: return new ValueOutcome(payload as T);
-    case Settled.Error: return { kind: 'error', error: payload };
-    case Settled.Timeout: return TIMEOUT_OUTCOME;
-    case Settled.Aborted: return ABORTED_OUTCOME;
-    case Settled.Injected: return { kind: 'error', error: injectedError(payload as Exclude<ChaosInjection, { kind: 'latency' }>) };
-    default: return null;
+    case Settled.Value:
+      return new ValueOutcome(payload as T);
+    case Settled.Error:
+      return { kind: 'error', error: payload };
+    case Settled.Timeout:
+      return TIMEOUT_OUTCOME;
+    case Settled.Aborted:
+      return ABORTED_OUTCOME;
+    case Settled.Injected:
+      return { kind: 'error', error: injectedError(payload as Exclude<ChaosInjection, { kind: 'latency' }>) };
+    default:
+      return null;
   }
 }
 
@@ -272,18 +315,37 @@ export function lastOutcomeOf<T>(settled: Settled, payload: unknown): AttemptOut
  * observed), or ERR_UNKNOWN_OUTCOME when it failed too; a classifier that throws ends
  * it with its error.
  */
-export function stateCheckEnd<T>(options: ExecuteOptions<T>, policy: Policy, kind: Settled, payload: unknown, attempts: number, operationId: string): Partial<RunResult<T>> {
+export function stateCheckEnd<T>(
+  options: ExecuteOptions<T>,
+  policy: Policy,
+  kind: Settled,
+  payload: unknown,
+  attempts: number,
+  operationId: string,
+): Partial<RunResult<T>> {
   let c: Classified;
   try {
-    c = kind === Settled.Value ? (options.classifyValue?.(payload as T, policy)) ?? classifyValueDefault(payload)
-      : kind === Settled.Timeout ? { errorClass: 'timeout' } : kind === Settled.Aborted ? { errorClass: 'aborted' }
-        : ((options.classifyError?.(payload)) ?? classifyErrorDefault(payload));
+    c =
+      kind === Settled.Value
+        ? (options.classifyValue?.(payload as T, policy) ?? classifyValueDefault(payload))
+        : kind === Settled.Timeout
+          ? { errorClass: 'timeout' }
+          : kind === Settled.Aborted
+            ? { errorClass: 'aborted' }
+            : (options.classifyError?.(payload) ?? classifyErrorDefault(payload));
   } catch (error) {
     return { outcome: { ok: false, error } };
   }
   if (kind === Settled.Value) return { outcome: { ok: true, value: payload as T }, stateCheck: c };
-  const error = new RelentError('ERR_UNKNOWN_OUTCOME', `Outcome unknown after attempt ${attempts}, and the state check failed (${'errorClass' in c ? c.errorClass : c.status})`, {
-    reason: 'check_state', attempts, operationId, cause: kind === Settled.Error ? payload : undefined,
-  });
+  const error = new RelentError(
+    'ERR_UNKNOWN_OUTCOME',
+    `Outcome unknown after attempt ${attempts}, and the state check failed (${'errorClass' in c ? c.errorClass : c.status})`,
+    {
+      reason: 'check_state',
+      attempts,
+      operationId,
+      cause: kind === Settled.Error ? payload : undefined,
+    },
+  );
   return { outcome: { ok: false, error }, stateCheck: c };
 }

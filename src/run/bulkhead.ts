@@ -39,13 +39,13 @@ export interface Bulkhead {
 
 const RESOLVED: Promise<void> = Promise.resolve();
 
-
 const MAX = 1e9;
 
 export function createBulkhead(options: BulkheadOptions = {}): Bulkhead {
   if (typeof options !== 'object' || options === null || Array.isArray(options)) throw invalidPolicy('bulkhead', 'an object', options);
   for (const k of Object.keys(options)) {
-    if (k !== 'maxConcurrent' && k !== 'maxQueue') throw invalidPolicy(`bulkhead.${k}`, 'absent (a bulkhead takes maxConcurrent, maxQueue)', (options as Record<string, unknown>)[k]);
+    if (k !== 'maxConcurrent' && k !== 'maxQueue')
+      throw invalidPolicy(`bulkhead.${k}`, 'absent (a bulkhead takes maxConcurrent, maxQueue)', (options as Record<string, unknown>)[k]);
   }
   const int = (key: keyof BulkheadOptions, min: number): number => {
     const v = options[key] ?? BULKHEAD_DEFAULTS[key];
@@ -87,8 +87,9 @@ class Semaphore implements Bulkhead {
       return RESOLVED;
     }
     if (this.queued >= this.maxQueue) {
-      return Promise.reject(new RelentError('ERR_BULKHEAD_FULL',
-        `The bulkhead is full (${this.active} of ${this.max} calls in flight, ${this.queued} of ${this.maxQueue} queued)`));
+      return Promise.reject(
+        new RelentError('ERR_BULKHEAD_FULL', `The bulkhead is full (${this.active} of ${this.max} calls in flight, ${this.queued} of ${this.maxQueue} queued)`),
+      );
     }
     return new Promise<void>((resolve, reject) => {
       const w: Waiter = { prev: null, next: null, resolve, reject, signal: signal ?? null, onAbort: null };
@@ -107,5 +108,4 @@ class Semaphore implements Bulkhead {
     if (this.active === 0) throw new RelentError('ERR_INVALID_INPUT', 'Bulkhead.release() called without a slot held');
     this.active--;
   }
-
 }

@@ -116,9 +116,13 @@ function clientTimeout(error: object): Classified | null {
   if (e.name !== 'TimeoutError') return null;
   // got names the phase that timed out: before the connection opened, nothing was sent.
   switch (e.event) {
-    case 'lookup': return DNS_TIMEOUT;
-    case 'connect': case 'secureConnect': return CONNECT_TIMEOUT;
-    default: return TIMEOUT;
+    case 'lookup':
+      return DNS_TIMEOUT;
+    case 'connect':
+    case 'secureConnect':
+      return CONNECT_TIMEOUT;
+    default:
+      return TIMEOUT;
   }
 }
 
@@ -143,7 +147,8 @@ export function resetClientRetryWarnings(): void {
 function noticeGotResponse(value: object): void {
   if (warned.got) return;
   const request = (value as { request?: unknown }).request;
-  if (typeof request === 'object' && request !== null) noticeOptions((request as { options?: unknown }).options, (value as { retryCount?: unknown }).retryCount);
+  if (typeof request === 'object' && request !== null)
+    noticeOptions((request as { options?: unknown }).options, (value as { retryCount?: unknown }).retryCount);
 }
 
 /** An error (or a value settled after its attempt ended) that may carry got's or ky's options. */
@@ -173,9 +178,12 @@ function noticeOptions(options: unknown, retryCount: unknown): void {
   if (Array.isArray(r.methods) && !r.methods.some((m) => String(m).toUpperCase() === method)) return;
   warned[client] = true;
   const did = typeof retryCount === 'number' && retryCount > 0 ? ` (it retried ${retryCount} time${retryCount === 1 ? '' : 's'} here)` : '';
-  warn(`relent: ${client} retries ${method} up to ${r.limit} times inside each of relent's attempts${did}: the calls multiply, `
-    + `its waits spend the attempt's time (a 503 or a refused connection then ends as a timeout) and relent's budget does not see them. `
-    + `Pass \`retry: { limit: 0 }\` to ${client} and let relent retry.`, 'RELENT_CLIENT_RETRIES');
+  warn(
+    `relent: ${client} retries ${method} up to ${r.limit} times inside each of relent's attempts${did}: the calls multiply, ` +
+      `its waits spend the attempt's time (a 503 or a refused connection then ends as a timeout) and relent's budget does not see them. ` +
+      `Pass \`retry: { limit: 0 }\` to ${client} and let relent retry.`,
+    'RELENT_CLIENT_RETRIES',
+  );
 }
 
 /** process.emitWarning where there is one (Node, Bun, Deno), else console.warn (browsers, workers). */

@@ -67,7 +67,6 @@ export interface ConcurrencyLimit {
   release(outcome?: LimitOutcome | null): void;
 }
 
-
 const RESOLVED: Promise<void> = Promise.resolve();
 
 export interface ConcurrencyLimitContext {
@@ -84,10 +83,12 @@ export interface ConcurrencyLimitContext {
 /** Validates the options (errors name the field) and makes the limit. */
 export function createConcurrencyLimit(options: ConcurrencyLimitOptions, context: ConcurrencyLimitContext = {}): ConcurrencyLimit {
   const field = context.field ?? 'concurrencyLimit';
-  if (typeof options !== 'object' || options === null || Array.isArray(options)) throw invalidPolicy(field, 'an object with `kind` ("aimd" or "gradient")', options);
+  if (typeof options !== 'object' || options === null || Array.isArray(options))
+    throw invalidPolicy(field, 'an object with `kind` ("aimd" or "gradient")', options);
   const { maxQueue: mq, ...spec } = options as ConcurrencyLimitOptions & Record<string, unknown>;
   const maxQueue = mq ?? CONCURRENCY_LIMIT_DEFAULTS.maxQueue;
-  if (typeof maxQueue !== 'number' || !Number.isInteger(maxQueue) || maxQueue < 0 || maxQueue > 1e9) throw invalidPolicy(`${field}.maxQueue`, 'an integer in [0, 1e9]', maxQueue);
+  if (typeof maxQueue !== 'number' || !Number.isInteger(maxQueue) || maxQueue < 0 || maxQueue > 1e9)
+    throw invalidPolicy(`${field}.maxQueue`, 'an integer in [0, 1e9]', maxQueue);
   const algorithm = createLimitAlgorithm(spec as LimitSpec, field);
   return new Limit(algorithm, maxQueue, context);
 }
@@ -107,7 +108,11 @@ class Limit implements ConcurrencyLimit {
   private readonly onEvent: ((event: LimitEvent) => void) | null;
   private readonly wallNow: () => number;
 
-  constructor(readonly algorithm: LimitAlgorithm, readonly maxQueue: number, context: ConcurrencyLimitContext) {
+  constructor(
+    readonly algorithm: LimitAlgorithm,
+    readonly maxQueue: number,
+    context: ConcurrencyLimitContext,
+  ) {
     this.name = context.name ?? null;
     this.onEvent = context.onEvent ?? null;
     this.wallNow = context.wallNow ?? Date.now;
@@ -140,8 +145,12 @@ class Limit implements ConcurrencyLimit {
       return RESOLVED;
     }
     if (this.queued >= this.maxQueue) {
-      return Promise.reject(new RelentError('ERR_CONCURRENCY_LIMITED',
-        `The concurrency limit${this.name ? ` of ${this.name}` : ''} is reached (${this.active} of ${this.algorithm.limit} calls in flight, ${this.queued} of ${this.maxQueue} queued)`));
+      return Promise.reject(
+        new RelentError(
+          'ERR_CONCURRENCY_LIMITED',
+          `The concurrency limit${this.name ? ` of ${this.name}` : ''} is reached (${this.active} of ${this.algorithm.limit} calls in flight, ${this.queued} of ${this.maxQueue} queued)`,
+        ),
+      );
     }
     return new Promise<void>((resolve, reject) => {
       const w: Waiter = { prev: null, next: null, resolve, reject, signal: signal ?? null, onAbort: null };
@@ -152,10 +161,24 @@ class Limit implements ConcurrencyLimit {
   release(outcome?: LimitOutcome | null): void {
     if (this.active === 0) throw new RelentError('ERR_INVALID_INPUT', 'ConcurrencyLimit.release() called without a slot held');
     if (outcome) {
-      const change = this.algorithm.sample({ startedAt: outcome.startedAt, now: outcome.now, inFlight: this.active, generation: outcome.generation, dropped: outcome.dropped });
+      const change = this.algorithm.sample({
+        startedAt: outcome.startedAt,
+        now: outcome.now,
+        inFlight: this.active,
+        generation: outcome.generation,
+        dropped: outcome.dropped,
+      });
       if (change !== null && this.onEvent !== null) {
         try {
-          this.onEvent({ type: 'limit', ts: this.wallNow(), name: this.name, limit: this.algorithm.limit, inFlight: this.active - 1, queued: this.queued, cause: change });
+          this.onEvent({
+            type: 'limit',
+            ts: this.wallNow(),
+            name: this.name,
+            limit: this.algorithm.limit,
+            inFlight: this.active - 1,
+            queued: this.queued,
+            cause: change,
+          });
         } catch {
           // A listener cannot break the limit.
         }
@@ -170,5 +193,4 @@ class Limit implements ConcurrencyLimit {
       w.resolve();
     }
   }
-
 }

@@ -148,8 +148,14 @@ export class FastRun<T> implements AttemptHandle, TimerRecord {
   /** The call answered: a plain answer (decide()'s first rule) is the result; anything else goes to a Runner. */
   onValue(value: T): void {
     try {
-      if (this.runner === null && !this.done && this.options.classifyValue === undefined
-        && (typeof value !== 'object' || value === null ? isPlainAnswer(this.policy, 200) : isPlainAnswer(this.policy, (classifyValueDefault(value) as { status: number }).status))) {
+      if (
+        this.runner === null &&
+        !this.done &&
+        this.options.classifyValue === undefined &&
+        (typeof value !== 'object' || value === null
+          ? isPlainAnswer(this.policy, 200)
+          : isPlainAnswer(this.policy, (classifyValueDefault(value) as { status: number }).status))
+      ) {
         this.done = true;
         clearTimerRecord(this);
         return this.resolve(value);
@@ -196,4 +202,3 @@ export class FastRun<T> implements AttemptHandle, TimerRecord {
     return r;
   }
 }
-

@@ -6,7 +6,15 @@
 // The executor iterates the guard; no driver lists protections by hand. The retry budget
 // and hedging are the core operation's own (decide() charges the budget, the machine
 // decides hedges); the guard carries them for the operation.
-import { breakerOutcome, createCircuitBreaker, type BreakerOutcome, type BreakerSnapshot, type BreakerSpec, type BreakerStateChange, type CircuitBreaker } from '../core/breaker.js';
+import {
+  breakerOutcome,
+  createCircuitBreaker,
+  type BreakerOutcome,
+  type BreakerSnapshot,
+  type BreakerSpec,
+  type BreakerStateChange,
+  type CircuitBreaker,
+} from '../core/breaker.js';
 import { createRetryBudget, type BudgetSpec, type RetryBudget } from '../core/budget.js';
 import { limitDropped } from '../core/concurrency.js';
 import { describe, RelentError, type RelentErrorCode } from '../core/errors.js';
@@ -46,7 +54,11 @@ export interface AttemptExit {
  * core's. It may decide later (an answer may still arrive in a grace period): return
  * `'later'` and call `later(outcome, wallNow)` once, with the wall clock of that moment.
  */
-export type BreakerVerdict = (obs: Observation, outcome: BreakerOutcome, later: (outcome: BreakerOutcome, wallNow: number) => void) => BreakerOutcome | 'later' | undefined;
+export type BreakerVerdict = (
+  obs: Observation,
+  outcome: BreakerOutcome,
+  later: (outcome: BreakerOutcome, wallNow: number) => void,
+) => BreakerOutcome | 'later' | undefined;
 
 /** One protection of a dependency. */
 export interface Protection {
@@ -96,7 +108,8 @@ export function rateProtection(r: RateLimiter): Protection {
     wait: (now, remainingMs, signal) => r.acquire(now, remainingMs, signal),
     exit(e) {
       const status = e.obs?.status;
-      if (status !== undefined && status !== null) observeRateAnswer(r.bucket, e.now, status, e.obs!.headers, e.decision?.retryAfterMs ?? null, e.policy.throttleStatuses);
+      if (status !== undefined && status !== null)
+        observeRateAnswer(r.bucket, e.now, status, e.obs!.headers, e.decision?.retryAfterMs ?? null, e.policy.throttleStatuses);
     },
   };
 }
@@ -150,7 +163,9 @@ export class Guard {
     dropped: ((obs: Observation) => boolean) | null = null,
   ) {
     if (bulkhead !== null && concurrencyLimit !== null) {
-      throw new RelentError('ERR_INVALID_INPUT', 'Expected one of `bulkhead` and `concurrencyLimit` (an adaptive limit replaces the fixed bulkhead)', { field: 'concurrencyLimit' });
+      throw new RelentError('ERR_INVALID_INPUT', 'Expected one of `bulkhead` and `concurrencyLimit` (an adaptive limit replaces the fixed bulkhead)', {
+        field: 'concurrencyLimit',
+      });
     }
     const ps: Protection[] = [];
     if (breaker !== null) ps.push(breakerProtection(breaker));
@@ -237,11 +252,12 @@ export function createGuard(o: GuardOptions): Guard {
   if (br !== null) {
     if (typeof (br as CircuitBreaker).tryPass === 'function') breaker = br as CircuitBreaker;
     else {
-      const spec = br === true ? null : br as BreakerSpec;
+      const spec = br === true ? null : (br as BreakerSpec);
       const name = o.breakerName ?? (typeof o.dependency === 'string' && o.dependency.length > 0 ? o.dependency : null);
-      breaker = fleet !== null
-        ? fleet.breaker(dependencyOf(o), spec, { name, onStateChange: o.onBreakerStateChange ?? null })
-        : createCircuitBreaker(spec ?? {}, { name, initialState: o.breakerState ?? null, onStateChange: o.onBreakerStateChange ?? null });
+      breaker =
+        fleet !== null
+          ? fleet.breaker(dependencyOf(o), spec, { name, onStateChange: o.onBreakerStateChange ?? null })
+          : createCircuitBreaker(spec ?? {}, { name, initialState: o.breakerState ?? null, onStateChange: o.onBreakerStateChange ?? null });
     }
   }
   const r = o.rateLimit ?? null;

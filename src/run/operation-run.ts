@@ -10,15 +10,12 @@ import type { Policy } from '../core/policy.js';
 import type { Clock, DecisionResult, Observation } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import { clearTimerRecord, clockOption, setTimerRecord, systemClock, systemRandom, turnNow, type TimerRecord } from '../shared/clock.js';
-import {
-  attemptSignal, fleetBudget, guardOf, hedgingOf, lastOutcomeOf, Phase, Settled, stateCheckEnd, TIMEOUT_REASON, type AttemptHandle,
-} from './attempt.js';
+import { attemptSignal, fleetBudget, guardOf, hedgingOf, lastOutcomeOf, Phase, Settled, stateCheckEnd, TIMEOUT_REASON, type AttemptHandle } from './attempt.js';
 import type { AttemptExit, Protection } from './guard.js';
 import { newOperationId, NO_EXTRA, outcomeFor, resultEvent, RunResultRecord } from './outcome.js';
 import type { AttemptFn, AttemptScope, ExecuteOptions, OperationScope, RelentEvent, RunResult } from './types.js';
 
 const NO_GATES: readonly Protection[] = Object.freeze([]);
-
 
 /**
  * What an operation in flight holds, and how it ends (the result, its event, the
@@ -86,7 +83,11 @@ export abstract class OperationRun<T> implements TimerRecord, AttemptHandle {
   resolveValue: ((v: T) => void) | null = null;
   rejectValue: ((e: unknown) => void) | null = null;
 
-  constructor(protected readonly fn: AttemptFn<T>, protected readonly options: ExecuteOptions<T>, policy?: Policy) {
+  constructor(
+    protected readonly fn: AttemptFn<T>,
+    protected readonly options: ExecuteOptions<T>,
+    policy?: Policy,
+  ) {
     this.callerSignal = options.signal;
     this.policy = policy ?? resolvePolicy(options.policy);
     const clock = options.clock === undefined ? undefined : clockOption(options.clock);
@@ -97,12 +98,22 @@ export abstract class OperationRun<T> implements TimerRecord, AttemptHandle {
     this.gates = guard === null ? NO_GATES : guard.protections;
     this.admitted = options.admitted === true;
     this.exitInfo = {
-      obs: null, cut: false, decision: null, startedAt: 0, now: 0, wallNow: 0, note: 0, policy: this.policy, verdict: options.breakerVerdict ?? null,
+      obs: null,
+      cut: false,
+      decision: null,
+      startedAt: 0,
+      now: 0,
+      wallNow: 0,
+      note: 0,
+      policy: this.policy,
+      verdict: options.breakerVerdict ?? null,
     };
     this.hedging = this.policy.hedge === null ? null : hedgingOf(options, this.policy);
     if (this.hedging !== null) this.flying = [];
     this.opId = options.operationId ?? null;
-    this.scope = options.instrumentation ? options.instrumentation.operation({ operationId: this.operationId, method: this.method, endpoint: this.endpoint }) : null;
+    this.scope = options.instrumentation
+      ? options.instrumentation.operation({ operationId: this.operationId, method: this.method, endpoint: this.endpoint })
+      : null;
   }
 
   protected get method(): string | null {
@@ -209,7 +220,14 @@ export abstract class OperationRun<T> implements TimerRecord, AttemptHandle {
     if (this.abortListener !== null) this.callerSignal!.removeEventListener('abort', this.abortListener);
     const reason = cmd.reason;
     const options = this.options;
-    if (reason === 'return' && this.resolveValue !== null && extra.outcome === undefined && this.settled === Settled.Value && !options.onEvent && this.scope === null) {
+    if (
+      reason === 'return' &&
+      this.resolveValue !== null &&
+      extra.outcome === undefined &&
+      this.settled === Settled.Value &&
+      !options.onEvent &&
+      this.scope === null
+    ) {
       return this.resolveValue(this.payload as T); // run()'s success path: nothing else to build
     }
     const d = cmd.decision;
@@ -228,10 +246,21 @@ export abstract class OperationRun<T> implements TimerRecord, AttemptHandle {
       else this.rejectValue!(outcome.error);
       return;
     }
-    this.settleRun(new RunResultRecord(
-      this.operationId, reason, cmd.why, attempts, last, outcome, extra.stateCheck ?? null, d?.delayMs ?? null, d?.retryAfterMs ?? null,
-      (this.op?.deadlineAt ?? this.startedAt) - this.clock.now(), this.op === undefined ? 0 : this.op.deadlineAt - this.op.startedAt,
-    ) as RunResult<T>);
+    this.settleRun(
+      new RunResultRecord(
+        this.operationId,
+        reason,
+        cmd.why,
+        attempts,
+        last,
+        outcome,
+        extra.stateCheck ?? null,
+        d?.delayMs ?? null,
+        d?.retryAfterMs ?? null,
+        (this.op?.deadlineAt ?? this.startedAt) - this.clock.now(),
+        this.op === undefined ? 0 : this.op.deadlineAt - this.op.startedAt,
+      ) as RunResult<T>,
+    );
   }
 
   /** The caller cancelled (the executor ends what is in flight or waiting). */

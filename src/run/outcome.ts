@@ -26,13 +26,25 @@ export type AttemptOutcome<T> =
  */
 export function observation(c: Classified, elapsedMs: number): Observation {
   const r = c as { status?: number; errorClass?: ErrorClass; sent?: SendState; headers?: unknown; nbr?: number | null };
-  return new ObservationRecord(r.status ?? null, r.errorClass ?? null, r.sent ?? undefined, r.headers == null ? undefined : observedHeaders(r.headers), r.nbr ?? null, elapsedMs);
+  return new ObservationRecord(
+    r.status ?? null,
+    r.errorClass ?? null,
+    r.sent ?? undefined,
+    r.headers == null ? undefined : observedHeaders(r.headers),
+    r.nbr ?? null,
+    elapsedMs,
+  );
 }
 
 /** An Observation made by `new` (a plain object all the same): see RunResultRecord. */
 const ObservationRecord = function ObservationRecord(
-  this: Record<string, unknown>, status: number | null, errorClass: ErrorClass | null, sent: SendState | undefined, headers: Readonly<Record<string, string>> | undefined,
-  nbr: number | null, elapsedMs: number,
+  this: Record<string, unknown>,
+  status: number | null,
+  errorClass: ErrorClass | null,
+  sent: SendState | undefined,
+  headers: Readonly<Record<string, string>> | undefined,
+  nbr: number | null,
+  elapsedMs: number,
 ): void {
   this.status = status;
   this.errorClass = errorClass;
@@ -41,7 +53,12 @@ const ObservationRecord = function ObservationRecord(
   this.nbr = nbr;
   this.elapsedMs = elapsedMs;
 } as unknown as new (
-  status: number | null, errorClass: ErrorClass | null, sent: SendState | undefined, headers: Readonly<Record<string, string>> | undefined, nbr: number | null, elapsedMs: number,
+  status: number | null,
+  errorClass: ErrorClass | null,
+  sent: SendState | undefined,
+  headers: Readonly<Record<string, string>> | undefined,
+  nbr: number | null,
+  elapsedMs: number,
 ) => Observation;
 ObservationRecord.prototype = Object.prototype;
 
@@ -61,9 +78,17 @@ export class ValueOutcome<T> {
 export const NO_EXTRA: Partial<RunResult<never>> = Object.freeze({});
 
 type RunResultRecordConstructor = new (
-  operationId: string, reason: TerminalReason, why: DecisionWhy | null, attempts: number, last: Observation | null,
-  outcome: RunResult<unknown>['outcome'], stateCheck: Classified | null, delayMs: number | null, retryAfterMs: number | null,
-  remainingMs: number, deadlineMs: number,
+  operationId: string,
+  reason: TerminalReason,
+  why: DecisionWhy | null,
+  attempts: number,
+  last: Observation | null,
+  outcome: RunResult<unknown>['outcome'],
+  stateCheck: Classified | null,
+  delayMs: number | null,
+  retryAfterMs: number | null,
+  remainingMs: number,
+  deadlineMs: number,
 ) => RunResult<unknown>;
 
 /**
@@ -77,9 +102,18 @@ type RunResultRecordConstructor = new (
  * plain object it always was.
  */
 export const RunResultRecord = function RunResultRecord(
-  this: Record<string, unknown>, operationId: string, reason: TerminalReason, why: DecisionWhy | null, attempts: number, last: Observation | null,
-  outcome: RunResult<unknown>['outcome'], stateCheck: Classified | null, delayMs: number | null, retryAfterMs: number | null,
-  remainingMs: number, deadlineMs: number,
+  this: Record<string, unknown>,
+  operationId: string,
+  reason: TerminalReason,
+  why: DecisionWhy | null,
+  attempts: number,
+  last: Observation | null,
+  outcome: RunResult<unknown>['outcome'],
+  stateCheck: Classified | null,
+  delayMs: number | null,
+  retryAfterMs: number | null,
+  remainingMs: number,
+  deadlineMs: number,
 ): void {
   this.operationId = operationId;
   this.reason = reason;
@@ -127,7 +161,12 @@ function messageTail(operationId: string, attempts: number, last: Observation | 
  * (ERR_BULKHEAD_FULL, ERR_CONCURRENCY_LIMITED, ERR_RATE_LIMITED) with the operation's reason.
  */
 export function refusalOutcome<T>(
-  reason: TerminalReason, error: unknown, lastOutcome: AttemptOutcome<T> | null, last: Observation | null, operationId: string, attempts: number,
+  reason: TerminalReason,
+  error: unknown,
+  lastOutcome: AttemptOutcome<T> | null,
+  last: Observation | null,
+  operationId: string,
+  attempts: number,
 ): Partial<RunResult<T>> {
   if (lastOutcome?.kind === 'value') return { outcome: { ok: true, value: lastOutcome.value } };
   if (lastOutcome?.kind === 'error') return { outcome: { ok: false, error: lastOutcome.error } };
@@ -144,8 +183,13 @@ export function refusalOutcome<T>(
  * unknown outcome, deferral) or no call was made.
  */
 export function outcomeFor<T>(
-  reason: TerminalReason, d: DecisionResult | null, lastOutcome: AttemptOutcome<T> | null, last: Observation | null,
-  operationId: string, attempts: number, signal: AbortSignal | undefined,
+  reason: TerminalReason,
+  d: DecisionResult | null,
+  lastOutcome: AttemptOutcome<T> | null,
+  last: Observation | null,
+  operationId: string,
+  attempts: number,
+  signal: AbortSignal | undefined,
 ): RunResult<T>['outcome'] {
   if (lastOutcome?.kind === 'value' && reason !== 'check_state' && reason !== 'defer' && reason !== 'cancelled') return new OkOutcome(lastOutcome.value);
   if (lastOutcome?.kind === 'error' && reason !== 'cancelled' && reason !== 'check_state' && reason !== 'defer') {
@@ -156,20 +200,33 @@ export function outcomeFor<T>(
   const detail = d ? (MESSAGES[d.why] ?? d.why) : reason === 'cancelled' ? 'cancelled by the caller' : reason;
   const message = `${reason}: ${detail} ${messageTail(operationId, attempts, last)}`;
   const error = new RelentError(d?.why === 'retry_after_over_cap' ? 'ERR_RETRY_AFTER_TOO_LONG' : code, message, {
-    reason, attempts, operationId,
+    reason,
+    attempts,
+    operationId,
     cause: reason === 'cancelled' ? signal?.reason : lastOutcome?.kind === 'error' ? lastOutcome.error : undefined,
   });
   return { ok: false, error };
 }
 
-
 /** The result event of an operation: how it ended, with what it said only when there is something to say. */
 export function resultEvent(
-  operationId: string, last: Observation | null, reason: TerminalReason, attempts: number, wallNow: number, stateCheck: Classified | null,
-  d: DecisionResult | null, op: { readonly hedges: number; readonly hedgeWon: boolean } | undefined,
+  operationId: string,
+  last: Observation | null,
+  reason: TerminalReason,
+  attempts: number,
+  wallNow: number,
+  stateCheck: Classified | null,
+  d: DecisionResult | null,
+  op: { readonly hedges: number; readonly hedgeWon: boolean } | undefined,
 ): ResultEvent {
   const ev: ResultEvent & { stateCheck?: Classified; why?: DecisionWhy; hedges?: number; hedgeWon?: boolean } = {
-    type: 'result', operationId, status: last?.status ?? null, errorClass: last?.errorClass ?? null, reason, attempts, ts: Math.round(wallNow),
+    type: 'result',
+    operationId,
+    status: last?.status ?? null,
+    errorClass: last?.errorClass ?? null,
+    reason,
+    attempts,
+    ts: Math.round(wallNow),
   };
   if (stateCheck !== null) ev.stateCheck = stateCheck;
   // Said only when the server asked not to retry (optional: other result events keep their shape).

@@ -56,7 +56,10 @@ class Limiter implements RateLimiter {
   private cancelTimer: (() => void) | null = null;
   private timerAt = Infinity;
 
-  constructor(readonly bucket: TokenBucket, private readonly clock: Clock) {}
+  constructor(
+    readonly bucket: TokenBucket,
+    private readonly clock: Clock,
+  ) {}
 
   get spec(): ResolvedRateLimitSpec {
     return this.bucket.spec;
@@ -81,8 +84,10 @@ class Limiter implements RateLimiter {
 
   private refusal(waitMs: number, bound: number): RelentError {
     const s = this.bucket.spec;
-    return new RelentError('ERR_RATE_LIMITED',
-      `The rate limit (${Math.round(this.bucket.state(this.clock.now()).ratePerSecond * 100) / 100} calls/s of ${s.ratePerSecond}) has no token for ${Math.ceil(waitMs)} ms, longer than the call may wait (${Math.floor(bound)} ms; ${this.queued} waiting)`);
+    return new RelentError(
+      'ERR_RATE_LIMITED',
+      `The rate limit (${Math.round(this.bucket.state(this.clock.now()).ratePerSecond * 100) / 100} calls/s of ${s.ratePerSecond}) has no token for ${Math.ceil(waitMs)} ms, longer than the call may wait (${Math.floor(bound)} ms; ${this.queued} waiting)`,
+    );
   }
 
   /** Serves the first in line as far as tokens allow, then sets one timer for the next. */
@@ -120,7 +125,6 @@ class Limiter implements RateLimiter {
     this.timerAt = Infinity;
     this.arm(this.clock.now());
   }
-
 
   state(now: number): TokenBucketState & { readonly queued: number } {
     return { ...this.bucket.state(now), queued: this.queued };

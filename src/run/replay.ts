@@ -38,7 +38,21 @@ export interface Timeline {
   readonly expect?: { readonly reason?: string; readonly attempts?: number; readonly status?: number | null };
 }
 
-const TIMELINE_KEYS = new Set(['operationId', 'method', 'idempotencyKey', 'idempotent', 'endpoint', 'policy', 'seed', 'observations', 'stateCheck', 'wallClock', 'name', 'description', 'expect']);
+const TIMELINE_KEYS = new Set([
+  'operationId',
+  'method',
+  'idempotencyKey',
+  'idempotent',
+  'endpoint',
+  'policy',
+  'seed',
+  'observations',
+  'stateCheck',
+  'wallClock',
+  'name',
+  'description',
+  'expect',
+]);
 const OBSERVATION_KEYS = new Set(['status', 'errorClass', 'elapsedMs', 'headers', 'nbr', 'sent', 'note']);
 
 /** The default wall clock of a replay: 2026-01-01T00:00:00Z. */
@@ -81,14 +95,16 @@ export function parseTimeline(input: unknown, where = 'timeline'): { timeline: T
   if (t.idempotent !== undefined && typeof t.idempotent !== 'boolean') throw bad(`${where}.idempotent`, `expected a boolean, got ${describe(t.idempotent)}`);
   if (t.endpoint !== undefined && typeof t.endpoint !== 'string') throw bad(`${where}.endpoint`, `expected a string, got ${describe(t.endpoint)}`);
   const seed = t.seed ?? 1;
-  if (!(typeof seed === 'string' || (typeof seed === 'number' && Number.isFinite(seed)))) throw bad(`${where}.seed`, `expected a number or a string, got ${describe(seed)}`);
+  if (!(typeof seed === 'string' || (typeof seed === 'number' && Number.isFinite(seed))))
+    throw bad(`${where}.seed`, `expected a number or a string, got ${describe(seed)}`);
   if (t.policy !== undefined && typeof t.policy !== 'string' && (typeof t.policy !== 'object' || t.policy === null || Array.isArray(t.policy))) {
     throw bad(`${where}.policy`, `expected a preset name or a policy object, got ${describe(t.policy)}`);
   }
   try {
     resolvePolicyInput(t.policy ?? null);
   } catch (e) {
-    if (RelentError.is(e)) throw new RelentError('ERR_INVALID_INPUT', `${where}.policy: ${e.message}`, { field: `${where}.policy${e.field ? '.' + e.field : ''}`, cause: e });
+    if (RelentError.is(e))
+      throw new RelentError('ERR_INVALID_INPUT', `${where}.policy: ${e.message}`, { field: `${where}.policy${e.field ? '.' + e.field : ''}`, cause: e });
     throw e;
   }
   if (!Array.isArray(t.observations) || t.observations.length === 0) throw bad(`${where}.observations`, 'expected a non-empty array');
@@ -103,20 +119,23 @@ export function parseTimeline(input: unknown, where = 'timeline'): { timeline: T
       throw bad(`${w}.elapsedMs`, `expected a number of ms >= 0, got ${describe(r.elapsedMs)}`);
     }
     if (r.headers !== undefined) {
-      if (typeof r.headers !== 'object' || r.headers === null || Array.isArray(r.headers)) throw bad(`${w}.headers`, 'expected an object of header names to string values');
+      if (typeof r.headers !== 'object' || r.headers === null || Array.isArray(r.headers))
+        throw bad(`${w}.headers`, 'expected an object of header names to string values');
       for (const [k, v] of Object.entries(r.headers)) if (typeof v !== 'string') throw bad(`${w}.headers.${k}`, `expected a string, got ${describe(v)}`);
     }
     if (r.nbr !== undefined && r.nbr !== null && (typeof r.nbr !== 'number' || !Number.isInteger(r.nbr) || r.nbr < 0)) {
       throw bad(`${w}.nbr`, `expected a non-negative integer no-bid reason, got ${describe(r.nbr)}`);
     }
-    if (r.sent !== undefined && r.sent !== 'not_sent' && r.sent !== 'sent' && r.sent !== 'unknown') throw bad(`${w}.sent`, `expected not_sent, sent or unknown, got ${describe(r.sent)}`);
+    if (r.sent !== undefined && r.sent !== 'not_sent' && r.sent !== 'sent' && r.sent !== 'unknown')
+      throw bad(`${w}.sent`, `expected not_sent, sent or unknown, got ${describe(r.sent)}`);
   });
   if (t.stateCheck !== undefined && t.stateCheck !== null) {
     if (typeof t.stateCheck !== 'object' || Array.isArray(t.stateCheck)) throw bad(`${where}.stateCheck`, 'expected an object');
     checkStatusOrError(t.stateCheck as Record<string, unknown>, `${where}.stateCheck`);
   }
   if (t.wallClock !== undefined) {
-    if (parseWallClock(t.wallClock) === undefined) throw bad(`${where}.wallClock`, `expected an HTTP-date, an ISO date or epoch ms, got ${describe(t.wallClock)}`);
+    if (parseWallClock(t.wallClock) === undefined)
+      throw bad(`${where}.wallClock`, `expected an HTTP-date, an ISO date or epoch ms, got ${describe(t.wallClock)}`);
   }
   return { timeline: { ...(t as unknown as Timeline), method: method.toUpperCase(), seed }, warnings };
 }
@@ -152,7 +171,8 @@ export async function replay(t: Timeline): Promise<ReplayOutput> {
   const clock = createTestClock({ now: 0, wallNow: wallStart(t) });
   const events: RelentEvent[] = [];
 
-  const scripted = (o: { status?: number; errorClass?: ErrorClass; elapsedMs?: number; headers?: Readonly<Record<string, string>>; nbr?: number; sent?: SendState }) =>
+  const scripted =
+    (o: { status?: number; errorClass?: ErrorClass; elapsedMs?: number; headers?: Readonly<Record<string, string>>; nbr?: number; sent?: SendState }) =>
     (ctx: AttemptContext): Promise<Classified> =>
       new Promise<Classified>((resolve, reject) => {
         const cancel = clock.setTimer(() => {
@@ -163,10 +183,14 @@ export async function replay(t: Timeline): Promise<ReplayOutput> {
             reject({ errorClass: o.errorClass, ...(o.sent ? { sent: o.sent } : {}) });
           }
         }, o.elapsedMs ?? 0);
-        ctx.signal.addEventListener('abort', () => {
-          cancel();
-          reject(ctx.signal.reason);
-        }, { once: true });
+        ctx.signal.addEventListener(
+          'abort',
+          () => {
+            cancel();
+            reject(ctx.signal.reason);
+          },
+          { once: true },
+        );
       });
 
   const attempts = t.observations.map(scripted);
@@ -189,7 +213,16 @@ export async function replay(t: Timeline): Promise<ReplayOutput> {
   let settled = false;
   let result: RunResult<Classified> | undefined;
   let failure: unknown;
-  p.then((r) => { settled = true; result = r; }, (e: unknown) => { settled = true; failure = e; });
+  p.then(
+    (r) => {
+      settled = true;
+      result = r;
+    },
+    (e: unknown) => {
+      settled = true;
+      failure = e;
+    },
+  );
   for (let idle = 0; !settled;) {
     if (await clock.next()) idle = 0;
     else if (++idle > 100) throw new RelentError('ERR_INVALID_INPUT', 'replay stalled: no timer pending and the operation did not end (internal error)');

@@ -10,8 +10,23 @@ import { Runner } from './runner.js';
 import type { AttemptFn, ExecuteOptions, FirstAttemptEnd, RunOptions, RunResult } from './types.js';
 
 export type {
-  AttemptContext, AttemptFn, AttemptScope, Classified, DriverHooks, DriverName, ExecuteOptions, FirstAttemptEnd, Instrumentation, InstrumentationAttributes,
-  OperationInfo, OperationScope, RelentEvent, RunOptions, RunResult, WorkInfo, WorkScope,
+  AttemptContext,
+  AttemptFn,
+  AttemptScope,
+  Classified,
+  DriverHooks,
+  DriverName,
+  ExecuteOptions,
+  FirstAttemptEnd,
+  Instrumentation,
+  InstrumentationAttributes,
+  OperationInfo,
+  OperationScope,
+  RelentEvent,
+  RunOptions,
+  RunResult,
+  WorkInfo,
+  WorkScope,
 } from './types.js';
 export { newOperationId } from './outcome.js';
 
@@ -19,8 +34,19 @@ const NO_OPTIONS: RunOptions<any> = Object.freeze({}); // eslint-disable-line @t
 
 /** Whether an operation may take run()'s success path (FastRun): nothing guards, watches or cancels it, on the system clock. */
 function bare(o: ExecuteOptions<unknown>): boolean {
-  return o.signal === undefined && o.budget == null && o.fleet == null && o.breaker == null && o.bulkhead == null && o.concurrencyLimit == null
-    && o.rateLimiter == null && o.guard == null && !o.onEvent && !o.instrumentation && (o.clock === undefined || o.clock === systemClock);
+  return (
+    o.signal === undefined &&
+    o.budget == null &&
+    o.fleet == null &&
+    o.breaker == null &&
+    o.bulkhead == null &&
+    o.concurrencyLimit == null &&
+    o.rateLimiter == null &&
+    o.guard == null &&
+    !o.onEvent &&
+    !o.instrumentation &&
+    (o.clock === undefined || o.clock === systemClock)
+  );
 }
 
 /** Starts an operation for run(): the success path when it may take it, else a Runner. Throws on invalid options (the caller's promise rejects). */
@@ -82,8 +108,14 @@ export function executeThen<T>(fn: AttemptFn<T>, options: ExecuteOptions<T>, don
  * `fn`. The driver must not have read the attempt's signal. (Not part of the public API.)
  */
 export function executeFrom<T>(
-  fn: AttemptFn<T>, options: ExecuteOptions<T>, startedAt: number, timeoutMs: number, remainingMs: number,
-  how: FirstAttemptEnd, payload: unknown, done: (r: RunResult<T>) => void,
+  fn: AttemptFn<T>,
+  options: ExecuteOptions<T>,
+  startedAt: number,
+  timeoutMs: number,
+  remainingMs: number,
+  how: FirstAttemptEnd,
+  payload: unknown,
+  done: (r: RunResult<T>) => void,
 ): void {
   const r = new Runner(fn, options);
   r.settleRun = done;

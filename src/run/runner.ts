@@ -2,7 +2,13 @@
 // clock with real (or test) timers, the dependency's guard, chaos, events and tracing.
 import { attemptLimitMs, isPlainAnswer } from '../core/decide.js';
 import {
-  HEDGE_LOST, operationAttemptTimeoutMs, operationDeadlineMs, type CallCommand, type Command, type EndCommand, type HedgeCommand,
+  HEDGE_LOST,
+  operationAttemptTimeoutMs,
+  operationDeadlineMs,
+  type CallCommand,
+  type Command,
+  type EndCommand,
+  type HedgeCommand,
 } from '../core/operation.js';
 import type { ChaosInjection } from '../core/chaos.js';
 import { attemptEvent } from '../core/events.js';
@@ -10,7 +16,19 @@ import { RelentError } from '../core/errors.js';
 import type { Observation } from '../core/types.js';
 import { noticeClientRetries, OK_200 } from './classify.js';
 import {
-  AttemptCtx, CANCELLED_ATTEMPT, classifyAttempt, CRASHED, ignore, lastOutcomeOf, Phase, Settled, thenableOf, UNTIMED_200, waitFor, type AttemptHandle, type WaitResult,
+  AttemptCtx,
+  CANCELLED_ATTEMPT,
+  classifyAttempt,
+  CRASHED,
+  ignore,
+  lastOutcomeOf,
+  Phase,
+  Settled,
+  thenableOf,
+  UNTIMED_200,
+  waitFor,
+  type AttemptHandle,
+  type WaitResult,
 } from './attempt.js';
 import { observation, refusalOutcome } from './outcome.js';
 import type { AttemptFn, AttemptScope, Classified, FirstAttemptEnd } from './types.js';
@@ -117,8 +135,10 @@ export class Runner<T> extends OperationRun<T> {
       if (g.tryEnter(now, g.refusal === 'circuit_open' ? this.clock.wallNow() : 0)) continue;
       if (g.wait === null) return this.refused(i, this.operation().slotRefused(g.refusal), now, null);
       this.phase = Phase.Slot;
-      waitFor((signal) => g.wait!(this.clock.now(), cmd.remainingMs, signal), g.code!, this.clock, this.callerSignal, cmd.remainingMs)
-        .then((r) => this.afterGate(i, r), (e: unknown) => this.end(CRASHED, { outcome: { ok: false, error: e } }));
+      waitFor((signal) => g.wait!(this.clock.now(), cmd.remainingMs, signal), g.code!, this.clock, this.callerSignal, cmd.remainingMs).then(
+        (r) => this.afterGate(i, r),
+        (e: unknown) => this.end(CRASHED, { outcome: { ok: false, error: e } }),
+      );
       return;
     }
     this.invoke(now, cmd.attempt, cmd.timeoutMs, cmd.remainingMs, null, cmd.hedgeInMs, false, cmd.inject ?? null);
@@ -142,7 +162,8 @@ export class Runner<T> extends OperationRun<T> {
    */
   private refused(entered: number, cmd: Command, now: number, error: unknown): void {
     this.exitGates(entered, null, false, null, now, now, 0);
-    if (error !== null && cmd.kind === 'end') return this.end(cmd, refusalOutcome(cmd.reason, error, lastOutcomeOf<T>(this.settled, this.payload), this.last, this.operationId, this.op!.attempt));
+    if (error !== null && cmd.kind === 'end')
+      return this.end(cmd, refusalOutcome(cmd.reason, error, lastOutcomeOf<T>(this.settled, this.payload), this.last, this.operationId, this.op!.attempt));
     this.carry(cmd, now);
   }
 
@@ -158,12 +179,16 @@ export class Runner<T> extends OperationRun<T> {
 
   private armHedge(ms: number, now: number): void {
     this.cancelHedge?.();
-    this.cancelHedge = this.clock.setTimer(() => {
-      this.cancelHedge = null;
-      if (this.phase !== Phase.Calling || this.op === undefined) return;
-      const t = this.clock.now();
-      this.carry(this.op.hedgeDue(t), t);
-    }, ms, now);
+    this.cancelHedge = this.clock.setTimer(
+      () => {
+        this.cancelHedge = null;
+        if (this.phase !== Phase.Calling || this.op === undefined) return;
+        const t = this.clock.now();
+        this.carry(this.op.hedgeDue(t), t);
+      },
+      ms,
+      now,
+    );
   }
 
   private stopHedging(): void {
@@ -182,7 +207,8 @@ export class Runner<T> extends OperationRun<T> {
     const flying = this.flying!;
     const now = this.clock.now();
     const d = cmd.reason === 'cancelled' ? CANCELLED_ATTEMPT : HEDGE_LOST;
-    const reason = cmd.reason === 'cancelled' ? this.callerSignal?.reason : new RelentError('ERR_CANCELLED', 'relent: another attempt of this operation answered first');
+    const reason =
+      cmd.reason === 'cancelled' ? this.callerSignal?.reason : new RelentError('ERR_CANCELLED', 'relent: another attempt of this operation answered first');
     const wallNow = this.options.onEvent || this.scope !== null ? this.clock.wallNow() : 0;
     for (const ctx of flying.splice(0)) {
       if (ctx.done) continue;
@@ -198,7 +224,18 @@ export class Runner<T> extends OperationRun<T> {
       const elapsed = now - ctx.callStart;
       this.op!.lost(elapsed);
       if (this.options.onEvent || ctx.aScope !== null) {
-        const ev = attemptEvent(this.operationId, ctx.attempt, this.method, this.endpoint, { status: null, errorClass: 'aborted', elapsedMs: elapsed }, ctx.remainingMs, d, wallNow, ctx.isHedge, ctx.inject?.kind ?? null);
+        const ev = attemptEvent(
+          this.operationId,
+          ctx.attempt,
+          this.method,
+          this.endpoint,
+          { status: null, errorClass: 'aborted', elapsedMs: elapsed },
+          ctx.remainingMs,
+          d,
+          wallNow,
+          ctx.isHedge,
+          ctx.inject?.kind ?? null,
+        );
         if (this.options.onEvent) this.emit(ev);
         ctx.aScope?.end(ev);
       }
@@ -207,7 +244,13 @@ export class Runner<T> extends OperationRun<T> {
 
   /** Calls the operation (or the state check) with a timer and the caller's signal racing it. */
   private invoke(
-    now: number, attempt: number, timeoutMs: number, remaining: number, check: AttemptFn<T> | null, hedgeInMs: number | null = null, hedge = false,
+    now: number,
+    attempt: number,
+    timeoutMs: number,
+    remaining: number,
+    check: AttemptFn<T> | null,
+    hedgeInMs: number | null = null,
+    hedge = false,
     inject: ChaosInjection | null = null,
   ): void {
     let ctx: AttemptHandle;
@@ -242,12 +285,16 @@ export class Runner<T> extends OperationRun<T> {
       if (inject.kind !== 'latency') return this.settle(ctx, Settled.Injected, inject);
       // A latency: the attempt's time runs from now; the call goes when the delay is over.
       this.armAttempt(ctx, flying, timeoutMs, hedgeInMs, now);
-      ctx.delay = this.clock.setTimer(() => {
-        ctx.delay = null;
-        if (ctx.done) return;
-        const late = this.send(ctx, check, aScope);
-        if (late !== null) this.subscribe(ctx, late);
-      }, inject.delayMs, now);
+      ctx.delay = this.clock.setTimer(
+        () => {
+          ctx.delay = null;
+          if (ctx.done) return;
+          const late = this.send(ctx, check, aScope);
+          if (late !== null) this.subscribe(ctx, late);
+        },
+        inject.delayMs,
+        now,
+      );
       this.afterSend();
       return;
     }
@@ -302,7 +349,10 @@ export class Runner<T> extends OperationRun<T> {
 
   private subscribe(ctx: AttemptHandle, p: PromiseLike<T>): void {
     try {
-      p.then((value) => this.settleOrFail(ctx, Settled.Value, value), (error: unknown) => this.settleOrFail(ctx, Settled.Error, error));
+      p.then(
+        (value) => this.settleOrFail(ctx, Settled.Value, value),
+        (error: unknown) => this.settleOrFail(ctx, Settled.Error, error),
+      );
     } catch (error) {
       // A thenable whose then throws: a failed attempt.
       this.settle(ctx, Settled.Error, error);
@@ -389,8 +439,15 @@ export class Runner<T> extends OperationRun<T> {
     }
     // A plain answer that nobody watches needs no clock reading (the core ignores the time then).
     const status = (c as { status?: number }).status;
-    const untimed = status !== undefined && this.settleRun === null && this.budget === null && this.gates.length === 0 && !options.onEvent && ctx.aScope === null
-      && this.hedging === null && isPlainAnswer(this.policy, status);
+    const untimed =
+      status !== undefined &&
+      this.settleRun === null &&
+      this.budget === null &&
+      this.gates.length === 0 &&
+      !options.onEvent &&
+      ctx.aScope === null &&
+      this.hedging === null &&
+      isPlainAnswer(this.policy, status);
     if (untimed && kind === Settled.Value && this.op === undefined) {
       // The shortcut's end: the core's rule for a plain answer nobody watches (decide()'s
       // first: the answer, nothing to record). Nothing else to build.
@@ -422,7 +479,18 @@ export class Runner<T> extends OperationRun<T> {
     this.exitGates(this.gates.length, obs, kind === Settled.Aborted, op.decision, ctx.callStart, now, ctx.generation);
     const aScope = ctx.aScope;
     if (options.onEvent || aScope !== null) {
-      const ev = attemptEvent(this.operationId, ctx.attempt, this.method, this.endpoint, obs, ctx.remainingMs, op.decision!, wallNow ?? this.clock.wallNow(), ctx.isHedge, ctx.inject?.kind ?? null);
+      const ev = attemptEvent(
+        this.operationId,
+        ctx.attempt,
+        this.method,
+        this.endpoint,
+        obs,
+        ctx.remainingMs,
+        op.decision!,
+        wallNow ?? this.clock.wallNow(),
+        ctx.isHedge,
+        ctx.inject?.kind ?? null,
+      );
       if (options.onEvent) this.emit(ev);
       if (aScope !== null) aScope.end(ev);
       if (this.thrown !== null) return this.fail(this.thrown.error);

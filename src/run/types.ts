@@ -30,15 +30,15 @@ export interface AttemptContext {
 /** An observation without timing: what a value or an error says about the attempt. */
 export type Classified =
   | {
-    readonly status: number;
-    /**
-     * The answer's headers (only the hint headers are read: Retry-After, Date, RateLimit…): a
-     * record (any case; node:http's arrays are joined) or anything with `get(name)`
-     * (a fetch Headers, axios's AxiosHeaders).
-     */
-    readonly headers?: Readonly<Record<string, string | readonly string[] | undefined>> | { get(name: string): unknown };
-    readonly nbr?: number | null;
-  }
+      readonly status: number;
+      /**
+       * The answer's headers (only the hint headers are read: Retry-After, Date, RateLimit…): a
+       * record (any case; node:http's arrays are joined) or anything with `get(name)`
+       * (a fetch Headers, axios's AxiosHeaders).
+       */
+      readonly headers?: Readonly<Record<string, string | readonly string[] | undefined>> | { get(name: string): unknown };
+      readonly nbr?: number | null;
+    }
   | { readonly errorClass: ErrorClass; readonly sent?: SendState };
 
 export type RelentEvent = AttemptEvent | ResultEvent;

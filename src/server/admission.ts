@@ -41,7 +41,10 @@ export class Admission {
   private readonly firsts: Waiting[] = [];
   private readonly retries: Waiting[] = [];
 
-  constructor(private readonly limits: AdmissionLimits, private readonly clock: Clock) {}
+  constructor(
+    private readonly limits: AdmissionLimits,
+    private readonly clock: Clock,
+  ) {}
 
   get queued(): number {
     return this.firsts.length + this.retries.length;
@@ -75,12 +78,16 @@ export class Admission {
     // again here would call a spent deadline a queue timeout (503 instead of 504).
     const toDeadline = t.deadlineAt - now;
     const byDeadline = toDeadline <= this.limits.queueTimeoutMs;
-    w.cancelTimer = this.clock.setTimer(() => {
-      w.cancelTimer = null;
-      if (!this.remove(w)) return;
-      if (byDeadline) t.expire();
-      else t.shed('queue_timeout');
-    }, Math.max(0, byDeadline ? toDeadline : this.limits.queueTimeoutMs), now);
+    w.cancelTimer = this.clock.setTimer(
+      () => {
+        w.cancelTimer = null;
+        if (!this.remove(w)) return;
+        if (byDeadline) t.expire();
+        else t.shed('queue_timeout');
+      },
+      Math.max(0, byDeadline ? toDeadline : this.limits.queueTimeoutMs),
+      now,
+    );
     return () => {
       if (this.remove(w)) w.cancelTimer?.();
     };

@@ -8,7 +8,14 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { beforeQuery } from '../core/endpoint.js';
 import { RelentError, describe } from '../core/errors.js';
 import {
-  ATTEMPT_HEADER, DEADLINE_HEADER, headerNameOption, MAX_DEADLINE_MS, NO_RETRY_HEADER, readIncomingHints, type HeaderProblem, type IncomingHeaderSpec,
+  ATTEMPT_HEADER,
+  DEADLINE_HEADER,
+  headerNameOption,
+  MAX_DEADLINE_MS,
+  NO_RETRY_HEADER,
+  readIncomingHints,
+  type HeaderProblem,
+  type IncomingHeaderSpec,
 } from '../core/propagation.js';
 import type { Clock } from '../core/types.js';
 import { clockOption, systemClock } from '../shared/clock.js';
@@ -186,7 +193,7 @@ export interface FastifyReplyLike {
   header(name: string, value: string): FastifyReplyLike;
   send(body?: unknown): FastifyReplyLike;
 }
-export type FastifyPlugin = ((instance: FastifyLike, opts: unknown, done: (err?: Error) => void) => void);
+export type FastifyPlugin = (instance: FastifyLike, opts: unknown, done: (err?: Error) => void) => void;
 
 const ATTEMPT_BUCKETS = 10;
 
@@ -278,7 +285,13 @@ class Served implements ServedRequest, Ticket {
       this.cancelTimer = g.clock.setTimer(() => this.onDeadline(), this.deadlineAt - now, now);
     }
     if (g.onEvent !== null) {
-      g.emit(this, { type: 'server_request', deadlineSource: this.deadlineSource, queuedMs: round(queuedMs), remainingMs: this.deadlineAt === Infinity ? null : round(this.remainingMs()), inFlight: g.admission.inFlight });
+      g.emit(this, {
+        type: 'server_request',
+        deadlineSource: this.deadlineSource,
+        queuedMs: round(queuedMs),
+        remainingMs: this.deadlineAt === Infinity ? null : round(this.remainingMs()),
+        inFlight: g.admission.inFlight,
+      });
     }
     this.adapter.proceed(this);
   }
@@ -306,7 +319,7 @@ class Served implements ServedRequest, Ticket {
     this.cancelTimer = null;
     if (this.phase !== 1 || this.res.writableFinished) return;
     this.g.spent('handler', this);
-    this.abort(new RelentError('ERR_DEADLINE_EXCEEDED', 'relent: the caller\'s deadline passed'));
+    this.abort(new RelentError('ERR_DEADLINE_EXCEEDED', "relent: the caller's deadline passed"));
   }
 
   private abort(reason: Error): void {
@@ -364,14 +377,17 @@ class Guard {
   constructor(o: ServerOptions) {
     if (typeof o !== 'object' || o === null) throw invalid('options', 'an object', o);
     const known = Object.keys(SERVER_DEFAULTS);
-    for (const k of Object.keys(o)) if (!known.includes(k)) throw new RelentError('ERR_INVALID_INPUT', `Unknown option \`${k}\` (known: ${known.join(', ')})`, { field: k });
+    for (const k of Object.keys(o))
+      if (!known.includes(k)) throw new RelentError('ERR_INVALID_INPUT', `Unknown option \`${k}\` (known: ${known.join(', ')})`, { field: k });
     const maxConcurrent = o.maxConcurrent ?? null;
-    if (maxConcurrent !== null && (!Number.isInteger(maxConcurrent) || maxConcurrent < 1 || maxConcurrent > 1_000_000)) throw invalid('maxConcurrent', 'an integer in [1, 1000000] or null', maxConcurrent);
+    if (maxConcurrent !== null && (!Number.isInteger(maxConcurrent) || maxConcurrent < 1 || maxConcurrent > 1_000_000))
+      throw invalid('maxConcurrent', 'an integer in [1, 1000000] or null', maxConcurrent);
     const maxQueue = o.maxQueue ?? maxConcurrent ?? 0;
     if (!Number.isInteger(maxQueue) || maxQueue < 0 || maxQueue > 1_000_000) throw invalid('maxQueue', 'an integer in [0, 1000000] or null', maxQueue);
     const queueTimeoutMs = msOption(o.queueTimeoutMs, 'queueTimeoutMs', SERVER_DEFAULTS.queueTimeoutMs, false)!;
     const retryAfterSec = o.retryAfterSec === undefined ? SERVER_DEFAULTS.retryAfterSec : o.retryAfterSec;
-    if (retryAfterSec !== null && (!Number.isInteger(retryAfterSec) || retryAfterSec < 0 || retryAfterSec > 86_400)) throw invalid('retryAfterSec', 'an integer number of seconds in [0, 86400] or null', retryAfterSec);
+    if (retryAfterSec !== null && (!Number.isInteger(retryAfterSec) || retryAfterSec < 0 || retryAfterSec > 86_400))
+      throw invalid('retryAfterSec', 'an integer number of seconds in [0, 86400] or null', retryAfterSec);
     this.marker = boolOption(o.noRetryMarker, 'noRetryMarker', SERVER_DEFAULTS.noRetryMarker);
     const status = o.deadlineStatus ?? SERVER_DEFAULTS.deadlineStatus;
     if (!Number.isInteger(status) || status < 400 || status > 599) throw invalid('deadlineStatus', 'an error status (400–599)', status);
@@ -390,7 +406,11 @@ class Guard {
     this.clock = clockOption(o.clock) ?? systemClock;
     this.admission = new Admission({ maxConcurrent, maxQueue, queueTimeoutMs }, this.clock);
     const text = { 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' };
-    this.shedHeaders = { ...text, ...(retryAfterSec !== null ? { 'retry-after': String(retryAfterSec) } : {}), ...(this.marker ? { [NO_RETRY_HEADER]: 'overloaded' } : {}) };
+    this.shedHeaders = {
+      ...text,
+      ...(retryAfterSec !== null ? { 'retry-after': String(retryAfterSec) } : {}),
+      ...(this.marker ? { [NO_RETRY_HEADER]: 'overloaded' } : {}),
+    };
     this.deadlineHeaders = { ...text, ...(this.marker ? { [NO_RETRY_HEADER]: 'deadline' } : {}) };
   }
 

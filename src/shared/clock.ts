@@ -100,7 +100,12 @@ function endOfTurn(): void {
  * when none is left (so that it does not keep the process alive).
  */
 class Armed {
-  constructor(readonly record: TimerRecord, readonly due: number, readonly seq: number, public index: number) {}
+  constructor(
+    readonly record: TimerRecord,
+    readonly due: number,
+    readonly seq: number,
+    public index: number,
+  ) {}
 }
 
 const armed: Armed[] = [];
@@ -287,11 +292,19 @@ export function clockOption(value: unknown, field = 'clock'): Clock | undefined 
   if (value === undefined || value === null) return undefined;
   if (value === systemClock) return systemClock;
   if (typeof value !== 'object' && typeof value !== 'function') {
-    throw new RelentError('ERR_INVALID_INPUT', `Expected \`${field}\` to be a clock with now(), wallNow() and setTimer(fn, ms) (relent/testing's createTestClock() makes one)`, { field });
+    throw new RelentError(
+      'ERR_INVALID_INPUT',
+      `Expected \`${field}\` to be a clock with now(), wallNow() and setTimer(fn, ms) (relent/testing's createTestClock() makes one)`,
+      { field },
+    );
   }
   for (const m of CLOCK_METHODS) {
     if (typeof (value as Record<string, unknown>)[m] !== 'function') {
-      throw new RelentError('ERR_INVALID_INPUT', `Expected \`${field}\` to have a ${m}() function (a clock needs now(), wallNow() and setTimer(fn, ms); relent/testing's createTestClock() makes one)`, { field });
+      throw new RelentError(
+        'ERR_INVALID_INPUT',
+        `Expected \`${field}\` to have a ${m}() function (a clock needs now(), wallNow() and setTimer(fn, ms); relent/testing's createTestClock() makes one)`,
+        { field },
+      );
     }
   }
   return value as Clock;

@@ -61,7 +61,9 @@ ${body}
 /** An HTML table in its scroll box; every cell is text (escaped). `classes` gives a class per column. */
 export function htmlTable(header: readonly string[], rows: readonly (readonly string[])[], classes: readonly (string | null)[] = []): string {
   const cls = (i: number): string => (classes[i] ? ` class="${esc(classes[i]!)}"` : '');
-  return `<div class="table-wrap"><table><thead><tr>${header.map((h, i) => `<th${cls(i)}>${esc(h)}</th>`).join('')}</tr></thead><tbody>` +
+  return (
+    `<div class="table-wrap"><table><thead><tr>${header.map((h, i) => `<th${cls(i)}>${esc(h)}</th>`).join('')}</tr></thead><tbody>` +
     rows.map((r) => `<tr>${r.map((c, i) => `<td${cls(i)}>${esc(c)}</td>`).join('')}</tr>`).join('') +
-    '</tbody></table></div>';
+    '</tbody></table></div>'
+  );
 }

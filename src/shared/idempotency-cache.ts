@@ -152,4 +152,3 @@ export function createIdempotencyCache(options: IdempotencyCacheOptions = {}): I
 export function noticeKey(requestId: string, impId: string): string {
   return `${requestId}:${impId}`;
 }
-

@@ -44,7 +44,11 @@ export function newIdempotencyKey(): string {
  * value to add to the request, or null when nothing is to be added.
  */
 export function resolveIdempotencyKey(
-  given: string | null, inHeader: string | null, auto: boolean, method: string, idempotent: boolean | null | undefined,
+  given: string | null,
+  inHeader: string | null,
+  auto: boolean,
+  method: string,
+  idempotent: boolean | null | undefined,
 ): { readonly key: string | null; readonly header: string | null } {
   if (given !== null) formatIdempotencyKey(given); // validates
   if (inHeader !== null) {

@@ -46,10 +46,12 @@ interface Frame {
 }
 
 function open(id: string, title: string, f: Frame, desc: string): string {
-  return `<svg xmlns="http://www.w3.org/2000/svg" class="chart" data-chart="${esc(id)}" role="img" aria-labelledby="${esc(id)}-t" width="${f.width}" height="${f.height}" viewBox="0 0 ${f.width} ${f.height}" ${FONT} font-size="12">` +
+  return (
+    `<svg xmlns="http://www.w3.org/2000/svg" class="chart" data-chart="${esc(id)}" role="img" aria-labelledby="${esc(id)}-t" width="${f.width}" height="${f.height}" viewBox="0 0 ${f.width} ${f.height}" ${FONT} font-size="12">` +
     `<title id="${esc(id)}-t">${esc(title)}</title><desc>${esc(desc)}</desc>` +
     `<rect x="0" y="0" width="${f.width}" height="${f.height}" fill="#ffffff"/>` +
-    `<text x="${f.left}" y="20" font-size="14" font-weight="600" fill="#111">${esc(title)}</text>`;
+    `<text x="${f.left}" y="20" font-size="14" font-weight="600" fill="#111">${esc(title)}</text>`
+  );
 }
 
 function yAxis(f: Frame, ticks: number[], scale: (v: number) => number, label: string, fmt: (v: number) => string = compact): string {
@@ -149,18 +151,28 @@ export function barChart(o: BarChartOptions): string {
   const slot0 = (width - 80) / n;
   const rotate = longest * 6.5 > slot0 - 4;
   const f: Frame = { width, height: o.height ?? (rotate ? 300 : 260), top: 36, right: 16, bottom: rotate ? 40 + Math.min(60, longest * 4.6) : 44, left: 64 };
-  const scale = valueScale(o.bars.map((b) => b.value), o.log ?? 'auto', 5);
+  const scale = valueScale(
+    o.bars.map((b) => b.value),
+    o.log ?? 'auto',
+    5,
+  );
   const plotH = f.height - f.top - f.bottom;
   const y = (v: number): number => f.top + plotH - scale.at(v) * plotH;
   const slot = (f.width - f.left - f.right) / n;
   const bw = Math.max(1, Math.min(60, slot * 0.78));
-  let s = open(o.id, o.title, f, `${o.yLabel} by ${o.xLabel}${scale.log ? ' (log scale)' : ''}: ${o.bars.map((b) => `${b.label} ${fmt(b.value)}`).join(', ')}`.slice(0, 2000));
+  let s = open(
+    o.id,
+    o.title,
+    f,
+    `${o.yLabel} by ${o.xLabel}${scale.log ? ' (log scale)' : ''}: ${o.bars.map((b) => `${b.label} ${fmt(b.value)}`).join(', ')}`.slice(0, 2000),
+  );
   s += yAxis(f, scale.ticks, y, scale.log ? `${o.yLabel} (log scale)` : o.yLabel);
   o.bars.forEach((b, i) => {
     const cx = f.left + slot * (i + 0.5);
     const h = Math.max(b.value > 0 ? 2 : 0, scale.at(b.value) * plotH);
     s += `<rect class="bar" x="${n1(cx - bw / 2)}" y="${n1(f.top + plotH - h)}" width="${n1(bw)}" height="${n1(h)}" fill="${b.color ?? PALETTE[0]}"><title>${esc(`${b.label}: ${b.detail ?? fmt(b.value)}`)}</title></rect>`;
-    if (n <= 24 && b.value > 0) s += `<text x="${n1(cx)}" y="${n1(f.top + plotH - h - 4)}" text-anchor="middle" font-size="10" fill="#111">${esc(fmt(b.value))}</text>`;
+    if (n <= 24 && b.value > 0)
+      s += `<text x="${n1(cx)}" y="${n1(f.top + plotH - h - 4)}" text-anchor="middle" font-size="10" fill="#111">${esc(fmt(b.value))}</text>`;
     const ly = f.top + plotH + 14;
     if (rotate) s += `<text transform="translate(${n1(cx)} ${n1(ly)}) rotate(-40)" text-anchor="end" font-size="11" fill="#374151">${esc(b.label)}</text>`;
     else s += `<text x="${n1(cx)}" y="${n1(ly)}" text-anchor="middle" font-size="11" fill="#374151">${esc(b.label)}</text>`;
@@ -177,10 +189,19 @@ export function hBarChart(o: BarChartOptions): string {
   const left = 16 + labelChars * 6.6;
   const rowH = 24;
   const f: Frame = { width: o.width ?? 960, height: 36 + Math.max(1, o.bars.length) * rowH + 40, top: 36, right: 70, bottom: 40, left };
-  const scale = valueScale(o.bars.map((b) => b.value), o.log ?? 'auto', 4);
+  const scale = valueScale(
+    o.bars.map((b) => b.value),
+    o.log ?? 'auto',
+    4,
+  );
   const plotW = f.width - f.left - f.right;
   const x = (v: number): number => f.left + scale.at(v) * plotW;
-  let s = open(o.id, o.title, f, `${o.xLabel} per ${o.yLabel}${scale.log ? ' (log scale)' : ''}: ${o.bars.map((b) => `${b.label} ${fmt(b.value)}`).join(', ')}`.slice(0, 2000));
+  let s = open(
+    o.id,
+    o.title,
+    f,
+    `${o.xLabel} per ${o.yLabel}${scale.log ? ' (log scale)' : ''}: ${o.bars.map((b) => `${b.label} ${fmt(b.value)}`).join(', ')}`.slice(0, 2000),
+  );
   for (const t of scale.ticks) {
     const tx = n1(x(t));
     s += `<line x1="${tx}" x2="${tx}" y1="${f.top}" y2="${f.height - f.bottom}" stroke="#e5e7eb"/>`;
@@ -343,7 +364,8 @@ export function lineChart(o: LineChartOptions): string {
     s += `<g class="series" data-series="${esc(ser.name)}"><path class="line" d="${d || `M${f.left} ${n1(f.top + plotH)}`}" fill="none" stroke="${color}" stroke-width="${ref ? 1.5 : 2}"${dashAttr}><title>${esc(ser.name)}</title></path>${pts}</g>`;
     const lx = f.left + (i % perRow) * 170;
     const ly = 32 + Math.floor(i / perRow) * 18;
-    s += `<g class="legend"><line x1="${n1(lx)}" x2="${n1(lx + 26)}" y1="${ly}" y2="${ly}" stroke="${color}" stroke-width="${ref ? 1.5 : 2.5}"${dashAttr}/>` +
+    s +=
+      `<g class="legend"><line x1="${n1(lx)}" x2="${n1(lx + 26)}" y1="${ly}" y2="${ly}" stroke="${color}" stroke-width="${ref ? 1.5 : 2.5}"${dashAttr}/>` +
       (ref ? '' : marker(shape, lx + 13, ly, color, ser.name)) +
       `<text x="${n1(lx + 32)}" y="${ly}" dominant-baseline="middle" fill="#111">${esc(ser.name.length > 22 ? `${ser.name.slice(0, 21)}…` : ser.name)}</text></g>`;
   });

@@ -7,6 +7,9 @@ export function textTable(header: readonly string[], rows: readonly (readonly st
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const left = (i: number, n: number): boolean => (Array.isArray(align) ? align[i] === 'l' : i === 0 || (align === true && i === n - 1));
   const line = (cells: readonly string[]): string =>
-    cells.map((c, i) => (left(i, cells.length) ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ').trimEnd();
+    cells
+      .map((c, i) => (left(i, cells.length) ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)))
+      .join('  ')
+      .trimEnd();
   return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n') + '\n';
 }

@@ -149,7 +149,13 @@ export function runBrooker(config: Partial<BrookerConfig> = {}, onProgress?: Pro
 }
 
 /** One run of one cell: returns write calls, completion time and clients that gave up. */
-function brookerRun(queue: EventQueue, n: number, s: ResolvedSimPolicy, c: BrookerConfig, run: number): { writes: number; completionTime: number; gaveUp: number } {
+function brookerRun(
+  queue: EventQueue,
+  n: number,
+  s: ResolvedSimPolicy,
+  c: BrookerConfig,
+  run: number,
+): { writes: number; completionTime: number; gaveUp: number } {
   const rng = new Sampler(streamSeed(c.seed, 'brooker', n, s.name, run));
   const mean = c.network.meanMs;
   const sd = c.network.sdMs;

@@ -85,7 +85,7 @@ export interface CapacityResult {
 function runOne(c: CapacityConfig, contender: CapacityContender): CapacityRow {
   const alg: LimitAlgorithm | null = contender.limit ? createLimitAlgorithm(contender.limit, 'contenders[].limit') : null;
   const fixed = contender.fixed ?? null;
-  const limit = (): number => (alg !== null ? alg.limit : fixed ?? Infinity);
+  const limit = (): number => (alg !== null ? alg.limit : (fixed ?? Infinity));
   // The same arrivals and service times for every contender.
   const arrivals = createSeededRandom(streamSeed(c.seed, 'capacity', 'arrivals'));
   const service = createSeededRandom(streamSeed(c.seed, 'capacity', 'service'));
@@ -102,7 +102,11 @@ function runOne(c: CapacityConfig, contender: CapacityContender): CapacityRow {
     failed++;
     if (inDrop(t0)) failedInDrop++;
   };
-  interface Op { t0: number; done: boolean; queued: boolean }
+  interface Op {
+    t0: number;
+    done: boolean;
+    queued: boolean;
+  }
   const clientQueue: Op[] = [];
   let head = 0;
   const serverQueue: { arrived: number; answer: () => void; gone: () => boolean }[] = [];
@@ -238,7 +242,10 @@ function capacityRow(c: CapacityConfig, name: string, run: CapacityRun): Capacit
     if (n > 1.5 * c.degraded) break;
     converged = t - c.dropAtMs;
   }
-  const during = samples.filter(([t]) => t >= c.dropAtMs + 2000 && t < dropEnd).map(([, n]) => n).sort((a, b) => a - b);
+  const during = samples
+    .filter(([t]) => t >= c.dropAtMs + 2000 && t < dropEnd)
+    .map(([, n]) => n)
+    .sort((a, b) => a - b);
   healthy.sort((a, b) => a - b);
   degraded.sort((a, b) => a - b);
   const h = sortedQuantile(healthy, 0.5);

@@ -56,7 +56,8 @@ function byCore<T>(validate: () => T): T {
 function object(v: unknown, field: string, keys: readonly string[]): Obj {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid(field, 'an object', v);
   for (const k of Object.keys(v)) {
-    if (!keys.includes(k)) throw new RelentError('ERR_INVALID_INPUT', `Unknown field \`${join(field, k)}\` (known: ${keys.join(', ')})`, { field: join(field, k) });
+    if (!keys.includes(k))
+      throw new RelentError('ERR_INVALID_INPUT', `Unknown field \`${join(field, k)}\` (known: ${keys.join(', ')})`, { field: join(field, k) });
   }
   return v as Obj;
 }
@@ -127,7 +128,8 @@ export function parseSimPolicy(v: unknown, field: string, fallbackName: string):
 function uniqueNames(list: readonly { name: string }[], field: string): void {
   const seen = new Set<string>();
   list.forEach((p, i) => {
-    if (seen.has(p.name)) throw new RelentError('ERR_INVALID_INPUT', `\`${field}[${i}].name\` ${JSON.stringify(p.name)} is used twice`, { field: `${field}[${i}].name` });
+    if (seen.has(p.name))
+      throw new RelentError('ERR_INVALID_INPUT', `\`${field}[${i}].name\` ${JSON.stringify(p.name)} is used twice`, { field: `${field}[${i}].name` });
     seen.add(p.name);
   });
 }
@@ -138,31 +140,43 @@ function parseBrooker(raw: Obj): Partial<BrookerConfig> {
   opt(out, raw, 'seed', seed, '');
   opt(out, raw, 'runs', (v, f) => number(v, f, 1, 100_000, true), '');
   opt(out, raw, 'clients', (v, f) => array(v, f, 1000).map((n, i) => number(n, `${f}[${i}]`, 1, 10_000, true)), '');
-  opt(out, raw, 'network', (v, f) => {
-    const n = object(v, f, ['meanMs', 'sdMs']);
-    return {
-      meanMs: n.meanMs === undefined ? BROOKER_DEFAULTS.network.meanMs : number(n.meanMs, `${f}.meanMs`, 0, 1e6),
-      sdMs: n.sdMs === undefined ? BROOKER_DEFAULTS.network.sdMs : number(n.sdMs, `${f}.sdMs`, 0, 1e6),
-    };
-  }, '');
-  opt(out, raw, 'strategies', (v, f) => {
-    const list = array(v, f, 100).map((s, i): SimPolicy => {
-      const field = `${f}[${i}]`;
-      if (typeof s === 'string') {
-        const builtin = BROOKER_STRATEGIES.find((b) => b.name === s);
-        if (!builtin) throw invalid(field, `one of ${Object.keys(BROOKER_BACKOFFS).join(', ')}, or {"name", "backoff"} or {"name", "policy"}`, s);
-        return builtin;
-      }
-      if (typeof s === 'object' && s !== null && !Array.isArray(s) && 'backoff' in s) {
-        const b = object(s, field, ['name', 'backoff']);
-        const backoff = byCore(() => normalizeBackoff(b.backoff, `${field}.backoff`));
-        return { name: string(b.name, `${field}.name`), policy: brookerPolicySpec(backoff), budget: false };
-      }
-      return parseSimPolicy(s, field, `custom-${i + 1}`);
-    });
-    uniqueNames(list, f);
-    return list;
-  }, '');
+  opt(
+    out,
+    raw,
+    'network',
+    (v, f) => {
+      const n = object(v, f, ['meanMs', 'sdMs']);
+      return {
+        meanMs: n.meanMs === undefined ? BROOKER_DEFAULTS.network.meanMs : number(n.meanMs, `${f}.meanMs`, 0, 1e6),
+        sdMs: n.sdMs === undefined ? BROOKER_DEFAULTS.network.sdMs : number(n.sdMs, `${f}.sdMs`, 0, 1e6),
+      };
+    },
+    '',
+  );
+  opt(
+    out,
+    raw,
+    'strategies',
+    (v, f) => {
+      const list = array(v, f, 100).map((s, i): SimPolicy => {
+        const field = `${f}[${i}]`;
+        if (typeof s === 'string') {
+          const builtin = BROOKER_STRATEGIES.find((b) => b.name === s);
+          if (!builtin) throw invalid(field, `one of ${Object.keys(BROOKER_BACKOFFS).join(', ')}, or {"name", "backoff"} or {"name", "policy"}`, s);
+          return builtin;
+        }
+        if (typeof s === 'object' && s !== null && !Array.isArray(s) && 'backoff' in s) {
+          const b = object(s, field, ['name', 'backoff']);
+          const backoff = byCore(() => normalizeBackoff(b.backoff, `${field}.backoff`));
+          return { name: string(b.name, `${field}.name`), policy: brookerPolicySpec(backoff), budget: false };
+        }
+        return parseSimPolicy(s, field, `custom-${i + 1}`);
+      });
+      uniqueNames(list, f);
+      return list;
+    },
+    '',
+  );
   return out as Partial<BrookerConfig>;
 }
 
@@ -182,47 +196,98 @@ function parseDependency(v: unknown, f: string): DependencyModel {
 }
 
 function parseOverload(raw: Obj): Partial<OverloadConfig> {
-  object(raw, '', ['scenario', 'seed', 'runs', 'durationMs', 'arrivalsPerSec', 'arrival', 'clients', 'deadlineMs', 'method', 'dependency', 'faults', 'afterMs', 'policies']);
+  object(raw, '', [
+    'scenario',
+    'seed',
+    'runs',
+    'durationMs',
+    'arrivalsPerSec',
+    'arrival',
+    'clients',
+    'deadlineMs',
+    'method',
+    'dependency',
+    'faults',
+    'afterMs',
+    'policies',
+  ]);
   const out: Record<string, unknown> = {};
   opt(out, raw, 'seed', seed, '');
   opt(out, raw, 'runs', (v, f) => number(v, f, 1, 10_000, true), '');
   opt(out, raw, 'durationMs', (v, f) => number(v, f, 1000, 3_600_000), '');
   opt(out, raw, 'arrivalsPerSec', (v, f) => number(v, f, 0.001, 1e5), '');
-  opt(out, raw, 'arrival', (v, f) => {
-    if (v !== 'poisson' && v !== 'uniform') throw invalid(f, '"poisson" or "uniform"', v);
-    return v;
-  }, '');
+  opt(
+    out,
+    raw,
+    'arrival',
+    (v, f) => {
+      if (v !== 'poisson' && v !== 'uniform') throw invalid(f, '"poisson" or "uniform"', v);
+      return v;
+    },
+    '',
+  );
   opt(out, raw, 'clients', (v, f) => number(v, f, 1, 100_000, true), '');
   opt(out, raw, 'deadlineMs', (v, f) => number(v, f, 1, 2 ** 31 - 1), '');
   opt(out, raw, 'method', (v, f) => string(v, f).toUpperCase(), '');
   opt(out, raw, 'dependency', parseDependency, '');
   opt(out, raw, 'afterMs', (v, f) => number(v, f, 0, 3_600_000), '');
-  opt(out, raw, 'faults', (v, f) => {
-    if (!Array.isArray(v) || v.length > 100) throw invalid(f, 'an array of {startMs, endMs, capacityPerSec} (at most 100)', v);
-    const faults = v.map((x, i): Fault => {
-      const g = `${f}[${i}]`;
-      const o = object(x, g, ['startMs', 'endMs', 'capacityPerSec']);
-      const startMs = number(o.startMs, `${g}.startMs`, 0, 3_600_000);
-      const endMs = number(o.endMs, `${g}.endMs`, 0, 3_600_000);
-      if (endMs <= startMs) throw invalid(`${g}.endMs`, `greater than startMs (${startMs})`, endMs);
-      return { startMs, endMs, capacityPerSec: number(o.capacityPerSec, `${g}.capacityPerSec`, 0, 1e7) };
-    });
-    const sorted = [...faults].sort((a, b) => a.startMs - b.startMs);
-    for (let i = 1; i < sorted.length; i++) {
-      if (sorted[i]!.startMs < sorted[i - 1]!.endMs) throw new RelentError('ERR_INVALID_INPUT', `\`${f}\`: faults must not overlap (one starts at ${sorted[i]!.startMs} before another ends at ${sorted[i - 1]!.endMs})`, { field: f });
-    }
-    return faults;
-  }, '');
-  opt(out, raw, 'policies', (v, f) => {
-    const list = array(v, f, 100).map((p, i) => parseSimPolicy(p, `${f}[${i}]`, `custom-${i + 1}`));
-    uniqueNames(list, f);
-    return list;
-  }, '');
+  opt(
+    out,
+    raw,
+    'faults',
+    (v, f) => {
+      if (!Array.isArray(v) || v.length > 100) throw invalid(f, 'an array of {startMs, endMs, capacityPerSec} (at most 100)', v);
+      const faults = v.map((x, i): Fault => {
+        const g = `${f}[${i}]`;
+        const o = object(x, g, ['startMs', 'endMs', 'capacityPerSec']);
+        const startMs = number(o.startMs, `${g}.startMs`, 0, 3_600_000);
+        const endMs = number(o.endMs, `${g}.endMs`, 0, 3_600_000);
+        if (endMs <= startMs) throw invalid(`${g}.endMs`, `greater than startMs (${startMs})`, endMs);
+        return { startMs, endMs, capacityPerSec: number(o.capacityPerSec, `${g}.capacityPerSec`, 0, 1e7) };
+      });
+      const sorted = [...faults].sort((a, b) => a.startMs - b.startMs);
+      for (let i = 1; i < sorted.length; i++) {
+        if (sorted[i]!.startMs < sorted[i - 1]!.endMs)
+          throw new RelentError(
+            'ERR_INVALID_INPUT',
+            `\`${f}\`: faults must not overlap (one starts at ${sorted[i]!.startMs} before another ends at ${sorted[i - 1]!.endMs})`,
+            { field: f },
+          );
+      }
+      return faults;
+    },
+    '',
+  );
+  opt(
+    out,
+    raw,
+    'policies',
+    (v, f) => {
+      const list = array(v, f, 100).map((p, i) => parseSimPolicy(p, `${f}[${i}]`, `custom-${i + 1}`));
+      uniqueNames(list, f);
+      return list;
+    },
+    '',
+  );
   return out as Partial<OverloadConfig>;
 }
 
 function parseLayers(raw: Obj): Partial<LayersConfig> {
-  object(raw, '', ['scenario', 'seed', 'runs', 'arrivalsPerSec', 'durationMs', 'layers', 'hopMs', 'dbMs', 'dbFailureShare', 'deadlineMs', 'policy', 'variants', 'fleetProcesses']);
+  object(raw, '', [
+    'scenario',
+    'seed',
+    'runs',
+    'arrivalsPerSec',
+    'durationMs',
+    'layers',
+    'hopMs',
+    'dbMs',
+    'dbFailureShare',
+    'deadlineMs',
+    'policy',
+    'variants',
+    'fleetProcesses',
+  ]);
   const out: Record<string, unknown> = {};
   opt(out, raw, 'fleetProcesses', (v, f) => number(v, f, 1, 1000, true), '');
   opt(out, raw, 'seed', seed, '');
@@ -235,36 +300,59 @@ function parseLayers(raw: Obj): Partial<LayersConfig> {
   opt(out, raw, 'dbFailureShare', (v, f) => number(v, f, 0, 1), '');
   opt(out, raw, 'deadlineMs', (v, f) => number(v, f, 1, 2 ** 31 - 1), '');
   opt(out, raw, 'policy', (v, f) => parseSimPolicy(v, f, 'layer'), '');
-  opt(out, raw, 'variants', (v, f) => {
-    const list = array(v, f, 20).map((x, i): LayersVariant => {
-      const g = `${f}[${i}]`;
-      const o = object(x, g, ['name', 'budget', 'giveUpStatus', 'processes', 'sharedBudget', 'noRetry']);
-      if (typeof o.budget !== 'boolean' && (typeof o.budget !== 'object' || o.budget === null || Array.isArray(o.budget))) {
-        throw invalid(`${g}.budget`, 'a boolean or a budget object ({"kind": "ratio", …})', o.budget);
-      }
-      const budget = typeof o.budget === 'boolean' ? o.budget : byCore(() => normalizeBudget(o.budget, `${g}.budget`));
-      const flag = (k: 'sharedBudget' | 'noRetry'): boolean => {
-        if (o[k] === undefined) return false;
-        if (typeof o[k] !== 'boolean') throw invalid(`${g}.${k}`, 'a boolean', o[k]);
-        return o[k] as boolean;
-      };
-      return {
-        name: string(o.name, `${g}.name`), budget, giveUpStatus: o.giveUpStatus === undefined ? 503 : number(o.giveUpStatus, `${g}.giveUpStatus`, 100, 599, true),
-        processes: o.processes === undefined ? 1 : o.processes === 'fleet' ? 'fleet' : number(o.processes, `${g}.processes`, 1, 1000, true),
-        sharedBudget: flag('sharedBudget'), noRetry: flag('noRetry'),
-      };
-    });
-    uniqueNames(list, f);
-    return list;
-  }, '');
+  opt(
+    out,
+    raw,
+    'variants',
+    (v, f) => {
+      const list = array(v, f, 20).map((x, i): LayersVariant => {
+        const g = `${f}[${i}]`;
+        const o = object(x, g, ['name', 'budget', 'giveUpStatus', 'processes', 'sharedBudget', 'noRetry']);
+        if (typeof o.budget !== 'boolean' && (typeof o.budget !== 'object' || o.budget === null || Array.isArray(o.budget))) {
+          throw invalid(`${g}.budget`, 'a boolean or a budget object ({"kind": "ratio", …})', o.budget);
+        }
+        const budget = typeof o.budget === 'boolean' ? o.budget : byCore(() => normalizeBudget(o.budget, `${g}.budget`));
+        const flag = (k: 'sharedBudget' | 'noRetry'): boolean => {
+          if (o[k] === undefined) return false;
+          if (typeof o[k] !== 'boolean') throw invalid(`${g}.${k}`, 'a boolean', o[k]);
+          return o[k] as boolean;
+        };
+        return {
+          name: string(o.name, `${g}.name`),
+          budget,
+          giveUpStatus: o.giveUpStatus === undefined ? 503 : number(o.giveUpStatus, `${g}.giveUpStatus`, 100, 599, true),
+          processes: o.processes === undefined ? 1 : o.processes === 'fleet' ? 'fleet' : number(o.processes, `${g}.processes`, 1, 1000, true),
+          sharedBudget: flag('sharedBudget'),
+          noRetry: flag('noRetry'),
+        };
+      });
+      uniqueNames(list, f);
+      return list;
+    },
+    '',
+  );
   const arrivals = (out.arrivalsPerSec as number | undefined) ?? LAYERS_DEFAULTS.arrivalsPerSec;
   const duration = (out.durationMs as number | undefined) ?? LAYERS_DEFAULTS.durationMs;
-  if (arrivals * (duration / 1000) > 1e6) throw new RelentError('ERR_INVALID_INPUT', '`arrivalsPerSec` × `durationMs`: at most 1,000,000 user actions per run', { field: 'arrivalsPerSec' });
+  if (arrivals * (duration / 1000) > 1e6)
+    throw new RelentError('ERR_INVALID_INPUT', '`arrivalsPerSec` × `durationMs`: at most 1,000,000 user actions per run', { field: 'arrivalsPerSec' });
   return out as Partial<LayersConfig>;
 }
 
 function parseCapacity(raw: Obj): Partial<CapacityConfig> {
-  object(raw, '', ['scenario', 'seed', 'arrivalsPerSec', 'serviceMs', 'capacity', 'degraded', 'dropAtMs', 'dropForMs', 'durationMs', 'deadlineMs', 'minAttemptMs', 'contenders']);
+  object(raw, '', [
+    'scenario',
+    'seed',
+    'arrivalsPerSec',
+    'serviceMs',
+    'capacity',
+    'degraded',
+    'dropAtMs',
+    'dropForMs',
+    'durationMs',
+    'deadlineMs',
+    'minAttemptMs',
+    'contenders',
+  ]);
   const out: Record<string, unknown> = {};
   opt(out, raw, 'seed', seed, '');
   opt(out, raw, 'arrivalsPerSec', (v, f) => number(v, f, 0.001, 1e5), '');
@@ -276,27 +364,48 @@ function parseCapacity(raw: Obj): Partial<CapacityConfig> {
   opt(out, raw, 'durationMs', (v, f) => number(v, f, 1000, 3_600_000), '');
   opt(out, raw, 'deadlineMs', (v, f) => number(v, f, 1, 3_600_000), '');
   opt(out, raw, 'minAttemptMs', (v, f) => number(v, f, 0, 3_600_000), '');
-  opt(out, raw, 'contenders', (v, f) => {
-    const list = array(v, f, 50).map((x, i): CapacityContender => {
-      const g = `${f}[${i}]`;
-      const o = object(x, g, ['name', 'limit', 'fixed']);
-      const name = string(o.name, `${g}.name`);
-      if (o.limit !== undefined && o.fixed !== undefined) throw invalid(`${g}.fixed`, 'absent with `limit` (a contender has an adaptive limit, a fixed cap, or neither)', o.fixed);
-      if (o.limit !== undefined) return { name, limit: byCore(() => normalizeLimitSpec(o.limit, `${g}.limit`)) as LimitSpec };
-      if (o.fixed !== undefined) return { name, fixed: number(o.fixed, `${g}.fixed`, 1, 1e6, true) };
-      return { name };
-    });
-    uniqueNames(list, f);
-    return list;
-  }, '');
+  opt(
+    out,
+    raw,
+    'contenders',
+    (v, f) => {
+      const list = array(v, f, 50).map((x, i): CapacityContender => {
+        const g = `${f}[${i}]`;
+        const o = object(x, g, ['name', 'limit', 'fixed']);
+        const name = string(o.name, `${g}.name`);
+        if (o.limit !== undefined && o.fixed !== undefined)
+          throw invalid(`${g}.fixed`, 'absent with `limit` (a contender has an adaptive limit, a fixed cap, or neither)', o.fixed);
+        if (o.limit !== undefined) return { name, limit: byCore(() => normalizeLimitSpec(o.limit, `${g}.limit`)) as LimitSpec };
+        if (o.fixed !== undefined) return { name, fixed: number(o.fixed, `${g}.fixed`, 1, 1e6, true) };
+        return { name };
+      });
+      uniqueNames(list, f);
+      return list;
+    },
+    '',
+  );
   const rate = (out.arrivalsPerSec as number | undefined) ?? CAPACITY_DEFAULTS.arrivalsPerSec;
   const duration = (out.durationMs as number | undefined) ?? CAPACITY_DEFAULTS.durationMs;
-  if (rate * (duration / 1000) > 2e6) throw new RelentError('ERR_INVALID_INPUT', '`arrivalsPerSec` × `durationMs`: at most 2,000,000 operations per contender', { field: 'arrivalsPerSec' });
+  if (rate * (duration / 1000) > 2e6)
+    throw new RelentError('ERR_INVALID_INPUT', '`arrivalsPerSec` × `durationMs`: at most 2,000,000 operations per contender', { field: 'arrivalsPerSec' });
   return out as Partial<CapacityConfig>;
 }
 
 function parseTail(raw: Obj): Partial<TailConfig> {
-  object(raw, '', ['scenario', 'seed', 'arrivalsPerSec', 'durationMs', 'fastMs', 'fastJitter', 'slowMs', 'slowShare', 'failAtMs', 'failForMs', 'failShare', 'contenders']);
+  object(raw, '', [
+    'scenario',
+    'seed',
+    'arrivalsPerSec',
+    'durationMs',
+    'fastMs',
+    'fastJitter',
+    'slowMs',
+    'slowShare',
+    'failAtMs',
+    'failForMs',
+    'failShare',
+    'contenders',
+  ]);
   const out: Record<string, unknown> = {};
   opt(out, raw, 'seed', seed, '');
   opt(out, raw, 'arrivalsPerSec', (v, f) => number(v, f, 0.001, 1e5), '');
@@ -308,22 +417,30 @@ function parseTail(raw: Obj): Partial<TailConfig> {
   opt(out, raw, 'failAtMs', (v, f) => number(v, f, 0, 3_600_000), '');
   opt(out, raw, 'failForMs', (v, f) => number(v, f, 0, 3_600_000), '');
   opt(out, raw, 'failShare', (v, f) => number(v, f, 0, 1), '');
-  opt(out, raw, 'contenders', (v, f) => {
-    const list = array(v, f, 50).map((x, i): TailContender => {
-      const g = `${f}[${i}]`;
-      const o = object(x, g, ['name', 'policy']);
-      const name = string(o.name, `${g}.name`);
-      const policy = o.policy;
-      if (typeof policy !== 'string' && (typeof policy !== 'object' || policy === null || Array.isArray(policy))) throw invalid(`${g}.policy`, 'a preset name or a policy object', policy);
-      resolveSimPolicy({ name, policy: policy as string | PolicySpec, budget: false }, `${g}.policy`);
-      return { name, policy: policy as string | PolicySpec };
-    });
-    uniqueNames(list, f);
-    return list;
-  }, '');
+  opt(
+    out,
+    raw,
+    'contenders',
+    (v, f) => {
+      const list = array(v, f, 50).map((x, i): TailContender => {
+        const g = `${f}[${i}]`;
+        const o = object(x, g, ['name', 'policy']);
+        const name = string(o.name, `${g}.name`);
+        const policy = o.policy;
+        if (typeof policy !== 'string' && (typeof policy !== 'object' || policy === null || Array.isArray(policy)))
+          throw invalid(`${g}.policy`, 'a preset name or a policy object', policy);
+        resolveSimPolicy({ name, policy: policy as string | PolicySpec, budget: false }, `${g}.policy`);
+        return { name, policy: policy as string | PolicySpec };
+      });
+      uniqueNames(list, f);
+      return list;
+    },
+    '',
+  );
   const rate = (out.arrivalsPerSec as number | undefined) ?? TAIL_DEFAULTS.arrivalsPerSec;
   const duration = (out.durationMs as number | undefined) ?? TAIL_DEFAULTS.durationMs;
-  if (rate * (duration / 1000) > 1e6) throw new RelentError('ERR_INVALID_INPUT', '`arrivalsPerSec` × `durationMs`: at most 1,000,000 operations per contender', { field: 'arrivalsPerSec' });
+  if (rate * (duration / 1000) > 1e6)
+    throw new RelentError('ERR_INVALID_INPUT', '`arrivalsPerSec` × `durationMs`: at most 1,000,000 operations per contender', { field: 'arrivalsPerSec' });
   return out as Partial<TailConfig>;
 }
 
@@ -337,23 +454,32 @@ function parseQuota(raw: Obj): Partial<QuotaConfig> {
   opt(out, raw, 'quotaBurst', (v, f) => number(v, f, 1, 1e6), '');
   opt(out, raw, 'retryAfterSec', (v, f) => number(v, f, 0, 3600), '');
   opt(out, raw, 'serviceMs', (v, f) => number(v, f, 0, 1e5), '');
-  opt(out, raw, 'contenders', (v, f) => {
-    const list = array(v, f, 50).map((x, i): QuotaContender => {
-      const g = `${f}[${i}]`;
-      const o = object(x, g, ['name', 'policy', 'rateLimit']);
-      const name = string(o.name, `${g}.name`);
-      const policy = o.policy ?? { preset: 'http-429', deadlineMs: 10_000 };
-      if (typeof policy !== 'string' && (typeof policy !== 'object' || policy === null || Array.isArray(policy))) throw invalid(`${g}.policy`, 'a preset name or a policy object', policy);
-      resolveSimPolicy({ name, policy: policy as string | PolicySpec, budget: false }, `${g}.policy`);
-      const rateLimit = o.rateLimit === undefined || o.rateLimit === null ? null : byCore(() => normalizeRateLimit(o.rateLimit, `${g}.rateLimit`)) as RateLimitSpec;
-      return { name, policy: policy as string | PolicySpec, rateLimit };
-    });
-    uniqueNames(list, f);
-    return list;
-  }, '');
+  opt(
+    out,
+    raw,
+    'contenders',
+    (v, f) => {
+      const list = array(v, f, 50).map((x, i): QuotaContender => {
+        const g = `${f}[${i}]`;
+        const o = object(x, g, ['name', 'policy', 'rateLimit']);
+        const name = string(o.name, `${g}.name`);
+        const policy = o.policy ?? { preset: 'http-429', deadlineMs: 10_000 };
+        if (typeof policy !== 'string' && (typeof policy !== 'object' || policy === null || Array.isArray(policy)))
+          throw invalid(`${g}.policy`, 'a preset name or a policy object', policy);
+        resolveSimPolicy({ name, policy: policy as string | PolicySpec, budget: false }, `${g}.policy`);
+        const rateLimit =
+          o.rateLimit === undefined || o.rateLimit === null ? null : (byCore(() => normalizeRateLimit(o.rateLimit, `${g}.rateLimit`)) as RateLimitSpec);
+        return { name, policy: policy as string | PolicySpec, rateLimit };
+      });
+      uniqueNames(list, f);
+      return list;
+    },
+    '',
+  );
   const rate = (out.arrivalsPerSec as number | undefined) ?? QUOTA_DEFAULTS.arrivalsPerSec;
   const duration = (out.durationMs as number | undefined) ?? QUOTA_DEFAULTS.durationMs;
-  if (rate * (duration / 1000) > 1e6) throw new RelentError('ERR_INVALID_INPUT', '`arrivalsPerSec` × `durationMs`: at most 1,000,000 operations per contender', { field: 'arrivalsPerSec' });
+  if (rate * (duration / 1000) > 1e6)
+    throw new RelentError('ERR_INVALID_INPUT', '`arrivalsPerSec` × `durationMs`: at most 1,000,000 operations per contender', { field: 'arrivalsPerSec' });
   return out as Partial<QuotaConfig>;
 }
 

@@ -262,7 +262,8 @@ export class Timeline {
     if (h.length > 0) {
       let i = 0;
       for (;;) {
-        const l = 2 * i + 1, r = l + 1;
+        const l = 2 * i + 1,
+          r = l + 1;
         let m = -1;
         let best = last;
         if (l < h.length && (h[l]!.t < best.t || (h[l]!.t === best.t && h[l]!.s < best.s))) {

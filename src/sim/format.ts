@@ -61,7 +61,11 @@ export function overloadTable(r: OverloadResult): Table {
       measured,
       x.calibration !== null ? fixed(x.calibration, 2) : '',
       pct(x.fault.successShare),
-      m ? (m.successShareMax !== undefined ? `${(m.successShare * 100).toFixed(0)}–${(m.successShareMax * 100).toFixed(0)} %` : pct(m.successShare).replace('.0 %', ' %')) : '',
+      m
+        ? m.successShareMax !== undefined
+          ? `${(m.successShare * 100).toFixed(0)}–${(m.successShareMax * 100).toFixed(0)} %`
+          : pct(m.successShare).replace('.0 %', ' %')
+        : '',
       fixed(x.fault.goodput, 1),
       ms(x.fault.p50Ms),
       ms(x.fault.p99Ms),
@@ -73,7 +77,22 @@ export function overloadTable(r: OverloadResult): Table {
     ];
   });
   return {
-    header: ['policy', 'amplification', 'meas. ampl.', 'sim/meas', 'success', 'meas. success', 'goodput/s', 'p50 ms', 'p99 ms', 'after ampl.', 'peak after', 'recovery ms', 'settled', 'success (all)'],
+    header: [
+      'policy',
+      'amplification',
+      'meas. ampl.',
+      'sim/meas',
+      'success',
+      'meas. success',
+      'goodput/s',
+      'p50 ms',
+      'p99 ms',
+      'after ampl.',
+      'peak after',
+      'recovery ms',
+      'settled',
+      'success (all)',
+    ],
     rows,
   };
 }
@@ -91,8 +110,17 @@ export function formatOverload(r: OverloadResult): string {
 /** Layers' table: calls made by each layer per user action. */
 export function layersTable(r: LayersResult): Table {
   const depth = Math.max(0, ...r.rows.map((x) => x.callsPerAction.length));
-  const header = ['variant', ...Array.from({ length: depth }, (_, k) => (k === depth - 1 ? `layer ${k + 1} → db` : `layer ${k + 1}`)), 'db calls / action', 'success', 'processes / layer'];
-  return { header, rows: r.rows.map((x) => [x.variant, ...x.callsPerAction.map((v) => fixed(v, 2)), times(x.amplification), pct(x.successShare), String(x.processes)]) };
+  const header = [
+    'variant',
+    ...Array.from({ length: depth }, (_, k) => (k === depth - 1 ? `layer ${k + 1} → db` : `layer ${k + 1}`)),
+    'db calls / action',
+    'success',
+    'processes / layer',
+  ];
+  return {
+    header,
+    rows: r.rows.map((x) => [x.variant, ...x.callsPerAction.map((v) => fixed(v, 2)), times(x.amplification), pct(x.successShare), String(x.processes)]),
+  };
 }
 
 /** Layers: calls per user action at each layer. */
@@ -107,8 +135,15 @@ export function capacityTable(r: CapacityResult): Table {
   return {
     header,
     rows: r.rows.map((x) => [
-      x.name, x.convergedMs === null ? 'never' : `${(x.convergedMs / 1000).toFixed(2)} s`, fixed(x.inFlightP50, 0), fixed(x.inFlightP99, 0),
-      ms(x.healthyLatencyP50), ms(x.dropLatencyP50), times(x.latencyRatio), String(x.failed), String(x.failedInDrop),
+      x.name,
+      x.convergedMs === null ? 'never' : `${(x.convergedMs / 1000).toFixed(2)} s`,
+      fixed(x.inFlightP50, 0),
+      fixed(x.inFlightP99, 0),
+      ms(x.healthyLatencyP50),
+      ms(x.dropLatencyP50),
+      times(x.latencyRatio),
+      String(x.failed),
+      String(x.failedInDrop),
     ]),
   };
 }
@@ -116,7 +151,10 @@ export function capacityTable(r: CapacityResult): Table {
 /** Capacity: the limits through a capacity drop. */
 export function formatCapacity(r: CapacityResult): string {
   const t = capacityTable(r);
-  return '"converged": from the drop until calls in flight stay within 1.5x the new capacity; in flight and the dependency\'s latency (queue and work) from 2 s after the drop; failures over the whole run and of operations that arrived in the drop\n' + textTable(t.header, t.rows);
+  return (
+    '"converged": from the drop until calls in flight stay within 1.5x the new capacity; in flight and the dependency\'s latency (queue and work) from 2 s after the drop; failures over the whole run and of operations that arrived in the drop\n' +
+    textTable(t.header, t.rows)
+  );
 }
 
 /** Tail's table: a row per contender. */
@@ -126,8 +164,16 @@ export function tailTable(r: TailResult): Table {
   return {
     header,
     rows: r.rows.map((x) => [
-      x.name, ms(x.p50), ms(x.p99), ms(x.p999), pct(x.extra), String(x.failed), `${x.hedges} (${x.hedgesWon})`, times(base / x.p99, 1),
-      String(x.failingHedges), fixed(x.failingAmplification, 2),
+      x.name,
+      ms(x.p50),
+      ms(x.p99),
+      ms(x.p999),
+      pct(x.extra),
+      String(x.failed),
+      `${x.hedges} (${x.hedgesWon})`,
+      times(base / x.p99, 1),
+      String(x.failingHedges),
+      fixed(x.failingAmplification, 2),
     ]),
   };
 }
@@ -136,7 +182,10 @@ export function tailTable(r: TailResult): Table {
 export function formatTail(r: TailResult): string {
   const t = tailTable(r);
   const c = r.config;
-  return `Operation latency (ms) of the operations started before the failing window; "p99 cut": the first contender's p99 ÷ this one's; "failing": ${c.failForMs / 1000} s from ${c.failAtMs / 1000} s with ${Math.round(c.failShare * 100)} % of requests answered 503 — hedges sent and requests per operation there\n` + textTable(t.header, t.rows);
+  return (
+    `Operation latency (ms) of the operations started before the failing window; "p99 cut": the first contender's p99 ÷ this one's; "failing": ${c.failForMs / 1000} s from ${c.failAtMs / 1000} s with ${Math.round(c.failShare * 100)} % of requests answered 503 — hedges sent and requests per operation there\n` +
+    textTable(t.header, t.rows)
+  );
 }
 
 /** Quota's table: a row per contender. */
@@ -144,14 +193,27 @@ export function quotaTable(r: QuotaResult): Table {
   const header = ['contender', 'sent/s', '429s', 'succeeded', 'refused (rate_limited)', 'failed', 'requests / op', 'p50', 'p99'];
   return {
     header,
-    rows: r.rows.map((x) => [x.name, fixed(x.sentPerSec, 1), String(x.throttled), String(x.succeeded), String(x.refused), String(x.failed), fixed(x.amplification, 2), ms(x.p50), ms(x.p99)]),
+    rows: r.rows.map((x) => [
+      x.name,
+      fixed(x.sentPerSec, 1),
+      String(x.throttled),
+      String(x.succeeded),
+      String(x.refused),
+      String(x.failed),
+      fixed(x.amplification, 2),
+      ms(x.p50),
+      ms(x.p99),
+    ]),
   };
 }
 
 /** Quota: a published quota, with and without a client rate limit. */
 export function formatQuota(r: QuotaResult): string {
   const t = quotaTable(r);
-  return `Requests the dependency received per second and answered 429; operations that succeeded, were refused by the client's own rate limit (no request sent) or failed otherwise; latency (ms) of those that succeeded\n` + textTable(t.header, t.rows);
+  return (
+    `Requests the dependency received per second and answered 429; operations that succeeded, were refused by the client's own rate limit (no request sent) or failed otherwise; latency (ms) of those that succeeded\n` +
+    textTable(t.header, t.rows)
+  );
 }
 
 export function formatResult(r: ScenarioResult): string {

@@ -9,7 +9,6 @@ import { brookerGaveUp, brookerTables, capacityTable, layersTable, overloadTable
 import { htmlPage, htmlTable } from '../shared/html.js';
 import { esc, hBarChart, lineChart } from '../shared/svg.js';
 
-
 function brooker(r: BrookerResult): string {
   const strategies = [...new Set(r.rows.map((x) => x.strategy))];
   const clients = [...new Set(r.rows.map((x) => x.clients))].sort((a, b) => a - b);
@@ -22,7 +21,15 @@ function brooker(r: BrookerResult): string {
   b += '</section><section id="brooker-time"><h2>Completion time</h2><p class="note">When the last client has its answer (ms of virtual time).</p>';
   b += lineChart({ id: 'brooker-time', title: 'Completion time (ms)', x: clients, xLabel: 'clients', yLabel: 'ms', series: series('completionTime') });
   b += '<p class="note">The same on a logarithmic scale, where the strategies other than plain exponential can be told apart:</p>';
-  b += lineChart({ id: 'brooker-time-log', title: 'Completion time (ms, log scale)', x: clients, xLabel: 'clients', yLabel: 'ms', series: series('completionTime'), logY: true });
+  b += lineChart({
+    id: 'brooker-time-log',
+    title: 'Completion time (ms, log scale)',
+    x: clients,
+    xLabel: 'clients',
+    yLabel: 'ms',
+    series: series('completionTime'),
+    logY: true,
+  });
   b += htmlTable(tables.time.header, tables.time.rows);
   b += '</section>';
   const gaveUp = brookerGaveUp(r);
@@ -32,10 +39,19 @@ function brooker(r: BrookerResult): string {
 
 function overload(r: OverloadResult): string {
   const f = r.faults[0];
-  let b = '<section id="overload"><h2>Fault window</h2><p class="note">Operations started while capacity was cut; “after”: the following window. The measured figures are those of the real libraries, run against a real server set up the same way.</p>';
+  let b =
+    '<section id="overload"><h2>Fault window</h2><p class="note">Operations started while capacity was cut; “after”: the following window. The measured figures are those of the real libraries, run against a real server set up the same way.</p>';
   b += hBarChart({
-    id: 'overload-amplification', title: 'Amplification in the fault window (requests ÷ operations)', xLabel: 'amplification', yLabel: 'policy',
-    bars: r.rows.map((x) => ({ label: x.policy, value: x.fault.amplification, detail: times(x.fault.amplification), color: x.policy.startsWith('relent') || x.policy === 'http-429' ? '#009E73' : '#0072B2' })),
+    id: 'overload-amplification',
+    title: 'Amplification in the fault window (requests ÷ operations)',
+    xLabel: 'amplification',
+    yLabel: 'policy',
+    bars: r.rows.map((x) => ({
+      label: x.policy,
+      value: x.fault.amplification,
+      detail: times(x.fault.amplification),
+      color: x.policy.startsWith('relent') || x.policy === 'http-429' ? '#009E73' : '#0072B2',
+    })),
   });
   // One table is too wide for a page: the fault window first, then what came after.
   const table = overloadTable(r);
@@ -53,7 +69,12 @@ function overload(r: OverloadResult): string {
   b += '<section id="overload-load"><h2>Load over time</h2>';
   b += `<p class="note">Requests reaching the dependency per second (mean over runs), with its capacity; ${esc(String(r.arrivalsPerSec))} operations start per second. A policy whose load stays high after the fault feeds a retry storm.</p>`;
   b += lineChart({
-    id: 'overload-load', title: 'Requests per second at the dependency', x: seconds, xLabel: 'seconds since the start', yLabel: 'requests/s', logY: 'auto',
+    id: 'overload-load',
+    title: 'Requests per second at the dependency',
+    x: seconds,
+    xLabel: 'seconds since the start',
+    yLabel: 'requests/s',
+    logY: 'auto',
     ...(f ? { band: { from: f.startMs / 1000, to: f.endMs / 1000, label: 'capacity cut' } } : {}),
     series: [
       ...r.rows.map((x) => ({ name: x.policy, values: x.loadPerSecond.slice(0, seconds.length) })),
@@ -70,7 +91,13 @@ function overload(r: OverloadResult): string {
 
 function layers(r: LayersResult): string {
   let b = '<section id="layers"><h2>Calls per user action</h2><p class="note">Calls made by each layer per user action (layer 1 is the top).</p>';
-  b += hBarChart({ id: 'layers-db', title: 'Database calls per user action', xLabel: 'calls', yLabel: 'variant', bars: r.rows.map((x) => ({ label: x.variant, value: x.amplification, detail: times(x.amplification) })) });
+  b += hBarChart({
+    id: 'layers-db',
+    title: 'Database calls per user action',
+    xLabel: 'calls',
+    yLabel: 'variant',
+    bars: r.rows.map((x) => ({ label: x.variant, value: x.amplification, detail: times(x.amplification) })),
+  });
   const table = layersTable(r);
   b += htmlTable(table.header, table.rows);
   return b + '</section>';
@@ -78,7 +105,13 @@ function layers(r: LayersResult): string {
 
 function tail(r: TailResult): string {
   let b = '<section id="tail"><h2>The slow tail</h2><p class="note">Operation latency p99 (ms) of the operations started before the failing window.</p>';
-  b += hBarChart({ id: 'tail-p99', title: 'p99 (ms)', xLabel: 'ms', yLabel: 'contender', bars: r.rows.map((x) => ({ label: x.name, value: x.p99, detail: `${x.p99} ms, ${(x.extra * 100).toFixed(1)} % extra` })) });
+  b += hBarChart({
+    id: 'tail-p99',
+    title: 'p99 (ms)',
+    xLabel: 'ms',
+    yLabel: 'contender',
+    bars: r.rows.map((x) => ({ label: x.name, value: x.p99, detail: `${x.p99} ms, ${(x.extra * 100).toFixed(1)} % extra` })),
+  });
   const table = tailTable(r);
   b += htmlTable(table.header, table.rows);
   return b + '</section>';
@@ -86,7 +119,13 @@ function tail(r: TailResult): string {
 
 function quota(r: QuotaResult): string {
   let b = `<section id="quota"><h2>A published quota</h2><p class="note">Requests per second the dependency received (its quota: ${esc(String(r.config.quotaPerSec))}/s) and the 429s it answered.</p>`;
-  b += hBarChart({ id: 'quota-429', title: '429s answered', xLabel: '429s', yLabel: 'contender', bars: r.rows.map((x) => ({ label: x.name, value: x.throttled, detail: `${x.throttled} (${x.sentPerSec}/s sent)` })) });
+  b += hBarChart({
+    id: 'quota-429',
+    title: '429s answered',
+    xLabel: '429s',
+    yLabel: 'contender',
+    bars: r.rows.map((x) => ({ label: x.name, value: x.throttled, detail: `${x.throttled} (${x.sentPerSec}/s sent)` })),
+  });
   const table = quotaTable(r);
   b += htmlTable(table.header, table.rows);
   return b + '</section>';
@@ -99,7 +138,12 @@ function capacity(r: CapacityResult): string {
   const n = Math.max(0, ...r.rows.map((x) => x.inFlightTrace.length));
   const x = Array.from({ length: n }, (_, i) => i / 4);
   b += lineChart({
-    id: 'capacity-in-flight', title: 'Calls in flight', x, xLabel: 'seconds', yLabel: 'calls', logY: 'auto',
+    id: 'capacity-in-flight',
+    title: 'Calls in flight',
+    x,
+    xLabel: 'seconds',
+    yLabel: 'calls',
+    logY: 'auto',
     band: { from: c.dropAtMs / 1000, to: (c.dropAtMs + c.dropForMs) / 1000, label: 'capacity cut' },
     series: [
       ...r.rows.map((row) => ({ name: row.name, values: row.inFlightTrace.slice(0, n) })),
@@ -120,7 +164,10 @@ export function renderSimulationHtml(result: ScenarioResult, heading = `relent s
   const lines = heading.trim().split('\n');
   const title = lines[0]!.replace(/ — .*$/, '');
   let b = `<h1>${esc(title)}</h1>`;
-  b += lines.filter((l) => l !== title).map((l) => `<p class="meta">${esc(l)}</p>`).join('');
+  b += lines
+    .filter((l) => l !== title)
+    .map((l) => `<p class="meta">${esc(l)}</p>`)
+    .join('');
   switch (result.scenario) {
     case 'brooker':
       b += brooker(result.result);

@@ -90,7 +90,7 @@ export interface LayersResult {
 /** SRE ch. 22's example: 3 retries (4 attempts) per layer, retrying the overload (503). */
 export const LAYER_POLICY: SimPolicy = Object.freeze({
   name: 'layer',
-  summary: '4 attempts, full jitter 100 ms ×2, retry 503 only, relent\'s ratio budget (10 % + 1/s, 10 tokens)',
+  summary: "4 attempts, full jitter 100 ms ×2, retry 503 only, relent's ratio budget (10 % + 1/s, 10 tokens)",
   policy: Object.freeze({ maxAttempts: 4, retryOn: Object.freeze({ status: Object.freeze([503]) }) }),
 });
 
@@ -108,14 +108,25 @@ export const LAYERS_DEFAULTS: LayersConfig = Object.freeze({
   fleetProcesses: 10,
   variants: Object.freeze([
     Object.freeze({ name: 'no budgets', budget: false, giveUpStatus: 503 }),
-    Object.freeze({ name: 'budgets (SRE rule: 10 % of requests)', budget: Object.freeze({ kind: 'ratio' as const, deposit: 'operation' as const, refund: false }), giveUpStatus: 503 }),
+    Object.freeze({
+      name: 'budgets (SRE rule: 10 % of requests)',
+      budget: Object.freeze({ kind: 'ratio' as const, deposit: 'operation' as const, refund: false }),
+      giveUpStatus: 503,
+    }),
     Object.freeze({ name: 'budgets', budget: true, giveUpStatus: 503 }),
     Object.freeze({ name: 'budgets, give-up not retried', budget: true, giveUpStatus: 500 }),
     // The fleet case: every layer is `fleetProcesses` processes.
     Object.freeze({ name: 'fleet, budget per process', budget: true, giveUpStatus: 503, processes: 'fleet' as const }),
     Object.freeze({ name: 'fleet, shared budget', budget: true, giveUpStatus: 503, processes: 'fleet' as const, sharedBudget: true }),
     Object.freeze({ name: 'fleet, budget per process, "don\'t retry"', budget: true, giveUpStatus: 503, processes: 'fleet' as const, noRetry: true }),
-    Object.freeze({ name: 'fleet, shared budget, "don\'t retry"', budget: true, giveUpStatus: 503, processes: 'fleet' as const, sharedBudget: true, noRetry: true }),
+    Object.freeze({
+      name: 'fleet, shared budget, "don\'t retry"',
+      budget: true,
+      giveUpStatus: 503,
+      processes: 'fleet' as const,
+      sharedBudget: true,
+      noRetry: true,
+    }),
   ]),
 });
 
@@ -184,13 +195,20 @@ export function runLayers(config: Partial<LayersConfig> = {}, onProgress?: Progr
   return { rows, attempts };
 }
 
-function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c: LayersConfig, run: number): { calls: Float64Array; operations: number; successes: number; reasons: Partial<Record<Decision, number>> } {
+function layersRun(
+  queue: EventQueue,
+  p: ResolvedSimPolicy,
+  v: LayersVariant,
+  c: LayersConfig,
+  run: number,
+): { calls: Float64Array; operations: number; successes: number; reasons: Partial<Record<Decision, number>> } {
   const policy = p.policy;
   const arrivals = new Sampler(streamSeed(c.seed, 'layers', 'arrivals', run));
   const rng = new Sampler(streamSeed(c.seed, 'layers', 'decide', v.name, run));
   const dbRng = new Sampler(streamSeed(c.seed, 'layers', 'db', run));
   const processes = processesOf(v, c);
-  const newBudget = (): RetryBudget | null => (typeof v.budget === 'object' ? createRetryBudget(v.budget) : v.budget ? budgetFor({ ...p, budgeted: true }) : null);
+  const newBudget = (): RetryBudget | null =>
+    typeof v.budget === 'object' ? createRetryBudget(v.budget) : v.budget ? budgetFor({ ...p, budgeted: true }) : null;
   // budgets[layer][process]: one per process, or one object shared by a layer's processes.
   const budgets: (RetryBudget | null)[][] = Array.from({ length: c.layers }, () => {
     const shared = v.sharedBudget === true ? newBudget() : null;
@@ -320,5 +338,5 @@ function layersRun(queue: EventQueue, p: ResolvedSimPolicy, v: LayersVariant, c:
 }
 
 function processesOf(v: LayersVariant, c: LayersConfig): number {
-  return v.processes === 'fleet' ? c.fleetProcesses : v.processes ?? 1;
+  return v.processes === 'fleet' ? c.fleetProcesses : (v.processes ?? 1);
 }

@@ -2,7 +2,17 @@ import type { RetryBudget } from '../core/budget.js';
 import { createOperation, type Command, type Operation } from '../core/operation.js';
 import type { Decision } from '../core/types.js';
 import { injectedObservation } from '../core/chaos.js';
-import { budgetFor, quantile, resolveSimPolicy, round, statusObservation, TIMED_OUT, type ProgressFn, type ResolvedSimPolicy, type SimObservation } from './common.js';
+import {
+  budgetFor,
+  quantile,
+  resolveSimPolicy,
+  round,
+  statusObservation,
+  TIMED_OUT,
+  type ProgressFn,
+  type ResolvedSimPolicy,
+  type SimObservation,
+} from './common.js';
 import { EventQueue, Sampler, streamSeed } from './engine.js';
 import { MEASURED_OVERLOAD, PEER_POLICIES, RELENT_POLICIES, type SimPolicy } from './policies.js';
 
@@ -143,7 +153,12 @@ export interface OverloadRow {
   /** Requests reaching the dependency in each second of the run (mean over runs): the load over time. */
   readonly loadPerSecond: readonly number[];
   /** The figures measured with the real library, when there are any and the scenario is the calibration set-up. */
-  readonly measured: { readonly amplification: number; readonly amplificationMax?: number; readonly successShare: number; readonly successShareMax?: number } | null;
+  readonly measured: {
+    readonly amplification: number;
+    readonly amplificationMax?: number;
+    readonly successShare: number;
+    readonly successShareMax?: number;
+  } | null;
   /** Simulated ÷ measured fault-window amplification (against the range's nearest end). */
   readonly calibration: number | null;
 }
@@ -165,7 +180,17 @@ const ANSWER = 2;
 /** A call the policy's chaos delayed (an injected latency) goes now. */
 const SEND = 3;
 const BIN_MS = 100;
-const TERMINALS: readonly Decision[] = ['return', 'max_attempts', 'deadline_exceeded', 'not_retryable', 'budget_exhausted', 'check_state', 'circuit_open', 'cancelled', 'defer'];
+const TERMINALS: readonly Decision[] = [
+  'return',
+  'max_attempts',
+  'deadline_exceeded',
+  'not_retryable',
+  'budget_exhausted',
+  'check_state',
+  'circuit_open',
+  'cancelled',
+  'defer',
+];
 const TERMINAL_INDEX = Object.fromEntries(TERMINALS.map((d, i) => [d, i])) as Record<Decision, number>;
 
 /** Piecewise-constant capacity: the base rate, overridden inside each fault. */
@@ -227,9 +252,18 @@ function isCalibrationSetup(c: OverloadConfig): boolean {
   const f = c.faults[0];
   const g = d.faults[0]!;
   const deps = Object.keys(d.dependency) as (keyof DependencyModel)[];
-  return c.arrivalsPerSec === d.arrivalsPerSec && c.arrival === d.arrival && c.clients === d.clients && c.deadlineMs === d.deadlineMs
-    && c.method === d.method && c.faults.length === 1 && f !== undefined && f.endMs - f.startMs === g.endMs - g.startMs
-    && f.capacityPerSec === g.capacityPerSec && deps.every((k) => c.dependency[k] === d.dependency[k]);
+  return (
+    c.arrivalsPerSec === d.arrivalsPerSec &&
+    c.arrival === d.arrival &&
+    c.clients === d.clients &&
+    c.deadlineMs === d.deadlineMs &&
+    c.method === d.method &&
+    c.faults.length === 1 &&
+    f !== undefined &&
+    f.endMs - f.startMs === g.endMs - g.startMs &&
+    f.capacityPerSec === g.capacityPerSec &&
+    deps.every((k) => c.dependency[k] === d.dependency[k])
+  );
 }
 
 /** Runs every policy of the scenario; rows in the policies' order. */
@@ -268,7 +302,10 @@ class WindowTally {
   n = 0;
   reasons = new Float64Array(TERMINALS.length);
 
-  constructor(readonly startMs: number, readonly endMs: number) {}
+  constructor(
+    readonly startMs: number,
+    readonly endMs: number,
+  ) {}
 
   inside(t: number): boolean {
     return t >= this.startMs && t < this.endMs;
@@ -394,7 +431,11 @@ class Dependency {
   readonly binRequests: Float64Array;
   readonly binRejected: Float64Array;
 
-  constructor(private readonly m: DependencyModel, private readonly capacity: Capacity, bins: number) {
+  constructor(
+    private readonly m: DependencyModel,
+    private readonly capacity: Capacity,
+    bins: number,
+  ) {
     this.tokens = m.burst;
     this.binRequests = new Float64Array(bins);
     this.binRejected = new Float64Array(bins);

@@ -46,7 +46,8 @@ export const PEER_POLICIES: readonly SimPolicy[] = Object.freeze([
   {
     name: 'p-retry',
     summary: 'p-retry 9 defaults: 10 retries, 1 s ×2, no jitter (randomize false), maxTimeout ∞',
-    source: 'p-retry 9.0.0 index.js (unchanged since 7): retries 10, factor 2, minTimeout 1000, maxTimeout Infinity, randomize false; delay = minTimeout·factor^(retry−1)',
+    source:
+      'p-retry 9.0.0 index.js (unchanged since 7): retries 10, factor 2, minTimeout 1000, maxTimeout Infinity, randomize false; delay = minTimeout·factor^(retry−1)',
     gaps: [
       'maxTimeout Infinity is written as the largest relent wait (2^31−1 ms)',
       'p-retry clamps the last wait to what is left of maxRetryTime; relent stops instead (the same calls are made: no attempt fits after the deadline either way)',
@@ -65,10 +66,11 @@ export const PEER_POLICIES: readonly SimPolicy[] = Object.freeze([
   {
     name: 'got',
     summary: 'got 16 defaults: 2 retries, 2^(n−1)·1 s + U[0,100) ms noise',
-    source: 'got 16.2.0 options.js (unchanged since 14): retry.limit 2, noise 100, backoffLimit Infinity, statusCodes 408 413 429 500 502 503 504 521 522 524; calculate-retry-delay.js',
+    source:
+      'got 16.2.0 options.js (unchanged since 14): retry.limit 2, noise 100, backoffLimit Infinity, statusCodes 408 413 429 500 502 503 504 521 522 524; calculate-retry-delay.js',
     gaps: [
-      'got adds the noise after the backoffLimit cap, relent\'s truncated-exponential before it; identical with got\'s infinite cap',
-      'got waits for any Retry-After up to maxRetryAfter (unset by default: no cap); relent\'s cap is 2^31−1 ms',
+      "got adds the noise after the backoffLimit cap, relent's truncated-exponential before it; identical with got's infinite cap",
+      "got waits for any Retry-After up to maxRetryAfter (unset by default: no cap); relent's cap is 2^31−1 ms",
     ],
     policy: {
       maxAttempts: 3,
@@ -82,8 +84,9 @@ export const PEER_POLICIES: readonly SimPolicy[] = Object.freeze([
   {
     name: 'ky',
     summary: 'ky 2 defaults: 2 retries, 0.3 s ×2, no jitter',
-    source: 'ky 2.1.0 utils/normalize.js (unchanged since 1): limit 2, delay 0.3·2^(n−1) s, backoffLimit Infinity, jitter off, statusCodes 408 413 429 500 502 503 504, afterStatusCodes 413 429 503, retryOnTimeout false',
-    gaps: ['ky clamps Retry-After to maxRetryAfter (Infinity by default); relent\'s cap is 2^31−1 ms'],
+    source:
+      'ky 2.1.0 utils/normalize.js (unchanged since 1): limit 2, delay 0.3·2^(n−1) s, backoffLimit Infinity, jitter off, statusCodes 408 413 429 500 502 503 504, afterStatusCodes 413 429 503, retryOnTimeout false',
+    gaps: ["ky clamps Retry-After to maxRetryAfter (Infinity by default); relent's cap is 2^31−1 ms"],
     policy: {
       maxAttempts: 3,
       deadlineMs: NO_DEADLINE,
@@ -96,7 +99,8 @@ export const PEER_POLICIES: readonly SimPolicy[] = Object.freeze([
   {
     name: 'undici',
     summary: 'undici 8 retry interceptor defaults: 5 retries, 0.5 s ×2 up to 30 s, no jitter',
-    source: 'undici 8.14.0 lib/handler/retry-handler.js (unchanged since 7): maxRetries 5, minTimeout 500, timeoutFactor 2, maxTimeout 30 s, statusCodes 500 502 503 504 429, retryAfter honoured',
+    source:
+      'undici 8.14.0 lib/handler/retry-handler.js (unchanged since 7): maxRetries 5, minTimeout 500, timeoutFactor 2, maxTimeout 30 s, statusCodes 500 502 503 504 429, retryAfter honoured',
     gaps: ['undici clamps a Retry-After above maxTimeout to 30 s and waits; relent stops (retry_after_over_cap)'],
     policy: {
       maxAttempts: 6,
@@ -123,9 +127,9 @@ export const PEER_POLICIES: readonly SimPolicy[] = Object.freeze([
   },
   {
     name: 'cockatiel',
-    summary: 'cockatiel 4 defaults: unlimited retries, no delay (until the caller\'s signal aborts)',
+    summary: "cockatiel 4 defaults: unlimited retries, no delay (until the caller's signal aborts)",
     source: 'cockatiel 4.0.0 Policy.js retry() (unchanged since 3): maxAttempts Infinity (counts retries), backoff ConstantBackoff(0)',
-    gaps: ['unlimited attempts are written as relent\'s largest maxAttempts, 10000; the 2 s deadline ends every operation long before that'],
+    gaps: ["unlimited attempts are written as relent's largest maxAttempts, 10000; the 2 s deadline ends every operation long before that"],
     policy: {
       maxAttempts: 10_000,
       deadlineMs: NO_DEADLINE,
@@ -154,7 +158,8 @@ export const PEER_POLICIES: readonly SimPolicy[] = Object.freeze([
 export const RELENT_POLICIES: readonly SimPolicy[] = Object.freeze([
   {
     name: 'relent',
-    summary: 'relent defaults (POLICY_DEFAULTS): 3 attempts, full jitter 100 ms ×2, ratio budget (10 % of answered calls + 1/s, 10 tokens, a successful retry refunded), retries wait for the budget within the deadline',
+    summary:
+      'relent defaults (POLICY_DEFAULTS): 3 attempts, full jitter 100 ms ×2, ratio budget (10 % of answered calls + 1/s, 10 tokens, a successful retry refunded), retries wait for the budget within the deadline',
     policy: {},
     budget: true,
   },
@@ -172,7 +177,7 @@ export const RELENT_POLICIES: readonly SimPolicy[] = Object.freeze([
   },
   {
     name: 'relent-sre-budget',
-    summary: 'the SRE book / Finagle budget rule: 10 % of operations + 1/s, no refund, fail fast (relent\'s earlier default)',
+    summary: "the SRE book / Finagle budget rule: 10 % of operations + 1/s, no refund, fail fast (relent's earlier default)",
     policy: { budgetExhausted: 'stop', budget: { kind: 'ratio', deposit: 'operation', refund: false } },
     budget: true,
   },
@@ -190,12 +195,14 @@ export const RELENT_POLICIES: readonly SimPolicy[] = Object.freeze([
  * window, 503 over capacity, 2 s deadline): amplification and success share of the
  * operations started in the fault window.
  */
-export const MEASURED_OVERLOAD: Readonly<Record<string, { readonly amplification: number; readonly amplificationMax?: number; readonly successShare: number; readonly successShareMax?: number }>> = Object.freeze({
+export const MEASURED_OVERLOAD: Readonly<
+  Record<string, { readonly amplification: number; readonly amplificationMax?: number; readonly successShare: number; readonly successShareMax?: number }>
+> = Object.freeze({
   none: { amplification: 1.0, successShare: 0.25 },
   'p-retry': { amplification: 1.93, successShare: 0.29 },
   got: { amplification: 1.74, successShare: 0.31 },
   undici: { amplification: 2.39, successShare: 0.32 },
-  ky: { amplification: 2.58, successShare: 0.30 },
+  ky: { amplification: 2.58, successShare: 0.3 },
   'axios-retry': { amplification: 3.52, successShare: 0.25 },
   cockatiel: { amplification: 49.7, successShare: 0.32 },
   typical: { amplification: 2.6, amplificationMax: 2.7, successShare: 0.26, successShareMax: 0.28 },

@@ -88,7 +88,13 @@ function runOne(c: QuotaConfig, k: QuotaContender): QuotaRow {
   const bucket: TokenBucket | null = k.rateLimit ? createTokenBucket(k.rateLimit) : null;
   const retryAfter = { 'retry-after': String(c.retryAfterSec) };
   const latencies: number[] = [];
-  let now = 0, ops = 0, sent = 0, throttled = 0, ok = 0, refused = 0, failed = 0;
+  let now = 0,
+    ops = 0,
+    sent = 0,
+    throttled = 0,
+    ok = 0,
+    refused = 0,
+    failed = 0;
   // Calls waiting for a token, in line.
   const line: { grant: () => void; refuse: () => void; giveUpAt: number }[] = [];
   let lineHead = 0;
@@ -129,7 +135,12 @@ function runOne(c: QuotaConfig, k: QuotaContender): QuotaRow {
       const over = !server.tryTake(now);
       if (over) throttled++;
       const took = over ? 1 : c.serviceMs;
-      const obs: Observation = took > timeoutMs ? { errorClass: 'timeout', elapsedMs: timeoutMs } : over ? { status: 429, headers: retryAfter, elapsedMs: took } : { status: 200, elapsedMs: took };
+      const obs: Observation =
+        took > timeoutMs
+          ? { errorClass: 'timeout', elapsedMs: timeoutMs }
+          : over
+            ? { status: 429, headers: retryAfter, elapsedMs: took }
+            : { status: 200, elapsedMs: took };
       q.push(now + Math.min(took, timeoutMs), () => {
         const cmd = op.answered(obs, now, now, attempt);
         if (bucket !== null && obs.status !== undefined && obs.status !== null) {

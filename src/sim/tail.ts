@@ -53,7 +53,10 @@ export const TAIL_DEFAULTS: Readonly<TailConfig> = Object.freeze({
     { name: 'no hedging', policy: { preset: 'http-429', deadlineMs: 5000 } },
     { name: 'hedge at p95 (maxExtraLoad 5 %)', policy: { preset: 'http-429', deadlineMs: 5000, hedge: { delayMs: 'p95' } } },
     { name: 'hedge at p90, maxExtraLoad 15 %', policy: { preset: 'http-429', deadlineMs: 5000, hedge: { delayMs: 'p90', maxExtraLoad: 0.15 } } },
-    { name: '20 ms attempt timeout + 1 retry', policy: { preset: 'http-429', deadlineMs: 5000, attemptTimeoutMs: 20, maxAttempts: 2, backoff: { kind: 'constant', delayMs: 0 } } },
+    {
+      name: '20 ms attempt timeout + 1 retry',
+      policy: { preset: 'http-429', deadlineMs: 5000, attemptTimeoutMs: 20, maxAttempts: 2, backoff: { kind: 'constant', delayMs: 0 } },
+    },
   ] as TailContender[]),
 });
 
@@ -90,8 +93,14 @@ function runOne(c: TailConfig, k: TailContender): TailRow {
   const failEnd = c.failAtMs + c.failForMs;
   const failing = (t: number): boolean => t >= c.failAtMs && t < failEnd;
   const latencies: number[] = [];
-  let ops = 0, sent = 0, failed = 0, hedges = 0, won = 0;
-  let fOps = 0, fSent = 0, fHedges = 0;
+  let ops = 0,
+    sent = 0,
+    failed = 0,
+    hedges = 0,
+    won = 0;
+  let fOps = 0,
+    fSent = 0,
+    fHedges = 0;
   let now = 0;
 
   const operation = (): void => {

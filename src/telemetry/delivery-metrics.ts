@@ -68,7 +68,12 @@ export interface DeliveryMetrics {
   close(): void;
 }
 
-const STATES = [['pending', 'pendingItems'], ['ready', 'readyItems'], ['in_flight', 'inflightItems'], ['deferred', 'deferredItems']] as const;
+const STATES = [
+  ['pending', 'pendingItems'],
+  ['ready', 'readyItems'],
+  ['in_flight', 'inflightItems'],
+  ['deferred', 'deferredItems'],
+] as const;
 
 /**
  * OpenTelemetry metrics of a delivery queue: its depth per destination and state, the
@@ -86,25 +91,55 @@ export function createDeliveryMetrics(source: DeliveryStatsSource, options: Deli
   const meter = provider.getMeter(OTEL_SCOPE);
   const minIntervalMs = options.minIntervalMs ?? DELIVERY_METRICS_DEFAULTS.minIntervalMs;
   const now = options.now ?? Date.now;
-  const items = meter.createObservableGauge(DELIVERY_METRICS.items, { description: 'Delivery queue items waiting, by state', unit: '{item}', valueType: ValueType.INT });
-  const oldest = meter.createObservableGauge(DELIVERY_METRICS.oldestAge, { description: 'Age of the oldest item not yet delivered or dropped', unit: 's', valueType: ValueType.DOUBLE });
-  const paused = meter.createObservableGauge(DELIVERY_METRICS.paused, { description: '1 while the destination is paused', unit: '1', valueType: ValueType.INT });
-  const batches: Counter = meter.createCounter(DELIVERY_METRICS.batches, { description: 'Delivery batches by outcome', unit: '{batch}', valueType: ValueType.INT });
-  const done: Counter = meter.createCounter(DELIVERY_METRICS.items_done, { description: 'Delivery items by outcome', unit: '{item}', valueType: ValueType.INT });
-  const retries: Counter = meter.createCounter(DELIVERY_METRICS.retries, { description: 'Delivery attempts after the first of a batch', unit: '{attempt}', valueType: ValueType.INT });
+  const items = meter.createObservableGauge(DELIVERY_METRICS.items, {
+    description: 'Delivery queue items waiting, by state',
+    unit: '{item}',
+    valueType: ValueType.INT,
+  });
+  const oldest = meter.createObservableGauge(DELIVERY_METRICS.oldestAge, {
+    description: 'Age of the oldest item not yet delivered or dropped',
+    unit: 's',
+    valueType: ValueType.DOUBLE,
+  });
+  const paused = meter.createObservableGauge(DELIVERY_METRICS.paused, {
+    description: '1 while the destination is paused',
+    unit: '1',
+    valueType: ValueType.INT,
+  });
+  const batches: Counter = meter.createCounter(DELIVERY_METRICS.batches, {
+    description: 'Delivery batches by outcome',
+    unit: '{batch}',
+    valueType: ValueType.INT,
+  });
+  const done: Counter = meter.createCounter(DELIVERY_METRICS.items_done, {
+    description: 'Delivery items by outcome',
+    unit: '{item}',
+    valueType: ValueType.INT,
+  });
+  const retries: Counter = meter.createCounter(DELIVERY_METRICS.retries, {
+    description: 'Delivery attempts after the first of a batch',
+    unit: '{attempt}',
+    valueType: ValueType.INT,
+  });
 
   let cached: readonly DeliveryStatsLike[] = [];
   let readAt = Number.NEGATIVE_INFINITY;
   let reading: Promise<readonly DeliveryStatsLike[]> | null = null;
   const read = (): Promise<readonly DeliveryStatsLike[]> => {
     if (now() - readAt < minIntervalMs) return Promise.resolve(cached);
-    reading ??= source.stats().then((rows) => {
-      cached = rows;
-      readAt = now();
-      return rows;
-    }, () => cached).finally(() => {
-      reading = null;
-    });
+    reading ??= source
+      .stats()
+      .then(
+        (rows) => {
+          cached = rows;
+          readAt = now();
+          return rows;
+        },
+        () => cached,
+      )
+      .finally(() => {
+        reading = null;
+      });
     return reading;
   };
   const callback = async (r: BatchObservableResult): Promise<void> => {
@@ -155,4 +190,3 @@ export function createDeliveryMetrics(source: DeliveryStatsSource, options: Deli
     close: () => meter.removeBatchObservableCallback(callback, [items, oldest, paused]),
   };
 }
-

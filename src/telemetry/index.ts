@@ -7,6 +7,4 @@ export { normalizeEndpoint, safeEndpoint } from './endpoint.js';
 export { createJsonlSink } from '../run/sinks.js';
 export type { JsonlSink } from '../run/sinks.js';
 // The hooks a tracer implements (relent/otel is one).
-export type {
-  Instrumentation, OperationInfo, OperationScope, AttemptScope, WorkInfo, WorkScope, DriverName, InstrumentationAttributes,
-} from '../run/run.js';
+export type { Instrumentation, OperationInfo, OperationScope, AttemptScope, WorkInfo, WorkScope, DriverName, InstrumentationAttributes } from '../run/run.js';

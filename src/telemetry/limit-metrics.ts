@@ -65,7 +65,8 @@ export interface LimitMetrics {
 function readingsOf(source: LimitMapLike | ExchangeLimitsLike): Iterable<LimitReading> {
   if ('stats' in source && typeof source.stats === 'function') {
     const out: LimitReading[] = [];
-    for (const p of source.stats().partners) if (p.concurrencyLimit !== null) out.push({ name: p.name, limit: p.concurrencyLimit.limit, inFlight: p.inFlight, queued: 0 });
+    for (const p of source.stats().partners)
+      if (p.concurrencyLimit !== null) out.push({ name: p.name, limit: p.concurrencyLimit.limit, inFlight: p.inFlight, queued: 0 });
     return out;
   }
   const out: LimitReading[] = [];
@@ -86,14 +87,32 @@ function readingsOf(source: LimitMapLike | ExchangeLimitsLike): Iterable<LimitRe
  */
 export function createLimitMetrics(source: LimitSource | (() => LimitMapLike), options: LimitMetricsOptions = {}): LimitMetrics {
   if (source === null || (typeof source !== 'object' && typeof source !== 'function')) {
-    throw new TypeError('createLimitMetrics: Expected `source` to be a map of limits (client.concurrencyLimits), an exchange, or a function returning either or readings');
+    throw new TypeError(
+      'createLimitMetrics: Expected `source` to be a map of limits (client.concurrencyLimits), an exchange, or a function returning either or readings',
+    );
   }
   const provider = options.meterProvider ?? metrics.getMeterProvider();
   const meter = provider.getMeter(OTEL_SCOPE);
-  const limit = meter.createObservableGauge(LIMIT_METRICS.limit, { description: 'Calls an adaptive concurrency limit allows in flight', unit: '{call}', valueType: ValueType.INT });
-  const inFlight = meter.createObservableGauge(LIMIT_METRICS.inFlight, { description: 'Calls in flight under an adaptive concurrency limit', unit: '{call}', valueType: ValueType.INT });
-  const queued = meter.createObservableGauge(LIMIT_METRICS.queued, { description: 'Calls waiting for a slot of an adaptive concurrency limit', unit: '{call}', valueType: ValueType.INT });
-  const changes: Counter = meter.createCounter(LIMIT_METRICS.changes, { description: 'Changes of an adaptive concurrency limit, by cause', unit: '{change}', valueType: ValueType.INT });
+  const limit = meter.createObservableGauge(LIMIT_METRICS.limit, {
+    description: 'Calls an adaptive concurrency limit allows in flight',
+    unit: '{call}',
+    valueType: ValueType.INT,
+  });
+  const inFlight = meter.createObservableGauge(LIMIT_METRICS.inFlight, {
+    description: 'Calls in flight under an adaptive concurrency limit',
+    unit: '{call}',
+    valueType: ValueType.INT,
+  });
+  const queued = meter.createObservableGauge(LIMIT_METRICS.queued, {
+    description: 'Calls waiting for a slot of an adaptive concurrency limit',
+    unit: '{call}',
+    valueType: ValueType.INT,
+  });
+  const changes: Counter = meter.createCounter(LIMIT_METRICS.changes, {
+    description: 'Changes of an adaptive concurrency limit, by cause',
+    unit: '{change}',
+    valueType: ValueType.INT,
+  });
 
   const attrs = new Map<string, Attributes>();
   const attr = (name: string, cause: string | null): Attributes => {
@@ -112,7 +131,10 @@ export function createLimitMetrics(source: LimitSource | (() => LimitMapLike), o
     try {
       const s = typeof source === 'function' ? (source as () => unknown)() : source;
       // A function may return the map or the exchange itself, or readings.
-      rows = s !== null && typeof s === 'object' && ('entries' in s || 'stats' in s) && !Array.isArray(s) ? readingsOf(s as LimitMapLike | ExchangeLimitsLike) : (s as Iterable<LimitReading>);
+      rows =
+        s !== null && typeof s === 'object' && ('entries' in s || 'stats' in s) && !Array.isArray(s)
+          ? readingsOf(s as LimitMapLike | ExchangeLimitsLike)
+          : (s as Iterable<LimitReading>);
       for (const l of rows) {
         const a = attr(l.name, null);
         r.observe(limit, l.limit, a);

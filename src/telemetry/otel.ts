@@ -1,13 +1,33 @@
 // relent/otel: OpenTelemetry spans and metrics through @opentelemetry/api only (an
 // optional peer dependency: only this subpath imports it). Users bring the SDK.
 import {
-  context, metrics, trace, SpanKind, SpanStatusCode, ValueType,
-  type Attributes, type Context, type Counter, type Histogram, type MeterProvider, type Span, type Tracer, type TracerProvider,
+  context,
+  metrics,
+  trace,
+  SpanKind,
+  SpanStatusCode,
+  ValueType,
+  type Attributes,
+  type Context,
+  type Counter,
+  type Histogram,
+  type MeterProvider,
+  type Span,
+  type Tracer,
+  type TracerProvider,
 } from '@opentelemetry/api';
 import type { BreakerStateChange } from '../core/breaker.js';
 import type { AttemptEvent, ResultEvent } from '../core/types.js';
 import type {
-  AttemptContext, AttemptScope, DriverName, Instrumentation, InstrumentationAttributes, OperationInfo, OperationScope, WorkInfo, WorkScope,
+  AttemptContext,
+  AttemptScope,
+  DriverName,
+  Instrumentation,
+  InstrumentationAttributes,
+  OperationInfo,
+  OperationScope,
+  WorkInfo,
+  WorkScope,
 } from '../run/run.js';
 import { unbrace } from '../core/endpoint.js';
 import { safeEndpoint } from './endpoint.js';
@@ -237,14 +257,31 @@ export function createOtelInstrumentation(options: OtelOptions = {}): OtelInstru
     inst = {
       attempts: meter.createCounter(OTEL_METRICS.attempts, { unit: '{attempt}', description: 'Calls made to dependencies', valueType: ValueType.INT }),
       attemptDuration: meter.createHistogram(OTEL_METRICS.attemptDuration, {
-        unit: 's', description: 'Duration of one call', advice: { explicitBucketBoundaries: DURATION_BOUNDARIES },
+        unit: 's',
+        description: 'Duration of one call',
+        advice: { explicitBucketBoundaries: DURATION_BOUNDARIES },
       }),
-      retries: meter.createCounter(OTEL_METRICS.retries, { unit: '{retry}', description: 'Calls after the first, by whether the call got an answer that was returned', valueType: ValueType.INT }),
-      operations: meter.createCounter(OTEL_METRICS.operations, { unit: '{operation}', description: 'Operations ended, by terminal reason', valueType: ValueType.INT }),
+      retries: meter.createCounter(OTEL_METRICS.retries, {
+        unit: '{retry}',
+        description: 'Calls after the first, by whether the call got an answer that was returned',
+        valueType: ValueType.INT,
+      }),
+      operations: meter.createCounter(OTEL_METRICS.operations, {
+        unit: '{operation}',
+        description: 'Operations ended, by terminal reason',
+        valueType: ValueType.INT,
+      }),
       operationAttempts: meter.createHistogram(OTEL_METRICS.operationAttempts, {
-        unit: '{attempt}', description: 'Calls made per operation', valueType: ValueType.INT, advice: { explicitBucketBoundaries: ATTEMPT_BOUNDARIES },
+        unit: '{attempt}',
+        description: 'Calls made per operation',
+        valueType: ValueType.INT,
+        advice: { explicitBucketBoundaries: ATTEMPT_BOUNDARIES },
       }),
-      breakerStateChanges: meter.createCounter(OTEL_METRICS.breakerStateChanges, { unit: '{change}', description: 'Circuit breaker state changes', valueType: ValueType.INT }),
+      breakerStateChanges: meter.createCounter(OTEL_METRICS.breakerStateChanges, {
+        unit: '{change}',
+        description: 'Circuit breaker state changes',
+        valueType: ValueType.INT,
+      }),
     };
   }
 

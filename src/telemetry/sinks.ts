@@ -54,9 +54,11 @@ export interface ConsoleSinkOptions {
 
 /** Writes one line per event, readable by people (formatHuman) or as JSON lines. */
 export function createConsoleSink(options: ConsoleSinkOptions = {}): (event: RelentEvent) => void {
-  const write = options.write ?? ((line: string) => {
-    process.stderr.write(line + '\n');
-  });
+  const write =
+    options.write ??
+    ((line: string) => {
+      process.stderr.write(line + '\n');
+    });
   const format = options.format ?? 'human';
   if (format !== 'human' && format !== 'json') throw new TypeError(`createConsoleSink: Expected \`format\` to be "human" or "json", got ${String(format)}`);
   const fmt = format === 'human' ? formatHuman : formatJsonLine;

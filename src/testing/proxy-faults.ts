@@ -87,7 +87,8 @@ export function validateFaults(f: FaultSettings): void {
   num('segmentBytes', 1, Number.isInteger, 'an integer >= 1');
   if (f.cutAfterBytes !== undefined && f.cutAfterBytes !== null) num('cutAfterBytes', 0, Number.isInteger, 'an integer >= 0 or null');
   for (const k of ['blackhole', 'reset'] as const) if (f[k] !== undefined && typeof f[k] !== 'boolean') throw invalid(k, 'true or false', f[k]);
-  if (f.healWith !== undefined && f.healWith !== 'retransmit' && f.healWith !== 'immediate') throw invalid('healWith', '"retransmit" or "immediate"', f.healWith);
+  if (f.healWith !== undefined && f.healWith !== 'retransmit' && f.healWith !== 'immediate')
+    throw invalid('healWith', '"retransmit" or "immediate"', f.healWith);
   if (f.cutWith !== undefined && f.cutWith !== 'reset' && f.cutWith !== 'close') throw invalid('cutWith', '"reset" or "close"', f.cutWith);
   if (f.direction !== undefined && f.direction !== 'both' && f.direction !== 'upstream' && f.direction !== 'downstream') {
     throw invalid('direction', '"both", "upstream" or "downstream"', f.direction);

@@ -64,7 +64,10 @@ class Pipe {
   waitingDrain = false;
   full = false;
   done = false;
-  constructor(readonly link: Link, readonly dir: Dir) {}
+  constructor(
+    readonly link: Link,
+    readonly dir: Dir,
+  ) {}
 }
 
 /** One connection: the client's socket, the server's (once made), and a Pipe each way. */
@@ -76,7 +79,10 @@ export class Link {
   /** After a heal, when the server is reached (the SYN's retransmission); bytes to it wait for that. */
   connectAt = Number.NEGATIVE_INFINITY;
   closed = false;
-  constructor(readonly client: Socket, readonly acceptedAt: number) {
+  constructor(
+    readonly client: Socket,
+    readonly acceptedAt: number,
+  ) {
     this.up = new Pipe(this, 'upstream');
     this.down = new Pipe(this, 'downstream');
   }
@@ -210,11 +216,14 @@ function arm(cx: PumpContext, p: Pipe): void {
   if (p.cancel !== null && p.timerAt <= head.at) return;
   p.cancel?.();
   p.timerAt = head.at;
-  p.cancel = cx.clock.setTimer(() => {
-    p.cancel = null;
-    p.timerAt = Number.POSITIVE_INFINITY;
-    release(cx, p);
-  }, Math.max(0, head.at - cx.clock.now()));
+  p.cancel = cx.clock.setTimer(
+    () => {
+      p.cancel = null;
+      p.timerAt = Number.POSITIVE_INFINITY;
+      release(cx, p);
+    },
+    Math.max(0, head.at - cx.clock.now()),
+  );
 }
 
 /** Writes the units that are due; a blackhole that began meanwhile holds them instead. */
@@ -307,10 +316,13 @@ export function refresh(cx: PumpContext, link: Link): void {
   if (link.upstream === null && !cx.f.blackhole && link.cancelConnect === null) {
     const connectAt = cx.f.healWith === 'immediate' ? now : nextRetransmitAt(link.acceptedAt, now, SYN_RTO_MS);
     link.connectAt = connectAt;
-    link.cancelConnect = cx.clock.setTimer(() => {
-      link.cancelConnect = null;
-      openUpstream(cx, link);
-    }, Math.max(0, connectAt - now));
+    link.cancelConnect = cx.clock.setTimer(
+      () => {
+        link.cancelConnect = null;
+        openUpstream(cx, link);
+      },
+      Math.max(0, connectAt - now),
+    );
   }
   for (const p of [link.up, link.down]) {
     let at = healed(p);

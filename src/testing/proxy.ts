@@ -87,8 +87,12 @@ class Proxy implements FaultProxy {
     const random: Random = o.random ?? createSeededRandom(o.seed ?? 1);
     const clock: Clock = clockOption(o.clock) ?? systemClock;
     this.cx = {
-      f: { ...FAULT_PROXY_DEFAULTS }, random, clock, target,
-      s: { accepted: 0, bytesUpstream: 0, bytesDownstream: 0, losses: 0, resets: 0, cuts: 0 }, links: new Set(),
+      f: { ...FAULT_PROXY_DEFAULTS },
+      random,
+      clock,
+      target,
+      s: { accepted: 0, bytesUpstream: 0, bytesDownstream: 0, losses: 0, resets: 0, cuts: 0 },
+      links: new Set(),
     };
     if (o.faults !== undefined) this.set(o.faults);
     this.server = createServer({ allowHalfOpen: true, pauseOnConnect: false }, (socket) => this.accept(socket));

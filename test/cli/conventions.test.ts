@@ -36,7 +36,12 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-interface Out { code: number | null; signal: string | null; out: string; err: string }
+interface Out {
+  code: number | null;
+  signal: string | null;
+  out: string;
+  err: string;
+}
 interface RunOptions {
   /** Close the read end of the child's stdout (or stderr) before it writes anything: `relent … | true`. */
   readonly closeOut?: boolean;
@@ -92,7 +97,12 @@ describe('help never runs a command', () => {
     expect(list.code).toBe(0);
     for (const name of COMMAND_NAMES) {
       expect(list.out, name).toMatch(new RegExp(`\\n  ${name} `));
-      for (const argv of [['help', name], [name, '--help'], [name, '-h'], [name, '--json', '--help', 'extra']]) {
+      for (const argv of [
+        ['help', name],
+        [name, '--help'],
+        [name, '-h'],
+        [name, '--json', '--help', 'extra'],
+      ]) {
         const r = await inProcess(argv);
         expect(r.code, argv.join(' ')).toBe(0);
         expect(r.err, argv.join(' ')).toBe('');
@@ -150,12 +160,16 @@ describe('a reader that goes away is not an error (EPIPE)', () => {
     ['exchange-demo (stops early)', () => ['exchange-demo', '--duration', '5s', '--rate', '20']],
   ];
 
-  it.each(stdoutCases)('%s: stdout closed before it writes → quiet exit, nothing on stderr', async (_name, args) => {
-    const r = await relent(args(), { closeOut: true });
-    expect(r.err).toBe('');
-    expect(r.signal).toBeNull();
-    expect(r.code).toBe(0);
-  }, 30_000);
+  it.each(stdoutCases)(
+    '%s: stdout closed before it writes → quiet exit, nothing on stderr',
+    async (_name, args) => {
+      const r = await relent(args(), { closeOut: true });
+      expect(r.err).toBe('');
+      expect(r.signal).toBeNull();
+      expect(r.code).toBe(0);
+    },
+    30_000,
+  );
 
   it('fetch -v and --events -: stderr closed → the body still arrives whole, exit 0', async () => {
     for (const flags of [['-v'], ['--events', '-']]) {
@@ -178,7 +192,9 @@ describe('a reader that goes away is not an error (EPIPE)', () => {
   });
 
   it('bidder: stderr closed → stops as on a signal, prints its summary, exit 0', async () => {
-    const r = await relent(['bidder', '--config', join(EXAMPLES, 'exchange', 'bidders', 'fast.json'), '--port', '0', '--stats-every', '50ms'], { closeErr: true });
+    const r = await relent(['bidder', '--config', join(EXAMPLES, 'exchange', 'bidders', 'fast.json'), '--port', '0', '--stats-every', '50ms'], {
+      closeErr: true,
+    });
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/relent bidder: stopped\./);
   });
@@ -214,7 +230,10 @@ describe('a mistake gets one line naming the flag as typed', () => {
     [['exchange', '--config', 'x.json', '--stats-every', '-1s'], /^relent exchange: --stats-every: .*"-1s"$/],
     [['exchange-demo', '--rate', '-5'], /^relent exchange-demo: --rate: .*"-5"$/],
     [['exchange-demo', '--duration', '-2s'], /^relent exchange-demo: --duration: .*"-2s"$/],
-    [['exchange-demo', '--dir', '/nonexistent'], /^relent exchange-demo: --dir \/nonexistent: expected a directory with exchange\.json and bidders\/\*\.json \(no such file or directory\)$/],
+    [
+      ['exchange-demo', '--dir', '/nonexistent'],
+      /^relent exchange-demo: --dir \/nonexistent: expected a directory with exchange\.json and bidders\/\*\.json \(no such file or directory\)$/,
+    ],
     [['demo', 'extra'], /^relent demo: unexpected argument "extra"$/],
   ];
 
@@ -268,7 +287,11 @@ describe('what a user meant', () => {
       for (const argv of [['ls'], ['show', '1'], ['stats'], ['drop-stats'], ['requeue', '--all'], ['pause', 'sink']]) {
         const r = await relent(['queue', ...argv, '--store', store], { env: { RELENT_STORE: '' } });
         expect(r.code, argv.join(' ')).toBe(1);
-        expect(r.err, argv.join(' ')).toMatch(new RegExp(`^relent queue \\S+: postgres://postgres@127\\.0\\.0\\.1:5432/test \\(schema ${schema}\\): no queue here \\(there is no table "${schema}"\\."relent_items"`));
+        expect(r.err, argv.join(' ')).toMatch(
+          new RegExp(
+            `^relent queue \\S+: postgres://postgres@127\\.0\\.0\\.1:5432/test \\(schema ${schema}\\): no queue here \\(there is no table "${schema}"\\."relent_items"`,
+          ),
+        );
       }
       expect(await schemaExists()).toBe(false);
       // Once something was enqueued there, the same commands read it.
@@ -333,7 +356,9 @@ describe('one table style; colour only on a terminal, never with NO_COLOR', () =
       ls: (await relent(['queue', 'ls', '--store', store])).out,
       report: (await relent(['report', file('t.jsonl', '{"type":"attempt","operationId":"a","attempt":1,"decision":"return","status":200}\n')])).out,
       simulate: (await relent(['simulate', 'layers'])).out,
-      exchange: (await relent(['exchange', '--config', join(EXAMPLES, 'exchange', 'exchange.json'), '--port', '0', '--stats-every', '50ms'], { closeErr: true })).out,
+      exchange: (
+        await relent(['exchange', '--config', join(EXAMPLES, 'exchange', 'exchange.json'), '--port', '0', '--stats-every', '50ms'], { closeErr: true })
+      ).out,
     };
     for (const [name, text] of Object.entries(outputs)) {
       expect(tables(text).length, name).toBeGreaterThan(0);
@@ -346,7 +371,11 @@ describe('one table style; colour only on a terminal, never with NO_COLOR', () =
 
   const hasScript = spawnSync('script', ['--version']).status === 0;
   it.runIf(hasScript)('on a terminal, headers and names are bold; with NO_COLOR=1 or TERM=dumb, not', () => {
-    const onTty = (env: string, args = 'presets http-429'): string => spawnSync('script', ['-qec', `env ${env} "${process.execPath}" "${BIN}" ${args}`, '/dev/null'], { encoding: 'utf8', env: { ...process.env, NO_COLOR: '', FORCE_COLOR: '' } }).stdout;
+    const onTty = (env: string, args = 'presets http-429'): string =>
+      spawnSync('script', ['-qec', `env ${env} "${process.execPath}" "${BIN}" ${args}`, '/dev/null'], {
+        encoding: 'utf8',
+        env: { ...process.env, NO_COLOR: '', FORCE_COLOR: '' },
+      }).stdout;
     expect(onTty('TERM=xterm')).toContain('\x1b[1mhttp-429\x1b[22m');
     expect(onTty('TERM=xterm NO_COLOR=1')).not.toContain('\x1b[');
     expect(onTty('TERM=dumb')).not.toContain('\x1b[');

@@ -19,7 +19,11 @@ const HAS_DIST = existsSync(fileURLToPath(new URL('../../dist/cli/deliver.js', i
 const dir = mkdtempSync(join(tmpdir(), 'relent-cli-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-interface Out { code: number | null; stdout: string; stderr: string }
+interface Out {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
 
 function relent(args: string[], input?: string): Promise<Out> {
   if (!HAS_DIST) throw new Error('dist/ is missing: run `npm run build` first (CI builds before testing)');
@@ -40,13 +44,17 @@ const file = (name: string, text: string): string => {
   writeFileSync(p, text);
   return p;
 };
-const config = (dest: Record<string, unknown>, worker: Record<string, unknown> = {}): string => file('config.json', JSON.stringify({ worker, destinations: { sink: dest } }));
+const config = (dest: Record<string, unknown>, worker: Record<string, unknown> = {}): string =>
+  file('config.json', JSON.stringify({ worker, destinations: { sink: dest } }));
 const db = (): string => `sqlite:${join(dir, `${n++}.db`)}`;
 
 async function pendingItems(store: string): Promise<number> {
   const s = await openStore(store);
   try {
-    return (await s.stats(Date.now())).reduce((a, x) => a + x.pendingItems + x.readyItems + x.deferredItems + x.inflightItems + x.deliveredItems + x.droppedItems, 0);
+    return (await s.stats(Date.now())).reduce(
+      (a, x) => a + x.pendingItems + x.readyItems + x.deferredItems + x.inflightItems + x.deliveredItems + x.droppedItems,
+      0,
+    );
   } finally {
     await s.close();
   }
@@ -68,10 +76,18 @@ describe('relent enqueue / deliver / queue', () => {
     try {
       const store = db();
       const cfg = config({ url: `${server.url}/in`, policy: 'adobe-best-effort', batch: { maxItems: 2, maxAgeMs: 0 } });
-      expect(await relent(['enqueue', 'sink', '--store', store, '--config', cfg, '--data', '{"n":1}', '--key', 'a'])).toMatchObject({ code: 0, stdout: 'enqueued 1 item for sink\n' });
-      expect((await relent(['enqueue', 'sink', '--store', store, '--data', '{"n":1}', '--key', 'a'])).stdout).toBe('enqueued 0 items for sink (1 already queued)\n');
+      expect(await relent(['enqueue', 'sink', '--store', store, '--config', cfg, '--data', '{"n":1}', '--key', 'a'])).toMatchObject({
+        code: 0,
+        stdout: 'enqueued 1 item for sink\n',
+      });
+      expect((await relent(['enqueue', 'sink', '--store', store, '--data', '{"n":1}', '--key', 'a'])).stdout).toBe(
+        'enqueued 0 items for sink (1 already queued)\n',
+      );
       const lines = '{"key":"b","payload":{"n":2}}\n{"key":"c","payload":"bad"}\n';
-      expect(await relent(['enqueue', 'sink', '--store', store, '--file', '-', '--json'], lines)).toMatchObject({ code: 0, stdout: '{"destination":"sink","stored":2,"duplicates":0}\n' });
+      expect(await relent(['enqueue', 'sink', '--store', store, '--file', '-', '--json'], lines)).toMatchObject({
+        code: 0,
+        stdout: '{"destination":"sink","stored":2,"duplicates":0}\n',
+      });
       const run = await relent(['deliver', '--store', store, '--config', cfg, '--exit-when-idle', '--progress']);
       expect(run.code).toBe(0);
       expect(run.stderr).toContain('\r\x1b[2Kqueued');
@@ -81,7 +97,9 @@ describe('relent enqueue / deliver / queue', () => {
       expect(ls.stdout).toMatch(/\n\s*1\s+sink\s+delivered\s+2\s+1\s+1\s+200\s+return/);
       expect(ls.stdout).toMatch(/\n\s*2\s+sink\s+dropped\s+1\s+1\s+1\s+400\s+not_retryable/);
       const stats = await relent(['queue', 'drop-stats', '--store', store, '--json']);
-      expect(JSON.parse(stats.stdout)).toEqual({ dropped: [{ destination: 'sink', reason: 'not_retryable', why: 'status_not_retryable', lastStatus: 400, lastErrorClass: null, batches: 1, items: 1 }] });
+      expect(JSON.parse(stats.stdout)).toEqual({
+        dropped: [{ destination: 'sink', reason: 'not_retryable', why: 'status_not_retryable', lastStatus: 400, lastErrorClass: null, batches: 1, items: 1 }],
+      });
       const show = await relent(['queue', 'show', '2', '--store', store]);
       expect(show.stdout).toContain('batch 2 → sink: dropped (not_retryable: status_not_retryable)');
       expect(show.stdout).toMatch(/\n\s+1\s+1\s+\S+Z\s+400\s+\d+ms\s+not_retryable/);
@@ -89,9 +107,16 @@ describe('relent enqueue / deliver / queue', () => {
       fail = false;
       expect((await relent(['queue', 'requeue', '--store', store, '--reason', 'not_retryable'])).stdout).toBe('requeued 1 dropped batch\n');
       expect((await relent(['deliver', '--store', store, '--config', cfg, '--exit-when-idle'])).code).toBe(0);
-      const shown = JSON.parse((await relent(['queue', 'show', '2', '--store', store, '--json'])).stdout) as { state: string; attempts: { round: number; status: number }[]; itemList: { payload: unknown }[] };
+      const shown = JSON.parse((await relent(['queue', 'show', '2', '--store', store, '--json'])).stdout) as {
+        state: string;
+        attempts: { round: number; status: number }[];
+        itemList: { payload: unknown }[];
+      };
       expect(shown.state).toBe('delivered');
-      expect(shown.attempts.map((a) => [a.round, a.status])).toEqual([[1, 400], [2, 200]]);
+      expect(shown.attempts.map((a) => [a.round, a.status])).toEqual([
+        [1, 400],
+        [2, 200],
+      ]);
       expect(shown.itemList[0]!.payload).toBe('bad');
       expect((await relent(['queue', 'stats', '--store', store])).stdout).toMatch(/sink\s+0\s+0\s+0\s+0\s+3\s+0/);
     } finally {
@@ -110,16 +135,31 @@ describe('relent enqueue / deliver / queue', () => {
       const store = db();
       const dest = { batch: { maxItems: 1, maxAgeMs: 0 } };
       const cfg = file('config.json', JSON.stringify({ destinations: { a: { url: `${server.url}/a`, ...dest }, b: { url: `${server.url}/b`, ...dest } } }));
-      for (const d of ['a', 'b']) await relent(['enqueue', d, '--store', store, '--file', '-'], Array.from({ length: 3 }, (_, i) => JSON.stringify({ key: `k${i}`, payload: i })).join('\n'));
-      expect(await relent(['queue', 'pause', 'a', '--store', store])).toMatchObject({ code: 0, stdout: 'paused a: no worker claims its batches until `relent queue resume a`\n' });
+      for (const d of ['a', 'b'])
+        await relent(
+          ['enqueue', d, '--store', store, '--file', '-'],
+          Array.from({ length: 3 }, (_, i) => JSON.stringify({ key: `k${i}`, payload: i })).join('\n'),
+        );
+      expect(await relent(['queue', 'pause', 'a', '--store', store])).toMatchObject({
+        code: 0,
+        stdout: 'paused a: no worker claims its batches until `relent queue resume a`\n',
+      });
       expect((await relent(['queue', 'pause', 'a', '--store', store])).stdout).toBe('a was paused already\n');
       expect((await relent(['queue', 'stats', '--store', store])).stdout).toMatch(/a \(paused\)\s+3\s+0\s+0\s+0\s+0\s+0\s+\d+s ago/);
       // --exit-when-idle does not wait for a paused destination's items
       expect((await relent(['deliver', '--store', store, '--config', cfg, '--exit-when-idle', '--poll', '50ms'])).code).toBe(0);
       expect(got.sort()).toEqual(['/b', '/b', '/b']);
-      const stats = JSON.parse((await relent(['queue', 'stats', '--store', store, '--json'])).stdout) as { destinations: { destination: string; paused: boolean; deliveredItems: number }[] };
-      expect(stats.destinations.map((d) => [d.destination, d.paused, d.deliveredItems])).toEqual([['a', true, 0], ['b', false, 3]]);
-      expect(await relent(['queue', 'resume', 'a', '--store', store, '--json'])).toMatchObject({ code: 0, stdout: '{"destination":"a","paused":false,"changed":true}\n' });
+      const stats = JSON.parse((await relent(['queue', 'stats', '--store', store, '--json'])).stdout) as {
+        destinations: { destination: string; paused: boolean; deliveredItems: number }[];
+      };
+      expect(stats.destinations.map((d) => [d.destination, d.paused, d.deliveredItems])).toEqual([
+        ['a', true, 0],
+        ['b', false, 3],
+      ]);
+      expect(await relent(['queue', 'resume', 'a', '--store', store, '--json'])).toMatchObject({
+        code: 0,
+        stdout: '{"destination":"a","paused":false,"changed":true}\n',
+      });
       expect((await relent(['deliver', '--store', store, '--config', cfg, '--exit-when-idle', '--poll', '50ms'])).code).toBe(0);
       expect(got.filter((u) => u === '/a')).toHaveLength(3);
       expect(await relent(['queue', 'pause', '--store', store])).toMatchObject({ code: 2, stderr: expect.stringContaining('expected one DEST') });
@@ -130,22 +170,34 @@ describe('relent enqueue / deliver / queue', () => {
   }, 30_000);
 
   it('SIGTERM stops gracefully: claims of requests still in flight are given back, exit 0', async () => {
-    const server = await listen(() => { /* never answers */ });
+    const server = await listen(() => {
+      /* never answers */
+    });
     try {
       const store = db();
-      const cfg = config({ url: `${server.url}/in`, batch: { maxItems: 1, maxAgeMs: 0 }, concurrency: { initial: 4, adaptive: false } }, { stopTimeoutMs: 200 });
-      await relent(['enqueue', 'sink', '--store', store, '--file', '-'], Array.from({ length: 6 }, (_, i) => JSON.stringify({ key: `k${i}`, payload: i })).join('\n'));
+      const cfg = config(
+        { url: `${server.url}/in`, batch: { maxItems: 1, maxAgeMs: 0 }, concurrency: { initial: 4, adaptive: false } },
+        { stopTimeoutMs: 200 },
+      );
+      await relent(
+        ['enqueue', 'sink', '--store', store, '--file', '-'],
+        Array.from({ length: 6 }, (_, i) => JSON.stringify({ key: `k${i}`, payload: i })).join('\n'),
+      );
       const child = spawn(process.execPath, [BIN, 'deliver', '--store', store, '--config', cfg, '--no-progress'], { stdio: ['ignore', 'ignore', 'pipe'] });
       let stderr = '';
       child.stderr.on('data', (d) => (stderr += d));
-      await waitFor(async () => {
-        const s = await openStore(store);
-        try {
-          return (await s.stats(Date.now()))[0]?.inflightBatches === 4;
-        } finally {
-          await s.close();
-        }
-      }, 10_000, 'four requests in flight');
+      await waitFor(
+        async () => {
+          const s = await openStore(store);
+          try {
+            return (await s.stats(Date.now()))[0]?.inflightBatches === 4;
+          } finally {
+            await s.close();
+          }
+        },
+        10_000,
+        'four requests in flight',
+      );
       const code = new Promise<number | null>((r) => child.on('close', r));
       child.kill('SIGTERM');
       expect(await code).toBe(0);
@@ -182,10 +234,22 @@ describe('malformed config: a clear error naming the field, exit 2, nothing enqu
     ['invalid JSON', '{"destinations": {', /invalid JSON at line 1, column \d+/],
     ['missing destinations', '{}', /Missing field `destinations`/],
     ['missing url', JSON.stringify({ destinations: { sink: { policy: 'adobe-best-effort' } } }), /`destinations\.sink\.url` to be an absolute http/],
-    ['bad maxItems', JSON.stringify({ destinations: { sink: { url: 'http://x/', batch: { maxItems: 0 } } } }), /`destinations\.sink\.batch\.maxItems` to be an integer in \[1, 100000\], got 0/],
+    [
+      'bad maxItems',
+      JSON.stringify({ destinations: { sink: { url: 'http://x/', batch: { maxItems: 0 } } } }),
+      /`destinations\.sink\.batch\.maxItems` to be an integer in \[1, 100000\], got 0/,
+    ],
     ['unknown field', JSON.stringify({ destinations: { sink: { url: 'http://x/', retries: 3 } } }), /Unknown field `destinations\.sink\.retries`/],
-    ['bad policy', JSON.stringify({ destinations: { sink: { url: 'http://x/', policy: { backoff: { kind: 'sometimes' } } } } }), /destinations\.sink\.policy: Expected `backoff\.kind` to be one of/],
-    ['unknown preset', JSON.stringify({ destinations: { sink: { url: 'http://x/', policy: 'adobe-maybe' } } }), /destinations\.sink\.policy: Unknown preset "adobe-maybe"/],
+    [
+      'bad policy',
+      JSON.stringify({ destinations: { sink: { url: 'http://x/', policy: { backoff: { kind: 'sometimes' } } } } }),
+      /destinations\.sink\.policy: Expected `backoff\.kind` to be one of/,
+    ],
+    [
+      'unknown preset',
+      JSON.stringify({ destinations: { sink: { url: 'http://x/', policy: 'adobe-maybe' } } }),
+      /destinations\.sink\.policy: Unknown preset "adobe-maybe"/,
+    ],
     ['bad worker setting', JSON.stringify({ worker: { leaseMs: -1 }, destinations: { sink: { url: 'http://x/' } } }), /`worker\.leaseMs` to be an integer/],
   ];
   it.each(cases)('%s', async (_name, text, message) => {
@@ -247,18 +311,24 @@ describe('store failures: a clear error, non-zero exit, nothing already enqueued
     try {
       const store = `sqlite:${path}?busyTimeoutMs=100`;
       const cfg = config({ url: `${server.url}/in`, batch: { maxItems: 1, maxAgeMs: 0 } });
-      await relent(['enqueue', 'sink', '--store', store, '--file', '-'], Array.from({ length: 20 }, (_, i) => JSON.stringify({ key: `k${i}`, payload: i })).join('\n'));
+      await relent(
+        ['enqueue', 'sink', '--store', store, '--file', '-'],
+        Array.from({ length: 20 }, (_, i) => JSON.stringify({ key: `k${i}`, payload: i })).join('\n'),
+      );
       const other = new Database(path);
       other.prepare('BEGIN IMMEDIATE').run();
       other.prepare(`INSERT INTO relent_meta (k, v) VALUES ('lock', 'held')`).run();
-      const child = spawn(process.execPath, [BIN, 'deliver', '--store', store, '--config', cfg, '--exit-when-idle', '--no-progress'], { stdio: ['ignore', 'ignore', 'pipe'] });
+      const child = spawn(process.execPath, [BIN, 'deliver', '--store', store, '--config', cfg, '--exit-when-idle', '--no-progress'], {
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
       let stderr = '';
       child.stderr.on('data', (d) => (stderr += d));
       const code = new Promise<number | null>((r) => child.on('close', r));
       await waitFor(() => stderr.includes('locked by another process'), 10_000, 'the worker to report the lock');
       other.prepare('ROLLBACK').run();
       other.close();
-      const got = await code; expect(got, stderr).toBe(0);
+      const got = await code;
+      expect(got, stderr).toBe(0);
       expect(stderr).toMatch(/idle; released 0 claims — queued 0 · in flight 0 · delivered 20 · deferred 0 · dropped 0/);
     } finally {
       await server.close();
@@ -272,14 +342,19 @@ describe('store failures: a clear error, non-zero exit, nothing already enqueued
     let error: unknown = null;
     for (let i = 0; i < 100 && error === null; i++) {
       try {
-        await capped.enqueue(Array.from({ length: 20 }, (_, j) => ({ destination: 'sink', key: `k${i}-${j}`, payload: JSON.stringify('x'.repeat(400)) })), Date.now());
+        await capped.enqueue(
+          Array.from({ length: 20 }, (_, j) => ({ destination: 'sink', key: `k${i}-${j}`, payload: JSON.stringify('x'.repeat(400)) })),
+          Date.now(),
+        );
         stored += 20;
       } catch (e) {
         error = e;
       }
     }
     expect(DeliveryError.is(error) && error.code).toBe('ERR_STORE_FULL');
-    expect((error as Error).message).toMatch(/the disk or the database size limit is full \(SQLITE_FULL\); enqueueing 20 items was rolled back, nothing stored earlier is lost/);
+    expect((error as Error).message).toMatch(
+      /the disk or the database size limit is full \(SQLITE_FULL\); enqueueing 20 items was rolled back, nothing stored earlier is lost/,
+    );
     expect(stored).toBeGreaterThan(0);
     expect((await capped.stats(Date.now()))[0]!.pendingItems).toBe(stored);
     await capped.close();
@@ -297,7 +372,9 @@ describe('store failures: a clear error, non-zero exit, nothing already enqueued
     const tmpfs = join(dir, `${n++}-tmpfs`);
     mkdirSync(tmpfs);
     if (spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=512k', 'tmpfs', tmpfs]).status !== 0) {
-      process.stderr.write('\n[relent delivery tests] cannot mount a tmpfs here (not root?): skipping the real full-disk test; the size-cap test covers SQLITE_FULL\n');
+      process.stderr.write(
+        '\n[relent delivery tests] cannot mount a tmpfs here (not root?): skipping the real full-disk test; the size-cap test covers SQLITE_FULL\n',
+      );
       ctx.skip();
       return;
     }
@@ -308,7 +385,10 @@ describe('store failures: a clear error, non-zero exit, nothing already enqueued
       let error: unknown = null;
       for (let i = 0; i < 1000 && error === null; i++) {
         try {
-          await s.enqueue(Array.from({ length: 50 }, (_, j) => ({ destination: 'sink', key: `k${i}-${j}`, payload: JSON.stringify('x'.repeat(500)) })), Date.now());
+          await s.enqueue(
+            Array.from({ length: 50 }, (_, j) => ({ destination: 'sink', key: `k${i}-${j}`, payload: JSON.stringify('x'.repeat(500)) })),
+            Date.now(),
+          );
           stored += 50;
         } catch (e) {
           error = e;

@@ -13,7 +13,18 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 function io(): { io: { out: (t: string) => void; err: (t: string) => void }; out: () => string; err: () => string } {
   let out = '';
   let err = '';
-  return { io: { out: (t) => { out += t; }, err: (t) => { err += t; } }, out: () => out, err: () => err };
+  return {
+    io: {
+      out: (t) => {
+        out += t;
+      },
+      err: (t) => {
+        err += t;
+      },
+    },
+    out: () => out,
+    err: () => err,
+  };
 }
 
 function file(name: string, content: unknown): string {
@@ -35,10 +46,24 @@ describe('relent exchange', () => {
     const cases: [unknown, string][] = [
       [{ reserveMs: 10, partners: [] }, '`auctionTimeoutMs`'],
       [{ auctionTimeoutMs: 100, reserveMs: 10, partners: [{ name: 'a', url: 'ftp://x', timeoutMs: 50, maxConcurrency: 1 }] }, '`partners[0].url`'],
-      [{ auctionTimeoutMs: 100, reserveMs: 10, partners: [{ name: 'a', url: 'http://x/', timeoutMs: 50, maxConcurrency: 1, breaker: { openMs: -1 } }] }, '`partners[0].breaker.openMs`'],
+      [
+        { auctionTimeoutMs: 100, reserveMs: 10, partners: [{ name: 'a', url: 'http://x/', timeoutMs: 50, maxConcurrency: 1, breaker: { openMs: -1 } }] },
+        '`partners[0].breaker.openMs`',
+      ],
       ['{"auctionTimeoutMs": 100,', 'invalid JSON at line 1'],
-      [{ auctionTimeoutMs: 100, reserveMs: 10, fleet: { url: 'redis://127.0.0.1:1', timeoutMs: -1 }, partners: [{ name: 'a', url: 'http://x/', timeoutMs: 50, maxConcurrency: 1 }] }, '`fleet.timeoutMs`'],
-      [{ auctionTimeoutMs: 100, reserveMs: 10, readTimeoutMs: 'soon', partners: [{ name: 'a', url: 'http://x/', timeoutMs: 50, maxConcurrency: 1 }] }, '`readTimeoutMs`'],
+      [
+        {
+          auctionTimeoutMs: 100,
+          reserveMs: 10,
+          fleet: { url: 'redis://127.0.0.1:1', timeoutMs: -1 },
+          partners: [{ name: 'a', url: 'http://x/', timeoutMs: 50, maxConcurrency: 1 }],
+        },
+        '`fleet.timeoutMs`',
+      ],
+      [
+        { auctionTimeoutMs: 100, reserveMs: 10, readTimeoutMs: 'soon', partners: [{ name: 'a', url: 'http://x/', timeoutMs: 50, maxConcurrency: 1 }] },
+        '`readTimeoutMs`',
+      ],
     ];
     for (const [content, field] of cases) {
       const t = io();
@@ -60,7 +85,12 @@ describe('relent exchange', () => {
       const running = main(['exchange', '--config', config, '--port', '0', '--quiet', '--workers', '1'], t.io);
       await until(() => t.err().includes('ready on'));
       const url = /ready on (\S+)/.exec(t.err())![1]!;
-      expect(t.err().split('\n').filter((l) => l.includes('ready on'))).toHaveLength(1);
+      expect(
+        t
+          .err()
+          .split('\n')
+          .filter((l) => l.includes('ready on')),
+      ).toHaveLength(1);
       expect(t.err()).toMatch(/connections p 10\/10; 48 dry-run auctions; notices: sqlite:.*ex\.notices\.db\)/);
       const inflight = [post(url, bidRequest()), post(url, bidRequest())];
       await until(() => p.seen.length === 2);

@@ -31,7 +31,11 @@ async function run(...argv: string[]): Promise<{ code: number; out: string; err:
   const code = await main(['fetch', ...argv], io);
   return { code, out, err };
 }
-const lines = (file: string): Record<string, unknown>[] => readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+const lines = (file: string): Record<string, unknown>[] =>
+  readFileSync(file, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
 
 describe('relent fetch', () => {
   it('prints the body, writes the events as JSONL (attempt lines, then one result line) and exits 0', async () => {
@@ -46,7 +50,23 @@ describe('relent fetch', () => {
     expect(r.err).toBe('');
     const ev = lines(events);
     expect(ev.map((e) => e.type)).toEqual(['attempt', 'attempt', 'result']);
-    expect(Object.keys(ev[0]!)).toEqual(['type', 'operationId', 'requestId', 'attempt', 'method', 'endpoint', 'status', 'errorClass', 'elapsedMs', 'remainingMs', 'decision', 'delayMs', 'retryAfterMs', 'retryAfterValid', 'ts']);
+    expect(Object.keys(ev[0]!)).toEqual([
+      'type',
+      'operationId',
+      'requestId',
+      'attempt',
+      'method',
+      'endpoint',
+      'status',
+      'errorClass',
+      'elapsedMs',
+      'remainingMs',
+      'decision',
+      'delayMs',
+      'retryAfterMs',
+      'retryAfterValid',
+      'ts',
+    ]);
     expect(ev[2]).toMatchObject({ type: 'result', status: 200, errorClass: null, reason: 'return', attempts: 2 });
     // `ts`: wall-clock epoch ms, in order, the result last.
     const ts = ev.map((e) => e.ts as number);
@@ -102,7 +122,19 @@ describe('relent fetch', () => {
       res.writeHead(n === 1 ? 503 : 201);
       res.end('created');
     });
-    const r = await run(s.url, '-d', 'a=1', '-d', 'b=2', '--idempotency-key', 'order-7', '-H', 'X-Trace: 1', '--policy', '{"backoff":{"kind":"constant","delayMs":1}}');
+    const r = await run(
+      s.url,
+      '-d',
+      'a=1',
+      '-d',
+      'b=2',
+      '--idempotency-key',
+      'order-7',
+      '-H',
+      'X-Trace: 1',
+      '--policy',
+      '{"backoff":{"kind":"constant","delayMs":1}}',
+    );
     expect(r.code).toBe(0);
     expect(s.seen.map((x) => [x.method, x.body, x.headers['idempotency-key'], x.headers['x-trace'], x.headers['content-type']])).toEqual([
       ['POST', 'a=1&b=2', '"order-7"', '1', 'application/x-www-form-urlencoded'],
@@ -151,8 +183,24 @@ describe('relent fetch', () => {
       res.end();
     });
     const events = join(tmp(), 'e.jsonl');
-    const r = await run(`${s.origin}/p?api_key=${secret}`, '-v', '-H', `Authorization: Bearer ${secret}`, '-H', `Cookie: s=${secret}`, '-d', `pw=${secret}`,
-      '--idempotency-key', 'k1', '--max-attempts', '2', '--events', events, '--policy', '{"backoff":{"kind":"constant","delayMs":1}}');
+    const r = await run(
+      `${s.origin}/p?api_key=${secret}`,
+      '-v',
+      '-H',
+      `Authorization: Bearer ${secret}`,
+      '-H',
+      `Cookie: s=${secret}`,
+      '-d',
+      `pw=${secret}`,
+      '--idempotency-key',
+      'k1',
+      '--max-attempts',
+      '2',
+      '--events',
+      events,
+      '--policy',
+      '{"backoff":{"kind":"constant","delayMs":1}}',
+    );
     expect(r.code).toBe(4);
     expect(r.err).toContain('op-');
     for (const text of [r.out, r.err, readFileSync(events, 'utf8')]) expect(text).not.toContain(secret);

@@ -31,10 +31,7 @@ describe('createProgress', () => {
     }
     p.clear();
     const lines = f.err().split('\n').filter(Boolean);
-    expect(lines).toEqual([
-      'relent simulate: 50% (20 of 40) cell 20; 5 s so far, about 5 s left',
-      'relent simulate: 100% (40 of 40) cell 40; 10 s so far',
-    ]);
+    expect(lines).toEqual(['relent simulate: 50% (20 of 40) cell 20; 5 s so far, about 5 s left', 'relent simulate: 100% (40 of 40) cell 40; 10 s so far']);
     expect(f.err()).not.toContain('\r');
   });
 
@@ -97,7 +94,12 @@ describe('runWithProgress (the npm scripts: npm ci, the build)', () => {
 
   it('on a terminal (npm shows its own progress): no repeated lines; a failure says so and passes its status on', async () => {
     let text = '';
-    const code = await runWithProgress(process.execPath, ['-e', 'setTimeout(() => process.exit(3), 300)'], { what: 'compiling', everyMs: 50, tty: true, write: (t: string) => (text += t) });
+    const code = await runWithProgress(process.execPath, ['-e', 'setTimeout(() => process.exit(3), 300)'], {
+      what: 'compiling',
+      everyMs: 50,
+      tty: true,
+      write: (t: string) => (text += t),
+    });
     expect(code).toBe(3);
     expect(text).toBe('relent: compiling…\nrelent: compiling failed (exit status 3)\n');
   });
@@ -121,20 +123,21 @@ describe('relent deliver says when the next deferred batch is due', () => {
     const config = join(dir, 'c.json');
     writeFileSync(config, JSON.stringify({ destinations: { sink: { url, policy: 'adobe-configurable', batch: { maxItems: 1 } } } }));
     const store = `sqlite:${join(dir, 'q.db')}`;
-    const run = (args: string[], until: RegExp | null): Promise<{ code: number | null; err: string }> => new Promise((resolve) => {
-      const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-      let err = '';
-      let sent = false; // one SIGTERM: a second one means "stop now" to relent deliver
-      child.stderr.on('data', (d) => {
-        err += d;
-        if (until && !sent && until.test(err)) {
-          sent = true;
-          child.kill('SIGTERM');
-        }
+    const run = (args: string[], until: RegExp | null): Promise<{ code: number | null; err: string }> =>
+      new Promise((resolve) => {
+        const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+        let err = '';
+        let sent = false; // one SIGTERM: a second one means "stop now" to relent deliver
+        child.stderr.on('data', (d) => {
+          err += d;
+          if (until && !sent && until.test(err)) {
+            sent = true;
+            child.kill('SIGTERM');
+          }
+        });
+        if (!until) setTimeout(() => child.kill('SIGTERM'), 2500);
+        child.on('close', (code) => resolve({ code, err }));
       });
-      if (!until) setTimeout(() => child.kill('SIGTERM'), 2500);
-      child.on('close', (code) => resolve({ code, err }));
-    });
     expect((await run(['enqueue', 'sink', '--data', '1', '--config', config, '--store', store], null)).code).toBe(0);
     const shown = await run(['deliver', '--config', config, '--store', store, '--progress'], /next retry in/);
     expect(shown.err).toContain('\r\x1b[2Kqueued 0 · in flight 0 · delivered 0 · deferred 1 (next retry in ');

@@ -28,7 +28,9 @@ describe('relent report', () => {
     expect(r.out).toContain('\nTerminal reasons\n');
     expect(r.out).toMatch(/\nDelays chosen before retries \(\d+ values\): min /);
     expect(r.out).toMatch(/https:\/\/api\.example\.com:443\/v1\/items +\d+ +[\d.]+ +\d+ +\d+ % +[\d.]+ % +retries help: \d+ % of retried operations succeed\n/);
-    expect(r.out).toMatch(/https:\/\/pay\.example\.com:443\/v1\/charge .*retries almost never help \([\d.]+ % of retried operations succeed\): consider switching them off\n/);
+    expect(r.out).toMatch(
+      /https:\/\/pay\.example\.com:443\/v1\/charge .*retries almost never help \([\d.]+ % of retried operations succeed\): consider switching them off\n/,
+    );
     expect(r.out).toMatch(/https:\/\/search\.example\.com:443\/q .*retries help a little: \d+ % of retried operations succeed/);
     expect(r.out).toMatch(/https:\/\/rare\.example\.com:443\/ping .*not enough data/);
     expect(r.out).toContain('Load vs retries, by time (the events\' "ts" field)');
@@ -40,7 +42,9 @@ describe('relent report', () => {
     expect(r.code).toBe(0);
     const doc = JSON.parse(r.out) as Record<string, unknown>;
     expect(doc).toEqual(JSON.parse(JSON.stringify(analyzeEventText(demoLog(), { source: log }))));
-    expect(Object.keys(doc)).toEqual(expect.arrayContaining(['attemptsPerOperation', 'reasons', 'perAttempt', 'delays', 'timeouts', 'load', 'retrySuccess', 'series', 'malformed']));
+    expect(Object.keys(doc)).toEqual(
+      expect.arrayContaining(['attemptsPerOperation', 'reasons', 'perAttempt', 'delays', 'timeouts', 'load', 'retrySuccess', 'series', 'malformed']),
+    );
   });
 
   it('--html writes one self-contained page: inline SVG charts, no script, everything escaped', async () => {
@@ -108,7 +112,16 @@ describe('relent simulate --html', () => {
 
   it('overload and layers: their tables', async () => {
     const scenario = join(dir, 'short.json');
-    writeFileSync(scenario, JSON.stringify({ scenario: 'overload', runs: 1, durationMs: 6000, faults: [{ startMs: 2000, endMs: 4000, capacityPerSec: 80 }], policies: ['none', 'got', 'relent'] }));
+    writeFileSync(
+      scenario,
+      JSON.stringify({
+        scenario: 'overload',
+        runs: 1,
+        durationMs: 6000,
+        faults: [{ startMs: 2000, endMs: 4000, capacityPerSec: 80 }],
+        policies: ['none', 'got', 'relent'],
+      }),
+    );
     const file = join(dir, 'overload.html');
     let r = await cli('simulate', scenario, '--html', file, '--json');
     expect(r.code).toBe(0);

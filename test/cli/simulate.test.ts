@@ -21,7 +21,14 @@ describe('relent simulate', () => {
     expect(r.out).toMatch(/relent gradient +\d\.\d\d s/);
     const j = await cli('capacity', '--json', '-q', '--seed', '3');
     const doc = JSON.parse(j.out) as { rows: { name: string; failed: number }[] };
-    expect(doc.rows.map((x) => x.name)).toEqual(['relent gradient', 'relent aimd (slowMs 100)', 'fixed 10 (degraded capacity)', 'fixed 20 (healthy need)', 'fixed 50 (healthy capacity)', 'no limit']);
+    expect(doc.rows.map((x) => x.name)).toEqual([
+      'relent gradient',
+      'relent aimd (slowMs 100)',
+      'fixed 10 (degraded capacity)',
+      'fixed 20 (healthy need)',
+      'fixed 50 (healthy capacity)',
+      'no limit',
+    ]);
     const p = await cli('capacity', '--policy', 'http-429');
     expect(p.code).toBe(2);
     expect(p.err).toMatch(/--policy: the capacity scenario compares limits/);
@@ -45,7 +52,18 @@ describe('relent simulate', () => {
     const doc = JSON.parse(r.out) as { rows: Record<string, unknown>[] };
     expect(Object.keys(doc)).toEqual(['rows']);
     expect(doc.rows).toHaveLength(10);
-    expect(doc.rows.map((x) => x.strategy)).toEqual(['none', 'exponential', 'full', 'equal', 'decorrelated', 'none', 'exponential', 'full', 'equal', 'decorrelated']);
+    expect(doc.rows.map((x) => x.strategy)).toEqual([
+      'none',
+      'exponential',
+      'full',
+      'equal',
+      'decorrelated',
+      'none',
+      'exponential',
+      'full',
+      'equal',
+      'decorrelated',
+    ]);
     for (const row of doc.rows) {
       expect(typeof row.clients).toBe('number');
       expect(typeof row.work).toBe('number');
@@ -65,7 +83,16 @@ describe('relent simulate', () => {
     const file = join(dir, 'careful.json');
     writeFileSync(file, JSON.stringify({ maxAttempts: 2, backoff: { kind: 'equal-jitter', baseMs: 500, capMs: 5000 } }));
     const scenario = join(dir, 'short.json');
-    writeFileSync(scenario, JSON.stringify({ scenario: 'overload', runs: 1, durationMs: 8000, faults: [{ startMs: 3000, endMs: 6000, capacityPerSec: 80 }], policies: ['none', 'cockatiel'] }));
+    writeFileSync(
+      scenario,
+      JSON.stringify({
+        scenario: 'overload',
+        runs: 1,
+        durationMs: 8000,
+        faults: [{ startMs: 3000, endMs: 6000, capacityPerSec: 80 }],
+        policies: ['none', 'cockatiel'],
+      }),
+    );
     const r = await cli(scenario, '--policy', `@${file}`, '--policy', '{"name":"two","policy":{"maxAttempts":2}}');
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/^relent simulate overload/);
@@ -86,7 +113,7 @@ describe('relent simulate', () => {
     expect(r.out).toMatch(/fleet, shared budget, "don't retry" +1\.00 +1\.00 +[\d.]+ +[\d.]+x +0\.0 % +10\n/);
   });
 
-  it('layers --processes P sets the fleet rows\' processes per layer; elsewhere it is refused', async () => {
+  it("layers --processes P sets the fleet rows' processes per layer; elsewhere it is refused", async () => {
     const r = await cli('layers', '--processes', '3', '--json');
     expect(r.code).toBe(0);
     const rows = (JSON.parse(r.out) as { rows: { variant: string; processes: number }[] }).rows;
@@ -117,7 +144,15 @@ describe('relent simulate', () => {
   });
 
   it('usage errors exit 2 with one line on stderr', async () => {
-    for (const argv of [[], ['nope'], ['brooker', '--runs', 'x'], ['overload', '--clients', '10'], ['overload', '--policy', '{"maxAttempts": 0}'], ['layers', '--policy', 'none', '--policy', 'got'], ['overload', '--policy', 'relent']]) {
+    for (const argv of [
+      [],
+      ['nope'],
+      ['brooker', '--runs', 'x'],
+      ['overload', '--clients', '10'],
+      ['overload', '--policy', '{"maxAttempts": 0}'],
+      ['layers', '--policy', 'none', '--policy', 'got'],
+      ['overload', '--policy', 'relent'],
+    ]) {
       const r = await cli(...argv);
       expect(r.code, argv.join(' ')).toBe(2);
       expect(r.err.trim().split('\n'), argv.join(' ')).toHaveLength(1);

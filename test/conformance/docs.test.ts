@@ -21,7 +21,10 @@ const cell = (s: string): string => s.replace(/\|/g, '\\|').replace(/\n/g, ' ');
 const show = (v: unknown): string => cell(v === undefined ? '—' : typeof v === 'string' ? v : JSON.stringify(v));
 
 function counts(): string {
-  const rows = ['| source | cases | agree | documented difference | not applicable | of the agreeing, waiting for a fix |', '| --- | ---: | ---: | ---: | ---: | ---: |'];
+  const rows = [
+    '| source | cases | agree | documented difference | not applicable | of the agreeing, waiting for a fix |',
+    '| --- | ---: | ---: | ---: | ---: | ---: |',
+  ];
   const total = { all: 0, agree: 0, differs: 0, na: 0, pending: 0 };
   for (const s of SOURCES) {
     const c = countsOf(s);
@@ -43,8 +46,16 @@ function differences(): string {
   for (const s of SOURCES) {
     const ds = allCases(s).filter((c) => statusOf(c) === 'differs');
     if (ds.length === 0) continue;
-    out.push(`### ${s.title}`, '', '| source | case | upstream | the source answers | relent answers | why relent differs |', '| --- | --- | --- | --- | --- | --- |');
-    for (const c of ds) out.push(`| ${s.title} | ${c.id} | ${cell(c.from)} | ${show(c.expected)} | ${show(c.relent)}${c.pending ? ` (once ${cell(c.pending)} lands)` : ''} | ${cell(c.why ?? '')} |`);
+    out.push(
+      `### ${s.title}`,
+      '',
+      '| source | case | upstream | the source answers | relent answers | why relent differs |',
+      '| --- | --- | --- | --- | --- | --- |',
+    );
+    for (const c of ds)
+      out.push(
+        `| ${s.title} | ${c.id} | ${cell(c.from)} | ${show(c.expected)} | ${show(c.relent)}${c.pending ? ` (once ${cell(c.pending)} lands)` : ''} | ${cell(c.why ?? '')} |`,
+      );
     out.push('');
   }
   return out.join('\n').trimEnd();
@@ -52,7 +63,9 @@ function differences(): string {
 
 function pending(): string {
   const rows: string[] = [];
-  for (const s of SOURCES) for (const c of allCases(s).filter((x) => x.pending !== undefined)) rows.push(`| ${s.title} | ${c.id} | ${cell(c.from)} | ${cell(c.pending!)} | ${show(statusOf(c) === 'differs' ? c.relent : c.expected)} |`);
+  for (const s of SOURCES)
+    for (const c of allCases(s).filter((x) => x.pending !== undefined))
+      rows.push(`| ${s.title} | ${c.id} | ${cell(c.from)} | ${cell(c.pending!)} | ${show(statusOf(c) === 'differs' ? c.relent : c.expected)} |`);
   if (rows.length === 0) return 'None: every case that waited for a fix passes.';
   return ['| source | case | upstream | waits for | expected answer |', '| --- | --- | --- | --- | --- |', ...rows].join('\n');
 }
@@ -92,7 +105,11 @@ function anchors(file: string): Set<string> {
   for (const line of text.split('\n')) {
     const m = /^#{1,6}\s+(.*)$/.exec(line);
     if (!m) continue;
-    const slug = m[1]!.toLowerCase().replace(/[^\p{L}\p{N}\s-]/gu, '').trim().replace(/\s/g, '-');
+    const slug = m[1]!
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N}\s-]/gu, '')
+      .trim()
+      .replace(/\s/g, '-');
     set.add(slug);
   }
   return set;

@@ -14,7 +14,19 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { createHedgeState, createOperation, execute, resolvePolicy } from '../../src/index.js';
 import type {
-  AttemptContext, Command, DecisionWhy, ErrorClass, Policy, PolicySpec, PresetName, Random, RelentEvent, RetryBudget, RunOptions, RunResult, TerminalReason,
+  AttemptContext,
+  Command,
+  DecisionWhy,
+  ErrorClass,
+  Policy,
+  PolicySpec,
+  PresetName,
+  Random,
+  RelentEvent,
+  RetryBudget,
+  RunOptions,
+  RunResult,
+  TerminalReason,
 } from '../../src/index.js';
 import type { HedgeState } from '../../src/core/hedge.js';
 import { constantRandom, createTestClock, type TestClock } from '../../src/testing/index.js';
@@ -69,7 +81,12 @@ export function allCases(source: Source): Case<unknown, unknown>[] {
   return source.groups.flatMap((g) => g.cases as readonly Case<unknown, unknown>[]);
 }
 
-export interface Counts { readonly agree: number; readonly differs: number; readonly na: number; readonly pending: number }
+export interface Counts {
+  readonly agree: number;
+  readonly differs: number;
+  readonly na: number;
+  readonly pending: number;
+}
 
 export function countsOf(source: Source): Counts {
   const cs = allCases(source);
@@ -99,7 +116,7 @@ export function runSource(source: Source): void {
             }
             if (statusOf(c) === 'differs') {
               expect(got, 'relent answers as documented').toEqual(c.relent);
-              expect(got, 'and that is not the source\'s answer').not.toEqual(c.expected);
+              expect(got, "and that is not the source's answer").not.toEqual(c.expected);
             } else {
               expect(got).toEqual(c.expected);
             }
@@ -196,8 +213,13 @@ export function policyOf(p: Policy | PolicySpec | PresetName): Policy {
 /** Runs an operation over a script of observations on the operation machine; returns how it went. */
 export function drive(policy: Policy | PolicySpec | PresetName, steps: readonly Step[] | ((attempt: number) => Step), o: DriveOptions = {}): Trace {
   const op = createOperation(policyOf(policy), {
-    random: o.random ?? RANDOM_HALF, budget: o.budget ?? null, method: o.method ?? 'GET', idempotent: o.idempotent ?? null,
-    idempotencyKey: o.idempotencyKey ?? null, deadlineMs: o.deadlineMs ?? null, hedging: o.hedging ?? null,
+    random: o.random ?? RANDOM_HALF,
+    budget: o.budget ?? null,
+    method: o.method ?? 'GET',
+    idempotent: o.idempotent ?? null,
+    idempotencyKey: o.idempotencyKey ?? null,
+    deadlineMs: o.deadlineMs ?? null,
+    hedging: o.hedging ?? null,
   });
   const wall = o.wall ?? WALL_2026;
   let now = o.now ?? 0;
@@ -214,9 +236,10 @@ export function drive(policy: Policy | PolicySpec | PresetName, steps: readonly 
         i++;
         if (s === undefined) throw new Error(`the script ran out: the operation asked for attempt ${cmd.attempt}`);
         now += s.elapsedMs ?? 1;
-        const obs = s.status !== undefined
-          ? { status: s.status, headers: s.headers, elapsedMs: s.elapsedMs ?? 1 }
-          : { errorClass: s.errorClass ?? 'error', sent: s.sent, elapsedMs: s.elapsedMs ?? 1 };
+        const obs =
+          s.status !== undefined
+            ? { status: s.status, headers: s.headers, elapsedMs: s.elapsedMs ?? 1 }
+            : { errorClass: s.errorClass ?? 'error', sent: s.sent, elapsedMs: s.elapsedMs ?? 1 };
         cmd = op.answered(obs, now, wall + now);
         asked.push(op.decision?.retryAfterMs ?? null);
         o.afterAnswer?.(cmd, now);
@@ -232,8 +255,15 @@ export function drive(policy: Policy | PolicySpec | PresetName, steps: readonly 
         break;
       case 'end':
         return {
-          attempts: op.attempt, reason: cmd.reason, why: cmd.why, delays: waits.map((w) => w.delayMs), waits,
-          retryAfterMs: cmd.decision?.retryAfterMs ?? null, asked, timeouts, endedAt: now,
+          attempts: op.attempt,
+          reason: cmd.reason,
+          why: cmd.why,
+          delays: waits.map((w) => w.delayMs),
+          waits,
+          retryAfterMs: cmd.decision?.retryAfterMs ?? null,
+          asked,
+          timeouts,
+          endedAt: now,
         };
       default:
         throw new Error(`drive() does not carry out \`${cmd.kind}\` (use runOnClock for hedging)`);
@@ -288,21 +318,29 @@ export async function runOnClock<T>(
     let rejection: unknown;
     const userOnEvent = options.onEvent;
     const p = execute((ctx) => fn(ctx, clock) as Promise<T>, {
-      random: RANDOM_HALF, ...options, clock,
+      random: RANDOM_HALF,
+      ...options,
+      clock,
       onEvent: (e) => {
         events.push(e);
         userOnEvent?.(e);
       },
     });
-    p.then((r) => {
-      result = r;
-    }, (e: unknown) => {
-      rejection = e;
-    });
+    p.then(
+      (r) => {
+        result = r;
+      },
+      (e: unknown) => {
+        rejection = e;
+      },
+    );
     setup?.(clock);
     if (shared !== undefined) {
       // On a shared clock the caller moves time; the operation settles when it settles.
-      await p.then(() => undefined, () => undefined);
+      await p.then(
+        () => undefined,
+        () => undefined,
+      );
       return { result, rejection, events, clock, escaped };
     }
     for (let tries = 0; tries < 10; tries++) {
@@ -330,10 +368,14 @@ export function after<T>(clock: TestClock, ms: number, value: T, signal?: AbortS
   return new Promise<T>((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
     const cancel = clock.setTimer(() => resolve(value), ms);
-    signal?.addEventListener('abort', () => {
-      cancel();
-      reject(signal.reason);
-    }, { once: true });
+    signal?.addEventListener(
+      'abort',
+      () => {
+        cancel();
+        reject(signal.reason);
+      },
+      { once: true },
+    );
   });
 }
 
@@ -342,10 +384,14 @@ export function failAfter(clock: TestClock, ms: number, error: unknown, signal?:
   return new Promise<never>((_resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
     const cancel = clock.setTimer(() => reject(error), ms);
-    signal?.addEventListener('abort', () => {
-      cancel();
-      reject(signal.reason);
-    }, { once: true });
+    signal?.addEventListener(
+      'abort',
+      () => {
+        cancel();
+        reject(signal.reason);
+      },
+      { once: true },
+    );
   });
 }
 
@@ -362,8 +408,15 @@ export function outcomeCode(r: RunResult<unknown> | undefined): string {
  * policy's retryOn lists exactly what the source's retryableStatusCodes lists).
  */
 export const GRPC_AS_STATUS = Object.freeze({
-  OK: 200, CANCELLED: 499, INVALID_ARGUMENT: 400, DEADLINE_EXCEEDED: 504, ALREADY_EXISTS: 409, RESOURCE_EXHAUSTED: 429,
-  INTERNAL: 500, UNAVAILABLE: 503, DATA_LOSS: 502,
+  OK: 200,
+  CANCELLED: 499,
+  INVALID_ARGUMENT: 400,
+  DEADLINE_EXCEEDED: 504,
+  ALREADY_EXISTS: 409,
+  RESOURCE_EXHAUSTED: 429,
+  INTERNAL: 500,
+  UNAVAILABLE: 503,
+  DATA_LOSS: 502,
 });
 
 // ---------------------------------------------------------------------------------------
@@ -394,8 +447,15 @@ export interface HedgeRun {
  * state whose extra-load bucket already holds `saved` hedges (default 10).
  */
 export async function hedgeRun(
-  policy: PolicySpec, script: readonly HedgeAttempt[],
-  o: { readonly hedging?: HedgeState; readonly budget?: RetryBudget | null; readonly cancelAt?: number; readonly method?: string; readonly saved?: number } = {},
+  policy: PolicySpec,
+  script: readonly HedgeAttempt[],
+  o: {
+    readonly hedging?: HedgeState;
+    readonly budget?: RetryBudget | null;
+    readonly cancelAt?: number;
+    readonly method?: string;
+    readonly saved?: number;
+  } = {},
 ): Promise<HedgeRun> {
   const p = policyOf(policy);
   const hedging = o.hedging ?? createHedgeState();
@@ -403,17 +463,27 @@ export async function hedgeRun(
   const starts: number[] = [];
   const aborted: number[] = [];
   const controller = new AbortController();
-  const r = await runOnClock(async (ctx, clock) => {
-    starts.push(clock.now());
-    ctx.signal.addEventListener('abort', () => aborted.push(ctx.attempt), { once: true });
-    const a = script[ctx.attempt - 1];
-    if (a === undefined) throw new Error(`no script for attempt ${ctx.attempt}`);
-    if (a.at === undefined) return new Promise<never>((_res, rej) => ctx.signal.addEventListener('abort', () => rej(ctx.signal.reason), { once: true }));
-    if (a.throws !== undefined) return failAfter(clock, a.at, a.throws, ctx.signal);
-    return after(clock, a.at, { status: a.status ?? 200, headers: a.headers, attempt: ctx.attempt }, ctx.signal);
-  }, { policy: p, hedging, budget: o.budget ?? null, method: o.method ?? 'GET', signal: controller.signal }, (clock) => {
-    if (o.cancelAt !== undefined) clock.setTimer(() => controller.abort(new Error('cancelled by the caller')), o.cancelAt);
-  });
+  const r = await runOnClock(
+    async (ctx, clock) => {
+      starts.push(clock.now());
+      ctx.signal.addEventListener('abort', () => aborted.push(ctx.attempt), { once: true });
+      const a = script[ctx.attempt - 1];
+      if (a === undefined) throw new Error(`no script for attempt ${ctx.attempt}`);
+      if (a.at === undefined) return new Promise<never>((_res, rej) => ctx.signal.addEventListener('abort', () => rej(ctx.signal.reason), { once: true }));
+      if (a.throws !== undefined) return failAfter(clock, a.at, a.throws, ctx.signal);
+      return after(clock, a.at, { status: a.status ?? 200, headers: a.headers, attempt: ctx.attempt }, ctx.signal);
+    },
+    { policy: p, hedging, budget: o.budget ?? null, method: o.method ?? 'GET', signal: controller.signal },
+    (clock) => {
+      if (o.cancelAt !== undefined) clock.setTimer(() => controller.abort(new Error('cancelled by the caller')), o.cancelAt);
+    },
+  );
   const value = r.result?.outcome.ok ? (r.result.outcome.value as { status: number }) : null;
-  return { starts, reason: r.result?.reason ?? 'never settled', status: value?.status ?? null, aborted: [...aborted].sort((a, b) => a - b), result: r.result as HedgeRun['result'] };
+  return {
+    starts,
+    reason: r.result?.reason ?? 'never settled',
+    status: value?.status ?? null,
+    aborted: [...aborted].sort((a, b) => a - b),
+    result: r.result as HedgeRun['result'],
+  };
 }

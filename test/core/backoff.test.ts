@@ -77,23 +77,35 @@ describe('validation names the field', () => {
 const specArb: fc.Arbitrary<BackoffSpec> = fc.oneof(
   fc.record({ kind: fc.constant('constant' as const), delayMs: fc.nat(1e9) }),
   ...(['exponential', 'full-jitter', 'equal-jitter'] as const).map((kind) =>
-    fc.tuple(fc.nat(1e6), fc.nat(1e9), fc.double({ min: 1, max: 100, noNaN: true })).map(([b, c, m]) => ({ kind, baseMs: b, capMs: b + c, multiplier: m }))),
+    fc.tuple(fc.nat(1e6), fc.nat(1e9), fc.double({ min: 1, max: 100, noNaN: true })).map(([b, c, m]) => ({ kind, baseMs: b, capMs: b + c, multiplier: m })),
+  ),
   fc.tuple(fc.nat(1e6), fc.nat(1e9)).map(([b, c]) => ({ kind: 'decorrelated-jitter' as const, baseMs: b, capMs: b + c })),
   fc.tuple(fc.nat(1e6), fc.nat(1e9)).map(([b, c]) => ({ kind: 'envoy' as const, baseMs: b, capMs: b + c })),
   fc.tuple(fc.nat(1e6), fc.nat(1e9), fc.nat(1e6)).map(([b, c, f]) => ({ kind: 'truncated-exponential' as const, baseMs: b, capMs: b + c, fractionMs: f })),
-  fc.tuple(fc.nat(1e6), fc.nat(1e9), fc.double({ min: 0, max: 0.99, noNaN: true })).map(([b, c, j]) => ({ kind: 'proportional-jitter' as const, baseMs: b, capMs: b + c, multiplier: 2, jitter: j })),
+  fc
+    .tuple(fc.nat(1e6), fc.nat(1e9), fc.double({ min: 0, max: 0.99, noNaN: true }))
+    .map(([b, c, j]) => ({ kind: 'proportional-jitter' as const, baseMs: b, capMs: b + c, multiplier: 2, jitter: j })),
   fc.array(fc.nat(1e9), { minLength: 1, maxLength: 5 }).map((d) => ({ kind: 'schedule' as const, delaysMs: d })),
 );
 
 describe('properties', () => {
   it(`every kind (${BACKOFF_KINDS.length}) stays a whole number in [0, ceiling], finite up to attempt 10^4 and beyond`, () => {
-    fc.assert(fc.property(specArb, fc.oneof(fc.nat(20), fc.constant(10_000), fc.nat(2_000_000)), fc.option(fc.nat(1e9), { nil: null }), fc.integer(), (raw, n, prev, seed) => {
-      const s = normalizeBackoff(raw);
-      const v = computeBackoff(s, n, prev, createSeededRandom(seed));
-      expect(Number.isInteger(v)).toBe(true);
-      expect(v).toBeGreaterThanOrEqual(0);
-      expect(v).toBeLessThanOrEqual(backoffCeiling(s));
-    }), { numRuns: 5000 });
+    fc.assert(
+      fc.property(
+        specArb,
+        fc.oneof(fc.nat(20), fc.constant(10_000), fc.nat(2_000_000)),
+        fc.option(fc.nat(1e9), { nil: null }),
+        fc.integer(),
+        (raw, n, prev, seed) => {
+          const s = normalizeBackoff(raw);
+          const v = computeBackoff(s, n, prev, createSeededRandom(seed));
+          expect(Number.isInteger(v)).toBe(true);
+          expect(v).toBeGreaterThanOrEqual(0);
+          expect(v).toBeLessThanOrEqual(backoffCeiling(s));
+        },
+      ),
+      { numRuns: 5000 },
+    );
   });
   it('a sequence of 10^4 retries never produces NaN or Infinity (decorrelated feeds on itself)', () => {
     for (const kind of ['decorrelated-jitter', 'full-jitter', 'equal-jitter', 'truncated-exponential', 'envoy'] as const) {
@@ -109,7 +121,10 @@ describe('properties', () => {
   });
   it('the same seed gives the same sequence', () => {
     const s = normalizeBackoff({ kind: 'full-jitter', baseMs: 100, capMs: 10_000 });
-    const seq = (seed: number) => { const r = createSeededRandom(seed); return Array.from({ length: 20 }, (_, n) => computeBackoff(s, n, null, r)); };
+    const seq = (seed: number) => {
+      const r = createSeededRandom(seed);
+      return Array.from({ length: 20 }, (_, n) => computeBackoff(s, n, null, r));
+    };
     expect(seq(42)).toEqual(seq(42));
     expect(seq(42)).not.toEqual(seq(43));
   });

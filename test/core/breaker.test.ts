@@ -1,7 +1,13 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
-  BREAKER_DEFAULTS, breakerOutcome, createCircuitBreaker, normalizeBreakerSpec, type BreakerOutcome, type BreakerSpec, type BreakerStateChange,
+  BREAKER_DEFAULTS,
+  breakerOutcome,
+  createCircuitBreaker,
+  normalizeBreakerSpec,
+  type BreakerOutcome,
+  type BreakerSpec,
+  type BreakerStateChange,
 } from '../../src/core/breaker.js';
 import { RelentError } from '../../src/core/errors.js';
 
@@ -203,7 +209,9 @@ describe('snapshot and hydrate', () => {
     expect(bad({ version: 2 })).toThrow(/initialState\.version/);
     expect(bad({ version: 1, state: 'ajar', openedAt: 0, trialSuccesses: 0, bucketMs: 1000, buckets: [] })).toThrow(/initialState\.state/);
     expect(bad({ version: 1, state: 'open', openedAt: null, trialSuccesses: 0, bucketMs: 1000, buckets: [] })).toThrow(/initialState\.openedAt/);
-    expect(bad({ version: 1, state: 'closed', openedAt: null, trialSuccesses: 0, bucketMs: 1000, buckets: [[1, -1, 0]] })).toThrow(/initialState\.buckets\[0\]/);
+    expect(bad({ version: 1, state: 'closed', openedAt: null, trialSuccesses: 0, bucketMs: 1000, buckets: [[1, -1, 0]] })).toThrow(
+      /initialState\.buckets\[0\]/,
+    );
   });
 });
 
@@ -278,67 +286,85 @@ describe('properties', () => {
   });
 
   it('never admits a call while open before openMs has elapsed (monotonic time)', () => {
-    fc.assert(fc.property(specArb, fc.array(fc.tuple(op, fc.integer({ min: 0, max: 3_000 })), { maxLength: 300 }), (s, steps) => {
-      let openedAt: number | null = null;
-      let b = createCircuitBreaker(s, { onStateChange: (c) => { openedAt = c.to === 'open' ? c.at : null; } });
-      let now = 0;
-      for (const [o, dt] of steps) {
-        now += dt;
-        switch (o.kind) {
-          case 'pass': {
-            const ok = b.tryPass(now);
-            if (openedAt !== null && now - openedAt < s.openMs!) expect(ok).toBe(false);
-            break;
+    fc.assert(
+      fc.property(specArb, fc.array(fc.tuple(op, fc.integer({ min: 0, max: 3_000 })), { maxLength: 300 }), (s, steps) => {
+        let openedAt: number | null = null;
+        let b = createCircuitBreaker(s, {
+          onStateChange: (c) => {
+            openedAt = c.to === 'open' ? c.at : null;
+          },
+        });
+        let now = 0;
+        for (const [o, dt] of steps) {
+          now += dt;
+          switch (o.kind) {
+            case 'pass': {
+              const ok = b.tryPass(now);
+              if (openedAt !== null && now - openedAt < s.openMs!) expect(ok).toBe(false);
+              break;
+            }
+            case 'record':
+              b.record(o.outcome, now);
+              break;
+            case 'state':
+              b.state(now);
+              break;
+            case 'snapshot':
+              // A restart: the new breaker must honour the open period too.
+              b = createCircuitBreaker(s, {
+                initialState: JSON.parse(JSON.stringify(b)),
+                onStateChange: (c) => {
+                  openedAt = c.to === 'open' ? c.at : null;
+                },
+              });
+              break;
           }
-          case 'record':
-            b.record(o.outcome, now);
-            break;
-          case 'state':
-            b.state(now);
-            break;
-          case 'snapshot':
-            // A restart: the new breaker must honour the open period too.
-            b = createCircuitBreaker(s, { initialState: JSON.parse(JSON.stringify(b)), onStateChange: (c) => { openedAt = c.to === 'open' ? c.at : null; } });
-            break;
         }
-      }
-    }), { numRuns: 300 });
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it('admits at most halfOpenTrials calls at a time while half-open', () => {
-    fc.assert(fc.property(specArb, fc.array(fc.tuple(op, fc.integer({ min: 0, max: 50 })), { maxLength: 300 }), (s, steps) => {
-      const b = createCircuitBreaker({ ...s, openMs: 1_000_000 });
-      fail(b, s.minimumThroughput!, 0); // 100 % failure at the minimum volume: open
-      expect(b.state(0)).toBe('open');
-      let now = 1_000_000;
-      let inFlight = 0;
-      for (const [o, dt] of steps) {
-        now += dt;
-        if (o.kind === 'pass') {
-          if (b.state(now) === 'half_open' && b.tryPass(now)) inFlight++;
-          expect(inFlight).toBeLessThanOrEqual(s.halfOpenTrials!);
-        } else if (o.kind === 'record' && inFlight > 0) {
-          inFlight--;
-          b.record(o.outcome, now);
-          if (b.state(now) !== 'half_open') return; // the trial portion is over
+    fc.assert(
+      fc.property(specArb, fc.array(fc.tuple(op, fc.integer({ min: 0, max: 50 })), { maxLength: 300 }), (s, steps) => {
+        const b = createCircuitBreaker({ ...s, openMs: 1_000_000 });
+        fail(b, s.minimumThroughput!, 0); // 100 % failure at the minimum volume: open
+        expect(b.state(0)).toBe('open');
+        let now = 1_000_000;
+        let inFlight = 0;
+        for (const [o, dt] of steps) {
+          now += dt;
+          if (o.kind === 'pass') {
+            if (b.state(now) === 'half_open' && b.tryPass(now)) inFlight++;
+            expect(inFlight).toBeLessThanOrEqual(s.halfOpenTrials!);
+          } else if (o.kind === 'record' && inFlight > 0) {
+            inFlight--;
+            b.record(o.outcome, now);
+            if (b.state(now) !== 'half_open') return; // the trial portion is over
+          }
         }
-      }
-    }), { numRuns: 200 });
+      }),
+      { numRuns: 200 },
+    );
   });
 
   it('never throws on any sequence of operations, any times, any outcome', () => {
     const anyTime = fc.oneof(fc.double(), fc.integer(), fc.constantFrom(Number.NaN, Number.POSITIVE_INFINITY, -0, 2 ** 53));
-    fc.assert(fc.property(specArb, fc.array(fc.tuple(op, anyTime, fc.string()), { maxLength: 200 }), (s, steps) => {
-      let b = createCircuitBreaker(s);
-      for (const [o, t, junk] of steps) {
-        if (o.kind === 'pass') b.tryPass(t);
-        else if (o.kind === 'record') b.record(junk.length % 4 === 0 ? (junk as BreakerOutcome) : o.outcome, t);
-        else if (o.kind === 'state') expect(['closed', 'open', 'half_open']).toContain(b.state(t));
-        else b = createCircuitBreaker(s, { initialState: JSON.parse(JSON.stringify(b)) });
-        const w = b.window(t);
-        expect(Number.isFinite(w.successes) && Number.isFinite(w.failures)).toBe(true);
-      }
-    }), { numRuns: 300 });
+    fc.assert(
+      fc.property(specArb, fc.array(fc.tuple(op, anyTime, fc.string()), { maxLength: 200 }), (s, steps) => {
+        let b = createCircuitBreaker(s);
+        for (const [o, t, junk] of steps) {
+          if (o.kind === 'pass') b.tryPass(t);
+          else if (o.kind === 'record') b.record(junk.length % 4 === 0 ? (junk as BreakerOutcome) : o.outcome, t);
+          else if (o.kind === 'state') expect(['closed', 'open', 'half_open']).toContain(b.state(t));
+          else b = createCircuitBreaker(s, { initialState: JSON.parse(JSON.stringify(b)) });
+          const w = b.window(t);
+          expect(Number.isFinite(w.successes) && Number.isFinite(w.failures)).toBe(true);
+        }
+      }),
+      { numRuns: 300 },
+    );
   });
 });
 

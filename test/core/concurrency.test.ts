@@ -106,59 +106,96 @@ describe('any algorithm, any samples', () => {
       stale: fc.boolean(),
     });
     const spec = fc.oneof(
-      fc.record({ kind: fc.constant('aimd' as const), min: fc.integer({ min: 1, max: 5 }), max: fc.integer({ min: 5, max: 100 }), slowMs: fc.option(fc.integer({ min: 1, max: 1000 })) }),
-      fc.record({ kind: fc.constant('gradient' as const), min: fc.integer({ min: 1, max: 5 }), max: fc.integer({ min: 5, max: 100 }), windowMs: fc.integer({ min: 1, max: 1000 }), minWindowSamples: fc.integer({ min: 1, max: 20 }), probeIntervalMs: fc.integer({ min: 0, max: 10_000 }) }),
+      fc.record({
+        kind: fc.constant('aimd' as const),
+        min: fc.integer({ min: 1, max: 5 }),
+        max: fc.integer({ min: 5, max: 100 }),
+        slowMs: fc.option(fc.integer({ min: 1, max: 1000 })),
+      }),
+      fc.record({
+        kind: fc.constant('gradient' as const),
+        min: fc.integer({ min: 1, max: 5 }),
+        max: fc.integer({ min: 5, max: 100 }),
+        windowMs: fc.integer({ min: 1, max: 1000 }),
+        minWindowSamples: fc.integer({ min: 1, max: 20 }),
+        probeIntervalMs: fc.integer({ min: 0, max: 10_000 }),
+      }),
     );
-    fc.assert(fc.property(spec, fc.array(sample, { maxLength: 300 }), (sp, samples) => {
-      const alg = createLimitAlgorithm(sp);
-      const r = normalizeLimitSpec(sp);
-      let now = 0;
-      for (const s of samples) {
-        now += s.dt;
-        const x: LimitSample = { startedAt: now - s.rtt, now, inFlight: s.inFlight, generation: s.stale ? alg.generation - 1 : alg.generation, dropped: s.dropped };
-        alg.sample(x);
-        expect(Number.isInteger(alg.limit)).toBe(true);
-        expect(alg.limit).toBeGreaterThanOrEqual(r.min);
-        expect(alg.limit).toBeLessThanOrEqual(r.max);
-      }
-    }), { numRuns: 300 });
+    fc.assert(
+      fc.property(spec, fc.array(sample, { maxLength: 300 }), (sp, samples) => {
+        const alg = createLimitAlgorithm(sp);
+        const r = normalizeLimitSpec(sp);
+        let now = 0;
+        for (const s of samples) {
+          now += s.dt;
+          const x: LimitSample = {
+            startedAt: now - s.rtt,
+            now,
+            inFlight: s.inFlight,
+            generation: s.stale ? alg.generation - 1 : alg.generation,
+            dropped: s.dropped,
+          };
+          alg.sample(x);
+          expect(Number.isInteger(alg.limit)).toBe(true);
+          expect(alg.limit).toBeGreaterThanOrEqual(r.min);
+          expect(alg.limit).toBeLessThanOrEqual(r.max);
+        }
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it('converges on fixed input: a constant latency while used reaches max and stays; while idle it does not move; constant drops reach min', () => {
     const spec = fc.oneof(
-      fc.record({ kind: fc.constant('aimd' as const), min: fc.integer({ min: 1, max: 5 }), max: fc.integer({ min: 5, max: 60 }), initial: fc.integer({ min: 1, max: 60 }) }),
-      fc.record({ kind: fc.constant('gradient' as const), min: fc.integer({ min: 1, max: 5 }), max: fc.integer({ min: 5, max: 60 }), initial: fc.integer({ min: 1, max: 60 }), windowMs: fc.integer({ min: 1, max: 100 }), minWindowSamples: fc.integer({ min: 1, max: 10 }), probeIntervalMs: fc.constant(0) }),
+      fc.record({
+        kind: fc.constant('aimd' as const),
+        min: fc.integer({ min: 1, max: 5 }),
+        max: fc.integer({ min: 5, max: 60 }),
+        initial: fc.integer({ min: 1, max: 60 }),
+      }),
+      fc.record({
+        kind: fc.constant('gradient' as const),
+        min: fc.integer({ min: 1, max: 5 }),
+        max: fc.integer({ min: 5, max: 60 }),
+        initial: fc.integer({ min: 1, max: 60 }),
+        windowMs: fc.integer({ min: 1, max: 100 }),
+        minWindowSamples: fc.integer({ min: 1, max: 10 }),
+        probeIntervalMs: fc.constant(0),
+      }),
     );
-    fc.assert(fc.property(spec, fc.double({ min: 0.1, max: 1000, noNaN: true }), fc.double({ min: 0.1, max: 50, noNaN: true }), (sp0, rtt, dt) => {
-      const sp = { ...sp0, initial: Math.min(Math.max(sp0.initial, sp0.min), sp0.max) };
-      const r = normalizeLimitSpec(sp);
-      // Used: every call ends with the limit's worth in flight.
-      const used = createLimitAlgorithm(sp);
-      let now = 0;
-      const trace: number[] = [];
-      for (let i = 0; i < 20_000; i++) {
-        now += dt;
-        ok(used, now, rtt);
-        trace.push(used.limit);
-      }
-      expect(trace.slice(-2000).every((l) => l === r.max)).toBe(true);
-      // Idle: nothing else in flight when a call ends — nothing learned about capacity, the limit stays.
-      const idle = createLimitAlgorithm(sp);
-      now = 0;
-      for (let i = 0; i < 2000; i++) {
-        now += dt;
-        ok(idle, now, rtt, 0);
-      }
-      expect(idle.limit).toBe(r.initial);
-      // Every call a drop in the current wave: halves to min and stays.
-      const dropped = createLimitAlgorithm(sp);
-      now = 0;
-      for (let i = 0; i < 200; i++) {
-        now += dt;
-        drop(dropped, now);
-      }
-      expect(dropped.limit).toBe(r.min);
-    }), { numRuns: 200 });
+    fc.assert(
+      fc.property(spec, fc.double({ min: 0.1, max: 1000, noNaN: true }), fc.double({ min: 0.1, max: 50, noNaN: true }), (sp0, rtt, dt) => {
+        const sp = { ...sp0, initial: Math.min(Math.max(sp0.initial, sp0.min), sp0.max) };
+        const r = normalizeLimitSpec(sp);
+        // Used: every call ends with the limit's worth in flight.
+        const used = createLimitAlgorithm(sp);
+        let now = 0;
+        const trace: number[] = [];
+        for (let i = 0; i < 20_000; i++) {
+          now += dt;
+          ok(used, now, rtt);
+          trace.push(used.limit);
+        }
+        expect(trace.slice(-2000).every((l) => l === r.max)).toBe(true);
+        // Idle: nothing else in flight when a call ends — nothing learned about capacity, the limit stays.
+        const idle = createLimitAlgorithm(sp);
+        now = 0;
+        for (let i = 0; i < 2000; i++) {
+          now += dt;
+          ok(idle, now, rtt, 0);
+        }
+        expect(idle.limit).toBe(r.initial);
+        // Every call a drop in the current wave: halves to min and stays.
+        const dropped = createLimitAlgorithm(sp);
+        now = 0;
+        for (let i = 0; i < 200; i++) {
+          now += dt;
+          drop(dropped, now);
+        }
+        expect(dropped.limit).toBe(r.min);
+      }),
+      { numRuns: 200 },
+    );
   });
 
   it('rejects bad specs, naming the field', () => {
@@ -172,8 +209,19 @@ describe('any algorithm, any samples', () => {
   });
 });
 
-describe('capacity drops 5x for 20 s (virtual time: relent/sim\'s capacity scenario)', () => {
-  const base = { seed: 1, arrivalsPerSec: 400, serviceMs: 50, capacity: 50, degraded: 10, dropAtMs: 10_000, dropForMs: 20_000, durationMs: 40_000, deadlineMs: 1000, minAttemptMs: 100 };
+describe("capacity drops 5x for 20 s (virtual time: relent/sim's capacity scenario)", () => {
+  const base = {
+    seed: 1,
+    arrivalsPerSec: 400,
+    serviceMs: 50,
+    capacity: 50,
+    degraded: 10,
+    dropAtMs: 10_000,
+    dropForMs: 20_000,
+    durationMs: 40_000,
+    deadlineMs: 1000,
+    minAttemptMs: 100,
+  };
   const fixed = [10, 15, 20, 30, 50];
   // Every contender on the same arrivals and service times.
   const { rows } = runCapacity({

@@ -35,7 +35,11 @@ describe('decide(): the S3 reference fixture through the operation state machine
     let now = 0;
     let cmd = op.start(now);
     const seen: { remaining: number; decision: string }[] = [];
-    for (const obs of [{ status: 503, elapsedMs: 80 }, { status: 503, elapsedMs: 80 }, { status: 200, elapsedMs: 50 }]) {
+    for (const obs of [
+      { status: 503, elapsedMs: 80 },
+      { status: 503, elapsedMs: 80 },
+      { status: 200, elapsedMs: 50 },
+    ]) {
       // A call, not the end: the deadline allows the attempt.
       if (cmd.kind !== 'call') throw new Error(`expected a call, got ${cmd.kind}`);
       const remaining = cmd.remainingMs;
@@ -107,7 +111,10 @@ describe('R4 retry only what can succeed', () => {
     expect(decide(createPolicy(spec), opAt(spec).state, { status, elapsedMs: 1 }, ctx(1)).decision).toBe('return');
   });
   it.each([400, 401, 403, 404, 409, 422])('%i is not retried by default', (status) => {
-    expect(decide(createPolicy(spec), opAt(spec).state, { status, elapsedMs: 1 }, ctx(1))).toMatchObject({ decision: 'not_retryable', why: 'status_not_retryable' });
+    expect(decide(createPolicy(spec), opAt(spec).state, { status, elapsedMs: 1 }, ctx(1))).toMatchObject({
+      decision: 'not_retryable',
+      why: 'status_not_retryable',
+    });
   });
   it.each([408, 429, 500, 502, 503, 504])('%i is retried by default', (status) => {
     expect(decide(createPolicy(spec), opAt(spec).state, { status, elapsedMs: 1 }, ctx(1)).decision).toBe('retry');
@@ -143,9 +150,11 @@ describe('R5 idempotency', () => {
     const { policy, state } = opAt(spec, { method: 'POST', key: 'k-1' });
     expect(decide(policy, state, { status: 503, elapsedMs: 1 }, ctx(1)).decision).toBe('retry');
   });
-  it('the operation\'s own declaration beats the method both ways', () => {
+  it("the operation's own declaration beats the method both ways", () => {
     expect(decide(createPolicy(spec), opAt(spec, { method: 'POST', idempotent: true }).state, { status: 503, elapsedMs: 1 }, ctx(1)).decision).toBe('retry');
-    expect(decide(createPolicy(spec), opAt(spec, { method: 'GET', idempotent: false }).state, { status: 503, elapsedMs: 1 }, ctx(1)).decision).toBe('not_retryable');
+    expect(decide(createPolicy(spec), opAt(spec, { method: 'GET', idempotent: false }).state, { status: 503, elapsedMs: 1 }, ctx(1)).decision).toBe(
+      'not_retryable',
+    );
   });
   it('429 and 408 mean "not processed": retryable for any method', () => {
     const { policy, state } = opAt(spec, { method: 'POST' });
@@ -182,7 +191,9 @@ describe('R6 sent or not sent', () => {
 describe('R7 backoff with jitter by default', () => {
   it('default waits differ between seeds and stay within [0, 100·2^n)', () => {
     const spec: PolicySpec = {};
-    const delays = [1, 2, 3, 4, 5].map((seed) => decide(createPolicy(spec), opAt(spec).state, { status: 503, elapsedMs: 1 }, { now: 1, random: createSeededRandom(seed) }).delayMs!);
+    const delays = [1, 2, 3, 4, 5].map(
+      (seed) => decide(createPolicy(spec), opAt(spec).state, { status: 503, elapsedMs: 1 }, { now: 1, random: createSeededRandom(seed) }).delayMs!,
+    );
     expect(new Set(delays).size).toBeGreaterThan(1);
     for (const d of delays) {
       expect(d).toBeGreaterThanOrEqual(0);
@@ -193,7 +204,8 @@ describe('R7 backoff with jitter by default', () => {
 
 describe('R8 Retry-After', () => {
   const spec: PolicySpec = { deadlineMs: 60_000, backoff: { kind: 'constant', delayMs: 50 } };
-  const run429 = (headers: Record<string, string>, s: PolicySpec = spec) => decide(createPolicy(s), opAt(s).state, { status: 429, headers, elapsedMs: 10 }, ctx(10));
+  const run429 = (headers: Record<string, string>, s: PolicySpec = spec) =>
+    decide(createPolicy(s), opAt(s).state, { status: 429, headers, elapsedMs: 10 }, ctx(10));
   it('delay-seconds: never earlier than asked, a small positive jitter after', () => {
     for (let seed = 0; seed < 50; seed++) {
       const s = createPolicy(spec);
@@ -207,9 +219,12 @@ describe('R8 Retry-After', () => {
   });
   it('HTTP-date measured against the response Date header, not the local clock', () => {
     // the local wall clock is an hour off the server's: the wait is still 2 s
-    const d = decide(createPolicy(spec), opAt(spec).state,
+    const d = decide(
+      createPolicy(spec),
+      opAt(spec).state,
       { status: 503, headers: { 'retry-after': 'Thu, 01 Jan 2026 12:00:02 GMT', date: 'Thu, 01 Jan 2026 12:00:00 GMT' }, elapsedMs: 10 },
-      { now: 10, wallNow: Date.UTC(2026, 0, 1, 11, 0, 0), random: rnd });
+      { now: 10, wallNow: Date.UTC(2026, 0, 1, 11, 0, 0), random: rnd },
+    );
     expect(d.retryAfterMs).toBe(2000);
     expect(d.delayMs!).toBeGreaterThanOrEqual(2000);
     expect(d.delayMs!).toBeLessThan(2300);
@@ -235,7 +250,13 @@ describe('R8 Retry-After', () => {
     ['99999999999999999999', Number.MAX_SAFE_INTEGER], // too long to hold exactly: "forever"
     ['Fri, 31 Dec 9999 23:59:59 GMT', Date.UTC(9999, 11, 31, 23, 59, 59) - WALL - 10],
   ])('a well-formed Retry-After however far away (%s) is over the cap: stop, with the asked wait', (v, asked) => {
-    expect(run429({ 'retry-after': v })).toMatchObject({ decision: 'not_retryable', why: 'retry_after_over_cap', retryAfterMs: asked, retryAfterValid: true, delayMs: null });
+    expect(run429({ 'retry-after': v })).toMatchObject({
+      decision: 'not_retryable',
+      why: 'retry_after_over_cap',
+      retryAfterMs: asked,
+      retryAfterValid: true,
+      delayMs: null,
+    });
   });
   it('over the remaining deadline → deadline_exceeded now', () => {
     const s: PolicySpec = { deadlineMs: 2000, retryAfter: { maxMs: 60_000 } };
@@ -245,14 +266,24 @@ describe('R8 Retry-After', () => {
     const s: PolicySpec = { deadlineMs: 2000, retryAfter: { maxMs: 3_600_000 }, deferOverMs: 60_000 };
     expect(run429({ 'retry-after': '1800' }, s)).toMatchObject({ decision: 'defer', delayMs: expect.any(Number) });
     // the durable queue itself schedules instead of deferring again
-    const d = decide(createPolicy({ ...s, deadlineMs: 86_400_000 }), opAt({ ...s, deadlineMs: 86_400_000 }).state, { status: 429, headers: { 'retry-after': '1800' }, elapsedMs: 1 }, { now: 1, random: rnd, durable: true });
+    const d = decide(
+      createPolicy({ ...s, deadlineMs: 86_400_000 }),
+      opAt({ ...s, deadlineMs: 86_400_000 }).state,
+      { status: 429, headers: { 'retry-after': '1800' }, elapsedMs: 1 },
+      { now: 1, random: rnd, durable: true },
+    );
     expect(d.decision).toBe('retry');
     expect(d.delayMs!).toBeGreaterThanOrEqual(1_800_000);
   });
   it('jitter never pushes a fitting Retry-After past the deadline', () => {
     const s: PolicySpec = { deadlineMs: 1050, retryAfter: { jitterMinMs: 1000, jitterMaxMs: 1000 } };
     for (let seed = 0; seed < 30; seed++) {
-      const d = decide(createPolicy(s), opAt(s).state, { status: 429, headers: { 'retry-after': '1' }, elapsedMs: 10 }, { now: 10, random: createSeededRandom(seed) });
+      const d = decide(
+        createPolicy(s),
+        opAt(s).state,
+        { status: 429, headers: { 'retry-after': '1' }, elapsedMs: 10 },
+        { now: 10, random: createSeededRandom(seed) },
+      );
       expect(d.decision).toBe('retry');
       expect(d.delayMs!).toBeGreaterThanOrEqual(1000);
       expect(d.delayMs!).toBeLessThan(1040);
@@ -262,16 +293,33 @@ describe('R8 Retry-After', () => {
     const d = decide(createPolicy(spec), opAt(spec).state, { status: 413, headers: { 'retry-after': '2' }, elapsedMs: 10 }, ctx(10));
     expect(d).toMatchObject({ decision: 'retry', retryAfterMs: 2000, retryAfterValid: true });
     expect(d.delayMs!).toBeGreaterThanOrEqual(2000);
-    expect(decide(createPolicy(spec), opAt(spec).state, { status: 413, elapsedMs: 10 }, ctx(10))).toMatchObject({ decision: 'not_retryable', why: 'status_not_retryable' });
-    expect(decide(createPolicy(spec), opAt(spec).state, { status: 413, headers: { 'retry-after': 'soon' }, elapsedMs: 10 }, ctx(10)))
-      .toMatchObject({ decision: 'not_retryable', why: 'status_not_retryable', retryAfterValid: false });
+    expect(decide(createPolicy(spec), opAt(spec).state, { status: 413, elapsedMs: 10 }, ctx(10))).toMatchObject({
+      decision: 'not_retryable',
+      why: 'status_not_retryable',
+    });
+    expect(decide(createPolicy(spec), opAt(spec).state, { status: 413, headers: { 'retry-after': 'soon' }, elapsedMs: 10 }, ctx(10))).toMatchObject({
+      decision: 'not_retryable',
+      why: 'status_not_retryable',
+      retryAfterValid: false,
+    });
     // A RateLimit field is a wait too; over the cap stops; a POST without a key is not repeated.
-    expect(decide(createPolicy(spec), opAt(spec).state, { status: 413, headers: { 'ratelimit-reset': '3' }, elapsedMs: 10 }, ctx(10))).toMatchObject({ decision: 'retry', retryAfterMs: 3000 });
-    expect(decide(createPolicy(spec), opAt(spec).state, { status: 413, headers: { 'retry-after': '3600' }, elapsedMs: 10 }, ctx(10))).toMatchObject({ decision: 'not_retryable', why: 'retry_after_over_cap' });
-    expect(decide(createPolicy(spec), opAt(spec, { method: 'POST' }).state, { status: 413, headers: { 'retry-after': '2' }, elapsedMs: 10 }, ctx(10))).toMatchObject({ decision: 'not_retryable', why: 'not_idempotent' });
+    expect(decide(createPolicy(spec), opAt(spec).state, { status: 413, headers: { 'ratelimit-reset': '3' }, elapsedMs: 10 }, ctx(10))).toMatchObject({
+      decision: 'retry',
+      retryAfterMs: 3000,
+    });
+    expect(decide(createPolicy(spec), opAt(spec).state, { status: 413, headers: { 'retry-after': '3600' }, elapsedMs: 10 }, ctx(10))).toMatchObject({
+      decision: 'not_retryable',
+      why: 'retry_after_over_cap',
+    });
+    expect(
+      decide(createPolicy(spec), opAt(spec, { method: 'POST' }).state, { status: 413, headers: { 'retry-after': '2' }, elapsedMs: 10 }, ctx(10)),
+    ).toMatchObject({ decision: 'not_retryable', why: 'not_idempotent' });
     // retryOn.statusWithWait: [] turns it off (the presets that copy a documented list do).
     const off: PolicySpec = { ...spec, retryOn: { statusWithWait: [] } };
-    expect(decide(createPolicy(off), opAt(off).state, { status: 413, headers: { 'retry-after': '2' }, elapsedMs: 10 }, ctx(10))).toMatchObject({ decision: 'not_retryable', why: 'status_not_retryable' });
+    expect(decide(createPolicy(off), opAt(off).state, { status: 413, headers: { 'retry-after': '2' }, elapsedMs: 10 }, ctx(10))).toMatchObject({
+      decision: 'not_retryable',
+      why: 'status_not_retryable',
+    });
   });
   it('retryAfter.lengthenOnly: the later of the own backoff and the server wait', () => {
     const s: PolicySpec = { deadlineMs: 600_000, backoff: { kind: 'constant', delayMs: 30_000 }, retryAfter: { maxMs: 120_000, lengthenOnly: true } };
@@ -288,7 +336,10 @@ describe('R8 Retry-After', () => {
     expect(run429({ 'retry-after': '5' }, { ...s, retryAfter: { maxMs: 120_000 } }).delayMs!).toBeLessThan(6000);
   });
   it('not read for statuses the policy does not list, nor when honor is false', () => {
-    expect(decide(createPolicy(spec), opAt(spec).state, { status: 500, headers: { 'retry-after': '3' }, elapsedMs: 1 }, ctx(1))).toMatchObject({ delayMs: 50, retryAfterValid: null });
+    expect(decide(createPolicy(spec), opAt(spec).state, { status: 500, headers: { 'retry-after': '3' }, elapsedMs: 1 }, ctx(1))).toMatchObject({
+      delayMs: 50,
+      retryAfterValid: null,
+    });
     const s: PolicySpec = { ...spec, retryAfter: { honor: false } };
     expect(run429({ 'retry-after': '3' }, s)).toMatchObject({ delayMs: 50, retryAfterValid: null });
   });
@@ -317,9 +368,17 @@ describe('R9 budgets', () => {
     const budget = createRetryBudget({ kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 1 });
     budget.tryAcquire({ throttled: false, timeout: false }, 0);
     answered(budget, 0); // another call of this client was answered: the dependency is serving
-    expect(decide(policy, state, { status: 503, elapsedMs: 1 }, { now: 1, random: rnd, budget })).toMatchObject({ decision: 'retry', why: 'budget_wait', budgetPending: true, budgetCost: 0 });
+    expect(decide(policy, state, { status: 503, elapsedMs: 1 }, { now: 1, random: rnd, budget })).toMatchObject({
+      decision: 'retry',
+      why: 'budget_wait',
+      budgetPending: true,
+      budgetCost: 0,
+    });
     // a dependency that has answered nothing for over a second is not waited for
-    expect(decide(policy, state, { status: 503, elapsedMs: 1 }, { now: 1001, random: rnd, budget })).toMatchObject({ decision: 'budget_exhausted', why: 'budget_empty' });
+    expect(decide(policy, state, { status: 503, elapsedMs: 1 }, { now: 1001, random: rnd, budget })).toMatchObject({
+      decision: 'budget_exhausted',
+      why: 'budget_empty',
+    });
   });
 
   /** A fleet of 10 000 operations, 1 per ms; each attempt succeeds with probability `ok`. Counts retries sent and failed. */
@@ -396,7 +455,7 @@ describe('R9 budgets', () => {
   });
 });
 
-describe('R12/R19 a throttled attempt may not count against maxAttempts (the policy\'s choice)', () => {
+describe("R12/R19 a throttled attempt may not count against maxAttempts (the policy's choice)", () => {
   const run = (spec: PolicySpec, statuses: number[]) => {
     const op = createOperation(createPolicy(spec), { method: 'GET', random: rnd });
     let cmd = op.start(0);
@@ -459,7 +518,12 @@ describe('R9 budgetExhausted: "wait" — an unpaid retry waits for the budget at
     op.start(0);
     expect(op.answered({ status: 503, elapsedMs: 10 }, 10)).toMatchObject({ kind: 'wait', why: 'budget_wait' });
     expect(op.timerFired(900)).toMatchObject({ kind: 'wait', why: 'budget_wait' });
-    expect(op.timerFired(1100)).toMatchObject({ kind: 'end', reason: 'budget_exhausted', why: 'budget_empty', decision: { decision: 'budget_exhausted', why: 'budget_empty' } });
+    expect(op.timerFired(1100)).toMatchObject({
+      kind: 'end',
+      reason: 'budget_exhausted',
+      why: 'budget_empty',
+      decision: { decision: 'budget_exhausted', why: 'budget_empty' },
+    });
   });
   it('"stop" ends with budget_exhausted at once', () => {
     const policy = createPolicy({ ...spec, budgetExhausted: 'stop' });
@@ -485,21 +549,49 @@ describe('R10 cancellation', () => {
 
 describe('properties', () => {
   const obsArb: fc.Arbitrary<Observation> = fc.oneof(
-    fc.record({ status: fc.integer({ min: 100, max: 999 }), elapsedMs: fc.nat(100_000), headers: fc.option(fc.record({ 'retry-after': fc.oneof(fc.string(), fc.nat(100_000).map(String)) }), { nil: undefined }) }),
-    fc.record({ errorClass: fc.constantFrom('connect_refused', 'dns', 'connect_timeout', 'tls', 'timeout', 'reset', 'socket_closed', 'protocol', 'aborted', 'error' as const), elapsedMs: fc.nat(100_000) }),
+    fc.record({
+      status: fc.integer({ min: 100, max: 999 }),
+      elapsedMs: fc.nat(100_000),
+      headers: fc.option(fc.record({ 'retry-after': fc.oneof(fc.string(), fc.nat(100_000).map(String)) }), { nil: undefined }),
+    }),
+    fc.record({
+      errorClass: fc.constantFrom(
+        'connect_refused',
+        'dns',
+        'connect_timeout',
+        'tls',
+        'timeout',
+        'reset',
+        'socket_closed',
+        'protocol',
+        'aborted',
+        'error' as const,
+      ),
+      elapsedMs: fc.nat(100_000),
+    }),
   );
   it('a retry wait is always within [0, policy.maxDelayMs + jitter] and ends before the deadline', () => {
-    fc.assert(fc.property(obsArb, fc.integer({ min: 1, max: 10_000 }), fc.nat(200_000), fc.integer({ min: 1, max: 300_000 }), fc.integer(), (obs, attempt, now, deadlineMs, seed) => {
-      const { policy, state } = opAt({ deadlineMs, maxAttempts: 10_000 }, { attempt });
-      const d = decide(policy, state, obs, { now, wallNow: WALL, random: createSeededRandom(seed) });
-      if (d.decision === 'retry') {
-        expect(Number.isInteger(d.delayMs)).toBe(true);
-        expect(d.delayMs!).toBeGreaterThanOrEqual(0);
-        expect(d.delayMs!).toBeLessThanOrEqual(policy.maxDelayMs);
-        expect(now + d.delayMs!).toBeLessThan(state.deadlineAt);
-      } else if (d.decision !== 'defer') {
-        expect(d.delayMs).toBeNull();
-      }
-    }), { numRuns: 3000 });
+    fc.assert(
+      fc.property(
+        obsArb,
+        fc.integer({ min: 1, max: 10_000 }),
+        fc.nat(200_000),
+        fc.integer({ min: 1, max: 300_000 }),
+        fc.integer(),
+        (obs, attempt, now, deadlineMs, seed) => {
+          const { policy, state } = opAt({ deadlineMs, maxAttempts: 10_000 }, { attempt });
+          const d = decide(policy, state, obs, { now, wallNow: WALL, random: createSeededRandom(seed) });
+          if (d.decision === 'retry') {
+            expect(Number.isInteger(d.delayMs)).toBe(true);
+            expect(d.delayMs!).toBeGreaterThanOrEqual(0);
+            expect(d.delayMs!).toBeLessThanOrEqual(policy.maxDelayMs);
+            expect(now + d.delayMs!).toBeLessThan(state.deadlineAt);
+          } else if (d.decision !== 'defer') {
+            expect(d.delayMs).toBeNull();
+          }
+        },
+      ),
+      { numRuns: 3000 },
+    );
   });
 });

@@ -9,7 +9,12 @@ import { createTestClock } from '../../src/testing/index.js';
 
 const ratio = (over: Partial<RatioBudgetSpec> = {}): RatioBudgetSpec => normalizeBudget({ kind: 'ratio', ...over }) as RatioBudgetSpec;
 const obs = (attempt: number, success: boolean, retryableFailure = !success): BudgetObservation => ({
-  attempt, success, retryableFailure, throttled: false, timeout: false, lastCost: 0,
+  attempt,
+  success,
+  retryableFailure,
+  throttled: false,
+  timeout: false,
+  lastCost: 0,
 });
 const RETRY = { throttled: false, timeout: false };
 
@@ -126,49 +131,52 @@ describe('takeFromSharedBucket', () => {
  */
 describe('the bound across P processes', () => {
   it('retries paid <= maxTokens + minPerSecond x seconds + deposits + P x leaseTokens', () => {
-    fc.assert(fc.property(
-      fc.integer({ min: 1, max: 12 }),
-      fc.integer({ min: 1, max: 4 }),
-      fc.record({ ratio: fc.constantFrom(0, 0.1, 0.5), minPerSecond: fc.constantFrom(0, 1, 5), maxTokens: fc.constantFrom(1, 10, 50) }),
-      fc.array(fc.tuple(fc.nat(11), fc.constantFrom('retry', 'answer', 'retry-answered', 'fail', 'sync', 'time')), { minLength: 1, maxLength: 600 }),
-      (P, leaseTokens, over, steps) => {
-        const spec = ratio(over);
-        const clock = createTestClock({ now: 0 });
-        const procs = Array.from({ length: P }, () => createLeasedBudget(spec, Math.min(leaseTokens, spec.maxTokens)));
-        let bucket: SharedBucket | null = null;
-        let paid = 0;
-        let deposits = 0;
-        for (const [who, what] of steps) {
-          const p = procs[who % P]!;
-          const now = clock.now();
-          switch (what) {
-            case 'retry':
-              if (p.tryAcquire(RETRY, now) !== false) paid++;
-              break;
-            case 'answer':
-            case 'retry-answered':
-            case 'fail': {
-              const o = what === 'answer' ? obs(1, true) : what === 'retry-answered' ? obs(2, true) : obs(1, false);
-              deposits += ratioDeposit(spec, o);
-              p.observe(o, now);
-              break;
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 12 }),
+        fc.integer({ min: 1, max: 4 }),
+        fc.record({ ratio: fc.constantFrom(0, 0.1, 0.5), minPerSecond: fc.constantFrom(0, 1, 5), maxTokens: fc.constantFrom(1, 10, 50) }),
+        fc.array(fc.tuple(fc.nat(11), fc.constantFrom('retry', 'answer', 'retry-answered', 'fail', 'sync', 'time')), { minLength: 1, maxLength: 600 }),
+        (P, leaseTokens, over, steps) => {
+          const spec = ratio(over);
+          const clock = createTestClock({ now: 0 });
+          const procs = Array.from({ length: P }, () => createLeasedBudget(spec, Math.min(leaseTokens, spec.maxTokens)));
+          let bucket: SharedBucket | null = null;
+          let paid = 0;
+          let deposits = 0;
+          for (const [who, what] of steps) {
+            const p = procs[who % P]!;
+            const now = clock.now();
+            switch (what) {
+              case 'retry':
+                if (p.tryAcquire(RETRY, now) !== false) paid++;
+                break;
+              case 'answer':
+              case 'retry-answered':
+              case 'fail': {
+                const o = what === 'answer' ? obs(1, true) : what === 'retry-answered' ? obs(2, true) : obs(1, false);
+                deposits += ratioDeposit(spec, o);
+                p.observe(o, now);
+                break;
+              }
+              case 'sync': {
+                const r = takeFromSharedBucket(bucket, now, spec, p.takePending(), p.wanted());
+                bucket = r.bucket;
+                p.grant(r.granted);
+                break;
+              }
+              case 'time':
+                clock.advance(137);
+                break;
             }
-            case 'sync': {
-              const r = takeFromSharedBucket(bucket, now, spec, p.takePending(), p.wanted());
-              bucket = r.bucket;
-              p.grant(r.granted);
-              break;
-            }
-            case 'time':
-              clock.advance(137);
-              break;
+            for (const q of procs) expect(q.held()).toBeLessThanOrEqual(q.leaseTokens);
           }
-          for (const q of procs) expect(q.held()).toBeLessThanOrEqual(q.leaseTokens);
-        }
-        const floor = spec.maxTokens + (spec.minPerSecond * clock.now()) / 1000;
-        expect(paid).toBeLessThanOrEqual(floor + deposits + P * Math.min(leaseTokens, spec.maxTokens) + 1e-9);
-      },
-    ), { numRuns: 300, seed: 11 });
+          const floor = spec.maxTokens + (spec.minPerSecond * clock.now()) / 1000;
+          expect(paid).toBeLessThanOrEqual(floor + deposits + P * Math.min(leaseTokens, spec.maxTokens) + 1e-9);
+        },
+      ),
+      { numRuns: 300, seed: 11 },
+    );
   });
 
   it('against a dependency that answers nothing, P processes get one floor, not P floors', () => {

@@ -22,7 +22,14 @@ function decideFirst(policy: Policy, obs: Observation, o: { random?: Random; bud
 
 async function drive<T>(clock: TestClock, p: Promise<T>): Promise<T> {
   let done = false;
-  p.then(() => { done = true; }, () => { done = true; });
+  p.then(
+    () => {
+      done = true;
+    },
+    () => {
+      done = true;
+    },
+  );
   for (let idle = 0; !done;) {
     if (await clock.next()) idle = 0;
     else if (++idle > 50) throw new Error('stalled');
@@ -56,9 +63,10 @@ describe('gRPC A6 retryThrottling in milli-tokens (bug 6)', () => {
   });
 });
 
-describe('grpc-retry-pushback-ms (bugs 4 and 5, and A6\'s exact wait and backoff reset)', () => {
+describe("grpc-retry-pushback-ms (bugs 4 and 5, and A6's exact wait and backoff reset)", () => {
   const policy = createPolicy({
-    maxAttempts: 5, retryOn: { status: [500, 503] },
+    maxAttempts: 5,
+    retryOn: { status: [500, 503] },
     backoff: { kind: 'proportional-jitter', baseMs: 100, capMs: 10_000, multiplier: 2, jitter: 0.2 },
   });
   /** The decision on the first attempt of a GET, answered at 1 ms, as the operation state machine takes it. */
@@ -144,7 +152,16 @@ describe('the grpc and aws-standard presets never wait on an empty budget (bug 3
     // Another caller's successes keep the dependency "answering" (what made "wait" wait).
     budget.observe({ attempt: 1, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost: 0 }, 0);
     let calls = 0;
-    const r = await drive(clock, execute(async () => { calls++; return { status: 503 }; }, { clock, policy, budget, method: 'GET' }));
+    const r = await drive(
+      clock,
+      execute(
+        async () => {
+          calls++;
+          return { status: 503 };
+        },
+        { clock, policy, budget, method: 'GET' },
+      ),
+    );
     expect(r.reason).toBe('budget_exhausted');
     expect(calls).toBe(1);
     expect(clock.now()).toBe(0); // no wait at all
@@ -163,7 +180,8 @@ describe('A6: maxAttempts over 5 is taken as 5 for the grpc presets (a gap)', ()
 
 describe('x-amz-retry-after (the AWS SDKs, 2026): max(t_i, min(asked, t_i + 5 s)) (a gap)', () => {
   const aws = presetPolicy('aws-standard');
-  const at = (asked: string, r: number) => decideFirst(aws, { status: 503, headers: { 'x-amz-retry-after': asked }, elapsedMs: 1 }, { random: constantRandom(r) }).delayMs;
+  const at = (asked: string, r: number) =>
+    decideFirst(aws, { status: 503, headers: { 'x-amz-retry-after': asked }, elapsedMs: 1 }, { random: constantRandom(r) }).delayMs;
 
   it('lengthens the own wait up to the asked one, by at most 5 s; never shortens it', () => {
     // t_1 = U(0,1)·50 ms: 25 at 0.5.

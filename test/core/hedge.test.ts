@@ -8,7 +8,12 @@ import { resolvePolicy } from '../../src/presets/index.js';
 describe('the hedge policy field', () => {
   it('takes a number of ms or "p90" … "p99", with defaults for the bounds', () => {
     expect(createPolicy({ hedge: { delayMs: 'p95' } }).hedge).toEqual({ delayMs: 'p95', quantile: 0.95, maxHedges: 1, maxExtraLoad: 0.05 });
-    expect(createPolicy({ hedge: { delayMs: 20, maxHedges: 2, maxExtraLoad: 0.1 } }).hedge).toEqual({ delayMs: 20, quantile: null, maxHedges: 2, maxExtraLoad: 0.1 });
+    expect(createPolicy({ hedge: { delayMs: 20, maxHedges: 2, maxExtraLoad: 0.1 } }).hedge).toEqual({
+      delayMs: 20,
+      quantile: null,
+      maxHedges: 2,
+      maxExtraLoad: 0.1,
+    });
     expect(createPolicy({}).hedge).toBeNull();
     expect(createPolicy({ hedge: null }).spec.hedge).toBeNull();
     expect(createPolicy({ hedge: { delayMs: 'p99' } }).spec.hedge).toEqual({ delayMs: 'p99', maxHedges: 1, maxExtraLoad: 0.05 });
@@ -47,23 +52,25 @@ describe('createHedgeState', () => {
   });
 
   it('starts empty: hedges never exceed maxExtraLoad × operations', () => {
-    fc.assert(fc.property(fc.double({ min: 0.001, max: 1, noNaN: true }), fc.array(fc.boolean(), { maxLength: 2000 }), (load, steps) => {
-      const spec = normalizeHedge({ delayMs: 1, maxExtraLoad: load });
-      const h = createHedgeState();
-      let ops = 0;
-      let hedges = 0;
-      for (const op of steps) {
-        if (op) {
-          h.started(spec);
-          ops++;
-        } else if (h.mayHedge()) {
-          h.hedged();
-          hedges++;
+    fc.assert(
+      fc.property(fc.double({ min: 0.001, max: 1, noNaN: true }), fc.array(fc.boolean(), { maxLength: 2000 }), (load, steps) => {
+        const spec = normalizeHedge({ delayMs: 1, maxExtraLoad: load });
+        const h = createHedgeState();
+        let ops = 0;
+        let hedges = 0;
+        for (const op of steps) {
+          if (op) {
+            h.started(spec);
+            ops++;
+          } else if (h.mayHedge()) {
+            h.hedged();
+            hedges++;
+          }
+          expect(hedges).toBeLessThanOrEqual(load * ops + 1e-9);
         }
-        expect(hedges).toBeLessThanOrEqual(load * ops + 1e-9);
-      }
-      expect(h.stats().hedges).toBe(hedges);
-    }));
+        expect(h.stats().hedges).toBe(hedges);
+      }),
+    );
   });
 
   it('stops hedging while the dependency is failing, and resumes when it answers again', () => {

@@ -7,14 +7,17 @@ describe('pickHintHeaders: what a driver copies from a response into an observat
     expect(pickHintHeaders(h)).toEqual({ 'retry-after': '3', date: 'Mon, 30 Nov 2026 08:00:00 GMT' });
   });
   it('a record (undici, node:http): lower-case keys, repeated values joined; other-cased keys found too', () => {
-    expect(pickHintHeaders({ 'retry-after': '5', ratelimit: ['a', 'b'], 'ratelimit-policy': 'p', cookie: 'c=1' })).toEqual({ 'retry-after': '5', ratelimit: 'a, b' });
+    expect(pickHintHeaders({ 'retry-after': '5', ratelimit: ['a', 'b'], 'ratelimit-policy': 'p', cookie: 'c=1' })).toEqual({
+      'retry-after': '5',
+      ratelimit: 'a, b',
+    });
     expect(pickHintHeaders({ 'Retry-After': '7', 'X-Secret': 'nope' })).toEqual({ 'retry-after': '7' });
   });
   it('nothing to copy → undefined; junk is ignored, never thrown on', () => {
     expect(pickHintHeaders({ 'content-type': 'text/plain' })).toBeUndefined();
     expect(pickHintHeaders(null)).toBeUndefined();
     expect(pickHintHeaders('retry-after: 1')).toBeUndefined();
-    expect(pickHintHeaders({ 'retry-after': 3, date: [1, 2], 'ratelimit': undefined })).toBeUndefined();
+    expect(pickHintHeaders({ 'retry-after': 3, date: [1, 2], ratelimit: undefined })).toBeUndefined();
   });
   it('every name it copies is one the core reads', () => {
     const all = Object.fromEntries(SERVER_HINT_HEADERS.map((n) => [n.toUpperCase(), 'v']));

@@ -20,34 +20,42 @@ describe('createLatencyEstimator', () => {
   });
 
   it('is exact on a fixed input, whatever the quantile asked', () => {
-    fc.assert(fc.property(fc.double({ min: 0, max: 1e7, noNaN: true }), fc.integer({ min: 1, max: 3000 }), fc.double({ min: -1, max: 2, noNaN: true }), (x, n, q) => {
-      const e = createLatencyEstimator({ window: 100 });
-      for (let i = 0; i < n; i++) e.record(x);
-      expect(e.quantile(q)).toBe(x);
-    }));
+    fc.assert(
+      fc.property(fc.double({ min: 0, max: 1e7, noNaN: true }), fc.integer({ min: 1, max: 3000 }), fc.double({ min: -1, max: 2, noNaN: true }), (x, n, q) => {
+        const e = createLatencyEstimator({ window: 100 });
+        for (let i = 0; i < n; i++) e.record(x);
+        expect(e.quantile(q)).toBe(x);
+      }),
+    );
   });
 
   it('never answers NaN or Infinity, stays within the samples, and is monotone in q', () => {
-    fc.assert(fc.property(fc.array(fc.oneof(fc.double({ min: 0, max: 1e12, noNaN: true }), fc.constantFrom(NaN, -5, Infinity, 0, 1e-9)), { minLength: 1, maxLength: 400 }),
-      fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { minLength: 2, maxLength: 10 }), (xs, qs) => {
-        const e = createLatencyEstimator({ window: 50 });
-        for (const x of xs) e.record(x);
-        const valid = xs.filter((x) => x >= 0 && Number.isFinite(x));
-        if (valid.length === 0) {
-          expect(e.quantile(0.5)).toBeNull();
-          return;
-        }
-        const sorted = [...qs].sort((a, b) => a - b);
-        let prev = -Infinity;
-        for (const q of sorted) {
-          const v = e.quantile(q)!;
-          expect(Number.isFinite(v)).toBe(true);
-          expect(v).toBeGreaterThanOrEqual(Math.min(...valid));
-          expect(v).toBeLessThanOrEqual(Math.max(...valid));
-          expect(v).toBeGreaterThanOrEqual(prev);
-          prev = v;
-        }
-      }), { numRuns: 300 });
+    fc.assert(
+      fc.property(
+        fc.array(fc.oneof(fc.double({ min: 0, max: 1e12, noNaN: true }), fc.constantFrom(NaN, -5, Infinity, 0, 1e-9)), { minLength: 1, maxLength: 400 }),
+        fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { minLength: 2, maxLength: 10 }),
+        (xs, qs) => {
+          const e = createLatencyEstimator({ window: 50 });
+          for (const x of xs) e.record(x);
+          const valid = xs.filter((x) => x >= 0 && Number.isFinite(x));
+          if (valid.length === 0) {
+            expect(e.quantile(0.5)).toBeNull();
+            return;
+          }
+          const sorted = [...qs].sort((a, b) => a - b);
+          let prev = -Infinity;
+          for (const q of sorted) {
+            const v = e.quantile(q)!;
+            expect(Number.isFinite(v)).toBe(true);
+            expect(v).toBeGreaterThanOrEqual(Math.min(...valid));
+            expect(v).toBeLessThanOrEqual(Math.max(...valid));
+            expect(v).toBeGreaterThanOrEqual(prev);
+            prev = v;
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 
   it('is within ±2.3 % of the true quantile of what it holds', () => {

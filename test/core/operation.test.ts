@@ -20,7 +20,11 @@ describe('the operation state machine: the loop of one operation in the core', (
     let now = 0;
     let cmd = op.start(now);
     const calls: { attempt: number; remainingMs: number; timeoutMs: number }[] = [];
-    for (const obs of [{ status: 503, elapsedMs: 80 }, { status: 503, elapsedMs: 80 }, { status: 200, elapsedMs: 50 }]) {
+    for (const obs of [
+      { status: 503, elapsedMs: 80 },
+      { status: 503, elapsedMs: 80 },
+      { status: 200, elapsedMs: 50 },
+    ]) {
       const call = expectKind(cmd, 'call');
       calls.push({ attempt: call.attempt, remainingMs: call.remainingMs, timeoutMs: call.timeoutMs });
       now += obs.elapsedMs;
@@ -45,46 +49,58 @@ describe('the operation state machine: the loop of one operation in the core', (
       fc.record({ status: fc.constantFrom(200, 404, 429, 500, 503), elapsedMs: fc.integer({ min: 0, max: 300 }) }),
       fc.record({ errorClass: fc.constantFrom('timeout' as const, 'reset' as const, 'connect_refused' as const), elapsedMs: fc.integer({ min: 0, max: 300 }) }),
     );
-    fc.assert(fc.property(
-      fc.array(obsArb, { minLength: 1, maxLength: 8 }), fc.constantFrom('GET', 'POST'), fc.integer({ min: 1, max: 6 }), fc.integer({ min: 50, max: 2000 }), fc.integer(),
-      (observations, method, maxAttempts, deadlineMs, seed) => {
-        const spec: PolicySpec = { maxAttempts, deadlineMs, backoff: { kind: 'full-jitter', baseMs: 20, capMs: 500 }, budget: null };
-        const policy = createPolicy(spec);
-        // The machine.
-        const op = createOperation(policy, { method, random: createSeededRandom(seed) });
-        const mine: string[] = [];
-        let now = 0;
-        let cmd = op.start(now);
-        for (const obs of observations) {
-          if (cmd.kind !== 'call') break;
-          now += obs.elapsedMs;
-          cmd = op.answered(obs as Observation, now);
-          mine.push(`${op.decision!.decision}:${op.decision!.delayMs}`);
-          if (cmd.kind === 'wait') {
-            now += cmd.delayMs;
-            cmd = op.timerFired(now);
+    fc.assert(
+      fc.property(
+        fc.array(obsArb, { minLength: 1, maxLength: 8 }),
+        fc.constantFrom('GET', 'POST'),
+        fc.integer({ min: 1, max: 6 }),
+        fc.integer({ min: 50, max: 2000 }),
+        fc.integer(),
+        (observations, method, maxAttempts, deadlineMs, seed) => {
+          const spec: PolicySpec = { maxAttempts, deadlineMs, backoff: { kind: 'full-jitter', baseMs: 20, capMs: 500 }, budget: null };
+          const policy = createPolicy(spec);
+          // The machine.
+          const op = createOperation(policy, { method, random: createSeededRandom(seed) });
+          const mine: string[] = [];
+          let now = 0;
+          let cmd = op.start(now);
+          for (const obs of observations) {
+            if (cmd.kind !== 'call') break;
+            now += obs.elapsedMs;
+            cmd = op.answered(obs as Observation, now);
+            mine.push(`${op.decision!.decision}:${op.decision!.delayMs}`);
+            if (cmd.kind === 'wait') {
+              now += cmd.delayMs;
+              cmd = op.timerFired(now);
+            }
           }
-        }
-        // decide() by hand, on a state this test keeps itself.
-        const random = createSeededRandom(seed);
-        let state: OperationState = {
-          attempt: 0, startedAt: 0, deadlineAt: policy.deadlineMs, idempotent: isIdempotent(policy, { method }), prevDelayMs: null, lastBudgetCost: 0, throttled: 0,
-        };
-        const theirs: string[] = [];
-        now = 0;
-        for (const obs of observations) {
-          if (preflight(state, now) !== null) break;
-          state = { ...state, attempt: state.attempt + 1 };
-          now += obs.elapsedMs;
-          const d = decide(policy, state, obs as Observation, { now, random });
-          theirs.push(`${d.decision}:${d.delayMs}`);
-          if (d.decision !== 'retry') break;
-          state = { ...state, prevDelayMs: d.delayMs, lastBudgetCost: d.budgetCost, throttled: (state.throttled ?? 0) + (d.uncounted === true ? 1 : 0) };
-          now += d.delayMs!;
-        }
-        expect(mine).toEqual(theirs);
-      },
-    ));
+          // decide() by hand, on a state this test keeps itself.
+          const random = createSeededRandom(seed);
+          let state: OperationState = {
+            attempt: 0,
+            startedAt: 0,
+            deadlineAt: policy.deadlineMs,
+            idempotent: isIdempotent(policy, { method }),
+            prevDelayMs: null,
+            lastBudgetCost: 0,
+            throttled: 0,
+          };
+          const theirs: string[] = [];
+          now = 0;
+          for (const obs of observations) {
+            if (preflight(state, now) !== null) break;
+            state = { ...state, attempt: state.attempt + 1 };
+            now += obs.elapsedMs;
+            const d = decide(policy, state, obs as Observation, { now, random });
+            theirs.push(`${d.decision}:${d.delayMs}`);
+            if (d.decision !== 'retry') break;
+            state = { ...state, prevDelayMs: d.delayMs, lastBudgetCost: d.budgetCost, throttled: (state.throttled ?? 0) + (d.uncounted === true ? 1 : 0) };
+            now += d.delayMs!;
+          }
+          expect(mine).toEqual(theirs);
+        },
+      ),
+    );
   });
 
   it('a retry without a wait is a wait of 0 ms (a driver may fire it at once)', () => {
@@ -95,16 +111,26 @@ describe('the operation state machine: the loop of one operation in the core', (
     expect(op.timerFired(10)).toEqual({ kind: 'call', attempt: 2, timeoutMs: 9990, remainingMs: 9990, hedgeInMs: null });
   });
 
-  it('a per-operation deadline and attempt timeout replace the policy\'s, longer or shorter; the caller\'s deadline bounds both', () => {
+  it("a per-operation deadline and attempt timeout replace the policy's, longer or shorter; the caller's deadline bounds both", () => {
     const policy = createPolicy({ deadlineMs: 1000, attemptTimeoutMs: 300 });
     expect(createOperation(policy, { random: Math.random }).start(0)).toMatchObject({ timeoutMs: 300, remainingMs: 1000 });
-    expect(createOperation(policy, { random: Math.random, deadlineMs: 5000, attemptTimeoutMs: 2000 }).start(0)).toMatchObject({ timeoutMs: 2000, remainingMs: 5000 });
+    expect(createOperation(policy, { random: Math.random, deadlineMs: 5000, attemptTimeoutMs: 2000 }).start(0)).toMatchObject({
+      timeoutMs: 2000,
+      remainingMs: 5000,
+    });
     expect(createOperation(policy, { random: Math.random, deadlineMs: 200, attemptTimeoutMs: 50 }).start(0)).toMatchObject({ timeoutMs: 50, remainingMs: 200 });
-    expect(createOperation(policy, { random: Math.random, deadlineMs: 5000, callerDeadlineMs: 700 }).start(100)).toMatchObject({ timeoutMs: 300, remainingMs: 700 });
-    expect(createOperation(policy, { random: Math.random, callerDeadlineMs: 0 }).start(0)).toMatchObject({ kind: 'end', reason: 'deadline_exceeded', why: 'deadline_spent' });
+    expect(createOperation(policy, { random: Math.random, deadlineMs: 5000, callerDeadlineMs: 700 }).start(100)).toMatchObject({
+      timeoutMs: 300,
+      remainingMs: 700,
+    });
+    expect(createOperation(policy, { random: Math.random, callerDeadlineMs: 0 }).start(0)).toMatchObject({
+      kind: 'end',
+      reason: 'deadline_exceeded',
+      why: 'deadline_spent',
+    });
   });
 
-  it('an unknown outcome: the state check when the driver has one (its time: the attempt\'s, or at least the attempt timeout once the deadline is spent)', () => {
+  it("an unknown outcome: the state check when the driver has one (its time: the attempt's, or at least the attempt timeout once the deadline is spent)", () => {
     const policy = createPolicy({ deadlineMs: 400, attemptTimeoutMs: 150 });
     const withCheck = createOperation(policy, { method: 'POST', random: Math.random, stateCheck: true });
     withCheck.start(0);
@@ -190,7 +216,7 @@ describe('the operation state machine: the loop of one operation in the core', (
     expect(past.timerFired(61_000)).toMatchObject({ kind: 'end', reason: 'deadline_exceeded', why: 'deadline_spent' });
   });
 
-  it('a long wait is deferred to a durable queue by a driver that is not one; the end carries the wait and the server\'s asked wait', () => {
+  it("a long wait is deferred to a durable queue by a driver that is not one; the end carries the wait and the server's asked wait", () => {
     const policy = createPolicy({ deferOverMs: 1000, deadlineMs: 3_600_000, retryOn: { status: [429] }, retryAfter: { maxMs: 600_000 } });
     const op = createOperation(policy, { method: 'GET', random: () => 0 });
     op.start(0);
@@ -199,7 +225,7 @@ describe('the operation state machine: the loop of one operation in the core', (
     expect(end.decision).toMatchObject({ delayMs: 120_000, retryAfterMs: 120_000 });
   });
 
-  it('a server wait over the cap ends with the decision\'s why and the asked wait (nothing to parse again)', () => {
+  it("a server wait over the cap ends with the decision's why and the asked wait (nothing to parse again)", () => {
     const policy = createPolicy({ retryOn: { status: [503] }, retryAfter: { maxMs: 30_000 } });
     const op = createOperation(policy, { method: 'GET', random: () => 0 });
     op.start(0);

@@ -6,8 +6,18 @@ import { createRetryBudget, type RetryBudget } from '../../src/core/budget.js';
 import { createOperation } from '../../src/core/operation.js';
 import type { Observation } from '../../src/core/types.js';
 import {
-  appendPropagation, formatDeadlineMs, formatGrpcTimeout, parseAttempt, parseDeadlineMs, parseGrpcTimeout, parsePreviousAttempts, parsePushback,
-  readIncomingHints, resolvePropagation, saysNoRetry, MAX_DEADLINE_MS,
+  appendPropagation,
+  formatDeadlineMs,
+  formatGrpcTimeout,
+  parseAttempt,
+  parseDeadlineMs,
+  parseGrpcTimeout,
+  parsePreviousAttempts,
+  parsePushback,
+  readIncomingHints,
+  resolvePropagation,
+  saysNoRetry,
+  MAX_DEADLINE_MS,
 } from '../../src/core/propagation.js';
 
 const READ_ALL = { deadlineHeader: 'x-relent-deadline-ms', attemptHeader: 'x-relent-attempt', grpc: true, envoy: true };
@@ -20,8 +30,16 @@ describe('deadline headers: parsing (never throws)', () => {
     expect(parseDeadlineMs(undefined)).toEqual({ present: false });
   });
   it.each([
-    ['-5', 'negative'], ['abc', 'malformed'], ['1e3', 'malformed'], ['+5', 'malformed'], ['5ms', 'malformed'], ['', 'malformed'],
-    ['1.5', 'fractional'], ['100000000000000000000', 'absurd'], [String(MAX_DEADLINE_MS + 1), 'absurd'], ['9'.repeat(400), 'absurd'],
+    ['-5', 'negative'],
+    ['abc', 'malformed'],
+    ['1e3', 'malformed'],
+    ['+5', 'malformed'],
+    ['5ms', 'malformed'],
+    ['', 'malformed'],
+    ['1.5', 'fractional'],
+    ['100000000000000000000', 'absurd'],
+    [String(MAX_DEADLINE_MS + 1), 'absurd'],
+    ['9'.repeat(400), 'absurd'],
   ])('x-relent-deadline-ms: %j is %s', (v, problem) => {
     expect(parseDeadlineMs(v)).toEqual({ present: true, valid: false, problem });
   });
@@ -38,11 +56,17 @@ describe('deadline headers: parsing (never throws)', () => {
     expect(parseGrpcTimeout('99999999n')).toMatchObject({ valid: true });
     expect(parseGrpcTimeout('0m')).toMatchObject({ valid: true, value: 0 });
   });
-  it.each([['5X', 'malformed'], ['5', 'malformed'], ['S', 'malformed'], ['123456789m', 'malformed'], ['-5m', 'negative'], ['99999999H', 'absurd'], ['1.5S', 'malformed']])(
-    'grpc-timeout: %j is %s', (v, problem) => {
-      expect(parseGrpcTimeout(v)).toEqual({ present: true, valid: false, problem });
-    },
-  );
+  it.each([
+    ['5X', 'malformed'],
+    ['5', 'malformed'],
+    ['S', 'malformed'],
+    ['123456789m', 'malformed'],
+    ['-5m', 'negative'],
+    ['99999999H', 'absurd'],
+    ['1.5S', 'malformed'],
+  ])('grpc-timeout: %j is %s', (v, problem) => {
+    expect(parseGrpcTimeout(v)).toEqual({ present: true, valid: false, problem });
+  });
   it('attempt numbers: 1-based; 0, negative, fractional, huge are refused; gRPC counts previous attempts', () => {
     expect(parseAttempt('3')).toMatchObject({ valid: true, value: 3 });
     expect(parseAttempt('0')).toMatchObject({ valid: false, problem: 'zero' });
@@ -53,13 +77,15 @@ describe('deadline headers: parsing (never throws)', () => {
     expect(parsePreviousAttempts('2')).toMatchObject({ valid: true, value: 3 });
   });
   it('never throws and never gives NaN or Infinity, whatever the string', () => {
-    fc.assert(fc.property(fc.string(), (s) => {
-      for (const r of [parseDeadlineMs(s), parseGrpcTimeout(s), parseAttempt(s), parsePreviousAttempts(s)]) {
-        if (r.present && r.valid) expect(Number.isFinite(r.value) && r.value >= 0 && r.value <= MAX_DEADLINE_MS).toBe(true);
-      }
-      const p = parsePushback(s);
-      if (p !== null && !p.noRetry) expect(Number.isInteger(p.delayMs)).toBe(true);
-    }));
+    fc.assert(
+      fc.property(fc.string(), (s) => {
+        for (const r of [parseDeadlineMs(s), parseGrpcTimeout(s), parseAttempt(s), parsePreviousAttempts(s)]) {
+          if (r.present && r.valid) expect(Number.isFinite(r.value) && r.value >= 0 && r.value <= MAX_DEADLINE_MS).toBe(true);
+        }
+        const p = parsePushback(s);
+        if (p !== null && !p.noRetry) expect(Number.isInteger(p.delayMs)).toBe(true);
+      }),
+    );
   });
 });
 
@@ -75,10 +101,12 @@ describe('deadline headers: formatting', () => {
     expect(formatGrpcTimeout(0.5)).toBe('500u');
     expect(formatGrpcTimeout(0)).toBe('1n');
     expect(formatGrpcTimeout(200_000_000)).toBe('200000S');
-    fc.assert(fc.property(fc.double({ min: 0.001, max: MAX_DEADLINE_MS, noNaN: true }), (ms) => {
-      const back = parseGrpcTimeout(formatGrpcTimeout(ms));
-      expect(back.present && back.valid && back.value <= ms && back.value > 0).toBe(true);
-    }));
+    fc.assert(
+      fc.property(fc.double({ min: 0.001, max: MAX_DEADLINE_MS, noNaN: true }), (ms) => {
+        const back = parseGrpcTimeout(formatGrpcTimeout(ms));
+        expect(back.present && back.valid && back.value <= ms && back.value > 0).toBe(true);
+      }),
+    );
   });
   it('appendPropagation: the attempt, the wait, and the optional gRPC and Envoy forms', () => {
     expect(appendPropagation([], resolvePropagation(undefined), 2, 1234.7)).toEqual(['x-relent-attempt', '2', 'x-relent-deadline-ms', '1234']);
@@ -96,23 +124,37 @@ describe('deadline headers: formatting', () => {
 
 describe('readIncomingHints: what a server reads', () => {
   it('the smallest valid deadline of the three forms wins; the attempt from the first form present', () => {
-    const h = readIncomingHints({ 'x-relent-deadline-ms': '300', 'grpc-timeout': '2S', 'x-envoy-expected-rq-timeout-ms': '150', 'x-relent-attempt': '2' }, READ_ALL);
+    const h = readIncomingHints(
+      { 'x-relent-deadline-ms': '300', 'grpc-timeout': '2S', 'x-envoy-expected-rq-timeout-ms': '150', 'x-relent-attempt': '2' },
+      READ_ALL,
+    );
     expect(h).toEqual({ deadlineMs: 150, deadlineSource: 'x-envoy-expected-rq-timeout-ms', attempt: 2, problems: [] });
     expect(readIncomingHints({ 'grpc-previous-rpc-attempts': '1' }, READ_ALL).attempt).toBe(2);
     expect(readIncomingHints({ 'x-envoy-attempt-count': '3' }, READ_ALL).attempt).toBe(3);
   });
   it('bad values are ignored and reported, the good ones still used', () => {
-    const h = readIncomingHints({ 'x-relent-deadline-ms': '-5', 'grpc-timeout': '5X', 'x-envoy-expected-rq-timeout-ms': '100000000000000000000', 'x-relent-attempt': 'abc' }, READ_ALL);
+    const h = readIncomingHints(
+      { 'x-relent-deadline-ms': '-5', 'grpc-timeout': '5X', 'x-envoy-expected-rq-timeout-ms': '100000000000000000000', 'x-relent-attempt': 'abc' },
+      READ_ALL,
+    );
     expect(h.deadlineMs).toBeNull();
     expect(h.attempt).toBeNull();
     expect(h.problems).toEqual([
-      { header: 'x-relent-deadline-ms', problem: 'negative' }, { header: 'grpc-timeout', problem: 'malformed' },
-      { header: 'x-envoy-expected-rq-timeout-ms', problem: 'absurd' }, { header: 'x-relent-attempt', problem: 'malformed' },
+      { header: 'x-relent-deadline-ms', problem: 'negative' },
+      { header: 'grpc-timeout', problem: 'malformed' },
+      { header: 'x-envoy-expected-rq-timeout-ms', problem: 'absurd' },
+      { header: 'x-relent-attempt', problem: 'malformed' },
     ]);
-    expect(readIncomingHints({ 'x-relent-deadline-ms': 'abc', 'grpc-timeout': '40m' }, READ_ALL)).toMatchObject({ deadlineMs: 40, deadlineSource: 'grpc-timeout' });
+    expect(readIncomingHints({ 'x-relent-deadline-ms': 'abc', 'grpc-timeout': '40m' }, READ_ALL)).toMatchObject({
+      deadlineMs: 40,
+      deadlineSource: 'grpc-timeout',
+    });
   });
   it('forms switched off are not read', () => {
-    const h = readIncomingHints({ 'x-relent-deadline-ms': '300', 'grpc-timeout': '2m', 'x-my-deadline': '7' }, { deadlineHeader: 'x-my-deadline', attemptHeader: null, grpc: false, envoy: false });
+    const h = readIncomingHints(
+      { 'x-relent-deadline-ms': '300', 'grpc-timeout': '2m', 'x-my-deadline': '7' },
+      { deadlineHeader: 'x-my-deadline', attemptHeader: null, grpc: false, envoy: false },
+    );
     expect(h.deadlineMs).toBe(7);
   });
 });
@@ -143,9 +185,12 @@ describe('"don\'t retry" from the server (SRE book ch. 22; gRPC A6 pushback)', (
     const d = first({ status: 503, headers: { 'grpc-retry-pushback-ms': '40' }, elapsedMs: 5 });
     expect(d).toMatchObject({ decision: 'retry', retryAfterMs: 40 });
     expect(d.delayMs!).toBeGreaterThanOrEqual(40);
-    expect(readServerHint(policy, { status: 503, headers: { 'grpc-retry-pushback-ms': '40', 'retry-after': '2' }, elapsedMs: 1 }, 0)).toMatchObject({ source: 'retry-after', delayMs: 2000 });
+    expect(readServerHint(policy, { status: 503, headers: { 'grpc-retry-pushback-ms': '40', 'retry-after': '2' }, elapsedMs: 1 }, 0)).toMatchObject({
+      source: 'retry-after',
+      delayMs: 2000,
+    });
   });
-  it('a don\'t-retry answer counts as a failure for the budget (as gRPC throttling does) and costs no token', () => {
+  it("a don't-retry answer counts as a failure for the budget (as gRPC throttling does) and costs no token", () => {
     const budget = createRetryBudget({ kind: 'ratio', ratio: 0.1, minPerSecond: 0, maxTokens: 10 });
     const before = budget.available(5);
     const d = first({ status: 503, headers: { 'x-relent-no-retry': '1' }, elapsedMs: 5 }, { budget });

@@ -2,9 +2,7 @@
 // into readServerHint / decide. No sockets, no clocks: the wall clock is an argument.
 import { describe, it, expect } from 'vitest';
 import fc from 'fast-check';
-import {
-  parseRateLimit, parseResetValue, parseSfDictionary, parseSfList, rateLimitWait, readRateLimitWait,
-} from '../../src/core/ratelimit.js';
+import { parseRateLimit, parseResetValue, parseSfDictionary, parseSfList, rateLimitWait, readRateLimitWait } from '../../src/core/ratelimit.js';
 import { readServerHint, SERVER_HINT_HEADERS } from '../../src/core/hints.js';
 import { createPolicy } from '../../src/core/policy.js';
 import { createOperation } from '../../src/core/operation.js';
@@ -30,7 +28,16 @@ describe('Structured Field parsing (RFC 9651)', () => {
   it('parses every bare item type, inner lists and boolean parameters', () => {
     const l = parseSfList('1, -2.5, "s\\"q", tok/en:x, :YQ==:, ?0, @1700000000, %"caf%c3%a9", (1 2);a, x;flag');
     expect(l!.map((i) => (Array.isArray(i.value) ? 'inner' : (i.value as { type: string }).type))).toEqual([
-      'integer', 'decimal', 'string', 'token', 'bytes', 'boolean', 'date', 'display', 'inner', 'token',
+      'integer',
+      'decimal',
+      'string',
+      'token',
+      'bytes',
+      'boolean',
+      'date',
+      'display',
+      'inner',
+      'token',
     ]);
     expect((l![2]!.value as { value: string }).value).toBe('s"q');
     expect((l![7]!.value as { value: string }).value).toBe('café');
@@ -50,11 +57,14 @@ describe('Structured Field parsing (RFC 9651)', () => {
   });
 
   it('never throws and stays linear on any input', () => {
-    fc.assert(fc.property(fc.string({ maxLength: 200 }), (s) => {
-      parseSfList(s);
-      parseSfDictionary(s);
-      parseRateLimit(s);
-    }), { numRuns: 2000 });
+    fc.assert(
+      fc.property(fc.string({ maxLength: 200 }), (s) => {
+        parseSfList(s);
+        parseSfDictionary(s);
+        parseRateLimit(s);
+      }),
+      { numRuns: 2000 },
+    );
     const t0 = performance.now();
     parseSfList('('.repeat(50_000));
     parseSfList('"'.padEnd(100_000, 'a'));
@@ -81,7 +91,16 @@ describe('RateLimit (draft -11)', () => {
   });
 
   it('malformed fields are ignored (§7 "MUST be ignored")', () => {
-    for (const bad of ['"default";t=30', '"default";r=-1;t=30', '"default";r=0;t=1.5', '"default";r=0;t="30"', 'garbage ;;', '', '"a";r=0;t=30,', '("a");r=0;t=5']) {
+    for (const bad of [
+      '"default";t=30',
+      '"default";r=-1;t=30',
+      '"default";r=0;t=1.5',
+      '"default";r=0;t="30"',
+      'garbage ;;',
+      '',
+      '"a";r=0;t=30,',
+      '("a");r=0;t=5',
+    ]) {
       expect(parseRateLimit(bad), bad).toMatchObject({ present: true, valid: false });
       expect(rateLimitWait(parseRateLimit(bad)), bad).toEqual({ kind: 'none' });
     }
@@ -131,7 +150,11 @@ describe('*-Reset fallbacks (ky heuristic, Date-corrected)', () => {
     expect(readRateLimitWait({ ratelimit: '"a";r=5;t=2', 'x-ratelimit-reset': '9' }, ctx)).toMatchObject({ kind: 'available', source: 'ratelimit' });
     expect(readRateLimitWait({ ratelimit: 'broken;;', 'ratelimit-reset': '3' }, ctx)).toMatchObject({ kind: 'wait', delayMs: 3000, source: 'ratelimit-reset' });
     expect(readRateLimitWait({ 'ratelimit-reset': '3', 'ratelimit-remaining': '4' }, ctx)).toMatchObject({ kind: 'available' });
-    expect(readRateLimitWait({ 'x-ratelimit-reset': '7', 'x-ratelimit-remaining': '0' }, ctx)).toMatchObject({ kind: 'wait', delayMs: 7000, source: 'x-ratelimit-reset' });
+    expect(readRateLimitWait({ 'x-ratelimit-reset': '7', 'x-ratelimit-remaining': '0' }, ctx)).toMatchObject({
+      kind: 'wait',
+      delayMs: 7000,
+      source: 'x-ratelimit-reset',
+    });
     expect(readRateLimitWait({ 'x-rate-limit-reset': '7' }, ctx)).toMatchObject({ kind: 'wait', delayMs: 7000 });
     expect(readRateLimitWait({ 'x-ratelimit-retry-after': '7' }, ctx)).toMatchObject({ kind: 'wait', delayMs: 7000 });
     expect(readRateLimitWait({ 'x-ratelimit-reset': '7', 'x-ratelimit-remaining': '12' }, ctx)).toMatchObject({ kind: 'available' });
@@ -188,7 +211,18 @@ describe('readServerHint and decide()', () => {
   });
 
   it('SERVER_HINT_HEADERS lists every header the hints read', () => {
-    for (const h of ['retry-after', 'date', 'ratelimit', 'ratelimit-reset', 'ratelimit-remaining', 'x-ratelimit-reset', 'x-ratelimit-remaining', 'x-rate-limit-reset', 'x-ratelimit-retry-after', 'age']) {
+    for (const h of [
+      'retry-after',
+      'date',
+      'ratelimit',
+      'ratelimit-reset',
+      'ratelimit-remaining',
+      'x-ratelimit-reset',
+      'x-ratelimit-remaining',
+      'x-rate-limit-reset',
+      'x-ratelimit-retry-after',
+      'age',
+    ]) {
       expect(SERVER_HINT_HEADERS).toContain(h);
     }
   });

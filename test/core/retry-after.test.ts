@@ -209,9 +209,7 @@ describe('parseRetryAfter: HTTP-date', () => {
     }
     expect(() => parseRetryAfter('Sat, 01 Jun 2024 12:00:00 GMT', undefined as unknown as { wallNowMs: number })).not.toThrow();
     expect(() => parseRetryAfter('5', null as unknown as { wallNowMs: number })).not.toThrow();
-    expect(() =>
-      parseRetryAfter('Sat, 01 Jun 2024 12:00:00 GMT', { wallNowMs: NOW, dateHeader: 7 as unknown as string }),
-    ).not.toThrow();
+    expect(() => parseRetryAfter('Sat, 01 Jun 2024 12:00:00 GMT', { wallNowMs: NOW, dateHeader: 7 as unknown as string })).not.toThrow();
   });
 
   it('stays fast on long adversarial input', () => {

@@ -30,7 +30,7 @@ describe('createTokenBucket', () => {
     expect(b.tryTake(100)).toBe(true);
   });
 
-  it('a throttling answer pauses it for the server\'s wait and halves the rate, once per burst of 429s', () => {
+  it("a throttling answer pauses it for the server's wait and halves the rate, once per burst of 429s", () => {
     const b = createTokenBucket({ ratePerSecond: 100, burst: 10, recoverMs: 10_000 });
     drain(b, 0, 1);
     expect(b.throttled(1000, 2000)).toBe(true);
@@ -73,26 +73,38 @@ describe('createTokenBucket', () => {
     expect(drain(b, 0, 1000)).toBeLessThanOrEqual(111);
   });
 
-  it('whatever happens, never lets through more than burst + the rate\'s integral, and never NaN', () => {
-    fc.assert(fc.property(
-      fc.double({ min: 0.5, max: 5000, noNaN: true }), fc.integer({ min: 1, max: 50 }),
-      fc.array(fc.record({ dt: fc.integer({ min: 0, max: 500 }), kind: fc.constantFrom('take', 'take', 'take', 'throttle', 'quota', 'ready'), x: fc.double({ min: -1, max: 5000, noNaN: true }) }), { maxLength: 300 }),
-      (rate, burst, steps) => {
-        const b = createTokenBucket({ ratePerSecond: rate, burst });
-        let now = 0;
-        let taken = 0;
-        for (const s of steps) {
-          now += s.dt;
-          if (s.kind === 'take') taken += b.tryTake(now) ? 1 : 0;
-          else if (s.kind === 'throttle') b.throttled(now, s.x);
-          else if (s.kind === 'quota') b.quota(now, Math.round(s.x), 1 + Math.abs(s.x));
-          else expect(Number.isNaN(b.readyAt(now, Math.abs(Math.round(s.x))))).toBe(false);
-          const st = b.state(now);
-          expect(Number.isFinite(st.tokens)).toBe(true);
-          expect(st.ratePerSecond).toBeGreaterThan(0);
-        }
-        expect(taken).toBeLessThanOrEqual(burst + (rate * now) / 1000 + 1e-6);
-      }), { numRuns: 300 });
+  it("whatever happens, never lets through more than burst + the rate's integral, and never NaN", () => {
+    fc.assert(
+      fc.property(
+        fc.double({ min: 0.5, max: 5000, noNaN: true }),
+        fc.integer({ min: 1, max: 50 }),
+        fc.array(
+          fc.record({
+            dt: fc.integer({ min: 0, max: 500 }),
+            kind: fc.constantFrom('take', 'take', 'take', 'throttle', 'quota', 'ready'),
+            x: fc.double({ min: -1, max: 5000, noNaN: true }),
+          }),
+          { maxLength: 300 },
+        ),
+        (rate, burst, steps) => {
+          const b = createTokenBucket({ ratePerSecond: rate, burst });
+          let now = 0;
+          let taken = 0;
+          for (const s of steps) {
+            now += s.dt;
+            if (s.kind === 'take') taken += b.tryTake(now) ? 1 : 0;
+            else if (s.kind === 'throttle') b.throttled(now, s.x);
+            else if (s.kind === 'quota') b.quota(now, Math.round(s.x), 1 + Math.abs(s.x));
+            else expect(Number.isNaN(b.readyAt(now, Math.abs(Math.round(s.x))))).toBe(false);
+            const st = b.state(now);
+            expect(Number.isFinite(st.tokens)).toBe(true);
+            expect(st.ratePerSecond).toBeGreaterThan(0);
+          }
+          expect(taken).toBeLessThanOrEqual(burst + (rate * now) / 1000 + 1e-6);
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 
   it('rejects bad specs, naming the field', () => {

@@ -23,7 +23,10 @@ async function failOnce(url: string, init: Parameters<ReturnType<typeof createCl
   const log = eventLog();
   const client = createClient({ policy: once, onEvent: log.onEvent, ...(agent ? { dispatcher: agent } : {}) });
   cleanups.push(() => client.close());
-  const error = await client.fetch(url, init).then(() => null, (e: unknown) => e);
+  const error = await client.fetch(url, init).then(
+    () => null,
+    (e: unknown) => e,
+  );
   expect(error).toBeInstanceOf(RelentFetchError);
   return { error: error as RelentFetchError, attempt: log.attempts()[0]!, result: log.result()! };
 }
@@ -68,7 +71,9 @@ describe('each row against a real socket', () => {
   });
 
   it('TLS handshake that never completes → connect_timeout, not_sent (UND_ERR_CONNECT_TIMEOUT)', async () => {
-    const raw = await startRawServer(() => { /* accept the TCP connection, never answer the ClientHello */ });
+    const raw = await startRawServer(() => {
+      /* accept the TCP connection, never answer the ClientHello */
+    });
     cleanups.push(() => raw.close());
     const agent = new Agent({ connect: { timeout: 150 } });
     const { error } = await failOnce(`https://127.0.0.1:${raw.port}/`, { method: 'POST', body: 'x' }, agent);
@@ -116,7 +121,9 @@ describe('each row against a real socket', () => {
   });
 
   it('a server that hangs, undici headersTimeout → timeout, unknown (UND_ERR_HEADERS_TIMEOUT)', async () => {
-    const s = await startServer(() => { /* never answers */ });
+    const s = await startServer(() => {
+      /* never answers */
+    });
     cleanups.push(() => s.close());
     const agent = new Agent({ headersTimeout: 100 });
     const { error } = await failOnce(s.url, {}, agent);
@@ -126,7 +133,9 @@ describe('each row against a real socket', () => {
   });
 
   it('a server that hangs, relent attempt timeout → timeout, unknown', async () => {
-    const s = await startServer(() => { /* never answers */ });
+    const s = await startServer(() => {
+      /* never answers */
+    });
     cleanups.push(() => s.close());
     const t0 = performance.now();
     const { error, attempt } = await failOnce(s.url, { attemptTimeoutMs: 100 });
@@ -157,14 +166,16 @@ describe('each row against a real socket', () => {
   });
 
   it("the caller's abort → aborted, never retried (terminal cancelled)", async () => {
-    const s = await startServer(() => { /* never answers */ });
+    const s = await startServer(() => {
+      /* never answers */
+    });
     cleanups.push(() => s.close());
     const log = eventLog();
     const client = createClient({ policy: { maxAttempts: 5, deadlineMs: 3000 }, onEvent: log.onEvent });
     cleanups.push(() => client.close());
     const ac = new AbortController();
     setTimeout(() => ac.abort(new Error('user gave up')), 50);
-    const error = await client.fetch(s.url, { signal: ac.signal }).catch((e: unknown) => e) as RelentFetchError;
+    const error = (await client.fetch(s.url, { signal: ac.signal }).catch((e: unknown) => e)) as RelentFetchError;
     expect(error.code).toBe('ERR_CANCELLED');
     expect(error.errorClass).toBe('aborted');
     expect(log.attempts()).toHaveLength(1);
@@ -182,15 +193,25 @@ describe('each row against a real socket', () => {
 // Deno's own fetch rejects with TypeError "fetch failed" and a cause that has no code, only
 // a message. The messages below are Deno 2.9.6's, as its fetch printed them on loopback.
 describe("errors without a code: Deno's fetch", () => {
-  const refused = new TypeError('fetch failed', { cause: new Error('error sending request for url (http://127.0.0.1:45741/): client error (Connect): tcp connect error: Connection refused (os error 111)') });
-  const dns = new TypeError('fetch failed', { cause: new Error('error sending request for url (http://relent-test.invalid/): client error (Connect): dns error: failed to lookup address information: Name or service not known') });
+  const refused = new TypeError('fetch failed', {
+    cause: new Error('error sending request for url (http://127.0.0.1:45741/): client error (Connect): tcp connect error: Connection refused (os error 111)'),
+  });
+  const dns = new TypeError('fetch failed', {
+    cause: new Error(
+      'error sending request for url (http://relent-test.invalid/): client error (Connect): dns error: failed to lookup address information: Name or service not known',
+    ),
+  });
 
   it('a refused connection is connect_refused, a failed lookup dns; nothing else matches', () => {
     expect(errorClassOfCode(refused)).toBe('connect_refused');
     expect(errorClassOfCode(dns)).toBe('dns');
     expect(classifyWireError(refused, 'before_request')).toEqual({ errorClass: 'connect_refused', sent: 'not_sent' });
     expect(classifyWireError(dns, 'before_request')).toEqual({ errorClass: 'dns', sent: 'not_sent' });
-    expect(errorClassOfCode(new TypeError('fetch failed', { cause: new Error('error sending request for url (http://x/): connection closed before message completed') }))).toBeNull();
+    expect(
+      errorClassOfCode(
+        new TypeError('fetch failed', { cause: new Error('error sending request for url (http://x/): connection closed before message completed') }),
+      ),
+    ).toBeNull();
     expect(errorClassOfCode(new Error('Connection refused by the remote user'))).toBeNull();
     // A code, when there is one, wins over the message.
     expect(errorClassOfCode(Object.assign(new Error('tcp connect error: Connection refused'), { code: 'ECONNRESET' }))).toBe('reset');
@@ -213,7 +234,9 @@ describe("errors without a code: Deno's fetch", () => {
       console.log(JSON.stringify(out));`;
     const url = `http://127.0.0.1:${await closedPort()}/`;
     const stdout = await new Promise<string>((resolve, reject) => {
-      execFile(deno!, ['eval', '--ext=js', script, url], { cwd: root, timeout: 60_000 }, (err, out, stderr) => (err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(out)));
+      execFile(deno!, ['eval', '--ext=js', script, url], { cwd: root, timeout: 60_000 }, (err, out, stderr) =>
+        err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(out),
+      );
     });
     const out = JSON.parse(stdout) as Record<string, { errorClass: string; reason: string; attempts: number }>;
     expect(out.refused).toMatchObject({ errorClass: 'connect_refused', reason: 'max_attempts', attempts: 3 });

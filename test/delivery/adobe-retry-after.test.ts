@@ -13,10 +13,16 @@ import { createSeededRandom, createTestClock } from '../../src/testing/index.js'
 const MINUTE = 60_000;
 const HALF_HOUR = 30 * MINUTE;
 
-describe('adobe-configurable: 30 minutes or the server\'s longer Retry-After, whichever is later (replay)', () => {
+describe("adobe-configurable: 30 minutes or the server's longer Retry-After, whichever is later (replay)", () => {
   const timeline = (retryAfter: string | null) => ({
-    operationId: 'activation-1', method: 'POST', policy: 'adobe-configurable' as const, seed: 1,
-    observations: [{ status: 429, elapsedMs: 100, ...(retryAfter !== null ? { headers: { 'retry-after': retryAfter } } : {}) }, { status: 200, elapsedMs: 100 }],
+    operationId: 'activation-1',
+    method: 'POST',
+    policy: 'adobe-configurable' as const,
+    seed: 1,
+    observations: [
+      { status: 429, elapsedMs: 100, ...(retryAfter !== null ? { headers: { 'retry-after': retryAfter } } : {}) },
+      { status: 200, elapsedMs: 100 },
+    ],
   });
 
   it.each([
@@ -87,7 +93,11 @@ describe('the seed 001 worked example with a Retry-After on every 429 (virtual t
     });
     const worker = queue.createWorker({ clock, random: createSeededRandom(1), transport: destination, pollMs: 1_000, leaseMs: 120_000 });
     worker.start();
-    const enqueue = (n: number, tag: string) => queue.enqueueMany('adobe', Array.from({ length: n }, (_, i) => ({ key: `${tag}-${i}`, payload: { i } })));
+    const enqueue = (n: number, tag: string) =>
+      queue.enqueueMany(
+        'adobe',
+        Array.from({ length: n }, (_, i) => ({ key: `${tag}-${i}`, payload: { i } })),
+      );
     await enqueue(40, 'm1');
     await clock.advanceAsync(MINUTE);
     await enqueue(70, 'm2');

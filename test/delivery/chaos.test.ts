@@ -18,7 +18,10 @@ async function receiver(): Promise<{ r: Receiver; count: () => number }> {
   const r = await listen((req, res) => {
     n++;
     req.resume();
-    req.on('end', () => { res.writeHead(200); res.end('ok'); });
+    req.on('end', () => {
+      res.writeHead(200);
+      res.end('ok');
+    });
   });
   receivers.push(r);
   return { r, count: () => n };
@@ -32,7 +35,8 @@ describe('delivery destinations with chaos', () => {
       store: 'sqlite::memory:',
       destinations: {
         d: {
-          url: `${r.url}/in`, batch: { maxItems: 1, maxAgeMs: 0 },
+          url: `${r.url}/in`,
+          batch: { maxItems: 1, maxAgeMs: 0 },
           policy: { maxAttempts: 2, deadlineMs: 5_000, backoff: { kind: 'constant', delayMs: 10 }, budget: null, chaos: { outcome: { rate: 1, status: 503 } } },
         },
       },
@@ -45,7 +49,10 @@ describe('delivery destinations with chaos', () => {
     await queue.close();
     expect(count()).toBe(0);
     const attempts = events.filter((e) => e.type === 'attempt');
-    expect(attempts.map((e) => e.type === 'attempt' && [e.status, e.injected, e.decision])).toEqual([[503, 'outcome', 'retry'], [503, 'outcome', 'max_attempts']]);
+    expect(attempts.map((e) => e.type === 'attempt' && [e.status, e.injected, e.decision])).toEqual([
+      [503, 'outcome', 'retry'],
+      [503, 'outcome', 'max_attempts'],
+    ]);
   });
 
   it('a seeded share of injected faults: the receiver gets the rest, and every batch is delivered once', async () => {
@@ -55,8 +62,15 @@ describe('delivery destinations with chaos', () => {
       store: 'sqlite::memory:',
       destinations: {
         d: {
-          url: `${r.url}/in`, batch: { maxItems: 1, maxAgeMs: 0 },
-          policy: { maxAttempts: 10, deadlineMs: 20_000, backoff: { kind: 'constant', delayMs: 5 }, budget: null, chaos: { fault: { rate: 0.4, errorClass: 'connect_refused' } } },
+          url: `${r.url}/in`,
+          batch: { maxItems: 1, maxAgeMs: 0 },
+          policy: {
+            maxAttempts: 10,
+            deadlineMs: 20_000,
+            backoff: { kind: 'constant', delayMs: 5 },
+            budget: null,
+            chaos: { fault: { rate: 0.4, errorClass: 'connect_refused' } },
+          },
         },
       },
     });

@@ -32,7 +32,14 @@ function exited(child: ChildProcess): Promise<number | null> {
   return new Promise((r) => child.once('exit', (code) => r(code)));
 }
 
-interface Figures { kills: number; incarnations: number; replays: number; requests: number; claimedTwice: number; seconds: number }
+interface Figures {
+  kills: number;
+  incarnations: number;
+  replays: number;
+  requests: number;
+  claimedTwice: number;
+  seconds: number;
+}
 
 async function crashRun(store: string, workers: number, killsPerWorker: number, { maxItems = 10, items: ITEMS = 10_000 } = {}): Promise<Figures> {
   if (!existsSync(DIST)) throw new Error('dist/ is missing: run `npm run build` first (CI builds before testing)');
@@ -40,28 +47,50 @@ async function crashRun(store: string, workers: number, killsPerWorker: number, 
   let requests = 0;
   let replays = 0;
   const random = createSeededRandom(workers * 1000 + killsPerWorker);
-  const receiver = await listen(createIdempotentHandler(async (_req, body) => {
-    const batch = JSON.parse(body.toString('utf8')) as { items: { key: string }[] };
-    for (const it of batch.items) counts.set(it.key, (counts.get(it.key) ?? 0) + 1);
-    await sleep(10 + Math.floor(random() * 30)); // a receiver that takes its time: kills land mid-request
-    return { status: 200, body: 'ok' };
-  }, { onRequest: ({ duplicate }) => { requests++; if (duplicate) replays++; } }));
-  const config = join(dir, `config-${workers}-${Date.now()}.json`);
-  writeFileSync(config, JSON.stringify({
-    destinations: {
-      sink: {
-        url: `${receiver.url}/ingest`, policy: 'adobe-best-effort', batch: { maxItems, maxAgeMs: 0 },
-        concurrency: { initial: 8, adaptive: false },
+  const receiver = await listen(
+    createIdempotentHandler(
+      async (_req, body) => {
+        const batch = JSON.parse(body.toString('utf8')) as { items: { key: string }[] };
+        for (const it of batch.items) counts.set(it.key, (counts.get(it.key) ?? 0) + 1);
+        await sleep(10 + Math.floor(random() * 30)); // a receiver that takes its time: kills land mid-request
+        return { status: 200, body: 'ok' };
       },
-    },
-  }));
+      {
+        onRequest: ({ duplicate }) => {
+          requests++;
+          if (duplicate) replays++;
+        },
+      },
+    ),
+  );
+  const config = join(dir, `config-${workers}-${Date.now()}.json`);
+  writeFileSync(
+    config,
+    JSON.stringify({
+      destinations: {
+        sink: {
+          url: `${receiver.url}/ingest`,
+          policy: 'adobe-best-effort',
+          batch: { maxItems, maxAgeMs: 0 },
+          concurrency: { initial: 8, adaptive: false },
+        },
+      },
+    }),
+  );
   const queue = await openDeliveryQueue({ store });
   for (let i = 0; i < ITEMS; i += 2_000) {
-    await queue.enqueueMany('sink', Array.from({ length: Math.min(2_000, ITEMS - i) }, (_, j) => ({ key: `item-${i + j}`, payload: { n: i + j } })));
+    await queue.enqueueMany(
+      'sink',
+      Array.from({ length: Math.min(2_000, ITEMS - i) }, (_, j) => ({ key: `item-${i + j}`, payload: { n: i + j } })),
+    );
   }
   const logs: string[] = [];
   const spawnWorker = (id: string, extra: string[] = []): ChildProcess => {
-    const child = spawn(process.execPath, [BIN, 'deliver', '--store', store, '--config', config, '--lease', '1s', '--poll', '50ms', '--no-progress', '--worker-id', id, ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      [BIN, 'deliver', '--store', store, '--config', config, '--lease', '1s', '--poll', '50ms', '--no-progress', '--worker-id', id, ...extra],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
     child.stderr!.on('data', (d: Buffer) => logs.push(`[${id}] ${d.toString()}`));
     return child;
   };
@@ -70,18 +99,20 @@ async function crashRun(store: string, workers: number, killsPerWorker: number, 
   let incarnations = 0;
   try {
     // Each worker slot: start, let it work for a while, kill -9, start again.
-    await Promise.all(Array.from({ length: workers }, async (_, slot) => {
-      for (let k = 0; k < killsPerWorker && counts.size < ITEMS; k++) {
-        const child = spawnWorker(`w${slot}-${k}`);
-        incarnations++;
-        await sleep(350 + Math.floor(random() * 600));
-        if (child.exitCode === null) {
-          child.kill('SIGKILL');
-          kills++;
+    await Promise.all(
+      Array.from({ length: workers }, async (_, slot) => {
+        for (let k = 0; k < killsPerWorker && counts.size < ITEMS; k++) {
+          const child = spawnWorker(`w${slot}-${k}`);
+          incarnations++;
+          await sleep(350 + Math.floor(random() * 600));
+          if (child.exitCode === null) {
+            child.kill('SIGKILL');
+            kills++;
+          }
+          await exited(child);
         }
-        await exited(child);
-      }
-    }));
+      }),
+    );
     // Then run to completion: each worker exits by itself once nothing is queued or in flight.
     const finals = Array.from({ length: workers }, (_, slot) => spawnWorker(`final-${slot}`, ['--exit-when-idle']));
     incarnations += workers;
@@ -116,18 +147,26 @@ describe('crash test: kill -9 during delivery of 10,000 items', () => {
     console.log(`crash test sqlite: ${JSON.stringify(f)}`);
   }, 90_000);
 
-  it.skipIf(!pgOn)('PostgreSQL, two workers at once, both killed again and again', async () => {
-    const schema = uniqueSchema('crash');
-    schemas.push(schema);
-    const f = await crashRun(`${PG_URL}?schema=${schema}`, 2, 6);
-    console.log(`crash test postgres (2 workers): ${JSON.stringify(f)}`);
-  }, 90_000);
+  it.skipIf(!pgOn)(
+    'PostgreSQL, two workers at once, both killed again and again',
+    async () => {
+      const schema = uniqueSchema('crash');
+      schemas.push(schema);
+      const f = await crashRun(`${PG_URL}?schema=${schema}`, 2, 6);
+      console.log(`crash test postgres (2 workers): ${JSON.stringify(f)}`);
+    },
+    90_000,
+  );
 
   // One item per batch: PostgreSQL seals and leases each batch in one statement.
-  it.skipIf(!pgOn)('PostgreSQL, one item per request (batches sealed and leased in one statement), two workers killed again and again', async () => {
-    const schema = uniqueSchema('crash1');
-    schemas.push(schema);
-    const f = await crashRun(`${PG_URL}?schema=${schema}`, 2, 4, { maxItems: 1, items: 3_000 });
-    console.log(`crash test postgres, one item per request (2 workers): ${JSON.stringify(f)}`);
-  }, 90_000);
+  it.skipIf(!pgOn)(
+    'PostgreSQL, one item per request (batches sealed and leased in one statement), two workers killed again and again',
+    async () => {
+      const schema = uniqueSchema('crash1');
+      schemas.push(schema);
+      const f = await crashRun(`${PG_URL}?schema=${schema}`, 2, 4, { maxItems: 1, items: 3_000 });
+      console.log(`crash test postgres, one item per request (2 workers): ${JSON.stringify(f)}`);
+    },
+    90_000,
+  );
 });

@@ -18,24 +18,30 @@ function thrown(f: () => unknown): DeliveryError {
 }
 
 describe('destination URLs', () => {
-  it.each([
-    [`https://user:${SECRET}@dest.example/in`],
-    [`https://${SECRET}@dest.example/in`],
-    [`https://user:${SECRET}@dest.example/in?x=1`],
-  ])('credentials in %s are refused, as client.fetch refuses them, without echoing them', async (url) => {
-    const e = thrown(() => resolveDestination('adobe', { url }));
-    expect(DeliveryError.is(e)).toBe(true);
-    expect(e.code).toBe('ERR_INVALID_CONFIG');
-    expect(e.field).toBe('destinations.adobe.url');
-    expect(e.message).toMatch(/no user name or password: a URL with credentials is refused \(send them in `destinations\.adobe\.headers`, e\.g\. Authorization\)/);
-    expect(JSON.stringify({ ...e, message: e.message, stack: e.stack })).not.toContain(SECRET);
-    // The same rule as the HTTP client.
-    const fetchError = await createClient().fetch(url).then(() => null, (x: unknown) => x as Error);
-    expect(fetchError?.message).toMatch(/credentials is refused/);
-    // Through a config file and through openDeliveryQueue.
-    expect(() => parseDeliveryConfig({ destinations: { adobe: { url } } })).toThrow(/credentials is refused/);
-    await expect(openDeliveryQueue({ store: 'sqlite::memory:', destinations: { adobe: { url } } })).rejects.toThrow(/credentials is refused/);
-  });
+  it.each([[`https://user:${SECRET}@dest.example/in`], [`https://${SECRET}@dest.example/in`], [`https://user:${SECRET}@dest.example/in?x=1`]])(
+    'credentials in %s are refused, as client.fetch refuses them, without echoing them',
+    async (url) => {
+      const e = thrown(() => resolveDestination('adobe', { url }));
+      expect(DeliveryError.is(e)).toBe(true);
+      expect(e.code).toBe('ERR_INVALID_CONFIG');
+      expect(e.field).toBe('destinations.adobe.url');
+      expect(e.message).toMatch(
+        /no user name or password: a URL with credentials is refused \(send them in `destinations\.adobe\.headers`, e\.g\. Authorization\)/,
+      );
+      expect(JSON.stringify({ ...e, message: e.message, stack: e.stack })).not.toContain(SECRET);
+      // The same rule as the HTTP client.
+      const fetchError = await createClient()
+        .fetch(url)
+        .then(
+          () => null,
+          (x: unknown) => x as Error,
+        );
+      expect(fetchError?.message).toMatch(/credentials is refused/);
+      // Through a config file and through openDeliveryQueue.
+      expect(() => parseDeliveryConfig({ destinations: { adobe: { url } } })).toThrow(/credentials is refused/);
+      await expect(openDeliveryQueue({ store: 'sqlite::memory:', destinations: { adobe: { url } } })).rejects.toThrow(/credentials is refused/);
+    },
+  );
 
   it('a malformed URL is named but never echoed (it may hold a token)', () => {
     for (const url of [`not a url ?token=${SECRET}`, `ftp://dest.example/in?token=${SECRET}`]) {

@@ -45,10 +45,12 @@ function served(store: DeliveryStore, clock: TestClock): { store: DeliveryStore;
           return (v as (...a: unknown[]) => Promise<unknown>).apply(target, args).finally(() => running--);
         };
         if (!on) return call();
-        const turn = queue.then(() => new Promise<void>((r) => clock.setTimer(r, STORE_MS))).then(() => {
-          running++;
-          return (v as (...a: unknown[]) => Promise<unknown>).apply(target, args).finally(() => running--);
-        });
+        const turn = queue
+          .then(() => new Promise<void>((r) => clock.setTimer(r, STORE_MS)))
+          .then(() => {
+            running++;
+            return (v as (...a: unknown[]) => Promise<unknown>).apply(target, args).finally(() => running--);
+          });
         queue = turn.catch(() => {});
         return turn;
       };
@@ -58,7 +60,13 @@ function served(store: DeliveryStore, clock: TestClock): { store: DeliveryStore;
     do await new Promise((r) => setImmediate(r));
     while (running > 0);
   };
-  return { store: proxy, idle, timed: (v) => { on = v; } };
+  return {
+    store: proxy,
+    idle,
+    timed: (v) => {
+      on = v;
+    },
+  };
 }
 
 /** Virtual ms until the nine healthy destinations have delivered everything. */
@@ -66,12 +74,24 @@ async function runNine(f: StoreFactory, bad: 'slow' | 'failing' | null): Promise
   const clock = createTestClock();
   const { store, idle, timed } = served(await f.open(), clock);
   const names = Array.from({ length: HEALTHY }, (_, i) => `ok${i}`);
-  const destinations: Record<string, { url: string; policy: string; batch: { maxItems: number; maxAgeMs: number }; concurrency: { initial: number; adaptive: boolean } }> = {};
+  const destinations: Record<
+    string,
+    { url: string; policy: string; batch: { maxItems: number; maxAgeMs: number }; concurrency: { initial: number; adaptive: boolean } }
+  > = {};
   for (const n of [...names, ...(bad ? ['bad'] : [])]) {
-    destinations[n] = { url: `https://${n}.example/in`, policy: 'adobe-best-effort', batch: { maxItems: 1, maxAgeMs: 0 }, concurrency: { initial: 4, adaptive: false } };
+    destinations[n] = {
+      url: `https://${n}.example/in`,
+      policy: 'adobe-best-effort',
+      batch: { maxItems: 1, maxAgeMs: 0 },
+      concurrency: { initial: 4, adaptive: false },
+    };
   }
   const queue = await openDeliveryQueue({ store, clock, destinations });
-  for (const n of Object.keys(destinations)) await queue.enqueueMany(n, Array.from({ length: ITEMS }, (_, i) => ({ key: `k${i}`, payload: { i } })));
+  for (const n of Object.keys(destinations))
+    await queue.enqueueMany(
+      n,
+      Array.from({ length: ITEMS }, (_, i) => ({ key: `k${i}`, payload: { i } })),
+    );
   let delivered = 0;
   let badCalls = 0;
   const transport = (req: DeliveryRequest): Promise<TransportResult> => {
@@ -80,10 +100,12 @@ async function runNine(f: StoreFactory, bad: 'slow' | 'failing' | null): Promise
       if (bad === 'failing') return Promise.resolve({ status: 503 });
       return new Promise((r) => clock.setTimer(() => r({ status: 200 }), 2_000));
     }
-    return new Promise((r) => clock.setTimer(() => {
-      delivered++;
-      r({ status: 200 });
-    }, ANSWER_MS));
+    return new Promise((r) =>
+      clock.setTimer(() => {
+        delivered++;
+        r({ status: 200 });
+      }, ANSWER_MS),
+    );
   };
   const worker = queue.createWorker({ clock, random: createSeededRandom(1), transport, pollMs: 100, leaseMs: 30_000, stopTimeoutMs: 0 });
   const t0 = clock.now();
@@ -103,7 +125,8 @@ async function runNine(f: StoreFactory, bad: 'slow' | 'failing' | null): Promise
   const stopping = worker.stop().then(() => {
     stopped = true;
   });
-  while (!stopped) { // store calls still queued on the clock finish
+  while (!stopped) {
+    // store calls still queued on the clock finish
     await idle();
     await clock.next();
   }
@@ -120,7 +143,9 @@ for (const f of factories) {
       const slow = await runNine(f, 'slow');
       const failing = await runNine(f, 'failing');
       const share = (x: { ms: number }): number => alone.ms / x.ms;
-      console.log(`fairness ${f.name}: nine alone ${alone.ms} ms (virtual) for ${HEALTHY * ITEMS} items; with a slow one ${slow.ms} ms (${(100 * share(slow)).toFixed(0)} %), with a failing one ${failing.ms} ms (${(100 * share(failing)).toFixed(0)} %)`);
+      console.log(
+        `fairness ${f.name}: nine alone ${alone.ms} ms (virtual) for ${HEALTHY * ITEMS} items; with a slow one ${slow.ms} ms (${(100 * share(slow)).toFixed(0)} %), with a failing one ${failing.ms} ms (${(100 * share(failing)).toFixed(0)} %)`,
+      );
       // The bad destination was busy meanwhile (it is not starved either)...
       expect(slow.badCalls).toBeGreaterThan(0);
       expect(failing.badCalls).toBeGreaterThan(0);

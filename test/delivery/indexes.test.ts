@@ -53,12 +53,20 @@ describe.skipIf(!withPg)('PostgreSQL: the hot statements use their indexes on a 
     try {
       await c.query(`SET search_path = "${schema}"`);
       // Ten destinations; a third each ready, deferred, finished (delivered or dropped).
-      await c.query(`INSERT INTO relent_batches (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at, finished_at)
+      await c.query(
+        `INSERT INTO relent_batches (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at, finished_at)
         SELECT 'd' || (g % 10), 'rb-' || g, CASE g % 3 WHEN 2 THEN (CASE WHEN g % 2 = 0 THEN 'delivered' ELSE 'dropped' END) ELSE 'queued' END,
           1, 7, $1::bigint, $1::bigint + (g % 3) * 600000, $1::bigint + (g % 3) * 600000, $1::bigint - g, CASE WHEN g % 3 = 2 THEN $1::bigint - g ELSE NULL END
-        FROM generate_series(1, $2::int) g`, [now, ROWS]);
-      await c.query(`INSERT INTO relent_items (destination, key, payload, bytes, enqueued_at, batch_id) SELECT destination, 'k' || id, '{}', 2, enqueued_at, id FROM relent_batches`);
-      await c.query(`INSERT INTO relent_items (destination, key, payload, bytes, enqueued_at) SELECT 'd' || (g % 10), 'p' || g, '{}', 2, $1::bigint FROM generate_series(1, $2::int) g`, [now, ROWS / 2]);
+        FROM generate_series(1, $2::int) g`,
+        [now, ROWS],
+      );
+      await c.query(
+        `INSERT INTO relent_items (destination, key, payload, bytes, enqueued_at, batch_id) SELECT destination, 'k' || id, '{}', 2, enqueued_at, id FROM relent_batches`,
+      );
+      await c.query(
+        `INSERT INTO relent_items (destination, key, payload, bytes, enqueued_at) SELECT 'd' || (g % 10), 'p' || g, '{}', 2, $1::bigint FROM generate_series(1, $2::int) g`,
+        [now, ROWS / 2],
+      );
       await c.query('ANALYZE');
       // The statements as the store sends them.
       const seen: { text: string; values: unknown[] }[] = [];
@@ -84,7 +92,9 @@ describe.skipIf(!withPg)('PostgreSQL: the hot statements use their indexes on a 
           await c.query(`SET LOCAL plan_cache_mode = ${generic ? 'force_generic_plan' : 'force_custom_plan'}`);
           await c.query(`PREPARE relent_explained AS ${q.text}`);
           const args = q.values.map((_, i) => `$${i + 1}`);
-          const r = await c.query(`EXPLAIN (FORMAT JSON) EXECUTE relent_explained${args.length ? `(${q.values.map((v) => (v === null ? 'NULL' : pg.Client.prototype.escapeLiteral.call(c, Array.isArray(v) ? `{${v.join(',')}}` : String(v)))).join(', ')})` : ''}`);
+          const r = await c.query(
+            `EXPLAIN (FORMAT JSON) EXECUTE relent_explained${args.length ? `(${q.values.map((v) => (v === null ? 'NULL' : pg.Client.prototype.escapeLiteral.call(c, Array.isArray(v) ? `{${v.join(',')}}` : String(v)))).join(', ')})` : ''}`,
+          );
           return nodes((r.rows[0]['QUERY PLAN'] as { Plan: Record<string, unknown> }[])[0]!.Plan);
         } finally {
           await c.query('ROLLBACK');
@@ -96,7 +106,11 @@ describe.skipIf(!withPg)('PostgreSQL: the hot statements use their indexes on a 
         ['seal (pending items)', /FROM \S*relent_items"?\s+WHERE destination = \$1 AND batch_id IS NULL ORDER BY id/, 'relent_items_pending'],
         ['seal and lease, one item per batch', /WITH p AS \(\s*SELECT id, key, bytes, enqueued_at, payload FROM \S*relent_items/, 'relent_items_pending'],
         ['seal and lease (pending items)', /SELECT id, key, bytes, enqueued_at AS "enqueuedAt", payload FROM \S*relent_items/, 'relent_items_pending'],
-        ['live leases (shared concurrency)', /count\(\*\) FROM \S*relent_batches"? WHERE destination = \$1 AND state = 'queued' AND lease_owner IS NOT NULL/, 'relent_batches_leased'],
+        [
+          'live leases (shared concurrency)',
+          /count\(\*\) FROM \S*relent_batches"? WHERE destination = \$1 AND state = 'queued' AND lease_owner IS NOT NULL/,
+          'relent_batches_leased',
+        ],
         ['purge delivered', /WHERE state = 'delivered' AND finished_at < \$1/, 'relent_batches_delivered_at'],
         ['purge dropped', /WHERE state = 'dropped' AND finished_at < \$1/, 'relent_batches_dropped_at'],
         ['stats: deferred batches', /destination = d AND lease_owner IS NULL AND due_at > \$1/, 'relent_batches_deferred'],
@@ -122,11 +136,15 @@ describe('SQLite: the hot statements use their indexes', () => {
     const s = await openSqliteStore({ file });
     const now = Date.now();
     const db = new Database(file);
-    db.prepare(`WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < ?)
+    db.prepare(
+      `WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < ?)
       INSERT INTO relent_batches (destination, key, state, items, bytes, created_at, not_before, due_at, enqueued_at, finished_at)
       SELECT 'd' || (x % 10), 'rb-' || x, CASE x % 3 WHEN 2 THEN 'delivered' ELSE 'queued' END, 1, 7, ?, ? + (x % 3) * 600000, ? + (x % 3) * 600000, ? - x,
-        CASE WHEN x % 3 = 2 THEN ? - x END FROM g`).run(ROWS, now, now, now, now, now);
-    db.prepare(`INSERT INTO relent_items (destination, key, payload, bytes, enqueued_at, batch_id) SELECT destination, 'k' || id, '{}', 2, enqueued_at, id FROM relent_batches`).run();
+        CASE WHEN x % 3 = 2 THEN ? - x END FROM g`,
+    ).run(ROWS, now, now, now, now, now);
+    db.prepare(
+      `INSERT INTO relent_items (destination, key, payload, bytes, enqueued_at, batch_id) SELECT destination, 'k' || id, '{}', 2, enqueued_at, id FROM relent_batches`,
+    ).run();
     db.exec('ANALYZE');
     // The statements as the store prepares them (at open, and for purge when it runs).
     const seen: string[] = [];
@@ -151,13 +169,25 @@ describe('SQLite: the hot statements use their indexes', () => {
     const cases: [string, string, string][] = [
       ['claim', plan(/^UPDATE relent_batches SET lease_token/, { owner: 'w', until: now, d: 'd1', now, limit: 16 }), 'relent_batches_due'],
       ['seal (pending items)', plan(/^SELECT id, key, bytes, enqueued_at AS enqueuedAt FROM relent_items/, ['d1', 16]), 'relent_items_pending'],
-      ['seal and lease (pending items)', plan(/^SELECT id, key, bytes, enqueued_at AS enqueuedAt, payload FROM relent_items/, ['d1', 16]), 'relent_items_pending'],
-      ['live leases (shared concurrency)', plan(/^SELECT count\(\*\) AS n FROM relent_batches WHERE destination = \? AND state = 'queued' AND lease_owner/, ['d1', now]), 'relent_batches_leased'],
+      [
+        'seal and lease (pending items)',
+        plan(/^SELECT id, key, bytes, enqueued_at AS enqueuedAt, payload FROM relent_items/, ['d1', 16]),
+        'relent_items_pending',
+      ],
+      [
+        'live leases (shared concurrency)',
+        plan(/^SELECT count\(\*\) AS n FROM relent_batches WHERE destination = \? AND state = 'queued' AND lease_owner/, ['d1', now]),
+        'relent_batches_leased',
+      ],
       ['purge delivered', plan(/^SELECT id, destination, items FROM relent_batches WHERE state = 'delivered'/, [now, 500]), 'relent_batches_delivered_at'],
       ['purge dropped', plan(/^SELECT id, destination, items FROM relent_batches WHERE state = 'dropped'/, [now, 500]), 'relent_batches_dropped_at'],
     ];
     for (const [what, detail, index] of cases) {
-      expect({ what, uses: detail.includes(`INDEX ${index}`), scans: /SCAN relent_(batches|items)\b/.test(detail) }, detail).toEqual({ what, uses: true, scans: false });
+      expect({ what, uses: detail.includes(`INDEX ${index}`), scans: /SCAN relent_(batches|items)\b/.test(detail) }, detail).toEqual({
+        what,
+        uses: true,
+        scans: false,
+      });
     }
     db.close();
     await s.close();

@@ -70,12 +70,14 @@ function shape(name: string, int: string, serial: string, rest: 'first' | 'share
       parts.push(`CREATE TABLE {t}relent_rate (id ${serial} PRIMARY KEY, destination TEXT NOT NULL, at ${int} NOT NULL, n INTEGER NOT NULL, end_at ${int} NOT NULL);
         CREATE INDEX relent_rate_end ON {t}relent_rate (destination, end_at);
         CREATE INDEX relent_batches_oldest ON {t}relent_batches (destination, enqueued_at) WHERE state = 'queued';`);
-      parts.push(name === 'postgres'
-        ? `CREATE TABLE {t}relent_counts (destination TEXT NOT NULL, state TEXT NOT NULL, shard INTEGER NOT NULL,
+      parts.push(
+        name === 'postgres'
+          ? `CREATE TABLE {t}relent_counts (destination TEXT NOT NULL, state TEXT NOT NULL, shard INTEGER NOT NULL,
             batches BIGINT NOT NULL DEFAULT 0, items BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (destination, state, shard));
           CREATE INDEX relent_batches_deferred ON {t}relent_batches (destination, due_at) INCLUDE (items) WHERE state = 'queued' AND lease_owner IS NULL;`
-        : `CREATE TABLE {t}relent_counts (destination TEXT NOT NULL, state TEXT NOT NULL, batches INTEGER NOT NULL DEFAULT 0, items INTEGER NOT NULL DEFAULT 0,
-            PRIMARY KEY (destination, state));`);
+          : `CREATE TABLE {t}relent_counts (destination TEXT NOT NULL, state TEXT NOT NULL, batches INTEGER NOT NULL DEFAULT 0, items INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (destination, state));`,
+      );
     }
   }
   return parts.join('\n');
@@ -83,16 +85,28 @@ function shape(name: string, int: string, serial: string, rest: 'first' | 'share
 
 const SHAPES: OldShape[] = [
   {
-    name: 'the first release (7006cd0)', sqlite: shape('sqlite', 'INTEGER', 'INTEGER', 'first'), postgres: shape('postgres', 'BIGINT', 'BIGSERIAL', 'first'),
-    oldest: 1_050, rateEnd: null, has: { enqueuedAt: false, rate: 'none', counts: false },
+    name: 'the first release (7006cd0)',
+    sqlite: shape('sqlite', 'INTEGER', 'INTEGER', 'first'),
+    postgres: shape('postgres', 'BIGINT', 'BIGSERIAL', 'first'),
+    oldest: 1_050,
+    rateEnd: null,
+    has: { enqueuedAt: false, rate: 'none', counts: false },
   },
   {
-    name: 'shared limits, pause and retention (d571db7)', sqlite: shape('sqlite', 'INTEGER', 'INTEGER', 'shared'), postgres: shape('postgres', 'BIGINT', 'BIGSERIAL', 'shared'),
-    oldest: 1_000, rateEnd: 1_300, has: { enqueuedAt: true, rate: 'at', counts: false },
+    name: 'shared limits, pause and retention (d571db7)',
+    sqlite: shape('sqlite', 'INTEGER', 'INTEGER', 'shared'),
+    postgres: shape('postgres', 'BIGINT', 'BIGSERIAL', 'shared'),
+    oldest: 1_000,
+    rateEnd: 1_300,
+    has: { enqueuedAt: true, rate: 'at', counts: false },
   },
   {
-    name: 'main before numbered migrations (6947b5e)', sqlite: shape('sqlite', 'INTEGER', 'INTEGER', 'main'), postgres: shape('postgres', 'BIGINT', 'BIGSERIAL', 'main'),
-    oldest: 1_000, rateEnd: 1_400, has: { enqueuedAt: true, rate: 'end_at', counts: true },
+    name: 'main before numbered migrations (6947b5e)',
+    sqlite: shape('sqlite', 'INTEGER', 'INTEGER', 'main'),
+    postgres: shape('postgres', 'BIGINT', 'BIGSERIAL', 'main'),
+    oldest: 1_000,
+    rateEnd: 1_400,
+    has: { enqueuedAt: true, rate: 'end_at', counts: true },
   },
 ];
 
@@ -112,7 +126,8 @@ function rows(s: OldShape, counts: string): string {
   if (s.has.enqueuedAt) out.push(`UPDATE {t}relent_batches SET enqueued_at = CASE id WHEN 1 THEN 1000 ELSE 1100 END`);
   if (s.has.rate === 'at') out.push(`INSERT INTO {t}relent_rate (destination, at, n) VALUES ('d', 1300, 1)`);
   if (s.has.rate === 'end_at') out.push(`INSERT INTO {t}relent_rate (destination, at, n, end_at) VALUES ('d', 1300, 1, 1400)`);
-  if (s.has.counts) out.push(`INSERT INTO {t}relent_counts (destination, state, ${counts}batches, items) VALUES
+  if (s.has.counts)
+    out.push(`INSERT INTO {t}relent_counts (destination, state, ${counts}batches, items) VALUES
     ('d', 'pending', ${counts ? '0, ' : ''}0, 1), ('d', 'queued', ${counts ? '0, ' : ''}1, 1), ('d', 'dropped', ${counts ? '0, ' : ''}1, 1)`);
   return out.join(';\n');
 }
@@ -143,7 +158,9 @@ function sqliteDialect(): Dialect {
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
   return {
     // (in WAL mode, as the store leaves a file: changing the journal mode would need a lock of its own)
-    name: 'sqlite', countsShard: '', old: (s) => `PRAGMA journal_mode = WAL;\n${s.sqlite}`,
+    name: 'sqlite',
+    countsShard: '',
+    old: (s) => `PRAGMA journal_mode = WAL;\n${s.sqlite}`,
     target() {
       const file = join(dir, `db-${n++}.db`);
       const sql = (text: string): Record<string, unknown>[] => {
@@ -179,15 +196,31 @@ function sqliteDialect(): Dialect {
 function sqliteShape(file: string): unknown {
   const db = new Sqlite(file, { readonly: true });
   try {
-    const tables = (db.prepare(`SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'relent_%' ORDER BY name`).all() as { name: string }[]).map((r) => r.name);
-    const columns = Object.fromEntries(tables.map((t) => [t, (db.pragma(`table_info(${t})`) as { name: string; type: string; notnull: number; dflt_value: string | null; pk: number }[])
-      .map((c) => `${c.name} ${c.type}${c.notnull ? ' NOT NULL' : ''}${c.dflt_value !== null && !(t === 'relent_rate' && c.name === 'end_at') ? ` DEFAULT ${c.dflt_value}` : ''}${c.pk ? ' PK' : ''}`).sort()]));
-    const indexes = (db.prepare(`SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name`).all() as { name: string; tbl_name: string; sql: string }[])
-      .map((i) => {
-        const cols = (db.pragma(`index_info(${i.name})`) as { name: string }[]).map((c) => c.name).join(', ');
-        const where = /\bWHERE\b(.*)$/is.exec(i.sql)?.[1]?.replace(/\s+/g, ' ').trim() ?? '';
-        return `${i.name} ON ${i.tbl_name} (${cols})${where ? ` WHERE ${where}` : ''}`;
-      });
+    const tables = (db.prepare(`SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'relent_%' ORDER BY name`).all() as { name: string }[]).map(
+      (r) => r.name,
+    );
+    const columns = Object.fromEntries(
+      tables.map((t) => [
+        t,
+        (db.pragma(`table_info(${t})`) as { name: string; type: string; notnull: number; dflt_value: string | null; pk: number }[])
+          .map(
+            (c) =>
+              `${c.name} ${c.type}${c.notnull ? ' NOT NULL' : ''}${c.dflt_value !== null && !(t === 'relent_rate' && c.name === 'end_at') ? ` DEFAULT ${c.dflt_value}` : ''}${c.pk ? ' PK' : ''}`,
+          )
+          .sort(),
+      ]),
+    );
+    const indexes = (
+      db.prepare(`SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name`).all() as {
+        name: string;
+        tbl_name: string;
+        sql: string;
+      }[]
+    ).map((i) => {
+      const cols = (db.pragma(`index_info(${i.name})`) as { name: string }[]).map((c) => c.name).join(', ');
+      const where = /\bWHERE\b(.*)$/is.exec(i.sql)?.[1]?.replace(/\s+/g, ' ').trim() ?? '';
+      return `${i.name} ON ${i.tbl_name} (${cols})${where ? ` WHERE ${where}` : ''}`;
+    });
     return { tables, columns, indexes };
   } finally {
     db.close();
@@ -200,7 +233,9 @@ function postgresDialect(): Dialect {
     for (const s of schemas) await dropSchema(s);
   });
   return {
-    name: 'postgres', countsShard: 'shard, ', old: (s) => s.postgres,
+    name: 'postgres',
+    countsShard: 'shard, ',
+    old: (s) => s.postgres,
     target() {
       const schema = uniqueSchema('mig');
       schemas.push(schema);
@@ -210,7 +245,7 @@ function postgresDialect(): Dialect {
         try {
           await c.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`);
           const r = await c.query(text.replaceAll('{t}', `"${schema}".`));
-          const last = Array.isArray(r) ? r[r.length - 1] as pg.QueryResult : r;
+          const last = Array.isArray(r) ? (r[r.length - 1] as pg.QueryResult) : r;
           return last.rows as Record<string, unknown>[];
         } finally {
           await c.end();
@@ -262,7 +297,13 @@ for (const dialect of [sqliteDialect(), ...(withPg ? [postgresDialect()] : [])])
       expect(await meta(t)).toEqual({ migration: '5', schema: '1' });
       freshShape = await t.shape();
       expect((freshShape as { tables: string[] }).tables).toEqual([
-        'relent_attempts', 'relent_batches', 'relent_counts', 'relent_destinations', 'relent_items', 'relent_meta', 'relent_rate',
+        'relent_attempts',
+        'relent_batches',
+        'relent_counts',
+        'relent_destinations',
+        'relent_items',
+        'relent_meta',
+        'relent_rate',
       ]);
     });
 
@@ -278,21 +319,50 @@ for (const dialect of [sqliteDialect(), ...(withPg ? [postgresDialect()] : [])])
           expect(await t.shape()).toEqual(freshShape);
           // The counters were counted from the tables (or kept), the oldest enqueue time filled in.
           expect((await s.stats(NOW)).find((x) => x.destination === 'd')).toMatchObject({
-            pendingItems: 1, readyBatches: 1, readyItems: 1, inflightBatches: 0, deferredBatches: 0, deliveredBatches: 0, droppedBatches: 1, droppedItems: 1,
-            paused: false, oldestEnqueuedAt: old.oldest,
+            pendingItems: 1,
+            readyBatches: 1,
+            readyItems: 1,
+            inflightBatches: 0,
+            deferredBatches: 0,
+            deliveredBatches: 0,
+            droppedBatches: 1,
+            droppedItems: 1,
+            paused: false,
+            oldestEnqueuedAt: old.oldest,
           });
           expect((await s.get(2))!.attempts).toMatchObject([{ round: 1, attempt: 1, status: 503, decision: 'max_attempts', worker: 'w-old' }]);
-          if (old.rateEnd !== null) expect((await t.sql('SELECT at, end_at FROM {t}relent_rate')).map((r) => [Number(r.at), Number(r.end_at)])).toEqual([[1_300, old.rateEnd]]);
+          if (old.rateEnd !== null)
+            expect((await t.sql('SELECT at, end_at FROM {t}relent_rate')).map((r) => [Number(r.at), Number(r.end_at)])).toEqual([[1_300, old.rateEnd]]);
           // The old batch is claimed and delivered like a new one.
           const [b] = await s.claim('d', 10, NOW, 30_000, 'w-new');
           expect(b).toMatchObject({ id: 1, token: 1, key: 'rb-1', attempt: 0, opThrottled: 0, items: [{ key: 'a', payload: '{"n":1}' }] });
-          const done = await s.complete([{
-            id: 1, token: 1, state: 'delivered', notBefore: 1_050, attempt: 1, opStartedAt: NOW, opDeadlineAt: NOW + 60_000, prevDelayMs: null, opThrottled: 0,
-            lastStatus: 200, lastErrorClass: null, lastDecision: 'return', lastWhy: 'success', finishedAt: NOW, record: null,
-          }]);
+          const done = await s.complete([
+            {
+              id: 1,
+              token: 1,
+              state: 'delivered',
+              notBefore: 1_050,
+              attempt: 1,
+              opStartedAt: NOW,
+              opDeadlineAt: NOW + 60_000,
+              prevDelayMs: null,
+              opThrottled: 0,
+              lastStatus: 200,
+              lastErrorClass: null,
+              lastDecision: 'return',
+              lastWhy: 'success',
+              finishedAt: NOW,
+              record: null,
+            },
+          ]);
           expect(done).toEqual({ applied: [1], lost: [] });
           await s.enqueue([{ destination: 'd', key: 'e', payload: '{}' }], NOW);
-          expect((await s.stats(NOW)).find((x) => x.destination === 'd')).toMatchObject({ pendingItems: 2, readyBatches: 0, deliveredBatches: 1, droppedBatches: 1 });
+          expect((await s.stats(NOW)).find((x) => x.destination === 'd')).toMatchObject({
+            pendingItems: 2,
+            readyBatches: 0,
+            deliveredBatches: 1,
+            droppedBatches: 1,
+          });
         } finally {
           await s.close();
         }
@@ -337,7 +407,9 @@ for (const dialect of [sqliteDialect(), ...(withPg ? [postgresDialect()] : [])])
       await b.close();
       expect(await meta(t)).toEqual({ migration: '5', schema: '1' });
       expect(await t.shape()).toEqual(freshShape);
-      expect((await t.sql(`SELECT count(*) AS n FROM {t}relent_counts WHERE destination = 'd' AND state = 'pending'`))[0]!.n).toBe(dialect.name === 'sqlite' ? 1 : '1');
+      expect((await t.sql(`SELECT count(*) AS n FROM {t}relent_counts WHERE destination = 'd' AND state = 'pending'`))[0]!.n).toBe(
+        dialect.name === 'sqlite' ? 1 : '1',
+      );
     });
 
     it('tables of another compatibility version are refused and left as they are; a newer migration row is opened as it is', async () => {
@@ -362,7 +434,7 @@ for (const dialect of [sqliteDialect(), ...(withPg ? [postgresDialect()] : [])])
       await t.sql('CREATE VIEW {t}relent_rate AS SELECT 1 AS x');
       await expect(t.open()).rejects.toMatchObject({ code: 'ERR_STORE' });
       expect(await meta(t)).toEqual({ schema: '1' });
-      const after = await t.shape() as { tables: string[]; columns: Record<string, string[]> };
+      const after = (await t.shape()) as { tables: string[]; columns: Record<string, string[]> };
       expect(after.tables).not.toContain('relent_destinations');
       expect(after.columns.relent_batches!.filter((c) => /^(op_throttled|enqueued_at) /.test(c))).toEqual([]);
     });

@@ -30,7 +30,8 @@ import { PG_URL, distSqlite, dropSchema, listen, pgEnabled, uniqueSchema, waitFo
 function withFailingWrites(store: DeliveryStore): { store: DeliveryStore; down: { on: boolean }; calls: string[] } {
   const down = { on: false };
   const calls: string[] = [];
-  const unreachable = (what: string): Promise<never> => Promise.reject(new DeliveryError('ERR_STORE_UNAVAILABLE', `${store.description}: cannot reach the store (test); ${what} did not happen`));
+  const unreachable = (what: string): Promise<never> =>
+    Promise.reject(new DeliveryError('ERR_STORE_UNAVAILABLE', `${store.description}: cannot reach the store (test); ${what} did not happen`));
   const wrapped = new Proxy(store, {
     get(target, key, receiver) {
       const v = Reflect.get(target, key, receiver) as unknown;
@@ -60,10 +61,19 @@ describe('a store stall longer than the lease (bookkeeping by claim)', () => {
       return new Promise<TransportResult>((_r, reject) => req.signal.addEventListener('abort', () => reject(req.signal.reason)));
     };
     const worker = createWorker({
-      store, clock, random: createSeededRandom(1), transport, leaseMs: 10_000, pollMs: 500, onEvent: (e) => events.push(e),
+      store,
+      clock,
+      random: createSeededRandom(1),
+      transport,
+      leaseMs: 10_000,
+      pollMs: 500,
+      onEvent: (e) => events.push(e),
       destinations: { d: { url: 'https://receiver.example/in', batch: { maxItems: 1, maxAgeMs: 0 }, concurrency: { initial: 4, adaptive: false } } },
     });
-    await real.enqueue([0, 1, 2].map((i) => ({ destination: 'd', key: `k${i}`, payload: String(i) })), clock.wallNow());
+    await real.enqueue(
+      [0, 1, 2].map((i) => ({ destination: 'd', key: `k${i}`, payload: String(i) })),
+      clock.wallNow(),
+    );
     down.on = true;
     worker.start();
     await clock.advanceAsync(100); // claimed, sent, answered 200; the outcomes cannot be written
@@ -88,7 +98,7 @@ describe('a store stall longer than the lease (bookkeeping by claim)', () => {
     await real.close();
   });
 
-  it('the fence refuses the old claim\'s outcome before the answer of the claim that took the batch back arrives: written again under the new claim, not sent again', async () => {
+  it("the fence refuses the old claim's outcome before the answer of the claim that took the batch back arrives: written again under the new claim, not sent again", async () => {
     const clock = createTestClock();
     const real = await openStore('sqlite::memory:');
     const { store, down } = withFailingWrites(real);
@@ -109,7 +119,12 @@ describe('a store stall longer than the lease (bookkeeping by claim)', () => {
     const sends = new Map<string, number>();
     const events: DeliveryEvent[] = [];
     const worker = createWorker({
-      store: late, clock, random: createSeededRandom(1), leaseMs: 10_000, pollMs: 500, onEvent: (e) => events.push(e),
+      store: late,
+      clock,
+      random: createSeededRandom(1),
+      leaseMs: 10_000,
+      pollMs: 500,
+      onEvent: (e) => events.push(e),
       transport: async (req) => {
         const n = (sends.get(req.batchKey) ?? 0) + 1;
         sends.set(req.batchKey, n);
@@ -151,56 +166,80 @@ describe('a store stall longer than the lease (bookkeeping by claim)', () => {
 
 describe('PostgreSQL behind a partition (the fault proxy)', async () => {
   const pgOn = await pgEnabled();
-  const pgTarget = (): string => { const u = new URL(PG_URL); return `${u.hostname}:${u.port || 5432}`; };
+  const pgTarget = (): string => {
+    const u = new URL(PG_URL);
+    return `${u.hostname}:${u.port || 5432}`;
+  };
 
-  it.runIf(pgOn)('store_error while the store is unreachable; after the heal the worker delivers again, though the stalled connections stay stalled; stop() leaves nothing leased', async () => {
-    const schema = uniqueSchema('nf');
-    const direct = await openPostgresStore({ connectionString: PG_URL, schema });
-    // The proxy's own clock never moves: bytes a partition held stay held after the heal, as
-    // a TCP connection in retransmission backoff is stalled for seconds more.
-    const proxy = await createFaultProxy({ target: pgTarget(), clock: createTestClock() });
-    const store = await openPostgresStore({ connectionString: proxy.via(PG_URL), schema, queryTimeoutMs: 500, statementTimeoutMs: 400, connectTimeoutMs: 500 });
-    const got = new Map<string, number>();
-    const rx = await listen((req, res) => {
-      let body = '';
-      req.on('data', (d: Buffer) => (body += d));
-      req.on('end', () => {
-        for (const it of (JSON.parse(body) as { items: { key: string }[] }).items) got.set(it.key, (got.get(it.key) ?? 0) + 1);
-        res.end('ok');
+  it.runIf(pgOn)(
+    'store_error while the store is unreachable; after the heal the worker delivers again, though the stalled connections stay stalled; stop() leaves nothing leased',
+    async () => {
+      const schema = uniqueSchema('nf');
+      const direct = await openPostgresStore({ connectionString: PG_URL, schema });
+      // The proxy's own clock never moves: bytes a partition held stay held after the heal, as
+      // a TCP connection in retransmission backoff is stalled for seconds more.
+      const proxy = await createFaultProxy({ target: pgTarget(), clock: createTestClock() });
+      const store = await openPostgresStore({
+        connectionString: proxy.via(PG_URL),
+        schema,
+        queryTimeoutMs: 500,
+        statementTimeoutMs: 400,
+        connectTimeoutMs: 500,
       });
-    });
-    const events: DeliveryEvent[] = [];
-    const worker = createWorker({
-      store, pollMs: 50, leaseMs: 5_000, onEvent: (e) => events.push(e),
-      destinations: { d: { url: `${rx.url}/in`, batch: { maxItems: 1, maxAgeMs: 0 }, concurrency: { initial: 2, adaptive: false } } },
-    });
-    const enqueue = (from: number): Promise<unknown> => direct.enqueue([0, 1, 2].map((i) => ({ destination: 'd', key: `k${from + i}`, payload: '{}' })), Date.now());
-    try {
-      await enqueue(0);
-      worker.start();
-      await waitFor(() => got.size === 3, 10_000, 'the first three delivered');
-      proxy.set({ blackhole: true });
-      await enqueue(3);
-      await waitFor(() => events.some((e) => e.type === 'store_error' && e.error.code === 'ERR_STORE_UNAVAILABLE'), 10_000, 'a store_error while partitioned');
-      const err = events.find((e) => e.type === 'store_error')! as Extract<DeliveryEvent, { type: 'store_error' }>;
-      expect(err.error.message).toMatch(/PostgreSQL/);
-      expect(err.error.message).not.toMatch(/password/);
-      proxy.set({ blackhole: false });
-      await waitFor(() => got.size === 6, 15_000, 'the other three delivered after the heal');
-      await worker.stop();
-      const now = Date.now();
-      const list = await direct.list({}, now);
-      expect(list.map((b) => b.state)).toEqual(Array(6).fill('delivered'));
-      expect(list.filter((b) => b.leaseUntil > now)).toEqual([]);
-    } finally {
-      await worker.stop();
-      await store.close();
-      await proxy.close();
-      await rx.close();
-      await direct.close();
-      await dropSchema(schema);
-    }
-  }, 60_000);
+      const got = new Map<string, number>();
+      const rx = await listen((req, res) => {
+        let body = '';
+        req.on('data', (d: Buffer) => (body += d));
+        req.on('end', () => {
+          for (const it of (JSON.parse(body) as { items: { key: string }[] }).items) got.set(it.key, (got.get(it.key) ?? 0) + 1);
+          res.end('ok');
+        });
+      });
+      const events: DeliveryEvent[] = [];
+      const worker = createWorker({
+        store,
+        pollMs: 50,
+        leaseMs: 5_000,
+        onEvent: (e) => events.push(e),
+        destinations: { d: { url: `${rx.url}/in`, batch: { maxItems: 1, maxAgeMs: 0 }, concurrency: { initial: 2, adaptive: false } } },
+      });
+      const enqueue = (from: number): Promise<unknown> =>
+        direct.enqueue(
+          [0, 1, 2].map((i) => ({ destination: 'd', key: `k${from + i}`, payload: '{}' })),
+          Date.now(),
+        );
+      try {
+        await enqueue(0);
+        worker.start();
+        await waitFor(() => got.size === 3, 10_000, 'the first three delivered');
+        proxy.set({ blackhole: true });
+        await enqueue(3);
+        await waitFor(
+          () => events.some((e) => e.type === 'store_error' && e.error.code === 'ERR_STORE_UNAVAILABLE'),
+          10_000,
+          'a store_error while partitioned',
+        );
+        const err = events.find((e) => e.type === 'store_error')! as Extract<DeliveryEvent, { type: 'store_error' }>;
+        expect(err.error.message).toMatch(/PostgreSQL/);
+        expect(err.error.message).not.toMatch(/password/);
+        proxy.set({ blackhole: false });
+        await waitFor(() => got.size === 6, 15_000, 'the other three delivered after the heal');
+        await worker.stop();
+        const now = Date.now();
+        const list = await direct.list({}, now);
+        expect(list.map((b) => b.state)).toEqual(Array(6).fill('delivered'));
+        expect(list.filter((b) => b.leaseUntil > now)).toEqual([]);
+      } finally {
+        await worker.stop();
+        await store.close();
+        await proxy.close();
+        await rx.close();
+        await direct.close();
+        await dropSchema(schema);
+      }
+    },
+    60_000,
+  );
 });
 
 describe('SQLite whose store process stops answering (SIGSTOP: a disk that does not come back from a write)', () => {
@@ -208,20 +247,30 @@ describe('SQLite whose store process stops answering (SIGSTOP: a disk that does 
     const dir = mkdtempSync(join(tmpdir(), 'relent-frozen-'));
     const store = await (await distSqlite()).openSqliteStore({ file: join(dir, 'q.db') });
     const runner = execFileSync('ps', ['-o', 'pid=,args=', '--ppid', String(process.pid)], { encoding: 'utf8' })
-      .split('\n').filter((l) => l.includes('sqlite-runner')).map((l) => Number(l.trim().split(/\s+/)[0]));
+      .split('\n')
+      .filter((l) => l.includes('sqlite-runner'))
+      .map((l) => Number(l.trim().split(/\s+/)[0]));
     expect(runner).toHaveLength(1);
     const pid = runner[0]!;
     const sent = new Map<string, number>();
     const events: DeliveryEvent[] = [];
     const worker = createWorker({
-      store, pollMs: 50, leaseMs: 10_000, storeTimeoutMs: 300, onEvent: (e) => events.push(e),
+      store,
+      pollMs: 50,
+      leaseMs: 10_000,
+      storeTimeoutMs: 300,
+      onEvent: (e) => events.push(e),
       transport: async (req) => {
         sent.set(req.batchKey, (sent.get(req.batchKey) ?? 0) + 1);
         return { status: 200 };
       },
       destinations: { d: { url: 'https://receiver.example/in', batch: { maxItems: 1, maxAgeMs: 0 } } },
     });
-    const enqueue = (from: number): Promise<unknown> => store.enqueue([0, 1, 2].map((i) => ({ destination: 'd', key: `k${from + i}`, payload: '{}' })), Date.now());
+    const enqueue = (from: number): Promise<unknown> =>
+      store.enqueue(
+        [0, 1, 2].map((i) => ({ destination: 'd', key: `k${from + i}`, payload: '{}' })),
+        Date.now(),
+      );
     let frozen = false;
     try {
       await enqueue(0);
@@ -253,15 +302,24 @@ describe('SQLite whose store process stops answering (SIGSTOP: a disk that does 
 
 describe('PostgreSQL: timeouts and keepalive, as options', async () => {
   const pgOn = await pgEnabled();
-  const pgTarget = (): string => { const u = new URL(PG_URL); return `${u.hostname}:${u.port || 5432}`; };
+  const pgTarget = (): string => {
+    const u = new URL(PG_URL);
+    return `${u.hostname}:${u.port || 5432}`;
+  };
 
   it('refuses a bad timeout naming it, in the options and in the store URL', async () => {
-    await expect(openPostgresStore({ connectionString: PG_URL, queryTimeoutMs: -1 })).rejects.toMatchObject({ code: 'ERR_INVALID_CONFIG', field: 'queryTimeoutMs' });
-    await expect(openPostgresStore({ connectionString: PG_URL, statementTimeoutMs: 1.5 })).rejects.toMatchObject({ code: 'ERR_INVALID_CONFIG', field: 'statementTimeoutMs' });
+    await expect(openPostgresStore({ connectionString: PG_URL, queryTimeoutMs: -1 })).rejects.toMatchObject({
+      code: 'ERR_INVALID_CONFIG',
+      field: 'queryTimeoutMs',
+    });
+    await expect(openPostgresStore({ connectionString: PG_URL, statementTimeoutMs: 1.5 })).rejects.toMatchObject({
+      code: 'ERR_INVALID_CONFIG',
+      field: 'statementTimeoutMs',
+    });
     await expect(openStore(`${PG_URL}?keepAliveMs=soon`)).rejects.toMatchObject({ code: 'ERR_INVALID_CONFIG', field: 'store.keepAliveMs' });
   });
 
-  it.runIf(pgOn)('statementTimeoutMs: a claim stuck behind another session\'s lock is cancelled by the server and reported, and the store goes on', async () => {
+  it.runIf(pgOn)("statementTimeoutMs: a claim stuck behind another session's lock is cancelled by the server and reported, and the store goes on", async () => {
     const schema = uniqueSchema('st');
     const store = await openStore(`${PG_URL}?schema=${schema}&statementTimeoutMs=300&queryTimeoutMs=2000`);
     const locker = new pg.Client({ connectionString: PG_URL });
@@ -290,9 +348,28 @@ describe('PostgreSQL: timeouts and keepalive, as options', async () => {
       const store = await openPostgresStore({ connectionString: proxy.via(PG_URL), schema, keepAliveMs });
       try {
         await store.stats(Date.now());
-        await store.complete([{ id: 1, token: 1, state: 'delivered', notBefore: 0, attempt: 1, opStartedAt: null, opDeadlineAt: null, prevDelayMs: null, opThrottled: 0,
-          lastStatus: 200, lastErrorClass: null, lastDecision: 'return', lastWhy: null, finishedAt: 0, record: null }]);
-        const lines = execFileSync('ss', ['-tno', 'state', 'established', `( dport = :${proxy.port} )`], { encoding: 'utf8' }).split('\n').filter((l) => l.includes(`:${proxy.port}`));
+        await store.complete([
+          {
+            id: 1,
+            token: 1,
+            state: 'delivered',
+            notBefore: 0,
+            attempt: 1,
+            opStartedAt: null,
+            opDeadlineAt: null,
+            prevDelayMs: null,
+            opThrottled: 0,
+            lastStatus: 200,
+            lastErrorClass: null,
+            lastDecision: 'return',
+            lastWhy: null,
+            finishedAt: 0,
+            record: null,
+          },
+        ]);
+        const lines = execFileSync('ss', ['-tno', 'state', 'established', `( dport = :${proxy.port} )`], { encoding: 'utf8' })
+          .split('\n')
+          .filter((l) => l.includes(`:${proxy.port}`));
         expect(lines.length).toBeGreaterThanOrEqual(2); // the pool's and the outcome writer's
         for (const l of lines) expect(l.includes('keepalive'), l).toBe(keepAliveMs > 0);
       } finally {
@@ -314,8 +391,23 @@ describe('an outcome written again by the same claim (its first answer was lost 
         await store.enqueue([{ destination: 'd', key: 'a', payload: '{}' }], 0);
         await store.formBatches('d', { maxItems: 1, maxBytes: 1_000, maxAgeMs: 0 }, 0, 10);
         const [b] = await store.claim('d', 1, 0, 10_000, 'w');
-        const outcome = { id: b!.id, token: b!.token, state: 'delivered' as const, notBefore: 0, attempt: 1, opStartedAt: 0, opDeadlineAt: 1_000, prevDelayMs: null, opThrottled: 0,
-          lastStatus: 200, lastErrorClass: null, lastDecision: 'return' as const, lastWhy: null, finishedAt: 5, record: null };
+        const outcome = {
+          id: b!.id,
+          token: b!.token,
+          state: 'delivered' as const,
+          notBefore: 0,
+          attempt: 1,
+          opStartedAt: 0,
+          opDeadlineAt: 1_000,
+          prevDelayMs: null,
+          opThrottled: 0,
+          lastStatus: 200,
+          lastErrorClass: null,
+          lastDecision: 'return' as const,
+          lastWhy: null,
+          finishedAt: 5,
+          record: null,
+        };
         expect(await store.complete([outcome])).toEqual({ applied: [b!.id], lost: [] });
         expect(await store.complete([outcome])).toEqual({ applied: [b!.id], lost: [] });
         // Another claim's token is still refused.
@@ -336,7 +428,10 @@ describe('a claim whose answer is lost (the store leased batches to this worker,
       const schema = uniqueSchema('rc');
       const store = kind === 'sqlite' ? await openStore('sqlite::memory:') : await openPostgresStore({ connectionString: PG_URL, schema });
       try {
-        await store.enqueue(['a', 'b', 'c'].map((k) => ({ destination: 'd', key: k, payload: '{}' })), 0);
+        await store.enqueue(
+          ['a', 'b', 'c'].map((k) => ({ destination: 'd', key: k, payload: '{}' })),
+          0,
+        );
         await store.formBatches('d', { maxItems: 1, maxBytes: 1_000, maxAgeMs: 0 }, 0, 10);
         const mine = await store.claim('d', 2, 0, 10_000, 'w');
         await store.claim('d', 1, 0, 10_000, 'other');
@@ -345,7 +440,9 @@ describe('a claim whose answer is lost (the store leased batches to this worker,
         expect(back.map((b) => [b.id, b.token, b.items.length])).toEqual([[mine[1]!.id, mine[1]!.token, 1]]);
         expect((await store.list({}, 0)).find((b) => b.id === mine[1]!.id)!.leaseUntil).toBe(15_000);
         // Knowing it under an older token: it comes back too. Expired leases do not (a claim takes them).
-        expect((await store.reclaim!('d', 'w', [{ id: mine[0]!.id, token: mine[0]!.token - 1 }], 5_000, 10_000)).map((b) => b.id).sort()).toEqual(mine.map((b) => b.id).sort());
+        expect((await store.reclaim!('d', 'w', [{ id: mine[0]!.id, token: mine[0]!.token - 1 }], 5_000, 10_000)).map((b) => b.id).sort()).toEqual(
+          mine.map((b) => b.id).sort(),
+        );
         expect(await store.reclaim!('d', 'w', [], 20_000, 10_000)).toEqual([]);
       } finally {
         await store.close();
@@ -375,7 +472,11 @@ describe('a claim whose answer is lost (the store leased batches to this worker,
     });
     const sends: string[] = [];
     const worker = createWorker({
-      store, clock, random: createSeededRandom(1), leaseMs: 60_000, pollMs: 500,
+      store,
+      clock,
+      random: createSeededRandom(1),
+      leaseMs: 60_000,
+      pollMs: 500,
       transport: async (req) => {
         sends.push(req.batchKey);
         return { status: 200 };

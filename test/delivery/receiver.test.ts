@@ -10,10 +10,15 @@ describe('createIdempotentHandler on node:http', () => {
     let processed = 0;
     let answer = 500;
     const seen: { key: string | null; duplicate: boolean; status: number }[] = [];
-    const server = await listen(createIdempotentHandler((_req, body) => {
-      processed++;
-      return { status: answer, headers: { 'content-type': 'text/plain' }, body: `took ${body.toString()}` };
-    }, { onRequest: (i) => seen.push(i) }));
+    const server = await listen(
+      createIdempotentHandler(
+        (_req, body) => {
+          processed++;
+          return { status: answer, headers: { 'content-type': 'text/plain' }, body: `took ${body.toString()}` };
+        },
+        { onRequest: (i) => seen.push(i) },
+      ),
+    );
     const post = async (key: string | null, body: string) => {
       const r = await request(`${server.url}/billing`, { method: 'POST', body, headers: key ? { 'idempotency-key': `"${key}"` } : {} });
       return { status: r.statusCode, replayed: r.headers['idempotent-replayed'] ?? null, text: await r.body.text() };
@@ -26,20 +31,31 @@ describe('createIdempotentHandler on node:http', () => {
       expect(await post('n1', 'b')).toMatchObject({ status: 422 });
       expect(await post(null, 'c')).toEqual({ status: 200, replayed: null, text: 'took c' }); // no key: processed, not deduped
       expect(processed).toBe(3);
-      expect(seen.map((s) => [s.key, s.duplicate, s.status])).toEqual([['n1', false, 500], ['n1', false, 200], ['n1', true, 200], ['n1', true, 422], [null, false, 200]]);
+      expect(seen.map((s) => [s.key, s.duplicate, s.status])).toEqual([
+        ['n1', false, 500],
+        ['n1', false, 200],
+        ['n1', true, 200],
+        ['n1', true, 422],
+        [null, false, 200],
+      ]);
     } finally {
       await server.close();
     }
   });
 
-  it('concurrent duplicates: wait for the first answer (default) or 409 (the draft\'s choice)', async () => {
+  it("concurrent duplicates: wait for the first answer (default) or 409 (the draft's choice)", async () => {
     for (const mode of ['wait', 'conflict'] as const) {
       let processed = 0;
-      const server = await listen(createIdempotentHandler(async () => {
-        processed++;
-        await new Promise((r) => setTimeout(r, 100));
-        return { status: 201, body: 'made' };
-      }, { concurrent: mode, keyOf: (req) => new URL(req.url!, 'http://x').searchParams.get('id') }));
+      const server = await listen(
+        createIdempotentHandler(
+          async () => {
+            processed++;
+            await new Promise((r) => setTimeout(r, 100));
+            return { status: 201, body: 'made' };
+          },
+          { concurrent: mode, keyOf: (req) => new URL(req.url!, 'http://x').searchParams.get('id') },
+        ),
+      );
       try {
         const [a, b] = await Promise.all([1, 2].map(async () => (await request(`${server.url}/n?id=7`)).statusCode));
         expect(processed).toBe(1);
@@ -52,10 +68,15 @@ describe('createIdempotentHandler on node:http', () => {
 
   it('missingKey: reject answers 400 without processing', async () => {
     let processed = 0;
-    const server = await listen(createIdempotentHandler(() => {
-      processed++;
-      return { status: 200 };
-    }, { missingKey: 'reject' }));
+    const server = await listen(
+      createIdempotentHandler(
+        () => {
+          processed++;
+          return { status: 200 };
+        },
+        { missingKey: 'reject' },
+      ),
+    );
     try {
       const r = await request(`${server.url}/`, { method: 'POST', body: 'x' });
       expect(r.statusCode).toBe(400);
@@ -68,19 +89,27 @@ describe('createIdempotentHandler on node:http', () => {
 });
 
 describe('a relent/server receiver behind the delivery worker', () => {
-  it('reads each attempt\'s number and deadline from the worker\'s headers (real HTTP): retries are known as retries', async () => {
+  it("reads each attempt's number and deadline from the worker's headers (real HTTP): retries are known as retries", async () => {
     const { relentMiddleware } = await import('../../src/server/guard.js');
     const { openDeliveryQueue } = await import('../../src/delivery/queue.js');
     const events: { type: string; attempt?: number | null; deadlineMs?: number | null; deadlineSource?: string | null }[] = [];
     const guard = relentMiddleware({ onEvent: (e) => events.push(e as never) });
     let calls = 0;
-    const server = await listen((req, res) => guard(req, res, () => {
-      req.resume();
-      res.writeHead(++calls === 1 ? 503 : 200).end();
-    }));
+    const server = await listen((req, res) =>
+      guard(req, res, () => {
+        req.resume();
+        res.writeHead(++calls === 1 ? 503 : 200).end();
+      }),
+    );
     const queue = await openDeliveryQueue({
       store: 'sqlite::memory:',
-      destinations: { d: { url: `${server.url}/in`, batch: { maxItems: 1, maxAgeMs: 0 }, policy: { backoff: { kind: 'constant', delayMs: 20 }, maxAttempts: 3, attemptTimeoutMs: 3_000, deadlineMs: 30_000 } } },
+      destinations: {
+        d: {
+          url: `${server.url}/in`,
+          batch: { maxItems: 1, maxAgeMs: 0 },
+          policy: { backoff: { kind: 'constant', delayMs: 20 }, maxAttempts: 3, attemptTimeoutMs: 3_000, deadlineMs: 30_000 },
+        },
+      },
     });
     const worker = queue.createWorker({ pollMs: 20 });
     try {

@@ -39,7 +39,13 @@ function busiestWindow(at: readonly number[], ms: number): number {
   return worst;
 }
 
-interface Run { arrivals: number[]; maxInFlight: number; keys: Map<string, number>; workers: Set<string>; seconds: number }
+interface Run {
+  arrivals: number[];
+  maxInFlight: number;
+  keys: Map<string, number>;
+  workers: Set<string>;
+  seconds: number;
+}
 
 /**
  * Enqueues `items` items, runs `workers` processes of `relent deliver --exit-when-idle`
@@ -69,15 +75,24 @@ async function run(store: string, dest: Record<string, unknown>, items: number, 
     });
   });
   const config = join(dir, `config-${Date.now()}-${Math.random().toString(36).slice(2)}.json`);
-  writeFileSync(config, JSON.stringify({ destinations: { sink: { url: `${receiver.url}/in`, policy: 'adobe-best-effort', batch: { maxItems: 1, maxAgeMs: 0 }, ...dest } } }));
+  writeFileSync(
+    config,
+    JSON.stringify({ destinations: { sink: { url: `${receiver.url}/in`, policy: 'adobe-best-effort', batch: { maxItems: 1, maxAgeMs: 0 }, ...dest } } }),
+  );
   const queue = await openDeliveryQueue({ store });
-  await queue.enqueueMany('sink', Array.from({ length: items }, (_, i) => ({ key: `item-${i}`, payload: { n: i } })));
+  await queue.enqueueMany(
+    'sink',
+    Array.from({ length: items }, (_, i) => ({ key: `item-${i}`, payload: { n: i } })),
+  );
   const logs: string[] = [];
   const started = performance.now();
   try {
     const children = Array.from({ length: workers }, (_, i) => {
-      const child = spawn(process.execPath, [BIN, 'deliver', '--store', store, '--config', config, '--poll', '50ms', '--no-progress', '--exit-when-idle', '--worker-id', `w${i}`],
-        { stdio: ['ignore', 'ignore', 'pipe'] });
+      const child = spawn(
+        process.execPath,
+        [BIN, 'deliver', '--store', store, '--config', config, '--poll', '50ms', '--no-progress', '--exit-when-idle', '--worker-id', `w${i}`],
+        { stdio: ['ignore', 'ignore', 'pipe'] },
+      );
       child.stderr!.on('data', (d: Buffer) => logs.push(`[w${i}] ${d.toString()}`));
       return child;
     });
@@ -103,11 +118,14 @@ async function run(store: string, dest: Record<string, unknown>, items: number, 
 
 const stores: [string, () => string][] = [['SQLite', () => `sqlite:${join(dir, `scale-${Date.now()}-${Math.random().toString(36).slice(2)}.db`)}`]];
 if (pgOn) {
-  stores.push(['PostgreSQL', () => {
-    const schema = uniqueSchema('scale');
-    schemas.push(schema);
-    return `${PG_URL}?schema=${schema}`;
-  }]);
+  stores.push([
+    'PostgreSQL',
+    () => {
+      const schema = uniqueSchema('scale');
+      schemas.push(schema);
+      return `${PG_URL}?schema=${schema}`;
+    },
+  ]);
 }
 
 describe.each(stores)('scale-out on %s: 4 worker processes share the destination', (_name, store) => {

@@ -62,7 +62,11 @@ async function gone(file: string, ms: number): Promise<boolean> {
 describe('SQLite store in a process or thread of its own', () => {
   it("does a store call's work off the caller's thread: the caller's event loop turns while 20,000 items are written (in a process, the default, and in a thread; never with runIn: caller)", async () => {
     const { openSqliteStore } = await distSqlite();
-    const stores = { process: await openSqliteStore({ file: file() }), thread: await openSqliteStore({ file: file(), runIn: 'thread' }), caller: await openSqliteStore({ file: file(), runIn: 'caller' }) };
+    const stores = {
+      process: await openSqliteStore({ file: file() }),
+      thread: await openSqliteStore({ file: file(), runIn: 'thread' }),
+      caller: await openSqliteStore({ file: file(), runIn: 'caller' }),
+    };
     try {
       const items = many(20_000, 'k');
       expect(await turnsDuring(() => stores.caller.enqueue(items, 1_000))).toBe(0);
@@ -133,7 +137,9 @@ describe('SQLite store in a process or thread of its own', () => {
     `;
     const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
     await new Promise<void>((resolve, reject) => {
-      child.stdout.on('data', (d: Buffer) => { if (d.toString().includes('stored')) resolve(); });
+      child.stdout.on('data', (d: Buffer) => {
+        if (d.toString().includes('stored')) resolve();
+      });
       child.on('exit', (code) => reject(new Error(`exited early (${code})`)));
     });
     expect(runnerAlive(f)).toBe(true);
@@ -145,14 +151,18 @@ describe('SQLite store in a process or thread of its own', () => {
     await s.close();
   });
 
-  it('the store URL: runIn=caller keeps the store on the caller\'s thread; anything but process, thread or caller is refused', async () => {
+  it("the store URL: runIn=caller keeps the store on the caller's thread; anything but process, thread or caller is refused", async () => {
     await expect(openStore(`sqlite:${file()}?runIn=maybe`)).rejects.toMatchObject({ code: 'ERR_INVALID_CONFIG', field: 'store.runIn' });
-    const { openStore: openCompiled } = await import(DIST_SQLITE.replace(/sqlite-store\.js$/, 'store.js')) as typeof StoreModule;
+    const { openStore: openCompiled } = (await import(DIST_SQLITE.replace(/sqlite-store\.js$/, 'store.js'))) as typeof StoreModule;
     await onCallerAndOff(await openCompiled(`sqlite:${file()}?runIn=caller`), await openCompiled(`sqlite:${file()}?runIn=thread`), 'u');
   });
 
-  it('sqliteRunIn: where the store runs when its URL does not say (relent queue and the exchange\'s notices: caller); the URL wins', async () => {
-    const { openStore: openCompiled } = await import(DIST_SQLITE.replace(/sqlite-store\.js$/, 'store.js')) as typeof StoreModule;
-    await onCallerAndOff(await openCompiled(`sqlite:${file()}`, { sqliteRunIn: 'caller' }), await openCompiled(`sqlite:${file()}?runIn=thread`, { sqliteRunIn: 'caller' }), 'v');
+  it("sqliteRunIn: where the store runs when its URL does not say (relent queue and the exchange's notices: caller); the URL wins", async () => {
+    const { openStore: openCompiled } = (await import(DIST_SQLITE.replace(/sqlite-store\.js$/, 'store.js'))) as typeof StoreModule;
+    await onCallerAndOff(
+      await openCompiled(`sqlite:${file()}`, { sqliteRunIn: 'caller' }),
+      await openCompiled(`sqlite:${file()}?runIn=thread`, { sqliteRunIn: 'caller' }),
+      'v',
+    );
   });
 });

@@ -31,11 +31,31 @@ function items(dest: string, keys: string[]) {
 /** An outcome written by the holder of `b`'s lease. */
 function outcome(b: ClaimedBatch, o: Partial<Outcome> & Pick<Outcome, 'state'>, at: number): Outcome {
   return {
-    id: b.id, token: b.token, notBefore: at, attempt: b.attempt + 1, opStartedAt: at, opDeadlineAt: at + 60_000, prevDelayMs: null, opThrottled: 0,
-    lastStatus: 200, lastErrorClass: null, lastDecision: 'return', lastWhy: 'success', finishedAt: o.state === 'queued' ? null : at,
+    id: b.id,
+    token: b.token,
+    notBefore: at,
+    attempt: b.attempt + 1,
+    opStartedAt: at,
+    opDeadlineAt: at + 60_000,
+    prevDelayMs: null,
+    opThrottled: 0,
+    lastStatus: 200,
+    lastErrorClass: null,
+    lastDecision: 'return',
+    lastWhy: 'success',
+    finishedAt: o.state === 'queued' ? null : at,
     record: {
-      round: b.round, attempt: b.attempt + 1, at, status: o.lastStatus === undefined ? 200 : o.lastStatus, errorClass: null, elapsedMs: 12,
-      decision: o.lastDecision ?? 'return', why: o.lastWhy ?? 'success', delayMs: o.state === 'queued' ? o.notBefore! - at : null, retryAfterMs: null, worker: 'w1',
+      round: b.round,
+      attempt: b.attempt + 1,
+      at,
+      status: o.lastStatus === undefined ? 200 : o.lastStatus,
+      errorClass: null,
+      elapsedMs: 12,
+      decision: o.lastDecision ?? 'return',
+      why: o.lastWhy ?? 'success',
+      delayMs: o.state === 'queued' ? o.notBefore! - at : null,
+      retryAfterMs: null,
+      worker: 'w1',
     },
     ...o,
   };
@@ -53,7 +73,10 @@ for (const f of factories) {
       expect(b.map((r) => r.duplicate)).toEqual([true, false, false]);
       expect(b[0]!.id).toBe(a[0]!.id);
       const stats = await s.stats(clock.wallNow());
-      expect(stats.map((x) => [x.destination, x.pendingItems])).toEqual([['d1', 3], ['d2', 1]]);
+      expect(stats.map((x) => [x.destination, x.pendingItems])).toEqual([
+        ['d1', 3],
+        ['d2', 1],
+      ]);
     });
 
     it('forms batches at maxItems, at maxBytes, and a partial one only when its oldest item is maxAgeMs old', async () => {
@@ -83,7 +106,10 @@ for (const f of factories) {
       await s.enqueue(items('d', ['a', 'b', 'c', 'd', 'e', 'f']), clock.wallNow());
       await s.formBatches('d', LIMITS, clock.wallNow(), 10);
       const first = await s.claim('d', 10, clock.wallNow(), LEASE, 'w1');
-      expect(first.map((b) => b.items.map((i) => i.key))).toEqual([['a', 'b', 'c'], ['d', 'e', 'f']]);
+      expect(first.map((b) => b.items.map((i) => i.key))).toEqual([
+        ['a', 'b', 'c'],
+        ['d', 'e', 'f'],
+      ]);
       expect(first[0]!.items[0]!.payload).toBe(JSON.stringify({ n: 0, key: 'a' }));
       expect(first.every((b) => b.attempt === 0 && b.round === 1)).toBe(true);
       expect(await s.claim('d', 10, clock.wallNow(), LEASE, 'w2')).toEqual([]);
@@ -107,7 +133,9 @@ for (const f of factories) {
       const [live] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w2');
       // the stale worker wakes up: its renew, its outcome and its release are all refused
       expect(await s.renew([stale!], clock.wallNow(), LEASE)).toEqual([stale!.id]);
-      const staleWrite = await s.complete([outcome(stale!, { state: 'dropped', lastStatus: 400, lastDecision: 'not_retryable', lastWhy: 'status_not_retryable' }, clock.wallNow())]);
+      const staleWrite = await s.complete([
+        outcome(stale!, { state: 'dropped', lastStatus: 400, lastDecision: 'not_retryable', lastWhy: 'status_not_retryable' }, clock.wallNow()),
+      ]);
       expect(staleWrite).toEqual({ applied: [], lost: [stale!.id] });
       expect(await s.release([stale!], clock.wallNow())).toBe(0);
       // the live holder renews and writes
@@ -146,7 +174,21 @@ for (const f of factories) {
       expect(again!.opStartedAt).toBe(now);
       expect(again!.opDeadlineAt).toBe(now + 60_000);
       const hist = (await s.get(b1!.id))!.attempts;
-      expect(hist).toEqual([{ round: 1, attempt: 1, at: now, status: 429, errorClass: null, elapsedMs: 12, decision: 'retry', why: 'retryable', delayMs: 1_800_000, retryAfterMs: null, worker: 'w1' }]);
+      expect(hist).toEqual([
+        {
+          round: 1,
+          attempt: 1,
+          at: now,
+          status: 429,
+          errorClass: null,
+          elapsedMs: 12,
+          decision: 'retry',
+          why: 'retryable',
+          delayMs: 1_800_000,
+          retryAfterMs: null,
+          worker: 'w1',
+        },
+      ]);
     });
 
     it('the operation state round-trips: op_throttled comes back with the claim, survives a later write, and a requeue resets it', async () => {
@@ -156,10 +198,22 @@ for (const f of factories) {
       const [b] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w1');
       expect(b!.opThrottled).toBe(0); // a new batch
       const t0 = clock.wallNow();
-      const deferred = (c: ClaimedBatch, throttled: number, status: number): Outcome => outcome(c, {
-        state: 'queued', notBefore: clock.wallNow() + 1_800_000, opStartedAt: t0, opDeadlineAt: t0 + 7_200_000, prevDelayMs: 1_800_000,
-        opThrottled: throttled, lastStatus: status, lastDecision: 'retry', lastWhy: 'retryable',
-      }, clock.wallNow());
+      const deferred = (c: ClaimedBatch, throttled: number, status: number): Outcome =>
+        outcome(
+          c,
+          {
+            state: 'queued',
+            notBefore: clock.wallNow() + 1_800_000,
+            opStartedAt: t0,
+            opDeadlineAt: t0 + 7_200_000,
+            prevDelayMs: 1_800_000,
+            opThrottled: throttled,
+            lastStatus: status,
+            lastDecision: 'retry',
+            lastWhy: 'retryable',
+          },
+          clock.wallNow(),
+        );
       expect((await s.complete([deferred(b!, 1, 429)])).applied).toEqual([b!.id]);
       clock.advance(1_800_000);
       const [again] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w2');
@@ -168,7 +222,9 @@ for (const f of factories) {
       clock.advance(1_800_000);
       const [third] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w1');
       expect(third).toMatchObject({ attempt: 2, opThrottled: 1 });
-      await s.complete([outcome(third!, { state: 'dropped', opThrottled: 1, lastStatus: 503, lastDecision: 'max_attempts', lastWhy: 'attempts_exhausted' }, clock.wallNow())]);
+      await s.complete([
+        outcome(third!, { state: 'dropped', opThrottled: 1, lastStatus: 503, lastDecision: 'max_attempts', lastWhy: 'attempts_exhausted' }, clock.wallNow()),
+      ]);
       expect(await s.requeue({ ids: [b!.id] }, clock.wallNow())).toBe(1);
       const [round2] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w1');
       expect(round2).toMatchObject({ round: 2, attempt: 0, opStartedAt: null, prevDelayMs: null, opThrottled: 0 }); // a new round
@@ -179,9 +235,10 @@ for (const f of factories) {
       await s.enqueue([...items('d', ['a', 'b', 'c']), ...items('e', ['z'])], clock.wallNow());
       await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 10);
       await s.formBatches('e', { ...LIMITS, maxItems: 1, maxAgeMs: 0 }, clock.wallNow(), 10);
-      const claimed = [...await s.claim('d', 10, clock.wallNow(), LEASE, 'w'), ...await s.claim('e', 10, clock.wallNow(), LEASE, 'w')];
+      const claimed = [...(await s.claim('d', 10, clock.wallNow(), LEASE, 'w')), ...(await s.claim('e', 10, clock.wallNow(), LEASE, 'w'))];
       const now = clock.wallNow();
-      const drop = (b: ClaimedBatch, status: number, decision: Outcome['lastDecision'], why: Outcome['lastWhy']): Outcome => outcome(b, { state: 'dropped', lastStatus: status, lastDecision: decision, lastWhy: why }, now);
+      const drop = (b: ClaimedBatch, status: number, decision: Outcome['lastDecision'], why: Outcome['lastWhy']): Outcome =>
+        outcome(b, { state: 'dropped', lastStatus: status, lastDecision: decision, lastWhy: why }, now);
       await s.complete([
         drop(claimed[0]!, 400, 'not_retryable', 'status_not_retryable'),
         drop(claimed[1]!, 503, 'max_attempts', 'attempts_exhausted'),
@@ -190,7 +247,9 @@ for (const f of factories) {
       ]);
       const stats = await s.dropStats();
       expect(stats.map((r) => [r.destination, r.reason, r.lastStatus, Number(r.batches), Number(r.items)])).toEqual([
-        ['d', 'max_attempts', 503, 2, 2], ['d', 'not_retryable', 400, 1, 1], ['e', 'max_attempts', 503, 1, 1],
+        ['d', 'max_attempts', 503, 2, 2],
+        ['d', 'not_retryable', 400, 1, 1],
+        ['e', 'max_attempts', 503, 1, 1],
       ]);
       expect((await s.list({ state: 'dropped', reason: 'max_attempts', destination: 'd' }, now)).map((b) => b.id)).toEqual([claimed[1]!.id, claimed[2]!.id]);
       expect(await s.requeue({ destination: 'd', reason: 'max_attempts', limit: 1 }, now)).toBe(1);
@@ -202,7 +261,10 @@ for (const f of factories) {
       expect(back[0]!.key).toBe(claimed[0]!.key);
       await s.complete([outcome(back[0]!, { state: 'delivered' }, clock.wallNow())]);
       const d = (await s.get(claimed[0]!.id))!;
-      expect(d.attempts.map((a) => [a.round, a.attempt, a.status])).toEqual([[1, 1, 400], [2, 1, 200]]);
+      expect(d.attempts.map((a) => [a.round, a.attempt, a.status])).toEqual([
+        [1, 1, 400],
+        [2, 1, 200],
+      ]);
       expect(d.itemList.map((i) => i.key)).toEqual(['a']);
     });
 
@@ -219,7 +281,13 @@ for (const f of factories) {
 
     it('concurrent claims never hand the same batch to two workers', async () => {
       const { s, clock } = await fresh();
-      await s.enqueue(items('d', Array.from({ length: 60 }, (_, i) => `k${i}`)), clock.wallNow());
+      await s.enqueue(
+        items(
+          'd',
+          Array.from({ length: 60 }, (_, i) => `k${i}`),
+        ),
+        clock.wallNow(),
+      );
       await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 100);
       const got = await Promise.all(Array.from({ length: 6 }, (_, w) => s.claim('d', 15, clock.wallNow(), LEASE, `w${w}`)));
       const ids = got.flat().map((b) => b.id);
@@ -232,7 +300,10 @@ for (const f of factories) {
       await s.enqueue(items('d', ['a', 'b', 'c']), clock.wallNow());
       await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 10);
       const [a, b] = await s.claim('d', 2, clock.wallNow(), LEASE, 'w');
-      await s.complete([outcome(a!, { state: 'delivered' }, clock.wallNow()), outcome(b!, { state: 'dropped', lastDecision: 'max_attempts' }, clock.wallNow())]);
+      await s.complete([
+        outcome(a!, { state: 'delivered' }, clock.wallNow()),
+        outcome(b!, { state: 'dropped', lastDecision: 'max_attempts' }, clock.wallNow()),
+      ]);
       clock.advance(1000);
       expect(await s.purgeDelivered(clock.wallNow())).toBe(1);
       const left = await s.list({}, clock.wallNow());
@@ -274,7 +345,10 @@ for (const f of factories) {
       expect((await s.claimLimited('d', 10, { rate: null, concurrency: 5 }, clock.wallNow(), LEASE, 'w')).claimed).toEqual([]);
       expect(await s.claim('e', 10, clock.wallNow(), LEASE, 'w')).toHaveLength(1); // others go on
       const st = await s.stats(clock.wallNow());
-      expect(st.map((x) => [x.destination, x.paused, x.readyBatches])).toEqual([['d', true, 2], ['e', false, 0]]);
+      expect(st.map((x) => [x.destination, x.paused, x.readyBatches])).toEqual([
+        ['d', true, 2],
+        ['e', false, 0],
+      ]);
       expect(await s.setPaused('d', false, clock.wallNow())).toBe(true);
       expect(await s.setPaused('d', false, clock.wallNow())).toBe(false);
       expect(await s.claim('d', 10, clock.wallNow(), LEASE, 'w')).toHaveLength(2);
@@ -282,7 +356,13 @@ for (const f of factories) {
 
     it('claimLimited shares a rate window: at most `requests` claims per window, counted until their permit ends; retryAt says when', async () => {
       const { s, clock } = await fresh();
-      await s.enqueue(items('d', Array.from({ length: 10 }, (_, i) => `k${i}`)), clock.wallNow());
+      await s.enqueue(
+        items(
+          'd',
+          Array.from({ length: 10 }, (_, i) => `k${i}`),
+        ),
+        clock.wallNow(),
+      );
       await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 100);
       const rate = { requests: 4, perMs: 1_000 };
       const t0 = clock.wallNow();
@@ -310,7 +390,13 @@ for (const f of factories) {
 
     it('claimLimited shares a concurrency: live leases of the destination, from any worker, count', async () => {
       const { s, clock } = await fresh();
-      await s.enqueue(items('d', Array.from({ length: 6 }, (_, i) => `k${i}`)), clock.wallNow());
+      await s.enqueue(
+        items(
+          'd',
+          Array.from({ length: 6 }, (_, i) => `k${i}`),
+        ),
+        clock.wallNow(),
+      );
       await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 100);
       const lim = { rate: null, concurrency: 3 };
       const a = await s.claimLimited('d', 2, lim, clock.wallNow(), LEASE, 'w1');
@@ -333,13 +419,30 @@ for (const f of factories) {
       for (let step = 0; step < 300; step++) {
         const now = clock.wallNow();
         const op = random();
-        if (op < 0.25) await s.enqueue(items(pick(dests), Array.from({ length: 1 + Math.floor(random() * 4) }, () => `k${k++ % 150}`)), now); // some keys repeat: duplicates
+        if (op < 0.25)
+          await s.enqueue(
+            items(
+              pick(dests),
+              Array.from({ length: 1 + Math.floor(random() * 4) }, () => `k${k++ % 150}`),
+            ),
+            now,
+          ); // some keys repeat: duplicates
         else if (op < 0.4) await s.formBatches(pick(dests), { maxItems: 1 + Math.floor(random() * 3), maxBytes: 1_000_000, maxAgeMs: 0 }, now, 5);
-        else if (op < 0.6) held.push(...await s.claim(pick(dests), 1 + Math.floor(random() * 3), now, LEASE, 'w'));
+        else if (op < 0.6) held.push(...(await s.claim(pick(dests), 1 + Math.floor(random() * 3), now, LEASE, 'w')));
         else if (op < 0.85 && held.length > 0) {
           const b = held.splice(Math.floor(random() * held.length), 1)[0]!;
           const st = pick(['delivered', 'dropped', 'queued'] as const);
-          await s.complete([outcome(b, { state: st, notBefore: now + Math.floor(random() * 3_000), lastDecision: st === 'delivered' ? 'return' : st === 'dropped' ? 'max_attempts' : 'retry' }, now)]);
+          await s.complete([
+            outcome(
+              b,
+              {
+                state: st,
+                notBefore: now + Math.floor(random() * 3_000),
+                lastDecision: st === 'delivered' ? 'return' : st === 'dropped' ? 'max_attempts' : 'retry',
+              },
+              now,
+            ),
+          ]);
         } else if (op < 0.9) await s.requeue({ destination: pick(dests), limit: 2 }, now);
         else if (op < 0.95) await s.purge(pick(['delivered', 'dropped'] as const), now - 500, 3);
         else if (held.length > 0) await s.release(held.splice(0, 1), now);
@@ -347,7 +450,9 @@ for (const f of factories) {
       }
       const now = clock.wallNow();
       const kept = await s.stats(now);
-      expect(kept.reduce((a, x) => a + x.pendingItems + x.readyItems + x.inflightItems + x.deferredItems + x.deliveredItems + x.droppedItems, 0)).toBeGreaterThan(0);
+      expect(
+        kept.reduce((a, x) => a + x.pendingItems + x.readyItems + x.inflightItems + x.deferredItems + x.deliveredItems + x.droppedItems, 0),
+      ).toBeGreaterThan(0);
       await s.recount();
       expect(await s.stats(now)).toEqual(kept);
     });
@@ -390,7 +495,7 @@ function sqliteUpgrade(): Upgrade {
       const db = new Sqlite(file);
       try {
         const stmt = db.prepare(text.replaceAll('{batches}', 'relent_batches').replaceAll('{counts}', 'relent_counts').replaceAll('{meta}', 'relent_meta'));
-        return Promise.resolve(stmt.reader ? stmt.all() as Record<string, unknown>[] : (stmt.run(), []));
+        return Promise.resolve(stmt.reader ? (stmt.all() as Record<string, unknown>[]) : (stmt.run(), []));
       } finally {
         db.close();
       }
@@ -408,7 +513,14 @@ function postgresUpgrade(): Upgrade {
       const c = new pg.Client({ connectionString: PG_URL });
       await c.connect();
       try {
-        return (await c.query(text.replaceAll('{batches}', `"${schema}".relent_batches`).replaceAll('{counts}', `"${schema}".relent_counts`).replaceAll('{meta}', `"${schema}".relent_meta`))).rows as Record<string, unknown>[];
+        return (
+          await c.query(
+            text
+              .replaceAll('{batches}', `"${schema}".relent_batches`)
+              .replaceAll('{counts}', `"${schema}".relent_counts`)
+              .replaceAll('{meta}', `"${schema}".relent_meta`),
+          )
+        ).rows as Record<string, unknown>[];
       } finally {
         await c.end();
       }
@@ -428,7 +540,9 @@ for (const u of [sqliteUpgrade(), ...(withPg ? [postgresUpgrade()] : [])]) {
       await s.formBatches('d', { ...LIMITS, maxItems: 1 }, clock.wallNow(), 10);
       const [b] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w1');
       const now = clock.wallNow();
-      await s.complete([outcome(b!, { state: 'queued', notBefore: now + 1_000, prevDelayMs: 1_000, lastStatus: 503, lastDecision: 'retry', lastWhy: 'retryable' }, now)]);
+      await s.complete([
+        outcome(b!, { state: 'queued', notBefore: now + 1_000, prevDelayMs: 1_000, lastStatus: 503, lastDecision: 'retry', lastWhy: 'retryable' }, now),
+      ]);
       await s.close();
       await u.sql('ALTER TABLE {batches} DROP COLUMN op_throttled'); // the previous schema
       await u.sql(`DELETE FROM {meta} WHERE k = 'migration'`); // (made before numbered migrations)
@@ -436,7 +550,13 @@ for (const u of [sqliteUpgrade(), ...(withPg ? [postgresUpgrade()] : [])]) {
       clock.advance(1_000);
       const [again] = await s.claim('d', 1, clock.wallNow(), LEASE, 'w2');
       expect(again).toMatchObject({ id: b!.id, attempt: 1, prevDelayMs: 1_000, opThrottled: 0 });
-      await s.complete([outcome(again!, { state: 'queued', notBefore: clock.wallNow() + 1_000, opThrottled: 1, lastStatus: 429, lastDecision: 'retry', lastWhy: 'retryable' }, clock.wallNow())]);
+      await s.complete([
+        outcome(
+          again!,
+          { state: 'queued', notBefore: clock.wallNow() + 1_000, opThrottled: 1, lastStatus: 429, lastDecision: 'retry', lastWhy: 'retryable' },
+          clock.wallNow(),
+        ),
+      ]);
       await s.close();
       s = await u.open(); // opening an up-to-date database changes nothing
       expect(await u.sql('SELECT op_throttled FROM {batches}')).toEqual([{ op_throttled: 1 }]);

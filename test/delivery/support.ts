@@ -93,7 +93,7 @@ export const DIST_SQLITE = fileURLToPath(new URL('../../dist/delivery/sqlite-sto
 /** The compiled openSqliteStore (`npm run build` first; CI builds before testing). */
 export async function distSqlite(): Promise<typeof SqliteStoreModule> {
   if (!existsSync(DIST_SQLITE)) throw new Error('dist/ is missing: run `npm run build` first (CI builds before testing)');
-  return await import(DIST_SQLITE) as typeof SqliteStoreModule;
+  return (await import(DIST_SQLITE)) as typeof SqliteStoreModule;
 }
 
 /** The SQLite store as the compiled package runs a file database: in a process of its own. */
@@ -147,10 +147,11 @@ export async function listen(handler: (req: IncomingMessage, res: ServerResponse
   return {
     url: `http://127.0.0.1:${port}`,
     server,
-    close: () => new Promise<void>((r) => {
-      server.closeAllConnections();
-      server.close(() => r());
-    }),
+    close: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
   };
 }
 

@@ -16,7 +16,11 @@ import { listen, waitFor } from './support.js';
 const LIMIT = 50_000;
 const MINUTE = 60_000;
 
-interface MinuteCounts { sent: number; ok: number; throttled: number }
+interface MinuteCounts {
+  sent: number;
+  ok: number;
+  throttled: number;
+}
 
 describe('seed 001 worked example, virtual time, full scale', () => {
   it('40,000 → 50,000 + 20,000 deferred → 30,000 → minute 32: the 20,000', async () => {
@@ -57,10 +61,16 @@ describe('seed 001 worked example, virtual time, full scale', () => {
       const s = (await queue.stats())[0]!;
       const r = { delivered: s.deliveredBatches, deferred: s.deferredBatches, dropped: s.droppedBatches };
       const c = minutes.get(Number(label)) ?? { sent: 0, ok: 0, throttled: 0 };
-      rows.push(`${label.padStart(6)}  ${String(c.sent).padStart(7)}  ${String(c.ok).padStart(7)}  ${String(c.throttled).padStart(7)}  ${String(r.delivered).padStart(9)}  ${String(r.deferred).padStart(8)}  ${String(r.dropped).padStart(7)}`);
+      rows.push(
+        `${label.padStart(6)}  ${String(c.sent).padStart(7)}  ${String(c.ok).padStart(7)}  ${String(c.throttled).padStart(7)}  ${String(r.delivered).padStart(9)}  ${String(r.deferred).padStart(8)}  ${String(r.dropped).padStart(7)}`,
+      );
       return r;
     };
-    const enqueue = (n: number, tag: string) => queue.enqueueMany('adobe', Array.from({ length: n }, (_, i) => ({ key: `${tag}-${i}`, payload: { profile: `${tag}-${i}` } })));
+    const enqueue = (n: number, tag: string) =>
+      queue.enqueueMany(
+        'adobe',
+        Array.from({ length: n }, (_, i) => ({ key: `${tag}-${i}`, payload: { profile: `${tag}-${i}` } })),
+      );
 
     await enqueue(40_000, 'm1');
     await clock.advanceAsync(MINUTE - 1);
@@ -96,8 +106,14 @@ describe('seed 001 worked example, virtual time, full scale', () => {
       [1, 429, 'retry', 1_800_000, 60_000],
       [2, 200, 'return', null, 1_860_000],
     ]);
-    console.log(['', 'seed 001 worked example (virtual time, adobe-configurable, destination limit 50,000/min):',
-      'minute     sent       ok      429  delivered  deferred  dropped', ...rows].join('\n'));
+    console.log(
+      [
+        '',
+        'seed 001 worked example (virtual time, adobe-configurable, destination limit 50,000/min):',
+        'minute     sent       ok      429  delivered  deferred  dropped',
+        ...rows,
+      ].join('\n'),
+    );
     await worker.stop();
     await queue.close();
   }, 120_000);
@@ -147,7 +163,11 @@ describe('seed 001 worked example, real time at 1/1000 scale, real HTTP server',
     const worker = queue.createWorker({ pollMs: 20 });
     worker.start();
     const total = (m: number): MinuteCounts => counts.get(m) ?? { sent: 0, ok: 0, throttled: 0 };
-    const enqueue = (n: number, tag: string) => queue.enqueueMany('adobe', Array.from({ length: n }, (_, i) => ({ key: `${tag}-${i}`, payload: { i } })));
+    const enqueue = (n: number, tag: string) =>
+      queue.enqueueMany(
+        'adobe',
+        Array.from({ length: n }, (_, i) => ({ key: `${tag}-${i}`, payload: { i } })),
+      );
     try {
       await enqueue(40, 'm1');
       await waitFor(() => total(1).sent === 40, 10_000, 'minute 1');
@@ -162,7 +182,10 @@ describe('seed 001 worked example, real time at 1/1000 scale, real HTTP server',
       await waitFor(() => total(32).sent === 20, 15_000, 'minute 32');
       await waitFor(async () => (await queue.stats())[0]!.deliveredBatches === 140, 5_000, 'all delivered');
       expect([1, 2, 3, 32].map((m) => total(m))).toEqual([
-        { sent: 40, ok: 40, throttled: 0 }, { sent: 70, ok: 50, throttled: 20 }, { sent: 30, ok: 30, throttled: 0 }, { sent: 20, ok: 20, throttled: 0 },
+        { sent: 40, ok: 40, throttled: 0 },
+        { sent: 70, ok: 50, throttled: 20 },
+        { sent: 30, ok: 30, throttled: 0 },
+        { sent: 20, ok: 20, throttled: 0 },
       ]);
       // each of the 20 went out again, and never earlier than the policy's (scaled) 30 minutes after its 429
       expect([...retriedAt.keys()].sort()).toEqual([...throttledAt.keys()].sort());

@@ -10,13 +10,26 @@ import type { DeliveryEvent, DeliveryWorker, WorkerOptions } from '../../src/del
 import { resolvePolicy } from '../../src/presets/index.js';
 import { createSeededRandom, createTestClock, type TestClock } from '../../src/testing/index.js';
 
-interface Seen { at: number; key: string; attempt: number; items: number; body: string; headers: Readonly<Record<string, string>> }
+interface Seen {
+  at: number;
+  key: string;
+  attempt: number;
+  items: number;
+  body: string;
+  headers: Readonly<Record<string, string>>;
+}
 
-async function setup(dest: Partial<DestinationOptions>, answer: (req: DeliveryRequest, n: number) => TransportResult | Promise<TransportResult>, worker: Partial<WorkerOptions> = {}, clock: TestClock = createTestClock()) {
+async function setup(
+  dest: Partial<DestinationOptions>,
+  answer: (req: DeliveryRequest, n: number) => TransportResult | Promise<TransportResult>,
+  worker: Partial<WorkerOptions> = {},
+  clock: TestClock = createTestClock(),
+) {
   const seen: Seen[] = [];
   const events: DeliveryEvent[] = [];
   const queue = await openDeliveryQueue({
-    store: 'sqlite::memory:', clock,
+    store: 'sqlite::memory:',
+    clock,
     destinations: { d: { url: 'https://receiver.example/in?token=secret', batch: { maxItems: 1, maxAgeMs: 0 }, ...dest } },
   });
   const start = clock.wallNow();
@@ -39,13 +52,19 @@ describe('adobe-best-effort: 15 s, then 30 s, then dropped with its last status'
     const t = await setup({ policy: 'adobe-best-effort' }, () => ({ status: 503 }));
     await t.queue.enqueue('d', { profile: 1 }, { key: 'p1' });
     await t.clock.advanceAsync(10 * 60_000);
-    expect(t.seen.map((s) => [s.at, s.attempt])).toEqual([[0, 1], [15_000, 2], [45_000, 3]]);
+    expect(t.seen.map((s) => [s.at, s.attempt])).toEqual([
+      [0, 1],
+      [15_000, 2],
+      [45_000, 3],
+    ]);
     expect(new Set(t.seen.map((s) => s.headers['idempotency-key'])).size).toBe(1); // the same key on every attempt
     const [dropped] = await t.queue.list({ state: 'dropped' });
     expect(dropped).toMatchObject({ lastStatus: 503, lastDecision: 'max_attempts', lastWhy: 'attempts_exhausted', attempt: 3, items: 1 });
     const detail = (await t.queue.show(dropped!.id))!;
     expect(detail.attempts.map((a) => [a.attempt, a.status, a.decision, a.delayMs, a.at - t.start])).toEqual([
-      [1, 503, 'retry', 15_000, 0], [2, 503, 'retry', 30_000, 15_000], [3, 503, 'max_attempts', null, 45_000],
+      [1, 503, 'retry', 15_000, 0],
+      [2, 503, 'retry', 30_000, 15_000],
+      [3, 503, 'max_attempts', null, 45_000],
     ]);
     expect(detail.itemList.map((i) => [i.key, JSON.parse(i.payload)])).toEqual([['p1', { profile: 1 }]]);
     expect(t.events.filter((e) => e.type === 'dropped')).toEqual([expect.objectContaining({ reason: 'max_attempts', status: 503, attempts: 3 })]);
@@ -77,7 +96,9 @@ describe('adobe-best-effort: 15 s, then 30 s, then dropped with its last status'
 
 describe('Retry-After is honoured as asked, within the policy cap, never shortened', () => {
   it('adobe-configurable: a 429 asking for 40 minutes is retried after 40 minutes (plus a small positive jitter)', async () => {
-    const t = await setup({ policy: 'adobe-configurable', maxPauseMs: 0 }, (_r, n) => (n === 1 ? { status: 429, headers: { 'retry-after': '2400' } } : { status: 200 }));
+    const t = await setup({ policy: 'adobe-configurable', maxPauseMs: 0 }, (_r, n) =>
+      n === 1 ? { status: 429, headers: { 'retry-after': '2400' } } : { status: 200 },
+    );
     await t.queue.enqueue('d', { x: 1 });
     await t.clock.advanceAsync(60 * 60_000);
     expect(t.seen).toHaveLength(2);
@@ -97,20 +118,27 @@ describe('Retry-After is honoured as asked, within the policy cap, never shorten
     await finish(t.queue, t.worker);
   });
 
-  it('adobe-best-effort: a 503 asking for 45 s waits 45 s, not the schedule\'s 15 s', async () => {
-    const t = await setup({ policy: 'adobe-best-effort', maxPauseMs: 0 }, (_r, n) => (n === 1 ? { status: 503, headers: { 'retry-after': '45' } } : { status: 200 }));
+  it("adobe-best-effort: a 503 asking for 45 s waits 45 s, not the schedule's 15 s", async () => {
+    const t = await setup({ policy: 'adobe-best-effort', maxPauseMs: 0 }, (_r, n) =>
+      n === 1 ? { status: 503, headers: { 'retry-after': '45' } } : { status: 200 },
+    );
     await t.queue.enqueue('d', { x: 1 });
     await t.clock.advanceAsync(5 * 60_000);
     expect(t.seen[1]!.at).toBeGreaterThanOrEqual(45_000);
     await finish(t.queue, t.worker);
   });
 
-  it('adobe-configurable without Retry-After: 429 waits exactly the preset\'s 30 minutes; a 429 does not use up an attempt; the 6 h deadline ends it (11 calls: the 11th 429 is 1 over maxThrottledAttempts)', async () => {
+  it("adobe-configurable without Retry-After: 429 waits exactly the preset's 30 minutes; a 429 does not use up an attempt; the 6 h deadline ends it (11 calls: the 11th 429 is 1 over maxThrottledAttempts)", async () => {
     const t = await setup({ policy: 'adobe-configurable' }, () => ({ status: 429 }));
     await t.queue.enqueue('d', { x: 1 });
     await t.clock.advanceAsync(7 * 3_600_000);
     expect(t.seen.map((s) => s.at)).toEqual(Array.from({ length: 11 }, (_, i) => i * 1_800_000));
-    expect((await t.queue.list({ state: 'dropped' }))[0]).toMatchObject({ lastStatus: 429, lastDecision: 'max_attempts', lastWhy: 'attempts_exhausted', attempt: 11 });
+    expect((await t.queue.list({ state: 'dropped' }))[0]).toMatchObject({
+      lastStatus: 429,
+      lastDecision: 'max_attempts',
+      lastWhy: 'attempts_exhausted',
+      attempt: 11,
+    });
     await finish(t.queue, t.worker);
   });
 });
@@ -120,7 +148,9 @@ describe('a 429 that does not count against maxAttempts (throttleCountsAsAttempt
   const HALF_HOUR = 30 * MIN;
   const spec = { preset: 'adobe-configurable', throttleCountsAsAttempt: false, maxThrottledAttempts: 5 } as const;
   /** Answers `statuses` in turn, then 200. */
-  const answers = (...statuses: number[]) => (_r: DeliveryRequest, n: number): TransportResult => ({ status: statuses[n - 1] ?? 200 });
+  const answers =
+    (...statuses: number[]) =>
+    (_r: DeliveryRequest, n: number): TransportResult => ({ status: statuses[n - 1] ?? 200 });
   /** Each call after the first comes at least 30 minutes after the 429 (or 503) before it. */
   const expectHalfHourApart = (at: readonly number[]) => {
     for (let i = 1; i < at.length; i++) expect(at[i]! - at[i - 1]!).toBeGreaterThanOrEqual(HALF_HOUR);
@@ -133,7 +163,12 @@ describe('a 429 that does not count against maxAttempts (throttleCountsAsAttempt
     expect(t.seen.map((s) => s.at)).toEqual([0, HALF_HOUR, 2 * HALF_HOUR, 3 * HALF_HOUR]);
     const [b] = await t.queue.list({ state: 'delivered' });
     // Without op_throttled, the reclaimed batch would count the 429 and drop on the 3rd call (max_attempts).
-    expect((await t.queue.show(b!.id))!.attempts.map((a) => [a.status, a.decision])).toEqual([[429, 'retry'], [503, 'retry'], [503, 'retry'], [200, 'return']]);
+    expect((await t.queue.show(b!.id))!.attempts.map((a) => [a.status, a.decision])).toEqual([
+      [429, 'retry'],
+      [503, 'retry'],
+      [503, 'retry'],
+      [200, 'return'],
+    ]);
     await finish(t.queue, t.worker);
   });
 
@@ -145,7 +180,11 @@ describe('a 429 that does not count against maxAttempts (throttleCountsAsAttempt
     expectHalfHourApart(t.seen.map((s) => s.at));
     const [b] = await t.queue.list({ state: 'delivered' });
     expect((await t.queue.show(b!.id))!.attempts.map((a) => [a.attempt, a.status, a.decision, a.delayMs])).toEqual([
-      [1, 429, 'retry', HALF_HOUR], [2, 429, 'retry', HALF_HOUR], [3, 429, 'retry', HALF_HOUR], [4, 429, 'retry', HALF_HOUR], [5, 200, 'return', null],
+      [1, 429, 'retry', HALF_HOUR],
+      [2, 429, 'retry', HALF_HOUR],
+      [3, 429, 'retry', HALF_HOUR],
+      [4, 429, 'retry', HALF_HOUR],
+      [5, 200, 'return', null],
     ]);
     await finish(t.queue, t.worker);
   });
@@ -156,7 +195,12 @@ describe('a 429 that does not count against maxAttempts (throttleCountsAsAttempt
     await t.clock.advanceAsync(7 * 3_600_000);
     expect(t.seen).toHaveLength(6);
     expectHalfHourApart(t.seen.map((s) => s.at));
-    expect((await t.queue.list({ state: 'dropped' }))[0]).toMatchObject({ lastStatus: 429, lastDecision: 'max_attempts', lastWhy: 'attempts_exhausted', attempt: 6 });
+    expect((await t.queue.list({ state: 'dropped' }))[0]).toMatchObject({
+      lastStatus: 429,
+      lastDecision: 'max_attempts',
+      lastWhy: 'attempts_exhausted',
+      attempt: 6,
+    });
     await finish(t.queue, t.worker);
   });
 
@@ -165,7 +209,12 @@ describe('a 429 that does not count against maxAttempts (throttleCountsAsAttempt
     await t.queue.enqueue('d', { x: 1 });
     await t.clock.advanceAsync(4 * 3_600_000);
     expect(t.seen.map((s) => s.at)).toEqual([0, HALF_HOUR, 2 * HALF_HOUR, 3 * HALF_HOUR]);
-    expect((await t.queue.list({ state: 'dropped' }))[0]).toMatchObject({ lastStatus: 429, lastDecision: 'deadline_exceeded', lastWhy: 'delay_past_deadline', attempt: 4 });
+    expect((await t.queue.list({ state: 'dropped' }))[0]).toMatchObject({
+      lastStatus: 429,
+      lastDecision: 'deadline_exceeded',
+      lastWhy: 'delay_past_deadline',
+      attempt: 4,
+    });
     await finish(t.queue, t.worker);
   });
 
@@ -191,11 +240,22 @@ describe('a 429 that does not count against maxAttempts (throttleCountsAsAttempt
 describe('aggregation: max items, max bytes, max age — whichever comes first', () => {
   it('25 items, 10 per batch, 1 s max age: two full batches at once, the last 5 after 1 s; one stable key per batch', async () => {
     const t = await setup({ policy: 'adobe-best-effort', batch: { maxItems: 10, maxAgeMs: 1_000 } }, (_r, n) => ({ status: n === 2 ? 503 : 200 }));
-    await t.queue.enqueueMany('d', Array.from({ length: 25 }, (_, i) => ({ key: `k${i}`, payload: { i } })));
+    await t.queue.enqueueMany(
+      'd',
+      Array.from({ length: 25 }, (_, i) => ({ key: `k${i}`, payload: { i } })),
+    );
     await t.clock.advanceAsync(999);
-    expect(t.seen.map((s) => [s.at, s.items])).toEqual([[0, 10], [0, 10]]);
+    expect(t.seen.map((s) => [s.at, s.items])).toEqual([
+      [0, 10],
+      [0, 10],
+    ]);
     await t.clock.advanceAsync(30_000);
-    expect(t.seen.map((s) => [s.at, s.items])).toEqual([[0, 10], [0, 10], [1_000, 5], [15_000, 10]]);
+    expect(t.seen.map((s) => [s.at, s.items])).toEqual([
+      [0, 10],
+      [0, 10],
+      [1_000, 5],
+      [15_000, 10],
+    ]);
     // the retried batch went out with the same key and the same body
     expect(t.seen[3]!.key).toBe(t.seen[1]!.key);
     expect(t.seen[3]!.body).toBe(t.seen[1]!.body);
@@ -210,37 +270,56 @@ describe('aggregation: max items, max bytes, max age — whichever comes first',
 describe('load shedding', () => {
   it('rate limit: 250 requests under a 100/min limit never put more than 100 in any 60 s window', async () => {
     const t = await setup({ policy: 'adobe-best-effort', rateLimit: { requests: 100, perMs: 60_000 } }, () => ({ status: 200 }));
-    await t.queue.enqueueMany('d', Array.from({ length: 250 }, (_, i) => ({ key: `k${i}`, payload: i })));
+    await t.queue.enqueueMany(
+      'd',
+      Array.from({ length: 250 }, (_, i) => ({ key: `k${i}`, payload: i })),
+    );
     await t.clock.advanceAsync(5 * 60_000);
     expect(t.seen).toHaveLength(250);
     const at = t.seen.map((s) => s.at);
     let worst = 0;
     for (let i = 0; i < at.length; i++) worst = Math.max(worst, at.filter((x) => x >= at[i]! && x < at[i]! + 60_000).length);
     expect(worst).toBe(100);
-    expect([at.filter((x) => x < 60_000).length, at.filter((x) => x >= 60_000 && x < 120_000).length, at.filter((x) => x >= 120_000).length]).toEqual([100, 100, 50]);
+    expect([at.filter((x) => x < 60_000).length, at.filter((x) => x >= 60_000 && x < 120_000).length, at.filter((x) => x >= 120_000).length]).toEqual([
+      100, 100, 50,
+    ]);
     await finish(t.queue, t.worker);
   });
 
   it('the seed 001 destination with a local limit of 50,000/min: it sees its limit, no 429 at all (scaled 1/1000)', async () => {
     const clock = createTestClock();
     const perMinute = new Map<number, { ok: number; throttled: number }>();
-    const t = await setup({ policy: 'adobe-configurable', rateLimit: { requests: 50, perMs: 60_000 }, concurrency: { initial: 100, adaptive: false } }, () => {
-      const m = Math.floor((clock.wallNow() - t0) / 60_000) + 1;
-      const c = perMinute.get(m) ?? { ok: 0, throttled: 0 };
-      perMinute.set(m, c);
-      if (c.ok >= 50) {
-        c.throttled++;
-        return { status: 429 };
-      }
-      c.ok++;
-      return { status: 200 };
-    }, {}, clock);
+    const t = await setup(
+      { policy: 'adobe-configurable', rateLimit: { requests: 50, perMs: 60_000 }, concurrency: { initial: 100, adaptive: false } },
+      () => {
+        const m = Math.floor((clock.wallNow() - t0) / 60_000) + 1;
+        const c = perMinute.get(m) ?? { ok: 0, throttled: 0 };
+        perMinute.set(m, c);
+        if (c.ok >= 50) {
+          c.throttled++;
+          return { status: 429 };
+        }
+        c.ok++;
+        return { status: 200 };
+      },
+      {},
+      clock,
+    );
     const t0 = t.start;
-    await t.queue.enqueueMany('d', Array.from({ length: 40 }, (_, i) => ({ key: `a${i}`, payload: i })));
+    await t.queue.enqueueMany(
+      'd',
+      Array.from({ length: 40 }, (_, i) => ({ key: `a${i}`, payload: i })),
+    );
     await clock.advanceAsync(60_000);
-    await t.queue.enqueueMany('d', Array.from({ length: 70 }, (_, i) => ({ key: `b${i}`, payload: i })));
+    await t.queue.enqueueMany(
+      'd',
+      Array.from({ length: 70 }, (_, i) => ({ key: `b${i}`, payload: i })),
+    );
     await clock.advanceAsync(60_000);
-    await t.queue.enqueueMany('d', Array.from({ length: 30 }, (_, i) => ({ key: `c${i}`, payload: i })));
+    await t.queue.enqueueMany(
+      'd',
+      Array.from({ length: 30 }, (_, i) => ({ key: `c${i}`, payload: i })),
+    );
     await clock.advanceAsync(5 * 60_000);
     expect([...perMinute.values()].reduce((a, c) => a + c.throttled, 0)).toBe(0);
     expect((await t.queue.stats())[0]!.deliveredItems).toBe(140); // all out by minute 4, not minute 32
@@ -253,21 +332,39 @@ describe('load shedding', () => {
       const clock = createTestClock();
       let inFlight = 0;
       let throttled = 0;
-      const t = await setup({
-        policy: { maxAttempts: 50, deadlineMs: 3_600_000, backoff: { kind: 'constant', delayMs: 1_000 }, retryOn: { status: [429] }, retryAfter: { honor: false }, idempotent: true, budget: null },
-        concurrency: { initial: 32, min: 1, max: 32, adaptive },
-      }, () => {
-        if (inFlight >= 4) {
-          throttled++;
-          return { status: 429 };
-        }
-        inFlight++;
-        return new Promise<TransportResult>((resolve) => clock.setTimer(() => {
-          inFlight--;
-          resolve({ status: 200 });
-        }, 100));
-      }, { pollMs: 50 }, clock);
-      await t.queue.enqueueMany('d', Array.from({ length: 300 }, (_, i) => ({ key: `k${i}`, payload: i })));
+      const t = await setup(
+        {
+          policy: {
+            maxAttempts: 50,
+            deadlineMs: 3_600_000,
+            backoff: { kind: 'constant', delayMs: 1_000 },
+            retryOn: { status: [429] },
+            retryAfter: { honor: false },
+            idempotent: true,
+            budget: null,
+          },
+          concurrency: { initial: 32, min: 1, max: 32, adaptive },
+        },
+        () => {
+          if (inFlight >= 4) {
+            throttled++;
+            return { status: 429 };
+          }
+          inFlight++;
+          return new Promise<TransportResult>((resolve) =>
+            clock.setTimer(() => {
+              inFlight--;
+              resolve({ status: 200 });
+            }, 100),
+          );
+        },
+        { pollMs: 50 },
+        clock,
+      );
+      await t.queue.enqueueMany(
+        'd',
+        Array.from({ length: 300 }, (_, i) => ({ key: `k${i}`, payload: i })),
+      );
       await clock.advanceAsync(10 * 60_000);
       const st = (await t.queue.stats())[0]!;
       const limit = t.worker.concurrency('d');
@@ -286,8 +383,13 @@ describe('load shedding', () => {
   });
 
   it('a 429 with Retry-After pauses the whole destination for that long (capped by maxPauseMs)', async () => {
-    const t = await setup({ policy: 'adobe-best-effort', maxPauseMs: 60_000, concurrency: { initial: 1, adaptive: false } }, (_r, n) => (n === 1 ? { status: 429, headers: { 'retry-after': '20' } } : { status: 200 }));
-    await t.queue.enqueueMany('d', Array.from({ length: 5 }, (_, i) => ({ key: `k${i}`, payload: i })));
+    const t = await setup({ policy: 'adobe-best-effort', maxPauseMs: 60_000, concurrency: { initial: 1, adaptive: false } }, (_r, n) =>
+      n === 1 ? { status: 429, headers: { 'retry-after': '20' } } : { status: 200 },
+    );
+    await t.queue.enqueueMany(
+      'd',
+      Array.from({ length: 5 }, (_, i) => ({ key: `k${i}`, payload: i })),
+    );
     await t.clock.advanceAsync(60_000);
     expect(t.seen).toHaveLength(6);
     expect(t.seen.slice(1).every((s) => s.at >= 20_000)).toBe(true);
@@ -312,20 +414,32 @@ describe('nothing is silently discarded', () => {
     await t.clock.advanceAsync(1_000);
     const d = (await t.queue.show(dropped!.id))!;
     expect(d.state).toBe('delivered');
-    expect(d.attempts.map((a) => [a.round, a.attempt, a.errorClass ?? a.status])).toEqual([[1, 1, 'connect_refused'], [1, 2, 'connect_refused'], [1, 3, 'connect_refused'], [2, 1, 200]]);
+    expect(d.attempts.map((a) => [a.round, a.attempt, a.errorClass ?? a.status])).toEqual([
+      [1, 1, 'connect_refused'],
+      [1, 2, 'connect_refused'],
+      [1, 3, 'connect_refused'],
+      [2, 1, 200],
+    ]);
     expect(t.seen.at(-1)!.key).toBe(t.seen[0]!.key); // same key after the requeue
     await finish(t.queue, t.worker);
   });
 
   it('an attempt that outlives its timeout is a timeout observation (at the bound), decided by the core', async () => {
     const clock = createTestClock();
-    const t = await setup({ policy: { preset: 'adobe-best-effort', attemptTimeoutMs: 2_000 } }, (req, n) => n === 1
-      ? new Promise<TransportResult>((_resolve, reject) => req.signal.addEventListener('abort', () => reject(req.signal.reason)))
-      : { status: 200 }, {}, clock);
+    const t = await setup(
+      { policy: { preset: 'adobe-best-effort', attemptTimeoutMs: 2_000 } },
+      (req, n) =>
+        n === 1 ? new Promise<TransportResult>((_resolve, reject) => req.signal.addEventListener('abort', () => reject(req.signal.reason))) : { status: 200 },
+      {},
+      clock,
+    );
     await t.queue.enqueue('d', { x: 1 });
     await clock.advanceAsync(60_000);
     const b = (await t.queue.list({ state: 'delivered' }))[0]!;
-    expect((await t.queue.show(b.id))!.attempts.map((a) => [a.errorClass ?? a.status, a.elapsedMs, a.decision])).toEqual([['timeout', 2_000, 'retry'], [200, 0, 'return']]);
+    expect((await t.queue.show(b.id))!.attempts.map((a) => [a.errorClass ?? a.status, a.elapsedMs, a.decision])).toEqual([
+      ['timeout', 2_000, 'retry'],
+      [200, 0, 'return'],
+    ]);
     expect(t.seen[1]!.at).toBe(17_000); // 2 s timeout + the schedule's 15 s
     await finish(t.queue, t.worker);
   });
@@ -336,9 +450,22 @@ describe('leases', () => {
     const frozen = createTestClock(); // worker A's timers never fire while frozen: a stop-the-world pause
     const live = createTestClock();
     let releaseA: (r: TransportResult) => void = () => {};
-    const queue = await openDeliveryQueue({ store: 'sqlite::memory:', clock: live, destinations: { d: { url: 'https://r.example/', policy: 'adobe-best-effort', batch: { maxItems: 1, maxAgeMs: 0 } } } });
+    const queue = await openDeliveryQueue({
+      store: 'sqlite::memory:',
+      clock: live,
+      destinations: { d: { url: 'https://r.example/', policy: 'adobe-best-effort', batch: { maxItems: 1, maxAgeMs: 0 } } },
+    });
     const eventsA: DeliveryEvent[] = [];
-    const a = queue.createWorker({ clock: frozen, leaseMs: 10_000, transport: () => new Promise((r) => { releaseA = r; }), onEvent: (e) => eventsA.push(e), workerId: 'A' });
+    const a = queue.createWorker({
+      clock: frozen,
+      leaseMs: 10_000,
+      transport: () =>
+        new Promise((r) => {
+          releaseA = r;
+        }),
+      onEvent: (e) => eventsA.push(e),
+      workerId: 'A',
+    });
     await queue.enqueue('d', { x: 1 });
     a.start();
     await frozen.advanceAsync(0); // A claims and sends; its request hangs
@@ -361,9 +488,16 @@ describe('leases', () => {
 
   it('graceful stop waits for requests in flight up to stopTimeoutMs, then gives the claims back: another worker takes them at once', async () => {
     const clock = createTestClock();
-    const t = await setup({ policy: 'adobe-best-effort', concurrency: { initial: 3, adaptive: false } },
-      (req) => new Promise<TransportResult>((_r, reject) => req.signal.addEventListener('abort', () => reject(req.signal.reason))), { stopTimeoutMs: 500 }, clock);
-    await t.queue.enqueueMany('d', Array.from({ length: 5 }, (_, i) => ({ key: `k${i}`, payload: i })));
+    const t = await setup(
+      { policy: 'adobe-best-effort', concurrency: { initial: 3, adaptive: false } },
+      (req) => new Promise<TransportResult>((_r, reject) => req.signal.addEventListener('abort', () => reject(req.signal.reason))),
+      { stopTimeoutMs: 500 },
+      clock,
+    );
+    await t.queue.enqueueMany(
+      'd',
+      Array.from({ length: 5 }, (_, i) => ({ key: `k${i}`, payload: i })),
+    );
     await clock.advanceAsync(100);
     expect((await t.queue.stats())[0]!.inflightBatches).toBe(3);
     const stopping = t.worker.stop();
@@ -388,7 +522,8 @@ describe('outcomes are written in groups', () => {
       return complete(outcomes);
     };
     const queue = await openDeliveryQueue({
-      store, clock,
+      store,
+      clock,
       destinations: { d: { url: 'https://receiver.example/in', batch: { maxItems: 1, maxAgeMs: 0 }, concurrency: { initial: 10, adaptive: false, scope } } },
     });
     let n = 0;
@@ -398,7 +533,10 @@ describe('outcomes are written in groups', () => {
       return { status: 200 };
     };
     const w = queue.createWorker({ clock, random: createSeededRandom(1), transport, pollMs: 5_000, leaseMs: 30_000 });
-    await queue.enqueueMany('d', Array.from({ length: 10 }, (_, i) => ({ payload: i, key: `k${i}` })));
+    await queue.enqueueMany(
+      'd',
+      Array.from({ length: 10 }, (_, i) => ({ payload: i, key: `k${i}` })),
+    );
     w.start();
     await clock.advanceAsync(1_000);
     expect((await queue.stats())[0]).toMatchObject({ deliveredBatches: 10, inflightBatches: 0 });
@@ -434,7 +572,10 @@ describe('wake-ups', () => {
     const queue = await openDeliveryQueue({ store: counted, clock, destinations: { a: dest, b: dest, c: dest } });
     const delivered: string[] = [];
     const w = queue.createWorker({
-      clock, random: createSeededRandom(7), pollMs: 60_000, leaseMs: 30_000,
+      clock,
+      random: createSeededRandom(7),
+      pollMs: 60_000,
+      leaseMs: 30_000,
       transport: async (req) => {
         delivered.push(req.destination.name);
         return { status: 204 };
@@ -460,10 +601,17 @@ describe('wake-ups', () => {
 
 describe('what each attempt tells the receiver', () => {
   it('x-relent-attempt and x-relent-deadline-ms on every attempt; propagate: false sends neither', async () => {
-    const t = await setup({ policy: { backoff: { kind: 'constant', delayMs: 1_000 }, maxAttempts: 3, attemptTimeoutMs: 4_000, deadlineMs: 60_000 } }, (_req, n) => ({ status: n < 3 ? 503 : 200 }));
+    const t = await setup(
+      { policy: { backoff: { kind: 'constant', delayMs: 1_000 }, maxAttempts: 3, attemptTimeoutMs: 4_000, deadlineMs: 60_000 } },
+      (_req, n) => ({ status: n < 3 ? 503 : 200 }),
+    );
     await t.queue.enqueue('d', { a: 1 }, { key: 'p1' });
     await t.clock.advanceAsync(10_000);
-    expect(t.seen.map((s) => [s.headers['x-relent-attempt'], s.headers['x-relent-deadline-ms']])).toEqual([['1', '4000'], ['2', '4000'], ['3', '4000']]);
+    expect(t.seen.map((s) => [s.headers['x-relent-attempt'], s.headers['x-relent-deadline-ms']])).toEqual([
+      ['1', '4000'],
+      ['2', '4000'],
+      ['3', '4000'],
+    ]);
     await finish(t.queue, t.worker);
 
     const off = await setup({ propagate: false }, () => ({ status: 200 }));
@@ -475,8 +623,9 @@ describe('what each attempt tells the receiver', () => {
     await finish(off.queue, off.worker);
 
     // A bad value names the field.
-    await expect(openDeliveryQueue({ store: 'sqlite::memory:', destinations: { d: { url: 'https://r.example/in', propagate: { attemptHeader: 'bad header' } } } }))
-      .rejects.toMatchObject({ code: 'ERR_INVALID_CONFIG', field: 'destinations.d.propagate.attemptHeader' });
+    await expect(
+      openDeliveryQueue({ store: 'sqlite::memory:', destinations: { d: { url: 'https://r.example/in', propagate: { attemptHeader: 'bad header' } } } }),
+    ).rejects.toMatchObject({ code: 'ERR_INVALID_CONFIG', field: 'destinations.d.propagate.attemptHeader' });
   });
 });
 
@@ -489,17 +638,48 @@ describe('attempt events: the core attempt event, with the batch', () => {
     const [batch] = await t.queue.list({ state: 'delivered' });
     const key = batch!.key;
     const common = {
-      type: 'attempt', operationId: key, method: 'POST', endpoint: 'https://receiver.example/in', errorClass: null, elapsedMs: 0,
-      retryAfterMs: null, retryAfterValid: null, destination: 'd', batchId: batch!.id, key, items: 1, round: 1,
+      type: 'attempt',
+      operationId: key,
+      method: 'POST',
+      endpoint: 'https://receiver.example/in',
+      errorClass: null,
+      elapsedMs: 0,
+      retryAfterMs: null,
+      retryAfterValid: null,
+      destination: 'd',
+      batchId: batch!.id,
+      key,
+      items: 1,
+      round: 1,
     };
     expect(attempts).toEqual([
-      { ...common, requestId: `${key}/attempt-1`, attempt: 1, status: 503, remainingMs: 120_000, decision: 'retry', why: 'retryable', delayMs: 15_000, ts: t.start },
-      { ...common, requestId: `${key}/attempt-2`, attempt: 2, status: 200, remainingMs: 105_000, decision: 'return', why: 'success', delayMs: null, ts: t.start + 15_000 },
+      {
+        ...common,
+        requestId: `${key}/attempt-1`,
+        attempt: 1,
+        status: 503,
+        remainingMs: 120_000,
+        decision: 'retry',
+        why: 'retryable',
+        delayMs: 15_000,
+        ts: t.start,
+      },
+      {
+        ...common,
+        requestId: `${key}/attempt-2`,
+        attempt: 2,
+        status: 200,
+        remainingMs: 105_000,
+        decision: 'return',
+        why: 'success',
+        delayMs: null,
+        ts: t.start + 15_000,
+      },
     ]);
     await finish(t.queue, t.worker);
   });
 
-  it('a requeued batch\'s attempts say their round, in the event and in the request id', async () => {
+  it("a requeued batch's attempts say their round, in the event and in the request id", async () => {
     const t = await setup({ policy: 'adobe-best-effort' }, (_r, n) => ({ status: n === 1 ? 400 : 200 }));
     await t.queue.enqueue('d', { profile: 1 }, { key: 'p1' });
     await t.clock.advanceAsync(1_000);

@@ -28,7 +28,7 @@ const PENDING: Readonly<Record<string, string>> = {
 
 /** Pages that report rather than describe a component: no options, events or errors of their own. */
 const REPORTS: Readonly<Record<string, string>> = {
-  'conformance.md': 'the sources\' test cases against relent, generated from test/conformance',
+  'conformance.md': "the sources' test cases against relent, generated from test/conformance",
 };
 
 /** The ## and ### headings of a page, outside code fences. */
@@ -53,7 +53,9 @@ function outlineProblems(text: string): string[] {
   return problems;
 }
 
-const pages = readdirSync(DOCS).filter((f) => f.endsWith('.md')).sort();
+const pages = readdirSync(DOCS)
+  .filter((f) => f.endsWith('.md'))
+  .sort();
 
 describe('docs/: one outline for every page', () => {
   it.each(pages)('%s: what it is, options and defaults, events, errors, anti-patterns', (page) => {
@@ -63,7 +65,7 @@ describe('docs/: one outline for every page', () => {
     else expect(problems).toEqual([]);
   });
 
-  it('the README\'s Documentation table links every page', () => {
+  it("the README's Documentation table links every page", () => {
     const table = README.slice(README.indexOf('## Documentation'), README.indexOf('\n## ', README.indexOf('## Documentation') + 1));
     for (const page of pages) expect(table, page).toContain(`(docs/${page})`);
   });

@@ -22,7 +22,12 @@ function table(heading: string): string[][] {
   const rows: string[][] = [];
   for (const l of lines.slice(start + 2)) {
     if (!l.startsWith('|')) break;
-    rows.push(l.split('|').slice(1, -1).map((c) => c.trim()));
+    rows.push(
+      l
+        .split('|')
+        .slice(1, -1)
+        .map((c) => c.trim()),
+    );
   }
   return rows;
 }
@@ -47,11 +52,11 @@ describe('docs/policy.md', () => {
     expect(rows.map((r) => code(r[0]!)).sort()).toEqual(leaves.sort());
   });
 
-  it.each(table('Every field of `PolicySpec`').filter((r) => r[0] !== '`preset`'))('%s: the default is POLICY_DEFAULTS\'', (field, dflt) => {
+  it.each(table('Every field of `PolicySpec`').filter((r) => r[0] !== '`preset`'))("%s: the default is POLICY_DEFAULTS'", (field, dflt) => {
     expect(JSON.parse(code(dflt!))).toEqual(JSON.parse(JSON.stringify(at(code(field!)))));
   });
 
-  it('lists every backoff kind, with the optional fields\' defaults the code fills in', () => {
+  it("lists every backoff kind, with the optional fields' defaults the code fills in", () => {
     const kinds = table('### Backoff kinds');
     expect(kinds.map((r) => code(r[0]!)).sort()).toEqual([...BACKOFF_KINDS].sort());
     const required: Record<string, unknown> = { baseMs: 100, capMs: 1000, delayMs: 5, delaysMs: [1, 2] };
@@ -67,7 +72,7 @@ describe('docs/policy.md', () => {
     }
   });
 
-  it('lists every budget kind, with the optional fields\' defaults the code fills in', () => {
+  it("lists every budget kind, with the optional fields' defaults the code fills in", () => {
     const kinds = table('### Budget kinds');
     expect(kinds.map((r) => code(r[0]!))).toEqual(['ratio', 'throttle', 'quota']);
     for (const [kind, req, optional] of kinds) {
@@ -76,7 +81,11 @@ describe('docs/policy.md', () => {
       for (const f of [...req!.matchAll(/`(\w+)`/g)].map((m) => m[1]!)) input[f] = 10;
       const resolved = normalizeBudget(input) as unknown as Record<string, unknown>;
       const documented = pairs(optional!);
-      expect(Object.keys(documented).sort(), k).toEqual(Object.keys(resolved).filter((f) => f !== 'kind' && !(f in input)).sort());
+      expect(Object.keys(documented).sort(), k).toEqual(
+        Object.keys(resolved)
+          .filter((f) => f !== 'kind' && !(f in input))
+          .sort(),
+      );
       for (const [f, v] of Object.entries(documented)) expect(resolved[f], `${k}.${f}`).toEqual(v);
     }
     expect({ kind: 'ratio', ...pairs(kinds[0]![2]!) }).toEqual({ ...RATIO_BUDGET_DEFAULTS });
@@ -84,7 +93,9 @@ describe('docs/policy.md', () => {
 
   it('the hedging defaults are HEDGE_DEFAULTS', () => {
     const rows = table('### Hedging');
-    expect(Object.fromEntries(rows.filter((r) => r[1] !== 'required').map((r) => [code(r[0]!).replace('hedge.', ''), JSON.parse(code(r[1]!))]))).toEqual({ ...HEDGE_DEFAULTS });
+    expect(Object.fromEntries(rows.filter((r) => r[1] !== 'required').map((r) => [code(r[0]!).replace('hedge.', ''), JSON.parse(code(r[1]!))]))).toEqual({
+      ...HEDGE_DEFAULTS,
+    });
   });
 
   it('the error table is REASON_CODES', () => {

@@ -17,12 +17,16 @@ const say = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);
 const fleetEvents = [];
 const fleet = cfg.redisUrl
   ? createRedisFleet({
-    url: cfg.redisUrl, prefix: cfg.prefix, timeoutMs: cfg.timeoutMs, syncMs: cfg.syncMs, syncEvery: cfg.syncEvery,
-    onEvent: (e) => {
-      fleetEvents.push(e);
-      say({ event: 'fleet', mode: e.mode ?? null, t: e.ts });
-    },
-  })
+      url: cfg.redisUrl,
+      prefix: cfg.prefix,
+      timeoutMs: cfg.timeoutMs,
+      syncMs: cfg.syncMs,
+      syncEvery: cfg.syncEvery,
+      onEvent: (e) => {
+        fleetEvents.push(e);
+        say({ event: 'fleet', mode: e.mode ?? null, t: e.ts });
+      },
+    })
   : null;
 const breakerChanges = [];
 // A measuring instrument: a subscriber of our own on the fleet's channel tells when an
@@ -78,13 +82,18 @@ await new Promise((resolve) => {
       n++;
       const t = Date.now();
       sent.push(t);
-      calls.push(client.fetch(cfg.url, { headers: { 'x-child': String(cfg.index), 'x-sent': String(t) } }).then(async (res) => {
-        await res.arrayBuffer();
-        statuses[res.status] = (statuses[res.status] ?? 0) + 1;
-      }, (e) => {
-        const code = e?.code ?? e?.name ?? 'unknown';
-        rejections[code] = (rejections[code] ?? 0) + 1;
-      }));
+      calls.push(
+        client.fetch(cfg.url, { headers: { 'x-child': String(cfg.index), 'x-sent': String(t) } }).then(
+          async (res) => {
+            await res.arrayBuffer();
+            statuses[res.status] = (statuses[res.status] ?? 0) + 1;
+          },
+          (e) => {
+            const code = e?.code ?? e?.name ?? 'unknown';
+            rejections[code] = (rejections[code] ?? 0) + 1;
+          },
+        ),
+      );
     }
     if (over()) return resolve();
     setTimeout(tick, Math.max(0, Math.min(50, started + n * every - Date.now())));

@@ -48,7 +48,7 @@ afterAll(async () => {
 });
 
 describe('hash slots', () => {
-  it('CRC16/XMODEM of the spec\'s test vector, and the hash tag rule', () => {
+  it("CRC16/XMODEM of the spec's test vector, and the hash tag rule", () => {
     expect(keySlot('123456789')).toBe(0x31c3 % 16384);
     expect(keySlot('{user1000}.following')).toBe(keySlot('{user1000}.followers'));
     expect(keySlot('foo{}{bar}')).toBe(keySlot('foo{}{bar}')); // empty tag: the whole key
@@ -70,9 +70,19 @@ describe.skipIf(!enabled)('Redis Cluster (own 3 masters + 3 replicas)', () => {
 
   it('the slot of a key is the one the cluster computes (CLUSTER KEYSLOT), tags and UTF-8 included', async () => {
     const node = cluster.node(cluster.nodes[0]!.port);
-    await fc.assert(fc.asyncProperty(fc.oneof(fc.string(), fc.string({ unit: 'grapheme' }), fc.tuple(fc.string(), fc.string(), fc.string()).map(([a, b, c]) => `${a}{${b}}${c}`)), async (key) => {
-      expect(keySlot(key)).toBe(await node.cluster('KEYSLOT', key));
-    }), { numRuns: 200, seed: 7 });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.oneof(
+          fc.string(),
+          fc.string({ unit: 'grapheme' }),
+          fc.tuple(fc.string(), fc.string(), fc.string()).map(([a, b, c]) => `${a}{${b}}${c}`),
+        ),
+        async (key) => {
+          expect(keySlot(key)).toBe(await node.cluster('KEYSLOT', key));
+        },
+      ),
+      { numRuns: 200, seed: 7 },
+    );
   });
 
   it('three dependencies on three masters: every node joined, one budget per dependency shared by two processes', async () => {
@@ -210,7 +220,11 @@ describe.skipIf(!enabled)('Redis Cluster failures (own cluster per test)', () =>
       const fellBackAfter = Date.now() - killedAt;
       await cluster.failedOver(victim);
       const promotedAt = Date.now();
-      await until(() => a.mode === 'fleet' && a.stats().budgets[name]?.mode === 'fleet' && b.stats().budgets[name]?.mode === 'fleet', 10_000, 'the dependency to be shared again');
+      await until(
+        () => a.mode === 'fleet' && a.stats().budgets[name]?.mode === 'fleet' && b.stats().budgets[name]?.mode === 'fleet',
+        10_000,
+        'the dependency to be shared again',
+      );
       const sharedAfter = Date.now() - promotedAt;
       stop = true;
       await caller;
@@ -223,14 +237,16 @@ describe.skipIf(!enabled)('Redis Cluster failures (own cluster per test)', () =>
       await until(() => bb.state(Date.now()) === 'open', 10_000, 'the open to reach the other process after the failover');
       expect(calls).toBeGreaterThan(20);
       expect(slowest).toBeLessThan(50);
-      process.stdout.write(`\n[fleet] cluster kill -9 of master ${victim}: ${name} local ${fellBackAfter} ms after the kill; shared again ${sharedAfter} ms after the promotion was visible; ${calls} calls, slowest ${slowest.toFixed(1)} ms\n`);
+      process.stdout.write(
+        `\n[fleet] cluster kill -9 of master ${victim}: ${name} local ${fellBackAfter} ms after the kill; shared again ${sharedAfter} ms after the promotion was visible; ${calls} calls, slowest ${slowest.toFixed(1)} ms\n`,
+      );
     } finally {
       await Promise.all(open.splice(0).map((f) => f.close()));
       await cluster.stop();
     }
   }, 90_000);
 
-  it('the subscriber\'s node is killed: the subscription moves to another node, announcements keep arriving', async () => {
+  it("the subscriber's node is killed: the subscription moves to another node, announcements keep arriving", async () => {
     const cluster = await ownCluster();
     const prefix = 'c-sub:';
     try {
@@ -242,7 +258,10 @@ describe.skipIf(!enabled)('Redis Cluster failures (own cluster per test)', () =>
       const listening = async (): Promise<number[]> => {
         const out: number[] = [];
         for (const n of cluster.nodes) {
-          const r = await cluster.node(n.port).pubsub('NUMSUB', `${prefix}breaker`).catch(() => null) as [string, number] | null;
+          const r = (await cluster
+            .node(n.port)
+            .pubsub('NUMSUB', `${prefix}breaker`)
+            .catch(() => null)) as [string, number] | null;
           if (r !== null && Number(r[1]) > 0) out.push(n.port);
         }
         return out;

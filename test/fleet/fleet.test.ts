@@ -14,7 +14,7 @@ import { run } from '../../src/run/run.js';
 import { dropPrefix, freePort, ownRedisEnabled, ownRedis, REDIS_URL, redisEnabled, sleep, uniquePrefix, until } from './support.js';
 
 const enabled = await redisEnabled();
-const canSpawn = enabled && await ownRedisEnabled();
+const canSpawn = enabled && (await ownRedisEnabled());
 const RETRY = { throttled: false, timeout: false };
 const prefixes: string[] = [];
 const open: RedisFleet[] = [];
@@ -149,7 +149,8 @@ describe.skipIf(!enabled)('shared budget (real Redis)', () => {
     await drain([ba, bb], 200);
     expect(await drain([ba, bb], 100)).toBe(0);
     // A serves 12 answers: 6 tokens, 1 kept in its lease, 5 handed to the bucket at its next sync.
-    for (let i = 0; i < 12; i++) ba.observe({ attempt: 1, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost: 0 }, performance.now());
+    for (let i = 0; i < 12; i++)
+      ba.observe({ attempt: 1, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost: 0 }, performance.now());
     expect(await drain([bb], 300)).toBe(5);
     expect(await drain([ba], 100)).toBe(1);
     expect(a.stats().budgets.dep).toMatchObject({ lease: 0, pending: 0 });
@@ -335,7 +336,11 @@ describe.skipIf(!canSpawn)('Redis away (own redis-server)', () => {
       for (const x of rejoined) expect(x.t - t).toBeLessThan(1000);
       for (let who = 0; who < 3; who++) {
         // joined, fell back once, joined again: three events, however many reconnection attempts failed
-        expect(events.filter((x) => x.who === who && x.e.type === 'fleet_mode').map((x) => (x.e as { mode: string }).mode)).toEqual(['fleet', 'local', 'fleet']);
+        expect(events.filter((x) => x.who === who && x.e.type === 'fleet_mode').map((x) => (x.e as { mode: string }).mode)).toEqual([
+          'fleet',
+          'local',
+          'fleet',
+        ]);
         expect(fleets[who]!.stats()).toMatchObject({ fallbacks: 1, rejoins: 1 });
       }
       // The new (empty) Redis starts a fresh bucket of 6: the fleet has it, as a new fleet would.
@@ -376,7 +381,10 @@ describe.skipIf(!canSpawn)('Redis away (own redis-server)', () => {
       expect(f.mode).toBe('local');
       expect(f.stats().syncFailures).toBeGreaterThanOrEqual(1);
       // Three syncs in a row failed (deadlines 20, 40, 80 ms: doubled after each failure).
-      expect(events.filter((e) => e.type === 'fleet_mode').map((e) => (e as { reason: string | null }).reason)).toEqual([null, expect.stringMatching(/did not answer within 80 ms/)]);
+      expect(events.filter((e) => e.type === 'fleet_mode').map((e) => (e as { reason: string | null }).reason)).toEqual([
+        null,
+        expect.stringMatching(/did not answer within 80 ms/),
+      ]);
       server.resume();
       await until(() => f.mode === 'fleet', 2000, 'rejoin after the stall');
     } finally {
@@ -484,7 +492,10 @@ describe.skipIf(!enabled)('drivers take a fleet', () => {
       for (let i = 0; i < 3; i++) await (await request(`${base}/x`, { dispatcher: ia })).body.text();
       await until(() => fb.stats().breakers[base]?.state === 'open', 1000, 'the other process to open');
       hits = 0;
-      const err = await request(`${base}/x`, { dispatcher: ib }).then(() => null, (e: unknown) => e);
+      const err = await request(`${base}/x`, { dispatcher: ib }).then(
+        () => null,
+        (e: unknown) => e,
+      );
       expect((err as RelentError).code).toBe('ERR_CIRCUIT_OPEN');
       expect(hits).toBe(0);
     } finally {
@@ -520,7 +531,10 @@ describe.skipIf(!enabled)('drivers take a fleet', () => {
     await sleep(100);
     b.record('failure', Date.now());
     await until(() => fa.stats().breakers.payments?.state === 'open', 1000, 'the open to reach the other process');
-    const err = await run(fail, { fleet: fa, dependency: 'payments', policy, breaker: { minimumThroughput: 1, openMs: 60_000 } }).then(() => null, (e: unknown) => e);
+    const err = await run(fail, { fleet: fa, dependency: 'payments', policy, breaker: { minimumThroughput: 1, openMs: 60_000 } }).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect((err as RelentError).code).toBe('ERR_CIRCUIT_OPEN');
     await expect(run(fail, { breaker: true })).rejects.toMatchObject({ code: 'ERR_INVALID_INPUT', field: 'breaker' });
     await expect(run(fail, { fleet: fa, policy })).rejects.toMatchObject({ code: 'ERR_INVALID_INPUT', field: 'dependency' });

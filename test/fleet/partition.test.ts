@@ -8,7 +8,7 @@ import { createRedisFleet, type FleetEvent } from '../../src/fleet/index.js';
 import { namespacedRedis, namespacesUnavailable, ownRedisEnabled, sleep, until } from './support.js';
 
 const why = await namespacesUnavailable();
-const enabled = why === null && await ownRedisEnabled();
+const enabled = why === null && (await ownRedisEnabled());
 if (why !== null) process.stderr.write(`\n[relent fleet tests] no network namespaces (${why}): skipping the partition test\n`);
 const RETRY = { throttled: false, timeout: false };
 

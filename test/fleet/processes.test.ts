@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { dropPrefix, ownRedisEnabled, ownRedis, REDIS_URL, redisEnabled, uniquePrefix } from './support.js';
 
 const enabled = await redisEnabled();
-const canSpawn = enabled && await ownRedisEnabled();
+const canSpawn = enabled && (await ownRedisEnabled());
 const CHILD = fileURLToPath(new URL('./child.mjs', import.meta.url));
 const DIST = fileURLToPath(new URL('../../dist/fleet/index.js', import.meta.url));
 const P = 10;
@@ -49,7 +49,9 @@ function dependency(): { server: Server; url: () => string; arrivals: Arrival[];
   const answer = { fn: (_n: number) => 503 };
   const server = createServer((req, res) => {
     arrivals.push({
-      t: Date.now(), sent: Number(req.headers['x-sent']), child: Number(req.headers['x-child']),
+      t: Date.now(),
+      sent: Number(req.headers['x-sent']),
+      child: Number(req.headers['x-child']),
       attempt: Number(req.headers['x-relent-attempt'] ?? /attempt-(\d+)$/.exec(String(req.headers['x-request-id']))?.[1] ?? 0),
     });
     res.statusCode = answer.fn(arrivals.length);
@@ -83,25 +85,38 @@ async function fleetRun(base: Record<string, unknown>, during?: (live: Live) => 
     child.stderr!.on('data', (d) => (err += d));
     let onReady: (v: { joined: boolean }) => void;
     ready.push(new Promise((r) => (onReady = r)));
-    outputs.push(new Promise((resolve, reject) => {
-      child.stdout!.on('data', (d) => {
-        out += d;
-        const lines = out.split('\n');
-        out = lines.pop()!;
-        for (const l of lines) {
-          const m = JSON.parse(l) as { ready?: boolean; joined?: boolean; event?: 'breaker' | 'fleet'; to?: string; mode?: string | null; t: number } & Summary;
-          if (m.ready) onReady({ joined: m.joined === true });
-          else if (m.event) events.push({ child: i, event: m.event, to: m.to, mode: m.mode, t: m.t });
-          else resolve(m);
-        }
-      });
-      child.on('exit', (code) => {
-        if (code !== 0 || err !== '') reject(new Error(`child ${i} exited with ${code}: ${err.slice(0, 2000)}`));
-      });
-    }));
+    outputs.push(
+      new Promise((resolve, reject) => {
+        child.stdout!.on('data', (d) => {
+          out += d;
+          const lines = out.split('\n');
+          out = lines.pop()!;
+          for (const l of lines) {
+            const m = JSON.parse(l) as {
+              ready?: boolean;
+              joined?: boolean;
+              event?: 'breaker' | 'fleet';
+              to?: string;
+              mode?: string | null;
+              t: number;
+            } & Summary;
+            if (m.ready) onReady({ joined: m.joined === true });
+            else if (m.event) events.push({ child: i, event: m.event, to: m.to, mode: m.mode, t: m.t });
+            else resolve(m);
+          }
+        });
+        child.on('exit', (code) => {
+          if (code !== 0 || err !== '') reject(new Error(`child ${i} exited with ${code}: ${err.slice(0, 2000)}`));
+        });
+      }),
+    );
   }
   const joined = await Promise.all(ready);
-  if (base.redisUrl) expect(joined.every((j) => j.joined), 'every child joined the fleet').toBe(true);
+  if (base.redisUrl)
+    expect(
+      joined.every((j) => j.joined),
+      'every child joined the fleet',
+    ).toBe(true);
   const startedAt = Date.now();
   for (const c of children) c.stdin!.write('go\n');
   const stop = (): void => {
@@ -110,7 +125,9 @@ async function fleetRun(base: Record<string, unknown>, during?: (live: Live) => 
   if (during) {
     try {
       await during({
-        startedAt, events, stop,
+        startedAt,
+        events,
+        stop,
         until: async (check, ms, what) => {
           const end = Date.now() + ms;
           while (!check()) {
@@ -162,7 +179,14 @@ describe.skipIf(!enabled)(`${P} processes, one dependency, one Redis`, () => {
       const prefix = uniquePrefix('p-budget');
       prefixes.push(prefix);
       const { summaries } = await fleetRun({
-        url: dep.url(), rate, durationMs, policy, prefix, timeoutMs: TIMEOUT_MS, syncMs: 100, syncEvery: 10,
+        url: dep.url(),
+        rate,
+        durationMs,
+        policy,
+        prefix,
+        timeoutMs: TIMEOUT_MS,
+        syncMs: 100,
+        syncEvery: 10,
         redisUrl: variant === 'fleet' ? REDIS_URL : null,
       });
       for (const s of summaries) {
@@ -175,16 +199,22 @@ describe.skipIf(!enabled)(`${P} processes, one dependency, one Redis`, () => {
       const floor = policy.budget.maxTokens + policy.budget.minPerSecond * seconds;
       const lease = 1; // a tenth of maxTokens
       figures[variant] = {
-        first, calls, retries: calls - first, seconds, bound: (1 + policy.budget.ratio) * first + floor + P * lease,
+        first,
+        calls,
+        retries: calls - first,
+        seconds,
+        bound: (1 + policy.budget.ratio) * first + floor + P * lease,
         fallbacks: sum(summaries.map((s) => s.stats?.fallbacks ?? 0)),
       };
       expect(first).toBe(sum(summaries.map((s) => s.sent.length)));
     }
     const f = figures.fleet!;
     const s = figures.separate!;
-    process.stdout.write(`\n[fleet] ${P} processes x ${rate} ops/s for ${durationMs / 1000} s, dependency failing 100 %:\n`
-      + `  shared budget (fleet): ${f.first} first attempts, ${f.retries} retries, ${f.calls} calls (bound ${f.bound.toFixed(1)} = 1.1 x first + floor ${(10 + f.seconds).toFixed(1)} + ${P} leases; fallbacks ${f.fallbacks})\n`
-      + `  separate budgets:      ${s.first} first attempts, ${s.retries} retries, ${s.calls} calls (${P} floors = ${(P * (10 + s.seconds)).toFixed(1)})\n`);
+    process.stdout.write(
+      `\n[fleet] ${P} processes x ${rate} ops/s for ${durationMs / 1000} s, dependency failing 100 %:\n` +
+        `  shared budget (fleet): ${f.first} first attempts, ${f.retries} retries, ${f.calls} calls (bound ${f.bound.toFixed(1)} = 1.1 x first + floor ${(10 + f.seconds).toFixed(1)} + ${P} leases; fallbacks ${f.fallbacks})\n` +
+        `  separate budgets:      ${s.first} first attempts, ${s.retries} retries, ${s.calls} calls (${P} floors = ${(P * (10 + s.seconds)).toFixed(1)})\n`,
+    );
     expect(f.fallbacks).toBe(0);
     expect(f.calls).toBeLessThanOrEqual(f.bound);
     // No answer, no deposit: the retries are the floor and the leases alone.
@@ -199,7 +229,17 @@ describe.skipIf(!enabled)(`${P} processes, one dependency, one Redis`, () => {
     // 40 failures in the window: no process (25 calls/s) trips on its own evidence for 1.6 s;
     // the fleet (250 calls/s) gathers them in a fraction of that.
     const breaker = { failureRatio: 0.5, minimumThroughput: 40, windowMs: 10_000, openMs };
-    const base = { url: dep.url(), rate: 25, durationMs: 60_000, timeoutMs: TIMEOUT_MS, syncMs: 100, syncEvery: 5, policy: { maxAttempts: 1, deadlineMs: 60_000 }, breaker, watch: true };
+    const base = {
+      url: dep.url(),
+      rate: 25,
+      durationMs: 60_000,
+      timeoutMs: TIMEOUT_MS,
+      syncMs: 100,
+      syncEvery: 5,
+      policy: { maxAttempts: 1, deadlineMs: 60_000 },
+      breaker,
+      watch: true,
+    };
     /** Calls each process made after the first open anywhere, before it had opened itself (from the dependency's records). */
     const lateCalls = (summaries: Summary[], until: number) => {
       const opens = summaries.map((s) => s.breakerChanges.find((c) => c.to === 'open')?.t ?? Number.POSITIVE_INFINITY);
@@ -235,18 +275,23 @@ describe.skipIf(!enabled)(`${P} processes, one dependency, one Redis`, () => {
     const readable = summaries.map((s) => s.announcements.find((a) => a.s === 'open')?.t ?? Number.POSITIVE_INFINITY);
     // Nothing goes out while a process is open, but the one trial per half-open period.
     const failing = dep.arrivals.filter((a) => a.sent < healthyFrom);
-    const trials = failing.filter((a) => a.sent > lastOpen).map((a) => a.sent).sort((x, y) => x - y);
+    const trials = failing
+      .filter((a) => a.sent > lastOpen)
+      .map((a) => a.sent)
+      .sort((x, y) => x - y);
     const gaps = trials.slice(1).map((t, k) => t - trials[k]!);
     const openFor = healthyFrom - lastOpen;
     const rtt = summaries.map((s) => s.stats?.rttMs.avg ?? 0).sort((x, y) => x - y)[P >> 1]!;
     const announced = Math.min(...readable);
-    process.stdout.write(`\n[fleet] breaker (minimumThroughput 40, ${P} x 25 calls/s, dependency failing 100 %):\n`
-      + `  fleet: first open ${firstOpen - startedAt} ms after the start, every process open ${lastOpen - firstOpen} ms later (median sync round trip ${rtt.toFixed(1)} ms, fallbacks to local ${sum(summaries.map((x) => x.stats?.fallbacks ?? 0))});\n`
-      + `    the announcement readable in each process after: ${readable.map((t) => `${t - announced}`).join(' ')} ms; each opened ${summaries.map((_, i) => `${opens[i]! - readable[i]!}`).join(' ')} ms after it could read it\n`
-      + `    calls made after the first open by processes not yet open: ${sum(late)} (${late.join(' ')})\n`
-      + `  separate breakers: first open ${separate.firstOpen - alone.startedAt} ms after the start, every process open ${separate.lastOpen - separate.firstOpen} ms later;\n`
-      + `    calls made after the first open by processes not yet open: ${sum(separate.late)} (${separate.late.join(' ')})\n`
-      + `  trials while failing: ${trials.length} in ${openFor} ms (openMs ${openMs}), gaps ${gaps.join(', ')} ms\n`);
+    process.stdout.write(
+      `\n[fleet] breaker (minimumThroughput 40, ${P} x 25 calls/s, dependency failing 100 %):\n` +
+        `  fleet: first open ${firstOpen - startedAt} ms after the start, every process open ${lastOpen - firstOpen} ms later (median sync round trip ${rtt.toFixed(1)} ms, fallbacks to local ${sum(summaries.map((x) => x.stats?.fallbacks ?? 0))});\n` +
+        `    the announcement readable in each process after: ${readable.map((t) => `${t - announced}`).join(' ')} ms; each opened ${summaries.map((_, i) => `${opens[i]! - readable[i]!}`).join(' ')} ms after it could read it\n` +
+        `    calls made after the first open by processes not yet open: ${sum(late)} (${late.join(' ')})\n` +
+        `  separate breakers: first open ${separate.firstOpen - alone.startedAt} ms after the start, every process open ${separate.lastOpen - separate.firstOpen} ms later;\n` +
+        `    calls made after the first open by processes not yet open: ${sum(separate.late)} (${separate.late.join(' ')})\n` +
+        `  trials while failing: ${trials.length} in ${openFor} ms (openMs ${openMs}), gaps ${gaps.join(', ')} ms\n`,
+    );
     // Once the announcement can be read in a process (its own subscriber has it), the process
     // makes no more calls: the one round trip of pub/sub is all it takes. (How long Redis and
     // the OS take to deliver it is this machine's; the calls made meanwhile are printed above.
@@ -271,7 +316,7 @@ describe.skipIf(!enabled)(`${P} processes, one dependency, one Redis`, () => {
 });
 
 describe.skipIf(!canSpawn)(`${P} processes, Redis killed mid-run (own redis-server)`, () => {
-  it('every call ends with the dependency\'s answer, no error from relent; the fleet rejoins within a second', async () => {
+  it("every call ends with the dependency's answer, no error from relent; the fleet rejoins within a second", async () => {
     const redis = await ownRedis();
     const dep = dependency();
     await new Promise<void>((r) => dep.server.listen(0, '127.0.0.1', r));
@@ -280,22 +325,32 @@ describe.skipIf(!canSpawn)(`${P} processes, Redis killed mid-run (own redis-serv
     let restartedAt = 0; // …and answering
     let killedAt = 0;
     try {
-      const { summaries } = await fleetRun({
-        url: dep.url(), rate: 20, durationMs: 60_000, prefix: 'kill:', timeoutMs: TIMEOUT_MS, syncMs: 100, syncEvery: 10, redisUrl: redis.url,
-        policy: { deadlineMs: 60_000 },
-        breaker: { failureRatio: 0.9, minimumThroughput: 50 },
-      }, async (live) => {
-        await new Promise((r) => setTimeout(r, 1000));
-        killedAt = Date.now();
-        await redis.stop();
-        await live.until(() => all(live, 'fleet', 'local', killedAt), 10_000, 'every process to fall back');
-        await new Promise((r) => setTimeout(r, 1000));
-        restartingAt = Date.now();
-        await redis.start();
-        restartedAt = Date.now();
-        await live.until(() => all(live, 'fleet', 'fleet', restartingAt), 10_000, 'every process to rejoin');
-        await new Promise((r) => setTimeout(r, 500));
-      });
+      const { summaries } = await fleetRun(
+        {
+          url: dep.url(),
+          rate: 20,
+          durationMs: 60_000,
+          prefix: 'kill:',
+          timeoutMs: TIMEOUT_MS,
+          syncMs: 100,
+          syncEvery: 10,
+          redisUrl: redis.url,
+          policy: { deadlineMs: 60_000 },
+          breaker: { failureRatio: 0.9, minimumThroughput: 50 },
+        },
+        async (live) => {
+          await new Promise((r) => setTimeout(r, 1000));
+          killedAt = Date.now();
+          await redis.stop();
+          await live.until(() => all(live, 'fleet', 'local', killedAt), 10_000, 'every process to fall back');
+          await new Promise((r) => setTimeout(r, 1000));
+          restartingAt = Date.now();
+          await redis.start();
+          restartedAt = Date.now();
+          await live.until(() => all(live, 'fleet', 'fleet', restartingAt), 10_000, 'every process to rejoin');
+          await new Promise((r) => setTimeout(r, 500));
+        },
+      );
       const rejoin: number[] = [];
       let others = 0;
       for (const s of summaries) {
@@ -314,7 +369,9 @@ describe.skipIf(!canSpawn)(`${P} processes, Redis killed mid-run (own redis-serv
         rejoin.push(Math.max(0, back!.ts - restartedAt));
         others += modes.filter((e) => e.mode === 'local' && (e.ts < killedAt - 5 || e.ts > restartingAt) && e.reason !== 'the fleet was closed').length;
       }
-      process.stdout.write(`\n[fleet] Redis killed for 1 s: rejoin after restart ${rejoin.map((r) => `${r} ms`).join(', ')}; calls ${sum(summaries.map((s) => s.sent.length))}, all answered; other fallbacks (slow syncs) ${others}\n`);
+      process.stdout.write(
+        `\n[fleet] Redis killed for 1 s: rejoin after restart ${rejoin.map((r) => `${r} ms`).join(', ')}; calls ${sum(summaries.map((s) => s.sent.length))}, all answered; other fallbacks (slow syncs) ${others}\n`,
+      );
       for (const r of rejoin) expect(r).toBeLessThan(1000);
     } finally {
       dep.server.close();

@@ -18,32 +18,38 @@ afterAll(async () => {
   for (const p of prefixes) await dropPrefix(p);
 });
 
-const realClock = { now: () => performance.now(), wallNow: () => Date.now(), setTimer: (fn: () => void, ms: number) => {
-  const t = setTimeout(fn, Math.max(0, Math.min(ms, 2 ** 31 - 1)));
-  return () => clearTimeout(t);
-} };
+const realClock = {
+  now: () => performance.now(),
+  wallNow: () => Date.now(),
+  setTimer: (fn: () => void, ms: number) => {
+    const t = setTimeout(fn, Math.max(0, Math.min(ms, 2 ** 31 - 1)));
+    return () => clearTimeout(t);
+  },
+};
 
 /** Callers that take tokens as fast as the limit lets them, for `ms`; returns the wall times of their calls. */
 async function saturate(fleet: RedisFleet, name: string, spec: { ratePerSecond: number; burst?: number }, ms: number, workers = 8): Promise<number[]> {
   const limiter = createRateLimiter(fleet.rateLimit(name, spec), realClock);
   const calls: number[] = [];
   const start = Date.now();
-  await Promise.all(Array.from({ length: workers }, async () => {
-    while (Date.now() - start < ms) {
-      const now = realClock.now();
-      if (!limiter.tryAcquire(now)) {
-        try {
-          await limiter.acquire(now, ms);
-        } catch {
-          // Refused (no token within maxWaitMs): a caller that was turned away comes back later.
-          await new Promise((r) => setTimeout(r, 20));
-          continue;
+  await Promise.all(
+    Array.from({ length: workers }, async () => {
+      while (Date.now() - start < ms) {
+        const now = realClock.now();
+        if (!limiter.tryAcquire(now)) {
+          try {
+            await limiter.acquire(now, ms);
+          } catch {
+            // Refused (no token within maxWaitMs): a caller that was turned away comes back later.
+            await new Promise((r) => setTimeout(r, 20));
+            continue;
+          }
         }
+        calls.push(Date.now());
+        await new Promise((r) => setImmediate(r));
       }
-      calls.push(Date.now());
-      await new Promise((r) => setImmediate(r));
-    }
-  }));
+    }),
+  );
   return calls;
 }
 
@@ -60,7 +66,9 @@ describe.skipIf(!enabled)('a rate limit shared through Redis', () => {
       const ms = 3000;
       const [ca, cb] = await Promise.all([saturate(a, 'dep', spec, ms), saturate(b, 'dep', spec, ms)]);
       const total = ca.length + cb.length;
-      process.stdout.write(`\n[rate] 2 members, 400/s for ${ms / 1000} s: ${ca.length} + ${cb.length} = ${total} calls (${(total / (ms / 1000)).toFixed(0)}/s); shares ${a.stats().rateLimits.dep?.share?.toFixed(1)} / ${b.stats().rateLimits.dep?.share?.toFixed(1)}\n`);
+      process.stdout.write(
+        `\n[rate] 2 members, 400/s for ${ms / 1000} s: ${ca.length} + ${cb.length} = ${total} calls (${(total / (ms / 1000)).toFixed(0)}/s); shares ${a.stats().rateLimits.dep?.share?.toFixed(1)} / ${b.stats().rateLimits.dep?.share?.toFixed(1)}\n`,
+      );
       // One second's worth of slack: the first sync, the members' bursts, and the scheduler of a busy machine.
       expect(total).toBeLessThanOrEqual(spec.ratePerSecond * (ms / 1000) + spec.ratePerSecond * 0.3);
       expect(total).toBeGreaterThanOrEqual(spec.ratePerSecond * (ms / 1000) * 0.8);
@@ -92,7 +100,16 @@ describe.skipIf(!enabled)('a rate limit shared through Redis', () => {
     prefixes.push(prefix);
     const cfg = { redisUrl: REDIS_URL, prefix, timeoutMs: 1000, syncMs: 1000, workers: 16, durationMs, rateLimit: { ratePerSecond: R, burst: R / 10 } };
     const children = Array.from({ length: P }, () => spawn(process.execPath, [CHILD, JSON.stringify(cfg)], { stdio: ['pipe', 'pipe', 'pipe'] }));
-    type Out = { ready?: boolean; joined?: boolean; calls: number[]; trips: [number, number][]; refused: number; share: number | null; members: number | null; fallbacks: number };
+    type Out = {
+      ready?: boolean;
+      joined?: boolean;
+      calls: number[];
+      trips: [number, number][];
+      refused: number;
+      share: number | null;
+      members: number | null;
+      fallbacks: number;
+    };
     const ready: Promise<Out>[] = [];
     const done: Promise<Out>[] = [];
     for (const c of children) {
@@ -100,22 +117,24 @@ describe.skipIf(!enabled)('a rate limit shared through Redis', () => {
       let err = '';
       let onReady!: (o: Out) => void;
       ready.push(new Promise((r) => (onReady = r)));
-      done.push(new Promise((resolve, reject) => {
-        c.stdout!.on('data', (d) => {
-          buf += d;
-          const lines = buf.split('\n');
-          buf = lines.pop()!;
-          for (const l of lines) {
-            const m = JSON.parse(l) as Out;
-            if (m.ready) onReady(m);
-            else resolve(m);
-          }
-        });
-        c.stderr!.on('data', (d) => (err += d));
-        c.on('exit', (code) => {
-          if (code !== 0) reject(new Error(`child exited with ${code}: ${err.slice(0, 2000)}`));
-        });
-      }));
+      done.push(
+        new Promise((resolve, reject) => {
+          c.stdout!.on('data', (d) => {
+            buf += d;
+            const lines = buf.split('\n');
+            buf = lines.pop()!;
+            for (const l of lines) {
+              const m = JSON.parse(l) as Out;
+              if (m.ready) onReady(m);
+              else resolve(m);
+            }
+          });
+          c.stderr!.on('data', (d) => (err += d));
+          c.on('exit', (code) => {
+            if (code !== 0) reject(new Error(`child exited with ${code}: ${err.slice(0, 2000)}`));
+          });
+        }),
+      );
     }
     const joined = await Promise.all(ready);
     expect(joined.every((j) => j.joined)).toBe(true);
@@ -135,8 +154,10 @@ describe.skipIf(!enabled)('a rate limit shared through Redis', () => {
       return { calls: n, trips: at(to) - at(from) };
     });
     const perTrip = steady.map((s) => s.calls / Math.max(1, s.trips));
-    process.stdout.write(`\n[rate] ${P} processes sharing ${R}/s for ${durationMs / 1000} s: ${inWindow} calls = ${rate.toFixed(0)}/s (${((rate / R - 1) * 100).toFixed(1)} %); `
-      + `per process ${outs.map((o) => o.calls.length).join(', ')}; calls per round trip at steady state ${perTrip.map((x) => x.toFixed(0)).join(', ')}; fallbacks ${outs.map((o) => o.fallbacks).join(', ')}\n`);
+    process.stdout.write(
+      `\n[rate] ${P} processes sharing ${R}/s for ${durationMs / 1000} s: ${inWindow} calls = ${rate.toFixed(0)}/s (${((rate / R - 1) * 100).toFixed(1)} %); ` +
+        `per process ${outs.map((o) => o.calls.length).join(', ')}; calls per round trip at steady state ${perTrip.map((x) => x.toFixed(0)).join(', ')}; fallbacks ${outs.map((o) => o.fallbacks).join(', ')}\n`,
+    );
     expect(rate).toBeGreaterThanOrEqual(R * 0.95);
     expect(rate).toBeLessThanOrEqual(R * 1.05);
     for (const x of perTrip) expect(x).toBeGreaterThanOrEqual(100);

@@ -87,7 +87,11 @@ describe('node health: one deadline rule, hysteresis', () => {
       const oneWay = (): number => 100 + (random() * 40 - 20) + (random() < 0.1 ? 200 + random() * 400 : 0);
       const rtts = Array.from({ length: 60 }, () => oneWay() + oneWay());
       // 15 s of syncs (one a second, and the quick retries after a failure).
-      const now = flaps((k) => rtts[k]!, 30, (h) => syncDeadline(h, { timeoutMs: 50, maxMs: 1000 }));
+      const now = flaps(
+        (k) => rtts[k]!,
+        30,
+        (h) => syncDeadline(h, { timeoutMs: 50, maxMs: 1000 }),
+      );
       expect(now.changes, `seed ${seed}`).toBeLessThanOrEqual(2);
       expect(now.fleetShare, `seed ${seed}`).toBeGreaterThanOrEqual(0.7);
       // The rule before: 10 ms while joined, 2 s while local, one sync decides: a change at nearly every sync.
@@ -119,7 +123,7 @@ describe('the share of a process that runs alone', () => {
     expect(refillOf({ tokens: 2, at: 0 }, 2000, spec)).toBe(2);
   });
 
-  it('the share budget refills on the callers\' clock, counts its refill, takes its own deposits, never holds more than its capacity', () => {
+  it("the share budget refills on the callers' clock, counts its refill, takes its own deposits, never holds more than its capacity", () => {
     const clock = createTestClock();
     const b = createShareBudget(spec, shareOnFallback(spec, 1, 1, 10, 10));
     expect(b.tryAcquire({ throttled: false, timeout: false }, clock.now())).toBe(1);
@@ -141,8 +145,15 @@ describe('the share of a process that runs alone', () => {
     let members: Members | null = null;
     let floor = 0; // the script's running total of the floor's refill
     const links = Array.from({ length: P }, (_, i): Link & { local: boolean } => ({
-      local: false, syncEvery: 10, keyTtlMs: 600_000, channel: 'c', id: `p${i}`,
-      soon() {}, wallNow: () => clock.now(), toLocal: (x) => x, swallow() {},
+      local: false,
+      syncEvery: 10,
+      keyTtlMs: 600_000,
+      channel: 'c',
+      id: `p${i}`,
+      soon() {},
+      wallNow: () => clock.now(),
+      toLocal: (x) => x,
+      swallow() {},
     }));
     const budgets = links.map((l) => new FleetBudget(l, ['b', 'm'], spec, lease, { renewMs: 3000, memberTtlMs: 10_000 }));
     /** Process i visits the shared bucket (a sync), if it can reach Redis. */
@@ -165,39 +176,45 @@ describe('the share of a process that runs alone', () => {
   }
 
   it('through any number of fallbacks the fleet retries no more than one budget: maxTokens + minPerSecond × t + ratio × answers + P × leaseTokens', () => {
-    fc.assert(fc.property(
-      fc.integer({ min: 2, max: 12 }), fc.constantFrom(0, 0.5, 1, 5), fc.constantFrom(5, 10, 40), fc.integer({ min: 1, max: 1e9 }),
-      (P, minPerSecond, maxTokens, seed) => {
-        const spec = normalizeBudget({ kind: 'ratio', ratio: 0.1, minPerSecond, maxTokens }) as RatioBudgetSpec;
-        const lease = Math.max(1, Math.round(maxTokens / 10));
-        const f = fleetOf(P, spec, lease);
-        const random = createSeededRandom(seed);
-        for (let i = 0; i < P; i++) f.visit(i);
-        let retries = 0;
-        let answers = 0;
-        for (let round = 0; round < 400; round++) {
-          f.clock.advance(random() * 400);
-          const r = random();
-          // Outages: all processes or some lose Redis; heals: they find it again.
-          if (r < 0.05) for (const l of f.links) l.local = true;
-          else if (r < 0.1) for (const l of f.links) l.local = random() < 0.5;
-          else if (r < 0.2) for (const l of f.links) l.local = false;
-          for (let i = 0; i < P; i++) {
-            const b = f.budgets[i]!;
-            // A dependency mostly failing: a few retries asked for, an answer now and then.
-            for (let k = Math.floor(random() * 4); k > 0; k--) if (b.tryAcquire({ throttled: false, timeout: false }, f.clock.now()) !== false) retries++;
-            if (random() < 0.2) {
-              answers++;
-              b.observe({ attempt: 1, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost: 0 }, f.clock.now());
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 2, max: 12 }),
+        fc.constantFrom(0, 0.5, 1, 5),
+        fc.constantFrom(5, 10, 40),
+        fc.integer({ min: 1, max: 1e9 }),
+        (P, minPerSecond, maxTokens, seed) => {
+          const spec = normalizeBudget({ kind: 'ratio', ratio: 0.1, minPerSecond, maxTokens }) as RatioBudgetSpec;
+          const lease = Math.max(1, Math.round(maxTokens / 10));
+          const f = fleetOf(P, spec, lease);
+          const random = createSeededRandom(seed);
+          for (let i = 0; i < P; i++) f.visit(i);
+          let retries = 0;
+          let answers = 0;
+          for (let round = 0; round < 400; round++) {
+            f.clock.advance(random() * 400);
+            const r = random();
+            // Outages: all processes or some lose Redis; heals: they find it again.
+            if (r < 0.05) for (const l of f.links) l.local = true;
+            else if (r < 0.1) for (const l of f.links) l.local = random() < 0.5;
+            else if (r < 0.2) for (const l of f.links) l.local = false;
+            for (let i = 0; i < P; i++) {
+              const b = f.budgets[i]!;
+              // A dependency mostly failing: a few retries asked for, an answer now and then.
+              for (let k = Math.floor(random() * 4); k > 0; k--) if (b.tryAcquire({ throttled: false, timeout: false }, f.clock.now()) !== false) retries++;
+              if (random() < 0.2) {
+                answers++;
+                b.observe({ attempt: 1, success: true, retryableFailure: false, throttled: false, timeout: false, lastCost: 0 }, f.clock.now());
+              }
+              if (random() < 0.5) f.visit(i);
             }
-            if (random() < 0.5) f.visit(i);
           }
-        }
-        const t = f.clock.now() / 1000;
-        const bound = maxTokens + minPerSecond * t + 0.1 * answers + P * lease;
-        expect(retries).toBeLessThanOrEqual(bound + 1e-9);
-      },
-    ), { numRuns: 150, seed: 11 });
+          const t = f.clock.now() / 1000;
+          const bound = maxTokens + minPerSecond * t + 0.1 * answers + P * lease;
+          expect(retries).toBeLessThanOrEqual(bound + 1e-9);
+        },
+      ),
+      { numRuns: 150, seed: 11 },
+    );
   });
 
   it('ten fallbacks and rejoins with everything spent each time: one budget in all (10 + P leases), not one per process per fallback (500)', () => {

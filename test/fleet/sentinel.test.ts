@@ -11,9 +11,20 @@ describe.skipIf(!enabled)('Sentinel (own master, replica and Sentinel)', () => {
   it('sentinels + name: joins the master the Sentinel names; after the master is killed, the promoted replica', async () => {
     const s = await ownSentinel();
     const events: FleetEvent[] = [];
-    const sentinelFleet = createRedisFleet({ sentinels: [`127.0.0.1:${s.sentinelPort}`], name: s.name, prefix: 'sen:', timeoutMs: 250, syncMs: 50, onEvent: (e) => events.push(e) });
+    const sentinelFleet = createRedisFleet({
+      sentinels: [`127.0.0.1:${s.sentinelPort}`],
+      name: s.name,
+      prefix: 'sen:',
+      timeoutMs: 250,
+      syncMs: 50,
+      onEvent: (e) => events.push(e),
+    });
     const direct = createRedisFleet({ url: s.master.url, prefix: 'sen:', timeoutMs: 250, syncMs: 50 });
-    const viaClient = createRedisFleet({ client: new Redis({ sentinels: [{ host: '127.0.0.1', port: s.sentinelPort }], name: s.name, lazyConnect: true }), prefix: 'sen:', syncMs: 50 });
+    const viaClient = createRedisFleet({
+      client: new Redis({ sentinels: [{ host: '127.0.0.1', port: s.sentinelPort }], name: s.name, lazyConnect: true }),
+      prefix: 'sen:',
+      syncMs: 50,
+    });
     try {
       expect(await sentinelFleet.ready(15_000)).toBe(true);
       expect(await direct.ready(15_000)).toBe(true);
@@ -46,7 +57,7 @@ describe.skipIf(!enabled)('Sentinel (own master, replica and Sentinel)', () => {
       process.stdout.write(`\n[fleet] Sentinel: master killed, the fleet joined the promoted replica ${Date.now() - killedAt} ms later\n`);
       expect(events.filter((e) => e.type === 'fleet_mode').map((e) => (e as { mode: string }).mode)).toEqual(['fleet', 'local', 'fleet']);
       const b = sentinelFleet.budget('after', spec);
-      await until(() => sentinelFleet.stats().budgets.after?.pending === 0, 10_000, 'the new budget\'s first visit');
+      await until(() => sentinelFleet.stats().budgets.after?.pending === 0, 10_000, "the new budget's first visit");
       expect(b.tryAcquire(RETRY, performance.now())).toBe(1);
     } finally {
       await Promise.all([sentinelFleet.close(), direct.close(), viaClient.close()]);

@@ -26,51 +26,58 @@ export async function ownRedis(extra = []) {
   let proc = null;
   const start = async () => {
     mkdirSync(dir, { recursive: true });
-    proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extra], { stdio: 'ignore' });
+    proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extra], {
+      stdio: 'ignore',
+    });
     const deadline = Date.now() + 10_000;
     for (;;) {
-      const r = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false, enableReadyCheck: false });
+      const r = new Redis({
+        port,
+        host: '127.0.0.1',
+        lazyConnect: true,
+        maxRetriesPerRequest: 0,
+        retryStrategy: () => null,
+        enableOfflineQueue: false,
+        enableReadyCheck: false,
+      });
       // A server with a password answers NOAUTH: it is up. ioredis 6 says so on connect (its HELLO), 5 on the PING.
       let noAuth = false;
       r.on('error', (e) => {
-        if (/NOAUTH/.test(e.message))
-          noAuth = true;
+        if (/NOAUTH/.test(e.message)) noAuth = true;
       });
       try {
         await r.connect();
         await r.ping().catch((e) => {
-          if (!/NOAUTH/.test(e.message))
-            throw e;
+          if (!/NOAUTH/.test(e.message)) throw e;
         });
         return;
-      }
-      catch {
-        if (noAuth)
-          return;
-        if (Date.now() > deadline)
-          throw new Error(`redis-server on port ${port} did not start`);
+      } catch {
+        if (noAuth) return;
+        if (Date.now() > deadline) throw new Error(`redis-server on port ${port} did not start`);
         await new Promise((res) => setTimeout(res, 50));
-      }
-      finally {
+      } finally {
         r.disconnect();
       }
     }
   };
-  const stop = () => new Promise((resolve) => {
-    const p = proc;
-    proc = null;
-    const done = () => {
-      rmSync(dir, { recursive: true, force: true });
-      resolve();
-    };
-    if (p === null || p.exitCode !== null)
-      return done();
-    p.once('exit', done);
-    p.kill('SIGKILL');
-  });
+  const stop = () =>
+    new Promise((resolve) => {
+      const p = proc;
+      proc = null;
+      const done = () => {
+        rmSync(dir, { recursive: true, force: true });
+        resolve();
+      };
+      if (p === null || p.exitCode !== null) return done();
+      p.once('exit', done);
+      p.kill('SIGKILL');
+    });
   await start();
   return {
-    port, url: `redis://127.0.0.1:${port}`, start, stop,
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    start,
+    stop,
     pause: () => void proc?.kill('SIGSTOP'),
     resume: () => void proc?.kill('SIGCONT'),
   };
@@ -87,21 +94,23 @@ export async function ownCluster(nodeTimeoutMs = 1000) {
   while (ports.length < 6) {
     const p = await freePort();
     // The cluster bus listens on port + 10000: both must be free.
-    if (p + 10000 < 65536 && !ports.includes(p))
-      ports.push(p);
+    if (p + 10000 < 65536 && !ports.includes(p)) ports.push(p);
   }
   const procs = new Map();
   const clients = new Map();
   const stop = async () => {
-    for (const c of clients.values())
-      c.disconnect();
+    for (const c of clients.values()) c.disconnect();
     clients.clear();
-    await Promise.all([...procs.values()].map((p) => new Promise((resolve) => {
-      if (p.exitCode !== null || p.signalCode !== null)
-        return resolve();
-      p.once('exit', () => resolve());
-      p.kill('SIGKILL');
-    })));
+    await Promise.all(
+      [...procs.values()].map(
+        (p) =>
+          new Promise((resolve) => {
+            if (p.exitCode !== null || p.signalCode !== null) return resolve();
+            p.once('exit', () => resolve());
+            p.kill('SIGKILL');
+          }),
+      ),
+    );
     procs.clear();
     rmSync(dir, { recursive: true, force: true });
   };
@@ -109,37 +118,54 @@ export async function ownCluster(nodeTimeoutMs = 1000) {
     let c = clients.get(port);
     if (c === undefined) {
       c = new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: true, lazyConnect: false });
-      c.on('error', () => { });
+      c.on('error', () => {});
       clients.set(port, c);
     }
     return c;
   };
   try {
     for (const port of ports) {
-      const p = spawn('redis-server', [
-        '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir,
-        '--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`, '--cluster-node-timeout', String(nodeTimeoutMs),
-      ], { stdio: 'ignore' });
+      const p = spawn(
+        'redis-server',
+        [
+          '--port',
+          String(port),
+          '--bind',
+          '127.0.0.1',
+          '--save',
+          '',
+          '--appendonly',
+          'no',
+          '--dir',
+          dir,
+          '--cluster-enabled',
+          'yes',
+          '--cluster-config-file',
+          `nodes-${port}.conf`,
+          '--cluster-node-timeout',
+          String(nodeTimeoutMs),
+        ],
+        { stdio: 'ignore' },
+      );
       procs.set(port, p);
     }
     for (const port of ports) {
       const deadline = Date.now() + 10_000;
       for (;;) {
         try {
-          if ((await node(port).ping()) === 'PONG')
-            break;
-        }
-        catch {
+          if ((await node(port).ping()) === 'PONG') break;
+        } catch {
           clients.get(port)?.disconnect();
           clients.delete(port);
         }
-        if (Date.now() > deadline)
-          throw new Error(`cluster node ${port} did not start`);
+        if (Date.now() > deadline) throw new Error(`cluster node ${port} did not start`);
         await sleep(50);
       }
     }
     await new Promise((resolve, reject) => {
-      const cli = spawn('redis-cli', ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '1', '--cluster-yes'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const cli = spawn('redis-cli', ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '1', '--cluster-yes'], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       let out = '';
       cli.stdout.on('data', (d) => (out += d));
       cli.stderr.on('data', (d) => (out += d));
@@ -148,23 +174,24 @@ export async function ownCluster(nodeTimeoutMs = 1000) {
     });
     const deadline = Date.now() + 20_000;
     for (;;) {
-      const states = await Promise.all(ports.map(async (p) => {
-        const info = await node(p).cluster('INFO');
-        return /cluster_state:ok/.test(info) && /cluster_known_nodes:6/.test(info);
-      }));
+      const states = await Promise.all(
+        ports.map(async (p) => {
+          const info = await node(p).cluster('INFO');
+          return /cluster_state:ok/.test(info) && /cluster_known_nodes:6/.test(info);
+        }),
+      );
       // Every replica has its master's data link up (so that a failover can pick it).
-      const replicas = await Promise.all(ports.map(async (p) => {
-        const info = await node(p).info('replication');
-        return !/role:slave/.test(info) || /master_link_status:up/.test(info);
-      }));
-      if (states.every(Boolean) && replicas.every(Boolean))
-        break;
-      if (Date.now() > deadline)
-        throw new Error('the cluster did not reach cluster_state:ok');
+      const replicas = await Promise.all(
+        ports.map(async (p) => {
+          const info = await node(p).info('replication');
+          return !/role:slave/.test(info) || /master_link_status:up/.test(info);
+        }),
+      );
+      if (states.every(Boolean) && replicas.every(Boolean)) break;
+      if (Date.now() > deadline) throw new Error('the cluster did not reach cluster_state:ok');
       await sleep(100);
     }
-  }
-  catch (e) {
+  } catch (e) {
     await stop();
     throw e;
   }
@@ -174,8 +201,7 @@ export async function ownCluster(nodeTimeoutMs = 1000) {
       try {
         const slots = await node(p).cluster('SLOTS');
         return slots.map(([from, to, master]) => ({ from, to, port: Number(master[1]) }));
-      }
-      catch {
+      } catch {
         // try the next node
       }
     }
@@ -188,8 +214,7 @@ export async function ownCluster(nodeTimeoutMs = 1000) {
     async masterOf(key) {
       const slot = await node(alive()[0]).cluster('KEYSLOT', key);
       const hit = (await slotsMap()).find((r) => slot >= r.from && slot <= r.to);
-      if (hit === undefined)
-        throw new Error(`no master serves slot ${slot}`);
+      if (hit === undefined) throw new Error(`no master serves slot ${slot}`);
       return hit.port;
     },
     async masters() {
@@ -199,8 +224,7 @@ export async function ownCluster(nodeTimeoutMs = 1000) {
       const p = procs.get(port);
       clients.get(port)?.disconnect();
       clients.delete(port);
-      if (p === undefined || p.exitCode !== null || p.signalCode !== null)
-        return;
+      if (p === undefined || p.exitCode !== null || p.signalCode !== null) return;
       await new Promise((resolve) => {
         p.once('exit', () => resolve());
         p.kill('SIGKILL');
@@ -211,20 +235,19 @@ export async function ownCluster(nodeTimeoutMs = 1000) {
       for (;;) {
         try {
           const live = alive();
-          const views = await Promise.all(live.map(async (p) => {
-            const info = await node(p).cluster('INFO');
-            const slots = await node(p).cluster('SLOTS');
-            const covered = slots.reduce((n, [a, b]) => n + (b - a + 1), 0);
-            return /cluster_state:ok/.test(info) && covered === 16384 && slots.every(([, , m]) => Number(m[1]) !== port);
-          }));
-          if (views.every(Boolean))
-            return;
-        }
-        catch {
+          const views = await Promise.all(
+            live.map(async (p) => {
+              const info = await node(p).cluster('INFO');
+              const slots = await node(p).cluster('SLOTS');
+              const covered = slots.reduce((n, [a, b]) => n + (b - a + 1), 0);
+              return /cluster_state:ok/.test(info) && covered === 16384 && slots.every(([, , m]) => Number(m[1]) !== port);
+            }),
+          );
+          if (views.every(Boolean)) return;
+        } catch {
           // a node still catching up
         }
-        if (Date.now() > deadline)
-          throw new Error(`no failover of ${port} within ${ms} ms`);
+        if (Date.now() > deadline) throw new Error(`no failover of ${port} within ${ms} ms`);
         await sleep(20);
       }
     },
@@ -244,14 +267,12 @@ function run(cmd, args) {
 }
 /** Whether this process may make namespaces and iptables rules (root, with ip and iptables installed); why not otherwise. */
 export async function namespacesUnavailable() {
-  if (typeof process.getuid === 'function' && process.getuid() !== 0)
-    return 'not root';
+  if (typeof process.getuid === 'function' && process.getuid() !== 0) return 'not root';
   try {
     await run('ip', ['-V']);
     await run('iptables', ['-V']);
     return null;
-  }
-  catch (e) {
+  } catch (e) {
     return e instanceof Error ? e.message : String(e);
   }
 }
@@ -269,8 +290,8 @@ export async function namespacedRedis() {
   const innerIp = `${a}.${b}.${c}.${d + 2}`;
   const port = 6379;
   const cleanup = async () => {
-    await run('ip', ['link', 'del', outer]).catch(() => { });
-    await run('ip', ['netns', 'del', ns]).catch(() => { });
+    await run('ip', ['link', 'del', outer]).catch(() => {});
+    await run('ip', ['netns', 'del', ns]).catch(() => {});
   };
   let proc = null;
   try {
@@ -282,34 +303,36 @@ export async function namespacedRedis() {
     await run('ip', ['netns', 'exec', ns, 'ip', 'addr', 'add', `${innerIp}/30`, 'dev', inner]);
     await run('ip', ['netns', 'exec', ns, 'ip', 'link', 'set', inner, 'up']);
     await run('ip', ['netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up']);
-    proc = spawn('ip', ['netns', 'exec', ns, 'redis-server', '--port', String(port), '--bind', innerIp, '--save', '', '--appendonly', 'no', '--protected-mode', 'no'], { stdio: 'ignore' });
+    proc = spawn(
+      'ip',
+      ['netns', 'exec', ns, 'redis-server', '--port', String(port), '--bind', innerIp, '--save', '', '--appendonly', 'no', '--protected-mode', 'no'],
+      { stdio: 'ignore' },
+    );
     const deadline = Date.now() + 10_000;
     for (;;) {
       const r = new Redis({ host: innerIp, port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 500 });
-      r.on('error', () => { });
+      r.on('error', () => {});
       try {
         await r.connect();
         await r.ping();
         break;
-      }
-      catch {
-        if (Date.now() > deadline)
-          throw new Error(`redis-server in namespace ${ns} did not start`);
+      } catch {
+        if (Date.now() > deadline) throw new Error(`redis-server in namespace ${ns} did not start`);
         await sleep(50);
-      }
-      finally {
+      } finally {
         r.disconnect();
       }
     }
-  }
-  catch (e) {
+  } catch (e) {
     proc?.kill('SIGKILL');
     await cleanup();
     throw e;
   }
   const iptables = (...args) => run('ip', ['netns', 'exec', ns, 'iptables', ...args]);
   return {
-    url: `redis://${innerIp}:${port}`, host: innerIp, port,
+    url: `redis://${innerIp}:${port}`,
+    host: innerIp,
+    port,
     async partition() {
       await iptables('-A', 'INPUT', '-i', inner, '-j', 'DROP');
       await iptables('-A', 'OUTPUT', '-o', inner, '-j', 'DROP');
@@ -319,18 +342,16 @@ export async function namespacedRedis() {
     },
     async connectionsReceived() {
       const r = new Redis({ host: innerIp, port, maxRetriesPerRequest: 0, retryStrategy: () => null });
-      r.on('error', () => { });
+      r.on('error', () => {});
       try {
         return Number(/total_connections_received:(\d+)/.exec(await r.info('stats'))?.[1] ?? NaN);
-      }
-      finally {
+      } finally {
         r.disconnect();
       }
     },
     async stop() {
       await new Promise((resolve) => {
-        if (proc === null || proc.exitCode !== null || proc.signalCode !== null)
-          return resolve();
+        if (proc === null || proc.exitCode !== null || proc.signalCode !== null) return resolve();
         proc.once('exit', () => resolve());
         proc.kill('SIGKILL');
       });

@@ -91,7 +91,7 @@ export async function until(check: () => boolean, ms = 2000, what = 'the conditi
 export async function namesOnMasters(cluster: OwnCluster, prefix: string): Promise<Map<number, string>> {
   const { keySlot } = await import('../../src/fleet/slot.js');
   const masters = await cluster.masters();
-  const slots = await cluster.node(masters[0]!).cluster('SLOTS') as unknown as [number, number, [string, number]][];
+  const slots = (await cluster.node(masters[0]!).cluster('SLOTS')) as unknown as [number, number, [string, number]][];
   const out = new Map<number, string>();
   for (let i = 0; out.size < masters.length && i < 10_000; i++) {
     const name = `dep-${i}`;
@@ -122,20 +122,26 @@ export async function ownSentinel(name = 'relent-test'): Promise<OwnSentinel> {
   const dir = mkdtempSync(join(tmpdir(), 'relent-sentinel-'));
   const sentinelPort = await freePort();
   const conf = join(dir, 'sentinel.conf');
-  writeFileSync(conf, [
-    `port ${sentinelPort}`, 'bind 127.0.0.1', `dir ${dir}`,
-    `sentinel monitor ${name} 127.0.0.1 ${master.port} 1`,
-    `sentinel down-after-milliseconds ${name} 1000`,
-    `sentinel failover-timeout ${name} 3000`,
-    `sentinel parallel-syncs ${name} 1`, '',
-  ].join('\n'));
+  writeFileSync(
+    conf,
+    [
+      `port ${sentinelPort}`,
+      'bind 127.0.0.1',
+      `dir ${dir}`,
+      `sentinel monitor ${name} 127.0.0.1 ${master.port} 1`,
+      `sentinel down-after-milliseconds ${name} 1000`,
+      `sentinel failover-timeout ${name} 3000`,
+      `sentinel parallel-syncs ${name} 1`,
+      '',
+    ].join('\n'),
+  );
   const proc = spawn('redis-server', [conf, '--sentinel'], { stdio: 'ignore' });
   const client = new Redis({ port: sentinelPort, host: '127.0.0.1', maxRetriesPerRequest: 0, retryStrategy: () => 50, lazyConnect: false });
   client.on('error', () => {});
   const replicaClient = new Redis(replica.url, { maxRetriesPerRequest: 0, retryStrategy: () => 50 });
   replicaClient.on('error', () => {});
   const masterPort = async (): Promise<number> => {
-    const r = await client.call('SENTINEL', 'get-master-addr-by-name', name) as [string, string] | null;
+    const r = (await client.call('SENTINEL', 'get-master-addr-by-name', name)) as [string, string] | null;
     return r === null ? 0 : Number(r[1]);
   };
   const stop = async (): Promise<void> => {
@@ -156,7 +162,7 @@ export async function ownSentinel(name = 'relent-test'): Promise<OwnSentinel> {
       try {
         const info = await replicaClient.info('replication');
         // The replica follows the master, and the Sentinel knows both.
-        const replicas = await client.call('SENTINEL', 'replicas', name) as unknown[];
+        const replicas = (await client.call('SENTINEL', 'replicas', name)) as unknown[];
         if (/master_link_status:up/.test(info) && (await masterPort()) === master.port && replicas.length > 0) break;
       } catch {
         // not yet
@@ -170,4 +176,3 @@ export async function ownSentinel(name = 'relent-test'): Promise<OwnSentinel> {
   }
   return { name, sentinelPort, master, replica, masterPort, stop };
 }
-

@@ -17,7 +17,10 @@ afterEach(async () => {
   servers = [];
 });
 async function server(): Promise<TestServer> {
-  const s = await startServer((_q, res) => { res.writeHead(200); res.end('real'); });
+  const s = await startServer((_q, res) => {
+    res.writeHead(200);
+    res.end('real');
+  });
   servers.push(s);
   return s;
 }
@@ -49,7 +52,11 @@ describe('client.fetch with chaos', () => {
   it('a seeded share: the requests the server sees are the attempts not injected', async () => {
     const s = await server();
     const events: RelentEvent[] = [];
-    const c = createClient({ random: createSeededRandom(11), policy: { ...FAST, maxAttempts: 5, chaos: { outcome: { rate: 0.5, status: 503 } } }, onEvent: (e) => events.push(e) });
+    const c = createClient({
+      random: createSeededRandom(11),
+      policy: { ...FAST, maxAttempts: 5, chaos: { outcome: { rate: 0.5, status: 503 } } },
+      onEvent: (e) => events.push(e),
+    });
     closers.push(() => c.close());
     let ok = 0;
     for (let i = 0; i < 20; i++) {

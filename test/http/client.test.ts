@@ -28,13 +28,16 @@ function client(options: Parameters<typeof createClient>[0] = {}): RelentClient 
   clients.push(c);
   return c;
 }
-const fail = (p: Promise<unknown>): Promise<RelentFetchError> => p.then(
-  () => { throw new Error('expected a rejection'); },
-  (e: unknown) => {
-    if (!(e instanceof RelentFetchError)) throw e;
-    return e;
-  },
-);
+const fail = (p: Promise<unknown>): Promise<RelentFetchError> =>
+  p.then(
+    () => {
+      throw new Error('expected a rejection');
+    },
+    (e: unknown) => {
+      if (!(e instanceof RelentFetchError)) throw e;
+      return e;
+    },
+  );
 
 /** Listens on a given port later (a port where nothing listens at first). */
 function listenLater(port: number, afterMs: number, handler: http.RequestListener): { seen: string[]; close: () => Promise<void> } {
@@ -48,7 +51,16 @@ function listenLater(port: number, afterMs: number, handler: http.RequestListene
     });
   });
   const t = setTimeout(() => s.listen(port, '127.0.0.1'), afterMs);
-  return { seen, close: () => new Promise<void>((r) => { clearTimeout(t); s.closeAllConnections(); s.close(() => r()); if (!s.listening) r(); }) };
+  return {
+    seen,
+    close: () =>
+      new Promise<void>((r) => {
+        clearTimeout(t);
+        s.closeAllConnections();
+        s.close(() => r());
+        if (!s.listening) r();
+      }),
+  };
 }
 
 describe('retries decided by the core', () => {
@@ -157,7 +169,9 @@ describe('server hints', () => {
     const s = await server((_q, res, n) => {
       if (n === 1) {
         res.writeHead(429, { 'retry-after': '1' });
-        res.end(() => { firstResponseAt = performance.now(); });
+        res.end(() => {
+          firstResponseAt = performance.now();
+        });
         firstResponseAt = performance.now();
       } else res.end('ok');
     });
@@ -270,15 +284,19 @@ describe('server hints', () => {
   });
 });
 
-describe('timeouts and the deadline (on the client\'s test clock)', () => {
+describe("timeouts and the deadline (on the client's test clock)", () => {
   it('hanging server, attempt timeout 100 ms, deadline 350 ms → at most 3 requests, ends within ~350 ms', async () => {
-    const s = await server(() => { /* hangs */ });
+    const s = await server(() => {
+      /* hangs */
+    });
     const log = eventLog();
     const clock = createTestClock();
     const c = client({ clock, onEvent: log.onEvent, policy: { maxAttempts: 10, backoff: { kind: 'constant', delayMs: 20 } } });
     const t0 = clock.now();
     let settled = false;
-    const p = fail(c.fetch(s.url, { attemptTimeoutMs: 100, deadlineMs: 350 })).finally(() => { settled = true; });
+    const p = fail(c.fetch(s.url, { attemptTimeoutMs: 100, deadlineMs: 350 })).finally(() => {
+      settled = true;
+    });
     // Each attempt: its request reaches the server (a real socket event), then its timeout
     // passes on the clock, then the 20 ms backoff; until the deadline ends the operation.
     for (let attempt = 1; !settled; attempt++) {
@@ -301,7 +319,9 @@ describe('timeouts and the deadline (on the client\'s test clock)', () => {
 
   it('a per-call deadline longer than the policy one is honoured', async () => {
     let answer: (() => void) | null = null;
-    const s = await server((_q, res) => { answer = () => res.end('slow ok'); });
+    const s = await server((_q, res) => {
+      answer = () => res.end('slow ok');
+    });
     const clock = createTestClock();
     const c = client({ clock, policy: { deadlineMs: 100 } });
     const p = c.fetch(s.url, { deadlineMs: 1000 });
@@ -316,7 +336,9 @@ describe('timeouts and the deadline (on the client\'s test clock)', () => {
 describe('writes: idempotency and unknown outcomes', () => {
   it('POST without key whose response is delayed past the attempt timeout → exactly one POST, unknown-outcome error', async () => {
     let answer: (() => void) | null = null;
-    const s = await server((_q, res) => { answer = () => res.end('done'); });
+    const s = await server((_q, res) => {
+      answer = () => res.end('done');
+    });
     const log = eventLog();
     const clock = createTestClock();
     const c = client({ clock, onEvent: log.onEvent, policy: { maxAttempts: 5 } });
@@ -341,7 +363,9 @@ describe('writes: idempotency and unknown outcomes', () => {
     });
     const c = client({ policy: { maxAttempts: 5 } });
     const res = await c.fetch(`${s.origin}/payments`, {
-      method: 'POST', body: 'pay 10', attemptTimeoutMs: 100,
+      method: 'POST',
+      body: 'pay 10',
+      attemptTimeoutMs: 100,
       stateCheck: () => c.fetch(`${s.origin}/payments/op-1`),
     });
     expect(await res.json()).toEqual({ state: 'applied' });
@@ -517,14 +541,26 @@ describe('events and protection per dependency', () => {
 
   it('URLs with credentials, bad methods and bad headers are refused before any call, without echoing them', async () => {
     const c = client();
-    const e1 = await c.fetch('http://user:hunter2@127.0.0.1:1/').then(() => new Error('expected a rejection'), (e: Error) => e);
+    const e1 = await c.fetch('http://user:hunter2@127.0.0.1:1/').then(
+      () => new Error('expected a rejection'),
+      (e: Error) => e,
+    );
     expect(e1.message).not.toContain('hunter2');
-    const e2 = await c.fetch('http://127.0.0.1:1/', { headers: { authorization: 'Bearer abc\r\nx: y' } }).then(() => new Error('expected a rejection'), (e: Error) => e);
+    const e2 = await c.fetch('http://127.0.0.1:1/', { headers: { authorization: 'Bearer abc\r\nx: y' } }).then(
+      () => new Error('expected a rejection'),
+      (e: Error) => e,
+    );
     expect((e2 as { code?: string }).code).toBe('ERR_INVALID_INPUT');
     expect(e2.message).not.toContain('Bearer');
-    const e3 = await c.fetch('http://127.0.0.1:1/', { method: 'GET', body: 'x' }).then(() => new Error('expected a rejection'), (e: Error) => e);
+    const e3 = await c.fetch('http://127.0.0.1:1/', { method: 'GET', body: 'x' }).then(
+      () => new Error('expected a rejection'),
+      (e: Error) => e,
+    );
     expect((e3 as { code?: string }).code).toBe('ERR_INVALID_INPUT');
-    const e4 = await c.fetch('not a url?token=zzz').then(() => new Error('expected a rejection'), (e: Error) => e);
+    const e4 = await c.fetch('not a url?token=zzz').then(
+      () => new Error('expected a rejection'),
+      (e: Error) => e,
+    );
     expect(e4.message).not.toContain('zzz');
   });
 
@@ -541,12 +577,14 @@ describe('events and protection per dependency', () => {
     });
     const t0 = performance.now();
     let operations = 0;
-    await Promise.all(Array.from({ length: 16 }, async () => {
-      while (performance.now() - t0 < 700) {
-        operations++;
-        await (await c.fetch(s.url)).arrayBuffer();
-      }
-    }));
+    await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        while (performance.now() - t0 < 700) {
+          operations++;
+          await (await c.fetch(s.url)).arrayBuffer();
+        }
+      }),
+    );
     const seconds = (performance.now() - t0) / 1000;
     const first = log.attempts().filter((a) => a.attempt === 1).length;
     expect(first).toBe(operations);

@@ -101,7 +101,10 @@ describe('QUERY is idempotent', () => {
     const res = await c.fetch(s.url, { method: 'QUERY', body: '{"q":"select"}', headers: { 'content-type': 'application/json' } });
     expect(res.status).toBe(200);
     expect(await res.text()).toBe('result');
-    expect(s.seen.map((x) => [x.method, x.body])).toEqual([['QUERY', '{"q":"select"}'], ['QUERY', '{"q":"select"}']]);
+    expect(s.seen.map((x) => [x.method, x.body])).toEqual([
+      ['QUERY', '{"q":"select"}'],
+      ['QUERY', '{"q":"select"}'],
+    ]);
 
     const p = await server((_q, res) => {
       res.writeHead(503);
@@ -168,7 +171,11 @@ function everyString(root: unknown): string[] {
     if (v instanceof ArrayBuffer) return void out.push(Buffer.from(v.slice(0, 1 << 20)).toString('latin1'));
     if (v instanceof URL) out.push(v.href);
     if (v instanceof Headers) for (const [k, x] of v) out.push(`${k}: ${x}`);
-    if (v instanceof Map) for (const [k, x] of v) { visit(k, depth + 1); visit(x, depth + 1); }
+    if (v instanceof Map)
+      for (const [k, x] of v) {
+        visit(k, depth + 1);
+        visit(x, depth + 1);
+      }
     if (v instanceof Set) for (const x of v) visit(x, depth + 1);
     for (const key of Reflect.ownKeys(v)) {
       if (typeof key === 'string') out.push(key);
@@ -219,7 +226,9 @@ describe('no query string or credential in any property of any error the client 
       res.writeHead(503, { 'set-cookie': `session=${secret}` });
       res.end();
     });
-    const hang = await server(() => { /* never answers */ });
+    const hang = await server(() => {
+      /* never answers */
+    });
     const reset = await server((req) => req.socket.resetAndDestroy());
     const redirect = await server((_q, res) => {
       res.writeHead(302, { location: `/next?token=${secret}` });
@@ -255,9 +264,14 @@ describe('no query string or credential in any property of any error the client 
     setTimeout(() => ac.abort(), 50);
     await expectError('cancelled', c.fetch(hang.url + q, { ...init, signal: ac.signal }));
     await expectError('stream body not replayable (response)', c.fetch(busy.url + q, { ...withBody('PUT'), body: Readable.from([secret]), duplex: 'half' }));
-    await expectError('stream body not replayable (no response)', c.fetch(refused + '/' + q, { ...withBody('PUT'), body: Readable.from([secret]), duplex: 'half' }));
+    await expectError(
+      'stream body not replayable (no response)',
+      c.fetch(refused + '/' + q, { ...withBody('PUT'), body: Readable.from([secret]), duplex: 'half' }),
+    );
     await expectError('deferred', c.fetch(pastDeadline.url + q, { ...init, policy: { deferOverMs: 10 } }));
-    const budgeted = client({ policy: { ...fast, maxAttempts: 10, budget: { kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 1 }, budgetExhausted: 'stop' } });
+    const budgeted = client({
+      policy: { ...fast, maxAttempts: 10, budget: { kind: 'ratio', ratio: 0, minPerSecond: 0, maxTokens: 1 }, budgetExhausted: 'stop' },
+    });
     await expectError('budget', budgeted.fetch(refused + '/' + q, init));
     const broken = client({ breaker: { minimumThroughput: 1 }, policy: { maxAttempts: 1 } });
     await fail(broken.fetch(refused + '/' + q, init));
@@ -276,8 +290,11 @@ describe('no query string or credential in any property of any error the client 
     await expectError('body deadline', res.text());
     // The interceptor's errors too.
     const agent = intercepted({ policy: { ...fast, deadlineMs: 2000, attemptTimeoutMs: 300 } });
-    const ireq = (url: string, o: Record<string, unknown> = {}) => request(url, { dispatcher: agent, headers: { authorization: `Bearer ${secret}`, cookie: `c=${secret}` }, ...o })
-      .then(async (r) => { await r.body.text(); return r; });
+    const ireq = (url: string, o: Record<string, unknown> = {}) =>
+      request(url, { dispatcher: agent, headers: { authorization: `Bearer ${secret}`, cookie: `c=${secret}` }, ...o }).then(async (r) => {
+        await r.body.text();
+        return r;
+      });
     await expectError('interceptor: over the cap', ireq(tooLong.url + q));
     await expectError('interceptor: refused', ireq(refused + '/' + q));
     await expectError('interceptor: POST reset', ireq(reset.url + q, { method: 'POST', body: secret }));
@@ -285,8 +302,20 @@ describe('no query string or credential in any property of any error the client 
 
     expect(errors.length).toBeGreaterThanOrEqual(24);
     const codes = new Set(errors.map((x) => (x.error as { code?: string }).code));
-    for (const code of ['ERR_RETRY_AFTER_TOO_LONG', 'ERR_MAX_ATTEMPTS', 'ERR_DEADLINE_EXCEEDED', 'ERR_UNKNOWN_OUTCOME', 'ERR_NOT_RETRYABLE', 'ERR_CANCELLED',
-      'ERR_BODY_NOT_REPLAYABLE', 'ERR_DEFERRED', 'ERR_RETRY_BUDGET_EXHAUSTED', 'ERR_CIRCUIT_OPEN', 'ERR_BULKHEAD_FULL', 'ERR_INVALID_INPUT']) {
+    for (const code of [
+      'ERR_RETRY_AFTER_TOO_LONG',
+      'ERR_MAX_ATTEMPTS',
+      'ERR_DEADLINE_EXCEEDED',
+      'ERR_UNKNOWN_OUTCOME',
+      'ERR_NOT_RETRYABLE',
+      'ERR_CANCELLED',
+      'ERR_BODY_NOT_REPLAYABLE',
+      'ERR_DEFERRED',
+      'ERR_RETRY_BUDGET_EXHAUSTED',
+      'ERR_CIRCUIT_OPEN',
+      'ERR_BULKHEAD_FULL',
+      'ERR_INVALID_INPUT',
+    ]) {
       expect(codes.has(code), code).toBe(true);
     }
     for (const { name, error } of errors) {
@@ -309,7 +338,12 @@ describe('the deadline covers reading the body (on an injected test clock)', () 
       res.write('a');
       held.push(res);
     });
-    return { url: s.url, finish: () => { for (const res of held.splice(0)) res.end('.'.repeat(39) + 'z'); } };
+    return {
+      url: s.url,
+      finish: () => {
+        for (const res of held.splice(0)) res.end('.'.repeat(39) + 'z');
+      },
+    };
   };
 
   it('client.fetch: a body still arriving at the deadline is aborted with an error naming the deadline', async () => {

@@ -73,10 +73,11 @@ export async function startServer(handler: Handler, opts: { readBody?: boolean; 
     seen,
     count: () => seen.length,
     connections: () => conns,
-    close: () => new Promise<void>((resolve) => {
-      for (const s of sockets) s.destroy();
-      server.close(() => resolve());
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
   };
 }
 
@@ -90,7 +91,9 @@ export async function closedPort(): Promise<number> {
 }
 
 /** A raw TCP server: `onSocket` gets each accepted socket and the bytes read so far. */
-export async function startRawServer(onData: (socket: net.Socket, received: string, n: number) => void): Promise<{ origin: string; port: number; count: () => number; received: () => string[]; close(): Promise<void> }> {
+export async function startRawServer(
+  onData: (socket: net.Socket, received: string, n: number) => void,
+): Promise<{ origin: string; port: number; count: () => number; received: () => string[]; close(): Promise<void> }> {
   let n = 0;
   const got: string[] = [];
   const sockets = new Set<net.Socket>();
@@ -114,10 +117,11 @@ export async function startRawServer(onData: (socket: net.Socket, received: stri
     port,
     count: () => n,
     received: () => got,
-    close: () => new Promise<void>((resolve) => {
-      for (const s of sockets) s.destroy();
-      server.close(() => resolve());
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
   };
 }
 
@@ -128,11 +132,28 @@ export function selfSignedCert(): { key: string; cert: string } {
   if (certCache) return certCache;
   const dir = mkdtempSync(join(tmpdir(), 'relent-tls-'));
   try {
-    execFileSync('openssl', [
-      'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-sha256', '-days', '1',
-      '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1',
-      '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'),
-    ], { stdio: 'ignore' });
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'rsa:2048',
+        '-nodes',
+        '-sha256',
+        '-days',
+        '1',
+        '-subj',
+        '/CN=127.0.0.1',
+        '-addext',
+        'subjectAltName=IP:127.0.0.1',
+        '-keyout',
+        join(dir, 'key.pem'),
+        '-out',
+        join(dir, 'cert.pem'),
+      ],
+      { stdio: 'ignore' },
+    );
     certCache = { key: readFileSync(join(dir, 'key.pem'), 'utf8'), cert: readFileSync(join(dir, 'cert.pem'), 'utf8') };
     return certCache;
   } finally {
@@ -141,7 +162,12 @@ export function selfSignedCert(): { key: string; cert: string } {
 }
 
 /** Collects events; `attempts()` and `result()` pick them apart. */
-export function eventLog(): { onEvent: (e: RelentEvent) => void; events: RelentEvent[]; attempts: () => Extract<RelentEvent, { type: 'attempt' }>[]; result: () => Extract<RelentEvent, { type: 'result' }> | undefined } {
+export function eventLog(): {
+  onEvent: (e: RelentEvent) => void;
+  events: RelentEvent[];
+  attempts: () => Extract<RelentEvent, { type: 'attempt' }>[];
+  result: () => Extract<RelentEvent, { type: 'result' }> | undefined;
+} {
   const events: RelentEvent[] = [];
   return {
     events,

@@ -25,10 +25,13 @@ function agent(): Agent {
   agents.push(a);
   return a;
 }
-const rejection = (p: Promise<unknown>): Promise<RelentFetchError> => p.then(
-  () => { throw new Error('expected a rejection'); },
-  (e: unknown) => e as RelentFetchError,
-);
+const rejection = (p: Promise<unknown>): Promise<RelentFetchError> =>
+  p.then(
+    () => {
+      throw new Error('expected a rejection');
+    },
+    (e: unknown) => e as RelentFetchError,
+  );
 type WithRelent = Parameters<typeof request>[1] & { relent?: RelentDispatchOptions };
 
 describe('relentInterceptor with undici.request', () => {
@@ -38,7 +41,9 @@ describe('relentInterceptor with undici.request', () => {
       res.end(n < 3 ? 'busy' : 'ok');
     });
     const log = eventLog();
-    const d = agent().compose(relentInterceptor({ onEvent: log.onEvent, policy: { maxAttempts: 3, deadlineMs: 400, backoff: { kind: 'constant', delayMs: 40 } } }));
+    const d = agent().compose(
+      relentInterceptor({ onEvent: log.onEvent, policy: { maxAttempts: 3, deadlineMs: 400, backoff: { kind: 'constant', delayMs: 40 } } }),
+    );
     const r = await request(`${s.origin}/items?token=t`, { dispatcher: d });
     expect(r.statusCode).toBe(200);
     expect(await r.body.text()).toBe('ok');
@@ -73,7 +78,9 @@ describe('relentInterceptor with undici.request', () => {
 
   it('POST without key, response delayed past the attempt timeout → one POST, ERR_UNKNOWN_OUTCOME', async () => {
     let answer: (() => void) | null = null;
-    const s = await server((_q, res) => { answer = () => res.end('late'); });
+    const s = await server((_q, res) => {
+      answer = () => res.end('late');
+    });
     const clock = createTestClock();
     const d = agent().compose(relentInterceptor({ clock, policy: { maxAttempts: 4, attemptTimeoutMs: 80 } }));
     const p = rejection(request(`${s.origin}/pay`, { method: 'POST', body: 'pay', dispatcher: d }));
@@ -156,10 +163,13 @@ describe('compose order', () => {
   it("undici's compose(a, b) runs b first: the last interceptor listed is the outermost", async () => {
     const s = await server((_q, res) => res.end());
     const order: string[] = [];
-    const tag = (name: string): Dispatcher.DispatcherComposeInterceptor => (dispatch) => (opts, handler) => {
-      order.push(name);
-      return dispatch(opts, handler);
-    };
+    const tag =
+      (name: string): Dispatcher.DispatcherComposeInterceptor =>
+      (dispatch) =>
+      (opts, handler) => {
+        order.push(name);
+        return dispatch(opts, handler);
+      };
     const d = agent().compose(tag('listed first'), tag('listed last'));
     await (await request(s.url, { dispatcher: d })).body.dump();
     expect(order).toEqual(['listed last', 'listed first']);
@@ -178,7 +188,10 @@ describe('compose order', () => {
       }
     });
     const log = eventLog();
-    const d = agent().compose(interceptors.redirect({ maxRedirections: 3 }), relentInterceptor({ onEvent: log.onEvent, policy: { backoff: { kind: 'constant', delayMs: 5 } } }));
+    const d = agent().compose(
+      interceptors.redirect({ maxRedirections: 3 }),
+      relentInterceptor({ onEvent: log.onEvent, policy: { backoff: { kind: 'constant', delayMs: 5 } } }),
+    );
     const r = await request(`${s.origin}/a`, { dispatcher: d });
     expect(r.statusCode).toBe(200);
     expect(await r.body.text()).toBe('b');
@@ -200,13 +213,20 @@ describe('compose order', () => {
       }
     });
     const log = eventLog();
-    const d = agent().compose(relentInterceptor({ onEvent: log.onEvent, policy: { backoff: { kind: 'constant', delayMs: 5 } } }), interceptors.redirect({ maxRedirections: 3 }));
+    const d = agent().compose(
+      relentInterceptor({ onEvent: log.onEvent, policy: { backoff: { kind: 'constant', delayMs: 5 } } }),
+      interceptors.redirect({ maxRedirections: 3 }),
+    );
     const r = await request(`${s.origin}/a`, { dispatcher: d });
     expect(r.statusCode).toBe(200);
     await r.body.dump();
     expect(s.seen.map((x) => x.url)).toEqual(['/a', '/b', '/b']);
     expect(new Set(log.attempts().map((a) => a.operationId)).size).toBe(2);
-    expect(log.attempts().map((a) => `${a.endpoint?.replace(s.origin, '')} ${a.status} ${a.decision}`)).toEqual(['/a 302 return', '/b 503 retry', '/b 200 return']);
+    expect(log.attempts().map((a) => `${a.endpoint?.replace(s.origin, '')} ${a.status} ${a.decision}`)).toEqual([
+      '/a 302 return',
+      '/b 503 retry',
+      '/b 200 return',
+    ]);
   });
 
   it("combined with undici's retry interceptor, either order multiplies the calls (3 × 3 = 9): do not combine", async () => {
@@ -218,11 +238,17 @@ describe('compose order', () => {
     const relent = () => relentInterceptor({ policy: { maxAttempts: 3, backoff: { kind: 'constant', delayMs: 1 } } });
 
     const relentOuter = agent().compose(undiciRetry(), relent());
-    await request(s.url, { dispatcher: relentOuter }).then((r) => r.body.dump(), () => undefined);
+    await request(s.url, { dispatcher: relentOuter }).then(
+      (r) => r.body.dump(),
+      () => undefined,
+    );
     expect(s.count()).toBe(9);
 
     const undiciOuter = agent().compose(relent(), undiciRetry());
-    await request(s.url, { dispatcher: undiciOuter }).then((r) => r.body.dump(), () => undefined);
+    await request(s.url, { dispatcher: undiciOuter }).then(
+      (r) => r.body.dump(),
+      () => undefined,
+    );
     expect(s.count()).toBe(18);
   });
 });

@@ -25,7 +25,9 @@ console.log(JSON.stringify(out));
 describe('import "relent" and "relent/http" do not load the HTTP stack', () => {
   it('undici is loaded by the first createClient(), as the same module the caller imports', async () => {
     const out = await new Promise<string>((resolve, reject) => {
-      execFile(process.execPath, ['--input-type=module', '-e', probe], { cwd: root }, (err, stdout, stderr) => (err ? reject(new Error(stderr || String(err))) : resolve(stdout)));
+      execFile(process.execPath, ['--input-type=module', '-e', probe], { cwd: root }, (err, stdout, stderr) =>
+        err ? reject(new Error(stderr || String(err))) : resolve(stdout),
+      );
     });
     expect(JSON.parse(out)).toEqual({ rootHasNoClient: true, afterImport: false, afterCreateClient: true, sameAgent: true });
   });

@@ -18,7 +18,9 @@ beforeAll(async () => {
     res.writeHead(503, { 'retry-after': 'soon' });
     res.end('busy');
   });
-  hang = await startServer(() => { /* hangs */ });
+  hang = await startServer(() => {
+    /* hangs */
+  });
   reset = await startServer((req) => req.socket.resetAndDestroy());
   refused = await closedPort();
 });
@@ -57,29 +59,35 @@ const scenario = fc.constantFrom('busy', 'hang', 'reset', 'refused');
 describe('no secrets in events or errors', () => {
   it('client.fetch: query token, Authorization, Cookie and body never appear', async () => {
     const events: RelentEvent[] = [];
-    const client = createClient({ onEvent: (e) => events.push(e), policy: { maxAttempts: 2, deadlineMs: 1000, attemptTimeoutMs: 60, backoff: { kind: 'constant', delayMs: 1 } } });
+    const client = createClient({
+      onEvent: (e) => events.push(e),
+      policy: { maxAttempts: 2, deadlineMs: 1000, attemptTimeoutMs: 60, backoff: { kind: 'constant', delayMs: 1 } },
+    });
     try {
-      await fc.assert(fc.asyncProperty(secret, scenario, fc.constantFrom('GET', 'POST', 'PUT'), async (s, where, method) => {
-        events.length = 0;
-        const origin = where === 'busy' ? busy.origin : where === 'hang' ? hang.origin : where === 'reset' ? reset.origin : `http://127.0.0.1:${refused}`;
-        const url = `${origin}/api/v1/items?token=${s}&x=1#frag${s}`;
-        const init = {
-          method,
-          headers: { authorization: `Bearer ${s}`, cookie: `sid=${s}`, 'x-api-key': s },
-          ...(method === 'GET' ? {} : { body: `{"password":"${s}"}` }),
-        };
-        let text = '';
-        try {
-          const res = await client.fetch(url, init);
-          await res.arrayBuffer();
-        } catch (e) {
-          text = errorText(e);
-        }
-        const log = JSON.stringify(events);
-        expect(events.length).toBeGreaterThan(0);
-        expect(log).not.toContain(s);
-        expect(text).not.toContain(s);
-      }), { numRuns: 24 });
+      await fc.assert(
+        fc.asyncProperty(secret, scenario, fc.constantFrom('GET', 'POST', 'PUT'), async (s, where, method) => {
+          events.length = 0;
+          const origin = where === 'busy' ? busy.origin : where === 'hang' ? hang.origin : where === 'reset' ? reset.origin : `http://127.0.0.1:${refused}`;
+          const url = `${origin}/api/v1/items?token=${s}&x=1#frag${s}`;
+          const init = {
+            method,
+            headers: { authorization: `Bearer ${s}`, cookie: `sid=${s}`, 'x-api-key': s },
+            ...(method === 'GET' ? {} : { body: `{"password":"${s}"}` }),
+          };
+          let text = '';
+          try {
+            const res = await client.fetch(url, init);
+            await res.arrayBuffer();
+          } catch (e) {
+            text = errorText(e);
+          }
+          const log = JSON.stringify(events);
+          expect(events.length).toBeGreaterThan(0);
+          expect(log).not.toContain(s);
+          expect(text).not.toContain(s);
+        }),
+        { numRuns: 24 },
+      );
     } finally {
       await client.close();
     }
@@ -87,21 +95,34 @@ describe('no secrets in events or errors', () => {
 
   it('relentInterceptor: the same through undici.request', async () => {
     const events: RelentEvent[] = [];
-    const agent = new Agent().compose(relentInterceptor({ onEvent: (e) => events.push(e), policy: { maxAttempts: 2, deadlineMs: 1000, attemptTimeoutMs: 60, backoff: { kind: 'constant', delayMs: 1 } } }));
+    const agent = new Agent().compose(
+      relentInterceptor({
+        onEvent: (e) => events.push(e),
+        policy: { maxAttempts: 2, deadlineMs: 1000, attemptTimeoutMs: 60, backoff: { kind: 'constant', delayMs: 1 } },
+      }),
+    );
     try {
-      await fc.assert(fc.asyncProperty(secret, scenario, async (s, where) => {
-        events.length = 0;
-        const origin = where === 'busy' ? busy.origin : where === 'hang' ? hang.origin : where === 'reset' ? reset.origin : `http://127.0.0.1:${refused}`;
-        let text = '';
-        try {
-          const r = await request(`${origin}/api?token=${s}`, { method: 'POST', dispatcher: agent, headers: { authorization: `Bearer ${s}`, cookie: `c=${s}` }, body: s });
-          await r.body.dump();
-        } catch (e) {
-          text = errorText(e);
-        }
-        expect(JSON.stringify(events)).not.toContain(s);
-        expect(text).not.toContain(s);
-      }), { numRuns: 16 });
+      await fc.assert(
+        fc.asyncProperty(secret, scenario, async (s, where) => {
+          events.length = 0;
+          const origin = where === 'busy' ? busy.origin : where === 'hang' ? hang.origin : where === 'reset' ? reset.origin : `http://127.0.0.1:${refused}`;
+          let text = '';
+          try {
+            const r = await request(`${origin}/api?token=${s}`, {
+              method: 'POST',
+              dispatcher: agent,
+              headers: { authorization: `Bearer ${s}`, cookie: `c=${s}` },
+              body: s,
+            });
+            await r.body.dump();
+          } catch (e) {
+            text = errorText(e);
+          }
+          expect(JSON.stringify(events)).not.toContain(s);
+          expect(text).not.toContain(s);
+        }),
+        { numRuns: 16 },
+      );
     } finally {
       await agent.close();
     }
@@ -109,15 +130,27 @@ describe('no secrets in events or errors', () => {
 
   it('input errors do not echo a URL with credentials or a bad header value', async () => {
     const client = createClient();
-    await fc.assert(fc.asyncProperty(secret, async (s) => {
-      const e1 = await client.fetch(`http://u:${s}@127.0.0.1:1/`).then(() => null, (e: unknown) => e);
-      const e2 = await client.fetch(`::bad::?t=${s}`).then(() => null, (e: unknown) => e);
-      const e3 = await client.fetch('http://127.0.0.1:1/', { headers: { authorization: `${s}\n` } }).then(() => null, (e: unknown) => e);
-      for (const e of [e1, e2, e3]) {
-        expect(e).not.toBeNull();
-        expect(errorText(e)).not.toContain(s);
-      }
-    }), { numRuns: 20 });
+    await fc.assert(
+      fc.asyncProperty(secret, async (s) => {
+        const e1 = await client.fetch(`http://u:${s}@127.0.0.1:1/`).then(
+          () => null,
+          (e: unknown) => e,
+        );
+        const e2 = await client.fetch(`::bad::?t=${s}`).then(
+          () => null,
+          (e: unknown) => e,
+        );
+        const e3 = await client.fetch('http://127.0.0.1:1/', { headers: { authorization: `${s}\n` } }).then(
+          () => null,
+          (e: unknown) => e,
+        );
+        for (const e of [e1, e2, e3]) {
+          expect(e).not.toBeNull();
+          expect(errorText(e)).not.toContain(s);
+        }
+      }),
+      { numRuns: 20 },
+    );
     await client.close();
   });
 });

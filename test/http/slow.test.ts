@@ -22,7 +22,11 @@ interface Dep {
 }
 
 /** A server that answers request n after `delay(n)` ms with `status(n)` and body `body-n`. */
-async function dep(delay: (n: number) => number, status: (n: number) => number = () => 200, headers: (n: number) => Record<string, string> = () => ({})): Promise<Dep> {
+async function dep(
+  delay: (n: number) => number,
+  status: (n: number) => number = () => 200,
+  headers: (n: number) => Record<string, string> = () => ({}),
+): Promise<Dep> {
   const received: Dep['received'] = [];
   const closedEarly: number[] = [];
   let n = 0;
@@ -53,8 +57,15 @@ async function dep(delay: (n: number) => number, status: (n: number) => number =
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   return {
     url: `http://127.0.0.1:${(server.address() as { port: number }).port}/item`,
-    received, closedEarly, inFlight: () => inFlight, maxInFlight: () => max,
-    close: () => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }),
+    received,
+    closedEarly,
+    inFlight: () => inFlight,
+    maxInFlight: () => max,
+    close: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
   };
 }
 
@@ -79,7 +90,7 @@ function track<T extends Dep | RelentClient>(x: T): T {
 describe('hedging (client.fetch and the interceptor, real server)', () => {
   const policy = { hedge: { delayMs: 50, maxExtraLoad: 1 }, budget: null };
 
-  it('a slow first answer: the hedge wins, the server sees the loser\'s connection closed, its body never reaches the caller', async () => {
+  it("a slow first answer: the hedge wins, the server sees the loser's connection closed, its body never reaches the caller", async () => {
     const d = track(await dep((n) => (n === 1 ? 3000 : 5)));
     const events: RelentEvent[] = [];
     const c = track(createClient({ policy, onEvent: (e) => events.push(e) }));
@@ -89,8 +100,9 @@ describe('hedging (client.fetch and the interceptor, real server)', () => {
     expect(performance.now() - t0).toBeLessThan(2500);
     await until(() => d.closedEarly.includes(1));
     expect(d.received.map((r) => r.n)).toEqual([1, 2]);
-    expect(events.map((e) => (e.type === 'attempt' ? `${e.attempt}:${e.decision}${e.hedge ? ':hedge' : ''}` : `result:${e.reason}:${e.hedges}:${e.hedgeWon}`)))
-      .toEqual(['2:return:hedge', '1:hedge_lost', 'result:return:1:true']);
+    expect(
+      events.map((e) => (e.type === 'attempt' ? `${e.attempt}:${e.decision}${e.hedge ? ':hedge' : ''}` : `result:${e.reason}:${e.hedges}:${e.hedgeWon}`)),
+    ).toEqual(['2:return:hedge', '1:hedge_lost', 'result:return:1:true']);
   });
 
   it('a POST without an idempotency key is never hedged (one receipt per call), with a key it is', async () => {
@@ -101,10 +113,13 @@ describe('hedging (client.fetch and the interceptor, real server)', () => {
     const keyed = await c.fetch(d.url, { method: 'POST', body: 'k', idempotencyKey: 'key-1' });
     await keyed.arrayBuffer();
     await until(() => d.received.length === 5);
-    expect(d.received.slice(3).map((r) => [r.body, r.key])).toEqual([['k', '"key-1"'], ['k', '"key-1"']]);
+    expect(d.received.slice(3).map((r) => [r.body, r.key])).toEqual([
+      ['k', '"key-1"'],
+      ['k', '"key-1"'],
+    ]);
   });
 
-  it('through the interceptor: the hedge\'s answer is the one the wrapped handler gets; the loser is cut', async () => {
+  it("through the interceptor: the hedge's answer is the one the wrapped handler gets; the loser is cut", async () => {
     const d = track(await dep((n) => (n === 1 ? 3000 : 5)));
     const agent = new Agent().compose(relentInterceptor({ policy }));
     cleanup.push(() => agent.close());
@@ -122,11 +137,20 @@ describe('hedging (client.fetch and the interceptor, real server)', () => {
 describe('the adaptive concurrency limit (client.fetch, real server)', () => {
   it('keeps the calls in flight within the limit; a 503 halves it (an event says so); a full queue is refused with its own reason', async () => {
     let overloaded = false;
-    const d = track(await dep(() => 30, () => (overloaded ? 503 : 200)));
+    const d = track(
+      await dep(
+        () => 30,
+        () => (overloaded ? 503 : 200),
+      ),
+    );
     const limits: LimitEvent[] = [];
-    const c = track(createClient({
-      policy: { maxAttempts: 1 }, concurrencyLimit: { kind: 'aimd', initial: 4, maxQueue: 100 }, onLimitEvent: (e) => limits.push(e),
-    }));
+    const c = track(
+      createClient({
+        policy: { maxAttempts: 1 },
+        concurrencyLimit: { kind: 'aimd', initial: 4, maxQueue: 100 },
+        onLimitEvent: (e) => limits.push(e),
+      }),
+    );
     await Promise.all(Array.from({ length: 20 }, async () => (await c.fetch(d.url)).arrayBuffer()));
     // Within the limit, which grows by one after `limit` answers while it is used (each change an event).
     expect(d.maxInFlight()).toBeLessThanOrEqual(Math.max(4, ...limits.map((e) => e.limit)));
@@ -146,7 +170,9 @@ describe('the adaptive concurrency limit (client.fetch, real server)', () => {
     const refused = results.find((r) => r.status === 'rejected') as PromiseRejectedResult;
     expect(refused.reason.code).toBe('ERR_CONCURRENCY_LIMITED');
     expect(refused.reason.reason).toBe('concurrency_limited');
-    expect(String(refused.reason.message)).toMatch(/^concurrency_limited: the concurrency limit of http:\/\/127\.0\.0\.1:\d+ is reached \(1 of 1 calls in flight, 0 of 0 queued\)/);
+    expect(String(refused.reason.message)).toMatch(
+      /^concurrency_limited: the concurrency limit of http:\/\/127\.0\.0\.1:\d+ is reached \(1 of 1 calls in flight, 0 of 0 queued\)/,
+    );
     expect(events).toMatchObject([{ type: 'result', reason: 'concurrency_limited', attempts: 0 }]);
     for (const r of results) if (r.status === 'fulfilled') await r.value.arrayBuffer();
   });
@@ -159,7 +185,13 @@ describe('the adaptive concurrency limit (client.fetch, real server)', () => {
 
 describe('the rate limit (client.fetch, real server)', () => {
   it('a 429 with Retry-After pauses the dependency: the next call is refused at once (it could not get a token in time), never sent', async () => {
-    const d = track(await dep(() => 1, (n) => (n === 1 ? 429 : 200), (n): Record<string, string> => (n === 1 ? { 'retry-after': '30' } : {})));
+    const d = track(
+      await dep(
+        () => 1,
+        (n) => (n === 1 ? 429 : 200),
+        (n): Record<string, string> => (n === 1 ? { 'retry-after': '30' } : {}),
+      ),
+    );
     const c = track(createClient({ policy: { maxAttempts: 1 }, rateLimit: { ratePerSecond: 100, maxWaitMs: 200 } }));
     expect((await c.fetch(d.url)).status).toBe(429);
     const err = await c.fetch(d.url).catch((e: unknown) => e);
@@ -172,9 +204,15 @@ describe('the rate limit (client.fetch, real server)', () => {
     expect(state.pausedUntil).not.toBeNull();
   });
 
-  it('a success\'s RateLimit field caps the calls to its quota until the window ends', async () => {
+  it("a success's RateLimit field caps the calls to its quota until the window ends", async () => {
     // The server's quota: 2 calls a minute, counting down.
-    const d = track(await dep(() => 1, () => 200, (n) => ({ ratelimit: `"default";r=${Math.max(0, 2 - n)};t=60` })));
+    const d = track(
+      await dep(
+        () => 1,
+        () => 200,
+        (n) => ({ ratelimit: `"default";r=${Math.max(0, 2 - n)};t=60` }),
+      ),
+    );
     const c = track(createClient({ rateLimit: { ratePerSecond: 1000, maxWaitMs: 100 } }));
     await (await c.fetch(d.url)).arrayBuffer();
     await (await c.fetch(d.url)).arrayBuffer();

@@ -22,7 +22,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const ENTRIES = { relent: join(ROOT, 'src/index.ts'), 'relent-testing': join(ROOT, 'src/testing/index.ts') };
 const CHROMIUM = '/usr/bin/chromium';
-const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
 const present = existsSync(CHROMIUM);
 const inCi = process.env.CI === 'true';
 const NODE_BUILTINS = new Set(builtinModules);
@@ -35,7 +44,8 @@ function nodeImports(seen: string[]): Plugin {
     name: 'relent:no-node-imports',
     enforce: 'pre',
     resolveId(id, importer) {
-      if (id.startsWith('node:') || NODE_BUILTINS.has(id) || NODE_BUILTINS.has(id.split('/')[0]!)) seen.push(`${id} (imported by ${importer?.replace(ROOT, '') ?? '?'})`);
+      if (id.startsWith('node:') || NODE_BUILTINS.has(id) || NODE_BUILTINS.has(id.split('/')[0]!))
+        seen.push(`${id} (imported by ${importer?.replace(ROOT, '') ?? '?'})`);
       return null;
     },
   };
@@ -45,7 +55,7 @@ type Bundle = { code: string; nodeImports: string[] };
 
 async function bundle(entry: string, format: 'es' | 'iife'): Promise<Bundle> {
   const seen: string[] = [];
-  const out = await build({
+  const out = (await build({
     configFile: false,
     logLevel: 'silent',
     root: ROOT,
@@ -55,7 +65,7 @@ async function bundle(entry: string, format: 'es' | 'iife'): Promise<Bundle> {
       minify: true,
       lib: { entry, formats: [format], name: 'relent', fileName: 'bundle' },
     },
-  }) as Rollup.RollupOutput | Rollup.RollupOutput[];
+  })) as Rollup.RollupOutput | Rollup.RollupOutput[];
   const output = (Array.isArray(out) ? out[0]! : out).output;
   const chunk = output.find((o): o is Rollup.OutputChunk => o.type === 'chunk')!;
   return { code: chunk.code, nodeImports: seen };
@@ -68,16 +78,24 @@ const sizes: Record<string, number> = {};
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'relent-browser-'));
   const both = join(dir, 'both.ts');
-  writeFileSync(both, [
-    `export { run, execute } from ${JSON.stringify(ENTRIES.relent)};`,
-    `export { createTestClock, createSeededRandom } from ${JSON.stringify(ENTRIES['relent-testing'])};`,
-  ].join('\n'));
+  writeFileSync(
+    both,
+    [
+      `export { run, execute } from ${JSON.stringify(ENTRIES.relent)};`,
+      `export { createTestClock, createSeededRandom } from ${JSON.stringify(ENTRIES['relent-testing'])};`,
+    ].join('\n'),
+  );
   page = (await bundle(both, 'iife')).code;
 }, 60_000);
 
 afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
-  if (Object.keys(sizes).length > 0) console.log(`browser bundles (minified): ${Object.entries(sizes).map(([k, v]) => `${k} ${(v / 1024).toFixed(1)} KB`).join(', ')}`);
+  if (Object.keys(sizes).length > 0)
+    console.log(
+      `browser bundles (minified): ${Object.entries(sizes)
+        .map(([k, v]) => `${k} ${(v / 1024).toFixed(1)} KB`)
+        .join(', ')}`,
+    );
 });
 
 describe('relent and relent/testing bundle for the browser', () => {
@@ -93,18 +111,43 @@ describe('relent and relent/testing bundle for the browser', () => {
     expect(b.nodeImports.some((i) => i.startsWith('node:'))).toBe(true);
   });
 
-  it('run() from the bundle works with only the web platform\'s globals (no process, Buffer, setImmediate)', async () => {
+  it("run() from the bundle works with only the web platform's globals (no process, Buffer, setImmediate)", async () => {
     // What a browser page or a worker has (the JavaScript builtins come with the context).
     const web = {
-      setTimeout, clearTimeout, queueMicrotask, MessageChannel, performance, console, crypto, URL, AbortController, AbortSignal,
-      Event, EventTarget, DOMException, TextEncoder, TextDecoder, Headers, Response, Request,
+      setTimeout,
+      clearTimeout,
+      queueMicrotask,
+      MessageChannel,
+      performance,
+      console,
+      crypto,
+      URL,
+      AbortController,
+      AbortSignal,
+      Event,
+      EventTarget,
+      DOMException,
+      TextEncoder,
+      TextDecoder,
+      Headers,
+      Response,
+      Request,
     };
     const ctx = createContext({ ...web });
     runInContext(`${page}\nglobalThis.relent = relent;`, ctx);
     expect(runInContext('[typeof process, typeof Buffer, typeof setImmediate]', ctx)).toEqual(['undefined', 'undefined', 'undefined']);
-    const relent = (ctx as { relent: { execute: (fn: (c: { attempt: number }) => Promise<unknown>, o: object) => Promise<{ reason: string; attempts: number; outcome: { value: unknown } }> } }).relent;
+    const relent = (
+      ctx as {
+        relent: {
+          execute: (fn: (c: { attempt: number }) => Promise<unknown>, o: object) => Promise<{ reason: string; attempts: number; outcome: { value: unknown } }>;
+        };
+      }
+    ).relent;
     const answers = [503, 503, 200];
-    const r = await relent.execute(async ({ attempt }) => new Response(null, { status: answers[attempt - 1]! }), { method: 'GET', policy: { backoff: { kind: 'constant', delayMs: 1 }, attemptTimeoutMs: 1000 } });
+    const r = await relent.execute(async ({ attempt }) => new Response(null, { status: answers[attempt - 1]! }), {
+      method: 'GET',
+      policy: { backoff: { kind: 'constant', delayMs: 1 }, attemptTimeoutMs: 1000 },
+    });
     expect([r.reason, r.attempts, (r.outcome.value as Response).status]).toEqual(['return', 3, 200]);
   });
 });
@@ -167,7 +210,7 @@ describe.skipIf(!present && !inCi)('run() from the bundle in headless Chromium, 
     return { p, errors };
   }
 
-  it('503, 503, 200 → 200 after 3 calls (relent\'s own clock: end-of-turn scheduler and timers in the page)', async () => {
+  it("503, 503, 200 → 200 after 3 calls (relent's own clock: end-of-turn scheduler and timers in the page)", async () => {
     const { p, errors } = await open();
     const out = await p.evaluate(`(async () => {
       const events = [];
@@ -180,9 +223,9 @@ describe.skipIf(!present && !inCi)('run() from the bundle in headless Chromium, 
     await p.close();
   });
 
-  it('429 with Retry-After: 1 → the wait is the second asked (a pending timer of relent/testing\'s clock), then 200', async () => {
+  it("429 with Retry-After: 1 → the wait is the second asked (a pending timer of relent/testing's clock), then 200", async () => {
     const { p, errors } = await open();
-    const out = await p.evaluate(`(async () => {
+    const out = (await p.evaluate(`(async () => {
       const clock = relent.createTestClock();
       const events = [];
       let hitsBefore = null;
@@ -201,7 +244,7 @@ describe.skipIf(!present && !inCi)('run() from the bundle in headless Chromium, 
         },
       });
       return { status: res.status, retryAfterMs: events[0].retryAfterMs, delayMs: events[0].delayMs, pendingBefore, hitsBefore, seen: events.map((e) => e.status + ':' + e.decision) };
-    })()`) as { status: number; retryAfterMs: number; delayMs: number; pendingBefore: number; hitsBefore: number; seen: string[] };
+    })()`)) as { status: number; retryAfterMs: number; delayMs: number; pendingBefore: number; hitsBefore: number; seen: string[] };
     expect(out.seen).toEqual(['429:retry', '200:return']);
     expect(out.status).toBe(200);
     expect(out.retryAfterMs).toBe(1000);

@@ -14,7 +14,15 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const PKG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { name: string; version: string; files: string[]; exports: Record<string, unknown>; scripts: Record<string, string>; peerDependencies?: Record<string, string>; peerDependenciesMeta?: Record<string, unknown> };
+const PKG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
+  name: string;
+  version: string;
+  files: string[];
+  exports: Record<string, unknown>;
+  scripts: Record<string, string>;
+  peerDependencies?: Record<string, string>;
+  peerDependenciesMeta?: Record<string, unknown>;
+};
 const TSC = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
 const NPM_FLAGS = ['--no-audit', '--no-fund', '--prefer-offline', '--loglevel=error'];
 
@@ -43,12 +51,23 @@ describe('the packed package, installed elsewhere', () => {
   beforeAll(() => {
     // A fresh clone, as far as packing goes: what package.json ships and what the build reads, no dist/.
     mkdirSync(src);
-    for (const f of [...PKG.files.filter((x) => x !== 'dist'), 'package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json', 'README.md', 'LICENSE']) {
+    for (const f of [
+      ...PKG.files.filter((x) => x !== 'dist'),
+      'package.json',
+      'package-lock.json',
+      'tsconfig.json',
+      'tsconfig.build.json',
+      'README.md',
+      'LICENSE',
+    ]) {
       cpSync(join(ROOT, f), join(src, f), { recursive: true });
     }
     symlinkSync(join(ROOT, 'node_modules'), join(src, 'node_modules'), 'dir');
     expect(existsSync(join(src, 'dist'))).toBe(false);
-    const packed = JSON.parse(ok(sh('npm', ['pack', '--json', '--pack-destination', tmp, ...NPM_FLAGS], src), 'npm pack')) as { filename: string; files: { path: string }[] }[];
+    const packed = JSON.parse(ok(sh('npm', ['pack', '--json', '--pack-destination', tmp, ...NPM_FLAGS], src), 'npm pack')) as {
+      filename: string;
+      files: { path: string }[];
+    }[];
     files = packed[0]!.files.map((f) => f.path);
     mkdirSync(app);
     writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'app', version: '1.0.0', private: true, type: 'module' }));
@@ -59,19 +78,28 @@ describe('the packed package, installed elsewhere', () => {
 
   it('ships dist/ (built by prepare), the sources its maps name, LICENSE and README; no tests', () => {
     expect(PKG.scripts.prepare).toBeDefined();
-    for (const f of ['dist/index.js', 'dist/index.d.ts', 'dist/cli/main.js', 'src/index.ts', 'bin/relent', 'LICENSE', 'README.md', 'package.json']) expect(files, f).toContain(f);
+    for (const f of ['dist/index.js', 'dist/index.d.ts', 'dist/cli/main.js', 'src/index.ts', 'bin/relent', 'LICENSE', 'README.md', 'package.json'])
+      expect(files, f).toContain(f);
     expect(files.filter((f) => /^(test|bench|scripts|\.ci)\//.test(f))).toEqual([]);
     expect(readFileSync(join(installed, 'LICENSE'), 'utf8')).toMatch(/^MIT License/);
   });
 
   it('imports every entry point of package.json from the installed copy (an optional peer only where it is used)', () => {
-    const entries = Object.keys(PKG.exports).filter((k) => k !== './package.json').map((k) => (k === '.' ? PKG.name : `${PKG.name}/${k.slice(2)}`));
+    const entries = Object.keys(PKG.exports)
+      .filter((k) => k !== './package.json')
+      .map((k) => (k === '.' ? PKG.name : `${PKG.name}/${k.slice(2)}`));
     expect(entries.length).toBeGreaterThanOrEqual(9);
     const script = `for (const e of ${JSON.stringify(entries)}) {
       try { const m = await import(e); console.log(e, Object.keys(m).length === 0 ? 'empty' : 'ok'); }
       catch (err) { console.log(e, err.code === 'ERR_MODULE_NOT_FOUND' ? 'missing:' + /package '([^']+)'/.exec(err.message)?.[1] : 'error:' + err.message); }
     }`;
-    const importAll = (): Map<string, string> => new Map(ok(sh(process.execPath, ['--input-type=module', '-e', script], app), 'importing the entry points').trim().split('\n').map((l) => l.split(' ') as [string, string]));
+    const importAll = (): Map<string, string> =>
+      new Map(
+        ok(sh(process.execPath, ['--input-type=module', '-e', script], app), 'importing the entry points')
+          .trim()
+          .split('\n')
+          .map((l) => l.split(' ') as [string, string]),
+      );
     // Without the optional peer dependencies: an entry point may only miss one of them.
     const first = importAll();
     expect([...first.keys()]).toEqual(entries);
@@ -86,36 +114,52 @@ describe('the packed package, installed elsewhere', () => {
     expect(first.get(PKG.name)).toBe('ok');
     expect(first.get(`${PKG.name}/http`)).toBe('ok');
     // With them (as a user of that entry point installs them), everything imports.
-    if (peers.size > 0) ok(sh('npm', ['install', ...[...peers].map((p) => `${p}@${PKG.peerDependencies![p]}`), ...NPM_FLAGS], app), `npm install ${[...peers].join(' ')}`);
+    if (peers.size > 0)
+      ok(sh('npm', ['install', ...[...peers].map((p) => `${p}@${PKG.peerDependencies![p]}`), ...NPM_FLAGS], app), `npm install ${[...peers].join(' ')}`);
     expect([...importAll().values()].every((r) => r === 'ok')).toBe(true);
     // The acceptance line, as written.
-    ok(sh(process.execPath, ['-e', `import('${PKG.name}/http').then((m) => { if (typeof m.createClient !== 'function') process.exit(1); })`], app), "node -e \"import('relent/http')\"");
+    ok(
+      sh(process.execPath, ['-e', `import('${PKG.name}/http').then((m) => { if (typeof m.createClient !== 'function') process.exit(1); })`], app),
+      'node -e "import(\'relent/http\')"',
+    );
   }, 120_000);
 
   it('type-checks a file against the installed declarations, and rejects a wrong one', () => {
-    writeFileSync(join(app, 'tsconfig.json'), JSON.stringify({
-      compilerOptions: {
-        target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noEmit: true, skipLibCheck: false,
-        types: ['node'], typeRoots: [join(ROOT, 'node_modules', '@types')],
-      },
-      files: ['check.ts'],
-    }));
-    writeFileSync(join(app, 'check.ts'), [
-      "import { run, PRESETS, presetPolicy, type PolicySpec, type RelentEvent } from 'relent';",
-      "import { createClient, type RelentClient } from 'relent/http';",
-      "import { createTestClock } from 'relent/testing';",
-      "import { analyzeEventText } from 'relent/report';",
-      "const policy: PolicySpec = { preset: 'http-429', deadlineMs: 2000 };",
-      'const names: string[] = [...PRESETS.keys()];',
-      "const attempts: number = presetPolicy('http-429').spec.maxAttempts;",
-      "const client: RelentClient = createClient({ policy: 'http-429' });",
-      'const clock = createTestClock();',
-      'const events: RelentEvent[] = [];',
-      "const result: Promise<number> = run(async () => 42, { policy, clock, onEvent: (e) => events.push(e) }).then((r) => r + attempts + names.length);",
-      "const lines: number = analyzeEventText('', {}).lines;",
-      'export { client, result, lines };',
-      '',
-    ].join('\n'));
+    writeFileSync(
+      join(app, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          target: 'ES2022',
+          module: 'NodeNext',
+          moduleResolution: 'NodeNext',
+          strict: true,
+          noEmit: true,
+          skipLibCheck: false,
+          types: ['node'],
+          typeRoots: [join(ROOT, 'node_modules', '@types')],
+        },
+        files: ['check.ts'],
+      }),
+    );
+    writeFileSync(
+      join(app, 'check.ts'),
+      [
+        "import { run, PRESETS, presetPolicy, type PolicySpec, type RelentEvent } from 'relent';",
+        "import { createClient, type RelentClient } from 'relent/http';",
+        "import { createTestClock } from 'relent/testing';",
+        "import { analyzeEventText } from 'relent/report';",
+        "const policy: PolicySpec = { preset: 'http-429', deadlineMs: 2000 };",
+        'const names: string[] = [...PRESETS.keys()];',
+        "const attempts: number = presetPolicy('http-429').spec.maxAttempts;",
+        "const client: RelentClient = createClient({ policy: 'http-429' });",
+        'const clock = createTestClock();',
+        'const events: RelentEvent[] = [];',
+        'const result: Promise<number> = run(async () => 42, { policy, clock, onEvent: (e) => events.push(e) }).then((r) => r + attempts + names.length);',
+        "const lines: number = analyzeEventText('', {}).lines;",
+        'export { client, result, lines };',
+        '',
+      ].join('\n'),
+    );
     const good = sh(process.execPath, [TSC, '-p', join(app, 'tsconfig.json')], app);
     expect(good.stdout + good.stderr).toBe('');
     expect(good.status).toBe(0);

@@ -30,7 +30,20 @@ const many = (obs: Observation, n = 40): Observation[] => Array.from({ length: n
 
 describe('every preset', () => {
   it('is valid, cites its source and describes its schedule', () => {
-    expect([...PRESETS.keys()]).toEqual(expect.arrayContaining(['model-armor', 'adobe-best-effort', 'adobe-configurable', 'openrtb-bid', 'openrtb-billing-notice', 'background-full-jitter', 'http-429', 'grpc', 'aws-standard', 'envoy-default']));
+    expect([...PRESETS.keys()]).toEqual(
+      expect.arrayContaining([
+        'model-armor',
+        'adobe-best-effort',
+        'adobe-configurable',
+        'openrtb-bid',
+        'openrtb-billing-notice',
+        'background-full-jitter',
+        'http-429',
+        'grpc',
+        'aws-standard',
+        'envoy-default',
+      ]),
+    );
     for (const [name, def] of PRESETS) {
       expect(presetPolicy(name).name).toBe(name);
       // A public document: its title and address; nothing that does not ship with relent.
@@ -51,9 +64,28 @@ describe('model-armor (Google Cloud "Retry strategy"): min(2^n + U[0,1), 32) s u
     expect(hi.delays.slice(0, 6)).toEqual([1999, 2999, 4999, 8999, 16_999, 32_000]);
   });
   it('retries 500, 502, 503, 504 but not 429 (optional in the doc) or 400', () => {
-    for (const s of [500, 502, 503, 504]) expect(schedule('model-armor', [{ status: s, elapsedMs: 1 }, { status: 200, elapsedMs: 1 }], { method: 'GET' }).end).toBe('return');
+    for (const s of [500, 502, 503, 504])
+      expect(
+        schedule(
+          'model-armor',
+          [
+            { status: s, elapsedMs: 1 },
+            { status: 200, elapsedMs: 1 },
+          ],
+          { method: 'GET' },
+        ).end,
+      ).toBe('return');
     for (const s of [429, 400]) expect(schedule('model-armor', [{ status: s, elapsedMs: 1 }], { method: 'GET' }).end).toBe('not_retryable');
-    expect(schedule(resolvePolicy({ preset: 'model-armor', retryOn: { status: [429, 500, 502, 503, 504] } }) as never, [{ status: 429, elapsedMs: 1 }, { status: 200, elapsedMs: 1 }], { method: 'GET' }).end).toBe('return');
+    expect(
+      schedule(
+        resolvePolicy({ preset: 'model-armor', retryOn: { status: [429, 500, 502, 503, 504] } }) as never,
+        [
+          { status: 429, elapsedMs: 1 },
+          { status: 200, elapsedMs: 1 },
+        ],
+        { method: 'GET' },
+      ).end,
+    ).toBe('return');
   });
 });
 
@@ -63,7 +95,12 @@ describe('adobe-best-effort (Adobe "Rate limiting and retry policy"): 403/408/40
     expect(r).toMatchObject({ delays: [15_000, 30_000], end: 'max_attempts', attempts: 3 });
   });
   it.each([403, 408, 409, 429, 500, 502, 503, 504])('retries %i (a POST: Adobe resends activations)', (status) => {
-    expect(schedule('adobe-best-effort', [{ status, elapsedMs: 1 }, { status: 200, elapsedMs: 1 }]).end).toBe('return');
+    expect(
+      schedule('adobe-best-effort', [
+        { status, elapsedMs: 1 },
+        { status: 200, elapsedMs: 1 },
+      ]).end,
+    ).toBe('return');
   });
   it.each([400, 401, 404, 501])('does not retry %i', (status) => {
     expect(schedule('adobe-best-effort', [{ status, elapsedMs: 1 }])).toMatchObject({ end: 'not_retryable', attempts: 1 });
@@ -110,7 +147,10 @@ describe('adobe-configurable (Adobe "Rate limiting and retry policy"): 420, 429 
 
 describe('openrtb-bid (the worked example: tmax 300, partner timeout 120, deadline 260)', () => {
   it('(A) refused after 15 ms → one immediate retry, finishing by 135 ms', () => {
-    const r = schedule('openrtb-bid', [{ errorClass: 'connect_refused', elapsedMs: 15 }, { errorClass: 'connect_refused', elapsedMs: 15 }]);
+    const r = schedule('openrtb-bid', [
+      { errorClass: 'connect_refused', elapsedMs: 15 },
+      { errorClass: 'connect_refused', elapsedMs: 15 },
+    ]);
     expect(r).toMatchObject({ delays: [0], end: 'max_attempts', attempts: 2 });
   });
   it('(B) no answer in 120 ms → no retry', () => {
@@ -131,7 +171,13 @@ describe('openrtb-billing-notice (OpenRTB 2.6 implementation guide §7.8): every
     expect(r).toMatchObject({ delays: [10_000, 10_000, 10_000, 10_000, 10_000, 10_000], end: 'max_attempts', attempts: 7 });
   });
   it('only 200 and 204 are success: 201 and 404 are retried', () => {
-    for (const s of [201, 202, 404, 302]) expect(schedule('openrtb-billing-notice', [{ status: s, elapsedMs: 1 }, { status: 204, elapsedMs: 1 }]).end).toBe('return');
+    for (const s of [201, 202, 404, 302])
+      expect(
+        schedule('openrtb-billing-notice', [
+          { status: s, elapsedMs: 1 },
+          { status: 204, elapsedMs: 1 },
+        ]).end,
+      ).toBe('return');
     expect(schedule('openrtb-billing-notice', [{ status: 200, elapsedMs: 1 }])).toMatchObject({ end: 'return', attempts: 1 });
   });
 });
@@ -142,19 +188,40 @@ describe('background-full-jitter (full jitter): U[0, min(10 s, 200 ms·2^n))', (
     expect(r.delays).toEqual([199, 399, 799, 1599, 3199, 6399, 9999]);
   });
   it('never a tight loop: spread across seeds', () => {
-    const first = Array.from({ length: 50 }, (_, s) => schedule('background-full-jitter', [{ status: 503, elapsedMs: 0 }, { status: 503, elapsedMs: 0 }], { method: 'GET', random: createSeededRandom(s) }).delays[1]!);
+    const first = Array.from(
+      { length: 50 },
+      (_, s) =>
+        schedule(
+          'background-full-jitter',
+          [
+            { status: 503, elapsedMs: 0 },
+            { status: 503, elapsedMs: 0 },
+          ],
+          { method: 'GET', random: createSeededRandom(s) },
+        ).delays[1]!,
+    );
     expect(new Set(first).size).toBeGreaterThan(40);
   });
 });
 
 describe('http-429 (RFC 6585, RFC 9110 Retry-After)', () => {
   it('Retry-After first; capped full jitter otherwise; stop when over 30 s', () => {
-    const withHeader = schedule('http-429', [{ status: 429, headers: { 'retry-after': '3' }, elapsedMs: 10 }, { status: 200, elapsedMs: 1 }], { method: 'GET' });
+    const withHeader = schedule(
+      'http-429',
+      [
+        { status: 429, headers: { 'retry-after': '3' }, elapsedMs: 10 },
+        { status: 200, elapsedMs: 1 },
+      ],
+      { method: 'GET' },
+    );
     expect(withHeader.delays[0]).toBeGreaterThanOrEqual(3000);
     expect(withHeader.delays[0]).toBeLessThan(3300);
     const without = schedule('http-429', many({ status: 429, elapsedMs: 10 }), { method: 'GET', random: constantRandom(0.999999) });
     expect(without.delays).toEqual([999, 1999, 3999, 7999]);
-    expect(schedule('http-429', [{ status: 429, headers: { 'retry-after': '31' }, elapsedMs: 10 }], { method: 'GET' })).toMatchObject({ end: 'not_retryable', why: 'retry_after_over_cap' });
+    expect(schedule('http-429', [{ status: 429, headers: { 'retry-after': '31' }, elapsedMs: 10 }], { method: 'GET' })).toMatchObject({
+      end: 'not_retryable',
+      why: 'retry_after_over_cap',
+    });
   });
 });
 
@@ -171,7 +238,10 @@ describe('named extras', () => {
     expect(schedule('aws-standard', many({ status: 429, elapsedMs: 0 }), { method: 'GET', random: constantRandom(0.999999) }).delays).toEqual([999, 1999]);
   });
   it('envoy-default: one retry in U[0, 25 ms)', () => {
-    expect(schedule('envoy-default', many({ status: 502, elapsedMs: 0 }), { method: 'GET', random: constantRandom(0.999999) })).toMatchObject({ delays: [24], end: 'max_attempts' });
+    expect(schedule('envoy-default', many({ status: 502, elapsedMs: 0 }), { method: 'GET', random: constantRandom(0.999999) })).toMatchObject({
+      delays: [24],
+      end: 'max_attempts',
+    });
   });
 });
 

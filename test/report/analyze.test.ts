@@ -8,8 +8,18 @@ import { LogSketch } from '../../src/report/sketch.js';
 type Fields = Record<string, unknown>;
 const attempt = (f: Fields): string =>
   JSON.stringify({
-    type: 'attempt', requestId: `${String(f.operationId)}/attempt-${String(f.attempt)}`, method: 'GET', endpoint: null, status: null, errorClass: null,
-    elapsedMs: 10, remainingMs: 1000, delayMs: null, retryAfterMs: null, retryAfterValid: null, ...f,
+    type: 'attempt',
+    requestId: `${String(f.operationId)}/attempt-${String(f.attempt)}`,
+    method: 'GET',
+    endpoint: null,
+    status: null,
+    errorClass: null,
+    elapsedMs: 10,
+    remainingMs: 1000,
+    delayMs: null,
+    retryAfterMs: null,
+    retryAfterValid: null,
+    ...f,
   });
 const result = (f: Fields): string => JSON.stringify({ type: 'result', status: null, errorClass: null, ...f });
 
@@ -17,26 +27,44 @@ const ITEMS = 'https://api.example.com:443/items';
 const CHARGE = 'https://pay.example.com:443/charge';
 
 /** A small log whose every figure is counted by hand below. Line numbers matter. */
-const LOG = [
-  /* 1 */ attempt({ operationId: 'a', attempt: 1, endpoint: ITEMS, status: 503, elapsedMs: 80, decision: 'retry', delayMs: 40 }),
-  /* 2 */ attempt({ operationId: 'a', attempt: 2, endpoint: ITEMS, status: 503, elapsedMs: 80, decision: 'retry', delayMs: 40 }),
-  /* 3 */ attempt({ operationId: 'a', attempt: 3, endpoint: ITEMS, status: 200, elapsedMs: 50, decision: 'return' }),
-  /* 4 */ result({ operationId: 'a', status: 200, reason: 'return', attempts: 3 }),
-  /* 5 */ attempt({ operationId: 'b', attempt: 1, endpoint: `https://user:pw@api.example.com/items?token=s3cret#frag`, status: 200, elapsedMs: 20, decision: 'return' }),
-  /* 6 */ result({ operationId: 'b', status: 200, reason: 'return', attempts: 1 }),
-  /* 7 */ '{"type":"attempt", oops}',
-  /* 8 */ attempt({ operationId: 'c', attempt: 1, method: 'POST', endpoint: CHARGE, errorClass: 'timeout', elapsedMs: 120, decision: 'check_state' }),
-  /* 9 */ result({ operationId: 'c', errorClass: 'timeout', reason: 'check_state', attempts: 1 }),
-  /* 10 */ '   ',
-  /* 11 */ attempt({ operationId: 'd', attempt: 1, endpoint: '/orders', errorClass: 'connect_refused', elapsedMs: 5, decision: 'retry', delayMs: 0 }),
-  /* 12 */ attempt({ operationId: 'd', attempt: 2, endpoint: '/orders', errorClass: 'timeout', elapsedMs: 300, decision: 'retry', delayMs: 100 }),
-  /* 13 */ attempt({ operationId: 'd', attempt: 3, endpoint: '/orders', errorClass: 'timeout', elapsedMs: 300, decision: 'deadline_exceeded' }),
-  /* 14 */ result({ operationId: 'd', errorClass: 'timeout', reason: 'deadline_exceeded', attempts: 3 }),
-  /* 15 */ attempt({ operationId: 'e', attempt: 0, endpoint: ITEMS, status: 500, decision: 'retry' }),
-  /* 16 */ attempt({ operationId: 'e', attempt: 1, endpoint: ITEMS, status: 429, elapsedMs: 30, decision: 'retry', delayMs: 1000, retryAfterMs: 1000, retryAfterValid: true }),
-  /* 17 */ JSON.stringify({ type: 'delivered', destination: 'x', batchId: 1, key: 'k', items: 1, attempts: 1 }),
-  /* 18 */ attempt({ operationId: 'f', attempt: 1, endpoint: '/orders', status: 503, elapsedMs: 15, decision: 'max_attempts' }),
-].join('\n') + '\n';
+const LOG =
+  [
+    /* 1 */ attempt({ operationId: 'a', attempt: 1, endpoint: ITEMS, status: 503, elapsedMs: 80, decision: 'retry', delayMs: 40 }),
+    /* 2 */ attempt({ operationId: 'a', attempt: 2, endpoint: ITEMS, status: 503, elapsedMs: 80, decision: 'retry', delayMs: 40 }),
+    /* 3 */ attempt({ operationId: 'a', attempt: 3, endpoint: ITEMS, status: 200, elapsedMs: 50, decision: 'return' }),
+    /* 4 */ result({ operationId: 'a', status: 200, reason: 'return', attempts: 3 }),
+    /* 5 */ attempt({
+      operationId: 'b',
+      attempt: 1,
+      endpoint: `https://user:pw@api.example.com/items?token=s3cret#frag`,
+      status: 200,
+      elapsedMs: 20,
+      decision: 'return',
+    }),
+    /* 6 */ result({ operationId: 'b', status: 200, reason: 'return', attempts: 1 }),
+    /* 7 */ '{"type":"attempt", oops}',
+    /* 8 */ attempt({ operationId: 'c', attempt: 1, method: 'POST', endpoint: CHARGE, errorClass: 'timeout', elapsedMs: 120, decision: 'check_state' }),
+    /* 9 */ result({ operationId: 'c', errorClass: 'timeout', reason: 'check_state', attempts: 1 }),
+    /* 10 */ '   ',
+    /* 11 */ attempt({ operationId: 'd', attempt: 1, endpoint: '/orders', errorClass: 'connect_refused', elapsedMs: 5, decision: 'retry', delayMs: 0 }),
+    /* 12 */ attempt({ operationId: 'd', attempt: 2, endpoint: '/orders', errorClass: 'timeout', elapsedMs: 300, decision: 'retry', delayMs: 100 }),
+    /* 13 */ attempt({ operationId: 'd', attempt: 3, endpoint: '/orders', errorClass: 'timeout', elapsedMs: 300, decision: 'deadline_exceeded' }),
+    /* 14 */ result({ operationId: 'd', errorClass: 'timeout', reason: 'deadline_exceeded', attempts: 3 }),
+    /* 15 */ attempt({ operationId: 'e', attempt: 0, endpoint: ITEMS, status: 500, decision: 'retry' }),
+    /* 16 */ attempt({
+      operationId: 'e',
+      attempt: 1,
+      endpoint: ITEMS,
+      status: 429,
+      elapsedMs: 30,
+      decision: 'retry',
+      delayMs: 1000,
+      retryAfterMs: 1000,
+      retryAfterValid: true,
+    }),
+    /* 17 */ JSON.stringify({ type: 'delivered', destination: 'x', batchId: 1, key: 'k', items: 1, attempts: 1 }),
+    /* 18 */ attempt({ operationId: 'f', attempt: 1, endpoint: '/orders', status: 503, elapsedMs: 15, decision: 'max_attempts' }),
+  ].join('\n') + '\n';
 
 describe('aggregates of a hand-written log', () => {
   const r = analyzeEventText(LOG, { source: 'hand.jsonl' });
@@ -73,9 +101,16 @@ describe('aggregates of a hand-written log', () => {
   });
 
   it('statuses, error classes, decisions and timeouts per attempt', () => {
-    expect(r.perAttempt.statuses).toEqual([{ status: 200, attempts: 2 }, { status: 429, attempts: 1 }, { status: 503, attempts: 3 }]);
+    expect(r.perAttempt.statuses).toEqual([
+      { status: 200, attempts: 2 },
+      { status: 429, attempts: 1 },
+      { status: 503, attempts: 3 },
+    ]);
     expect(r.perAttempt.statusClasses).toEqual({ '2xx': 2, '4xx': 1, '5xx': 3 });
-    expect(r.perAttempt.errorClasses).toEqual([{ errorClass: 'timeout', attempts: 3 }, { errorClass: 'connect_refused', attempts: 1 }]);
+    expect(r.perAttempt.errorClasses).toEqual([
+      { errorClass: 'timeout', attempts: 3 },
+      { errorClass: 'connect_refused', attempts: 1 },
+    ]);
     expect(r.perAttempt.decisions).toEqual([
       { decision: 'return', attempts: 2 },
       { decision: 'retry', attempts: 5 },
@@ -106,12 +141,40 @@ describe('aggregates of a hand-written log', () => {
   it('retry success per endpoint, with endpoints scrubbed of userinfo, query and fragment', () => {
     const rows = Object.fromEntries(r.retrySuccess.endpoints.map((e) => [e.endpoint, e]));
     expect(Object.keys(rows).sort()).toEqual(['/orders', CHARGE, ITEMS].sort());
-    expect(rows[ITEMS]).toMatchObject({ operations: 2, attempts: 5, attemptsPerOperation: 5 / 3, returned: 2, retried: 1, retriedReturned: 1, retrySuccessRate: 1, timeouts: 0, unfinished: 1, reasons: { return: 2 } });
+    expect(rows[ITEMS]).toMatchObject({
+      operations: 2,
+      attempts: 5,
+      attemptsPerOperation: 5 / 3,
+      returned: 2,
+      retried: 1,
+      retriedReturned: 1,
+      retrySuccessRate: 1,
+      timeouts: 0,
+      unfinished: 1,
+      reasons: { return: 2 },
+    });
     expect(rows[ITEMS]!.verdict.kind).toBe('not-enough-data');
-    expect(rows['/orders']).toMatchObject({ operations: 2, attempts: 4, retried: 1, retriedReturned: 0, retrySuccessRate: 0, timeouts: 2, timeoutShare: 0.5, reasons: { deadline_exceeded: 1, max_attempts: 1 } });
+    expect(rows['/orders']).toMatchObject({
+      operations: 2,
+      attempts: 4,
+      retried: 1,
+      retriedReturned: 0,
+      retrySuccessRate: 0,
+      timeouts: 2,
+      timeoutShare: 0.5,
+      reasons: { deadline_exceeded: 1, max_attempts: 1 },
+    });
     expect(rows[CHARGE]).toMatchObject({ operations: 1, attempts: 1, retried: 0, retrySuccessRate: null, timeouts: 1, reasons: { check_state: 1 } });
     expect(rows[CHARGE]!.verdict).toEqual({ kind: 'no-retries', successRate: null, text: 'no operation was retried' });
-    expect(r.retrySuccess.overall).toMatchObject({ endpoint: 'all endpoints', operations: 5, attempts: 10, retried: 2, retriedReturned: 1, retrySuccessRate: 0.5, timeouts: 3 });
+    expect(r.retrySuccess.overall).toMatchObject({
+      endpoint: 'all endpoints',
+      operations: 5,
+      attempts: 10,
+      retried: 2,
+      retriedReturned: 1,
+      retrySuccessRate: 0.5,
+      timeouts: 3,
+    });
     const json = JSON.stringify(r);
     expect(json).not.toContain('s3cret');
     expect(json).not.toContain('user:pw');
@@ -183,7 +246,9 @@ describe('malformed lines are counted, never fatal', () => {
   });
 
   it('keeps the first N line numbers and counts the rest', () => {
-    const text = Array.from({ length: 50 }, (_, i) => (i % 2 === 0 ? 'nope' : attempt({ operationId: `o${i}`, attempt: 1, status: 200, decision: 'return' }))).join('\n');
+    const text = Array.from({ length: 50 }, (_, i) =>
+      i % 2 === 0 ? 'nope' : attempt({ operationId: `o${i}`, attempt: 1, status: 200, decision: 'return' }),
+    ).join('\n');
     const r = analyzeEventText(text, { malformedLinesKept: 3 });
     expect(r.malformed.count).toBe(25);
     expect(r.malformed.lines.map((m) => m.line)).toEqual([1, 3, 5]);
@@ -203,9 +268,9 @@ describe('malformed lines are counted, never fatal', () => {
   });
 
   it('control characters and bidi overrides in names from the log do not reach the output', () => {
-    const r = analyzeEventText([
-      attempt({ operationId: 'a', attempt: 1, endpoint: '/evil\u001b[31m\u202e', errorClass: 'weird\u0007', decision: 'not_retryable' }),
-    ].join('\n'));
+    const r = analyzeEventText(
+      [attempt({ operationId: 'a', attempt: 1, endpoint: '/evil\u001b[31m\u202e', errorClass: 'weird\u0007', decision: 'not_retryable' })].join('\n'),
+    );
     expect(r.retrySuccess.endpoints[0]!.endpoint).toBe('/evil\ufffd[31m\ufffd');
     expect(r.perAttempt.errorClasses[0]!.errorClass).toBe('weird\ufffd');
     expect([...formatReport(r)].filter((c) => (c < ' ' && c !== '\n') || c === '\u202e')).toEqual([]);
@@ -224,7 +289,11 @@ describe('bounded state', () => {
     ];
     const r = analyzeEventText(lines.join('\n'), { maxOpenOperations: 2 });
     expect(r.operations).toEqual({ ended: 3, withResult: 2, inferred: 1, unfinished: 1, evicted: 2, maxOpen: 2 });
-    expect(r.reasons.map((x) => [x.reason, x.operations])).toEqual([['return', 1], ['max_attempts', 1], ['not_retryable', 1]]);
+    expect(r.reasons.map((x) => [x.reason, x.operations])).toEqual([
+      ['return', 1],
+      ['max_attempts', 1],
+      ['not_retryable', 1],
+    ]);
   });
 
   it('folds endpoints beyond maxEndpoints into one row', () => {
@@ -235,7 +304,12 @@ describe('bounded state', () => {
     }
     const r = analyzeEventText(lines.join('\n'), { maxEndpoints: 3 });
     expect(r.retrySuccess.endpointsFolded).toBe(true);
-    expect(r.retrySuccess.endpoints.map((e) => [e.endpoint, e.operations])).toEqual([['(other endpoints)', 7], ['/items/0', 1], ['/items/1', 1], ['/items/2', 1]]);
+    expect(r.retrySuccess.endpoints.map((e) => [e.endpoint, e.operations])).toEqual([
+      ['(other endpoints)', 7],
+      ['/items/0', 1],
+      ['/items/1', 1],
+      ['/items/2', 1],
+    ]);
     expect(r.retrySuccess.overall.operations).toBe(10);
   });
 
@@ -256,7 +330,7 @@ describe('bounded state', () => {
 });
 
 describe('load vs retries over time', () => {
-  it('uses the events\' ts (ms) when the first attempt carries one', () => {
+  it("uses the events' ts (ms) when the first attempt carries one", () => {
     const lines: string[] = [];
     for (let i = 0; i < 300; i++) {
       lines.push(attempt({ operationId: `o${i}`, attempt: 1, status: 503, decision: 'retry', delayMs: 10, ts: 1_000_000 + i * 1000 }));
@@ -342,6 +416,12 @@ describe('LineSplitter', () => {
     s.push('ab\r\ncd');
     s.push('e\n\n0123456789\nlast');
     s.end();
-    expect(got).toEqual([['ab', 1], ['cde', 2], ['', 3], [null, 4], ['last', 5]]);
+    expect(got).toEqual([
+      ['ab', 1],
+      ['cde', 2],
+      ['', 3],
+      [null, 4],
+      ['last', 5],
+    ]);
   });
 });

@@ -67,7 +67,9 @@ export function writeBigLog(path: string, targetBytes: number, seed = 7): BigLog
         const delay = decision === 'retry' ? String(Math.floor(random() * 100 * 2 ** a)) : 'null';
         const elapsed = timeout ? 2000 : Math.floor(5 + random() * 120);
         ts += Math.floor(random() * 3);
-        line(`{"type":"attempt","operationId":"${op}","requestId":"${op}/attempt-${a}","attempt":${a},"method":"GET","endpoint":"${endpoint}","status":${status},"errorClass":${errorClass},"elapsedMs":${elapsed},"remainingMs":${remaining},"decision":"${decision}","delayMs":${delay},"retryAfterMs":null,"retryAfterValid":null,"ts":${ts}}`);
+        line(
+          `{"type":"attempt","operationId":"${op}","requestId":"${op}/attempt-${a}","attempt":${a},"method":"GET","endpoint":"${endpoint}","status":${status},"errorClass":${errorClass},"elapsedMs":${elapsed},"remainingMs":${remaining},"decision":"${decision}","delayMs":${delay},"retryAfterMs":null,"retryAfterValid":null,"ts":${ts}}`,
+        );
         s.attempts++;
         remaining -= elapsed;
         if (decision !== 'retry') {

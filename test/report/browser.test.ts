@@ -22,7 +22,16 @@ import { OVERLOAD_DEFAULTS, runOverload } from '../../src/sim/overload.js';
 import { demoLog, HOSTILE_ENDPOINT } from './fixtures.js';
 
 const CHROMIUM = '/usr/bin/chromium';
-const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
 const ARTIFACTS = join(dirname(fileURLToPath(import.meta.url)), '..', 'artifacts');
 const WIDTHS = [800, 1400] as const;
 const present = existsSync(CHROMIUM);
@@ -106,7 +115,10 @@ describe.skipIf(!present)('HTML reports in headless Chromium, 800 and 1,400 px w
     pages.report = renderReportHtml(analyzeEventText(demoLog(), { source: 'demo.jsonl' }));
     pages['simulate-brooker'] = renderSimulationHtml({ scenario: 'brooker', result: runBrooker({ runs: 3, clients: [10, 20, 40, 60, 80, 100] }) });
     // The calibration set-up (so that the measured columns are there), shortened: a 10 s fault, one run, every contender.
-    pages['simulate-overload'] = renderSimulationHtml({ scenario: 'overload', result: runOverload({ runs: 1, durationMs: 30_000 }) }, 'relent simulate overload — the calibration set-up, one run');
+    pages['simulate-overload'] = renderSimulationHtml(
+      { scenario: 'overload', result: runOverload({ runs: 1, durationMs: 30_000 }) },
+      'relent simulate overload — the calibration set-up, one run',
+    );
     pages['simulate-layers'] = renderSimulationHtml({ scenario: 'layers', result: runLayers({ runs: 1, durationMs: 5000 }) });
   }, 120_000);
   afterAll(async () => {
@@ -135,10 +147,15 @@ describe.skipIf(!present)('HTML reports in headless Chromium, 800 and 1,400 px w
   /** Every chart's size and how many bars/lines/markers it drew. */
   async function charts(page: Page): Promise<Record<string, { width: number; height: number; marks: number }>> {
     return page.$$eval('svg.chart', (svgs) =>
-      Object.fromEntries(svgs.map((s) => {
-        const box = s.getBoundingClientRect();
-        return [s.getAttribute('data-chart') ?? '?', { width: box.width, height: box.height, marks: s.querySelectorAll('rect.bar, path.line, .marker').length }];
-      })),
+      Object.fromEntries(
+        svgs.map((s) => {
+          const box = s.getBoundingClientRect();
+          return [
+            s.getAttribute('data-chart') ?? '?',
+            { width: box.width, height: box.height, marks: s.querySelectorAll('rect.bar, path.line, .marker').length },
+          ];
+        }),
+      ),
     );
   }
 
@@ -205,46 +222,71 @@ describe.skipIf(!present)('HTML reports in headless Chromium, 800 and 1,400 px w
     expect(check.requests.every((u) => u.startsWith('file://'))).toBe(true);
   }
 
-  it.each(WIDTHS)('the event-log report at %i px: charts, verdict first, the hostile endpoint is text', async (width) => {
-    const { page, check } = await common('report', width, ['attempts', 'delays', 'durations', 'observations', 'reasons', 'series']);
-    expect(await page.$$eval('svg[data-chart="series"] g.series', (g) => g.map((x) => x.getAttribute('data-series')))).toEqual(['all attempts (load)', 'retries', 'first attempts']);
-    expect(await page.$$eval('#endpoints th', (th) => th[0]!.textContent)).toBe('verdict');
-    const cells = await page.$$eval('td.endpoint', (tds) => tds.map((t) => t.textContent));
-    expect(cells).toContain(HOSTILE_ENDPOINT);
-    const verdicts = await page.$$eval('.verdict', (v) => v.map((x) => x.className));
-    expect(verdicts).toEqual(expect.arrayContaining(['verdict v-help', 'verdict v-almost-never', 'verdict v-help-a-little', 'verdict v-not-enough-data']));
-    await page.close();
-    done(check);
-  }, 120_000);
+  it.each(WIDTHS)(
+    'the event-log report at %i px: charts, verdict first, the hostile endpoint is text',
+    async (width) => {
+      const { page, check } = await common('report', width, ['attempts', 'delays', 'durations', 'observations', 'reasons', 'series']);
+      expect(await page.$$eval('svg[data-chart="series"] g.series', (g) => g.map((x) => x.getAttribute('data-series')))).toEqual([
+        'all attempts (load)',
+        'retries',
+        'first attempts',
+      ]);
+      expect(await page.$$eval('#endpoints th', (th) => th[0]!.textContent)).toBe('verdict');
+      const cells = await page.$$eval('td.endpoint', (tds) => tds.map((t) => t.textContent));
+      expect(cells).toContain(HOSTILE_ENDPOINT);
+      const verdicts = await page.$$eval('.verdict', (v) => v.map((x) => x.className));
+      expect(verdicts).toEqual(expect.arrayContaining(['verdict v-help', 'verdict v-almost-never', 'verdict v-help-a-little', 'verdict v-not-enough-data']));
+      await page.close();
+      done(check);
+    },
+    120_000,
+  );
 
-  it.each(WIDTHS)('simulate brooker at %i px: five strategies, each line visible (markers and dashes)', async (width) => {
-    const { page, check } = await common('simulate-brooker', width, ['brooker-time', 'brooker-time-log', 'brooker-work']);
-    const series = await page.$$eval('svg[data-chart="brooker-work"] g.series', (g) => g.map((x) => ({ dash: x.querySelector('path.line')!.getAttribute('stroke-dasharray'), marker: x.querySelector('.marker')!.tagName + (x.querySelector('.marker')!.getAttribute('d')?.length ?? 0) })));
-    expect(series).toHaveLength(5);
-    expect(new Set(series.map((s) => s.dash)).size).toBe(5);
-    await page.close();
-    done(check);
-  }, 120_000);
+  it.each(WIDTHS)(
+    'simulate brooker at %i px: five strategies, each line visible (markers and dashes)',
+    async (width) => {
+      const { page, check } = await common('simulate-brooker', width, ['brooker-time', 'brooker-time-log', 'brooker-work']);
+      const series = await page.$$eval('svg[data-chart="brooker-work"] g.series', (g) =>
+        g.map((x) => ({
+          dash: x.querySelector('path.line')!.getAttribute('stroke-dasharray'),
+          marker: x.querySelector('.marker')!.tagName + (x.querySelector('.marker')!.getAttribute('d')?.length ?? 0),
+        })),
+      );
+      expect(series).toHaveLength(5);
+      expect(new Set(series.map((s) => s.dash)).size).toBe(5);
+      await page.close();
+      done(check);
+    },
+    120_000,
+  );
 
-  it.each(WIDTHS)('simulate overload at %i px: amplification on a log scale, tables that fit, load over time per policy', async (width) => {
-    const { page, check } = await common('simulate-overload', width, ['overload-amplification', 'overload-load']);
-    // Amplification spans decades: a log axis, on which the smallest bar still has length.
-    expect(await page.$eval('svg[data-chart="overload-amplification"]', (s) => s.textContent)).toContain('(log scale)');
-    const bars = await page.$$eval('svg[data-chart="overload-amplification"] rect.bar', (r) => r.map((x) => Number(x.getAttribute('width'))));
-    expect(bars).toHaveLength(OVERLOAD_DEFAULTS.policies.length);
-    expect(Math.min(...bars) / Math.max(...bars)).toBeGreaterThan(0.1);
-    // Load over time: one line per policy, and the capacity.
-    const lines = await page.$$eval('svg[data-chart="overload-load"] g.series', (g) => g.map((x) => x.getAttribute('data-series')));
-    expect(lines).toEqual([...OVERLOAD_DEFAULTS.policies.map((p) => p.name), 'capacity']);
-    expect(await page.$$eval('svg[data-chart="overload-load"] rect.band', (r) => r.length)).toBe(1);
-    expect(await page.$$eval('#overload table, #overload-load table', (t) => t.length)).toBe(2);
-    await page.close();
-    done(check);
-  }, 180_000);
+  it.each(WIDTHS)(
+    'simulate overload at %i px: amplification on a log scale, tables that fit, load over time per policy',
+    async (width) => {
+      const { page, check } = await common('simulate-overload', width, ['overload-amplification', 'overload-load']);
+      // Amplification spans decades: a log axis, on which the smallest bar still has length.
+      expect(await page.$eval('svg[data-chart="overload-amplification"]', (s) => s.textContent)).toContain('(log scale)');
+      const bars = await page.$$eval('svg[data-chart="overload-amplification"] rect.bar', (r) => r.map((x) => Number(x.getAttribute('width'))));
+      expect(bars).toHaveLength(OVERLOAD_DEFAULTS.policies.length);
+      expect(Math.min(...bars) / Math.max(...bars)).toBeGreaterThan(0.1);
+      // Load over time: one line per policy, and the capacity.
+      const lines = await page.$$eval('svg[data-chart="overload-load"] g.series', (g) => g.map((x) => x.getAttribute('data-series')));
+      expect(lines).toEqual([...OVERLOAD_DEFAULTS.policies.map((p) => p.name), 'capacity']);
+      expect(await page.$$eval('svg[data-chart="overload-load"] rect.band', (r) => r.length)).toBe(1);
+      expect(await page.$$eval('#overload table, #overload-load table', (t) => t.length)).toBe(2);
+      await page.close();
+      done(check);
+    },
+    180_000,
+  );
 
-  it.each(WIDTHS)('simulate layers at %i px', async (width) => {
-    const { page, check } = await common('simulate-layers', width, ['layers-db']);
-    await page.close();
-    done(check);
-  }, 60_000);
+  it.each(WIDTHS)(
+    'simulate layers at %i px',
+    async (width) => {
+      const { page, check } = await common('simulate-layers', width, ['layers-db']);
+      await page.close();
+      done(check);
+    },
+    60_000,
+  );
 });

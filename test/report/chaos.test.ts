@@ -12,7 +12,9 @@ describe('relent report: injected attempts', () => {
     const random = createSeededRandom(5);
     const events: RelentEvent[] = [];
     const policy = {
-      budget: null, maxAttempts: 3, backoff: { kind: 'constant', delayMs: 1 } as const,
+      budget: null,
+      maxAttempts: 3,
+      backoff: { kind: 'constant', delayMs: 1 } as const,
       chaos: { fault: { rate: 0.2, errorClass: 'reset' as const }, outcome: { rate: 0.2, status: 503 }, latency: { rate: 0.2, delayMs: 2 } },
     };
     for (let i = 0; i < 200; i++) {
@@ -30,7 +32,12 @@ describe('relent report: injected attempts', () => {
     expect(r.chaos).toEqual({ injected, ...byKind, share: injected / r.load.attempts });
     expect(formatReport(r)).toContain(`Injected by chaos: ${injected} attempts`);
     // a log without chaos says nothing of it
-    const plain = analyzeEventText(events.filter((e) => e.type === 'result' || e.injected === undefined).map((e) => JSON.stringify(e)).join('\n'));
+    const plain = analyzeEventText(
+      events
+        .filter((e) => e.type === 'result' || e.injected === undefined)
+        .map((e) => JSON.stringify(e))
+        .join('\n'),
+    );
     expect(plain.chaos.injected).toBe(0);
     expect(formatReport(plain)).not.toContain('Injected by chaos');
   });

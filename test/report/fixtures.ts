@@ -48,14 +48,37 @@ export function demoLog(seed = 1): string {
       const last = !fail || a === maxAttempts;
       const decision = !fail ? 'return' : last ? 'max_attempts' : 'retry';
       const delay = decision === 'retry' ? Math.floor(random() * 100 * 2 ** (a - 1)) : null;
-      out.push(JSON.stringify({
-        type: 'attempt', operationId: id, requestId: `${id}/attempt-${a}`, attempt: a, method: 'GET', endpoint: e.url,
-        status: timeout ? null : fail ? 503 : 200, errorClass: timeout ? 'timeout' : null, elapsedMs: elapsed, remainingMs: 5000 - (at - t),
-        decision, delayMs: delay, retryAfterMs: null, retryAfterValid: null, ts: start + at,
-      }));
+      out.push(
+        JSON.stringify({
+          type: 'attempt',
+          operationId: id,
+          requestId: `${id}/attempt-${a}`,
+          attempt: a,
+          method: 'GET',
+          endpoint: e.url,
+          status: timeout ? null : fail ? 503 : 200,
+          errorClass: timeout ? 'timeout' : null,
+          elapsedMs: elapsed,
+          remainingMs: 5000 - (at - t),
+          decision,
+          delayMs: delay,
+          retryAfterMs: null,
+          retryAfterValid: null,
+          ts: start + at,
+        }),
+      );
       at += elapsed + (delay ?? 0);
       if (last) {
-        out.push(JSON.stringify({ type: 'result', operationId: id, status: timeout ? null : fail ? 503 : 200, errorClass: timeout ? 'timeout' : null, reason: decision, attempts: a }));
+        out.push(
+          JSON.stringify({
+            type: 'result',
+            operationId: id,
+            status: timeout ? null : fail ? 503 : 200,
+            errorClass: timeout ? 'timeout' : null,
+            reason: decision,
+            attempts: a,
+          }),
+        );
         break;
       }
     }

@@ -15,10 +15,18 @@ describe('relent report: hedged requests', () => {
     // 10 operations; the 1st, 4th and 7th have a slow first attempt: their hedge wins.
     for (let i = 0; i < 10; i++) {
       const slow = i % 3 === 0 && i < 9;
-      const fn = (ctx: AttemptContext) => new Promise<{ status: number }>((resolve, reject) => {
-        const cancel = clock.setTimer(() => resolve({ status: 200 }), ctx.attempt === 1 && slow ? 500 : 5);
-        ctx.signal.addEventListener('abort', () => { cancel(); reject(ctx.signal.reason); }, { once: true });
-      });
+      const fn = (ctx: AttemptContext) =>
+        new Promise<{ status: number }>((resolve, reject) => {
+          const cancel = clock.setTimer(() => resolve({ status: 200 }), ctx.attempt === 1 && slow ? 500 : 5);
+          ctx.signal.addEventListener(
+            'abort',
+            () => {
+              cancel();
+              reject(ctx.signal.reason);
+            },
+            { once: true },
+          );
+        });
       const p = execute(fn, { policy: { hedge: { delayMs: 20, maxExtraLoad: 1 }, budget: null }, clock, hedging, onEvent: (e) => events.push(e) });
       await clock.advanceAsync(600);
       await p;

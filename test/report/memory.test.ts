@@ -63,7 +63,13 @@ function runCli(args: string[], input?: string): Promise<Run> {
     child.on('error', reject);
     child.on('close', (code) => {
       const m = /\nRELENT_MAXRSS_KB=(\d+)\n/.exec(stderr);
-      resolve({ code, stdout, stderr: stderr.replace(/\nRELENT_MAXRSS_KB=\d+\n/, ''), maxRssBytes: m ? Number(m[1]) * 1024 : Number.NaN, wallMs: performance.now() - started });
+      resolve({
+        code,
+        stdout,
+        stderr: stderr.replace(/\nRELENT_MAXRSS_KB=\d+\n/, ''),
+        maxRssBytes: m ? Number(m[1]) * 1024 : Number.NaN,
+        wallMs: performance.now() - started,
+      });
     });
     child.stdin.end(input ?? '');
   });
@@ -104,7 +110,9 @@ describe.skipIf(skipBig)('BIG: relent report on a 1 GB log (set RELENT_SKIP_BIG_
     expect(r.stderr.split('\n').filter((l) => l !== '' && !/^relent report: \d+% \d+ MB of \d+ MB read; [^;]* so far/.test(l))).toEqual([]);
     expect(r.code).toBe(0);
     const mb = (b: number): string => (b / 1024 / 1024).toFixed(1);
-    console.log(`relent report on ${mb(stats.bytes)} MiB (${stats.lines} lines): peak RSS ${mb(r.maxRssBytes)} MiB, wall ${(r.wallMs / 1000).toFixed(1)} s (log written in ${(genMs / 1000).toFixed(1)} s)`);
+    console.log(
+      `relent report on ${mb(stats.bytes)} MiB (${stats.lines} lines): peak RSS ${mb(r.maxRssBytes)} MiB, wall ${(r.wallMs / 1000).toFixed(1)} s (log written in ${(genMs / 1000).toFixed(1)} s)`,
+    );
     expect(Number.isFinite(r.maxRssBytes)).toBe(true);
     expect(r.maxRssBytes).toBeLessThan(LIMIT_BYTES);
 

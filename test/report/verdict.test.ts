@@ -6,7 +6,11 @@ describe('retry verdicts', () => {
   it('thresholds: 20 retried operations for a verdict; helps from 20 %; almost never below 5 %', () => {
     expect(VERDICT_THRESHOLDS).toEqual({ minRetried: 20, helps: 0.2, almostNever: 0.05 });
     expect(retryVerdict(0, 0)).toEqual({ kind: 'no-retries', successRate: null, text: 'no operation was retried' });
-    expect(retryVerdict(19, 19)).toEqual({ kind: 'not-enough-data', successRate: 1, text: 'not enough data: 19 retried operations (100 % succeeded); a verdict needs 20' });
+    expect(retryVerdict(19, 19)).toEqual({
+      kind: 'not-enough-data',
+      successRate: 1,
+      text: 'not enough data: 19 retried operations (100 % succeeded); a verdict needs 20',
+    });
     expect(retryVerdict(1, 0).text).toBe('not enough data: 1 retried operation (0 % succeeded); a verdict needs 20');
     expect(retryVerdict(20, 4).kind).toBe('help'); // exactly 20 %
     expect(retryVerdict(20, 3).kind).toBe('help-a-little'); // 15 %
@@ -23,7 +27,18 @@ describe('retry verdicts', () => {
   });
 
   it('percent: whole numbers from 10 %, one decimal below, never a false 0 or 100', () => {
-    expect([0, 0.0004, 0.004, 0.02, 0.0567, 0.1, 0.41, 0.996, 0.9996, 1].map(percent)).toEqual(['0 %', '< 0.1 %', '0.4 %', '2 %', '5.7 %', '10 %', '41 %', '99.6 %', '99.9 %', '100 %']);
+    expect([0, 0.0004, 0.004, 0.02, 0.0567, 0.1, 0.41, 0.996, 0.9996, 1].map(percent)).toEqual([
+      '0 %',
+      '< 0.1 %',
+      '0.4 %',
+      '2 %',
+      '5.7 %',
+      '10 %',
+      '41 %',
+      '99.6 %',
+      '99.9 %',
+      '100 %',
+    ]);
   });
 
   it('gives each endpoint of a log its own verdict', () => {
@@ -35,9 +50,28 @@ describe('retry verdicts', () => {
         const last = a === attempts;
         const status = last && ok ? 200 : 503;
         const decision = last ? (ok ? 'return' : 'max_attempts') : 'retry';
-        lines.push(JSON.stringify({ type: 'attempt', operationId: id, requestId: `${id}/${a}`, attempt: a, method: 'GET', endpoint, status, errorClass: null, elapsedMs: 5, remainingMs: 1000, decision, delayMs: last ? null : 10, retryAfterMs: null, retryAfterValid: null }));
+        lines.push(
+          JSON.stringify({
+            type: 'attempt',
+            operationId: id,
+            requestId: `${id}/${a}`,
+            attempt: a,
+            method: 'GET',
+            endpoint,
+            status,
+            errorClass: null,
+            elapsedMs: 5,
+            remainingMs: 1000,
+            decision,
+            delayMs: last ? null : 10,
+            retryAfterMs: null,
+            retryAfterValid: null,
+          }),
+        );
       }
-      lines.push(JSON.stringify({ type: 'result', operationId: id, status: ok ? 200 : 503, errorClass: null, reason: ok ? 'return' : 'max_attempts', attempts }));
+      lines.push(
+        JSON.stringify({ type: 'result', operationId: id, status: ok ? 200 : 503, errorClass: null, reason: ok ? 'return' : 'max_attempts', attempts }),
+      );
     };
     // /flaky: 50 retried operations, 25 recover (50 %); plus 100 that succeed at once.
     for (let i = 0; i < 50; i++) op('https://a.example:443/flaky', 2, i % 2 === 0);

@@ -3,8 +3,20 @@
 // parallel fan-out of 20/40/60 ms partners must stay well under their 120 ms sum).
 import { afterEach, describe, expect, it } from 'vitest';
 import {
-  answer, bidAfter, bidBody, bidRequest, exchangeConfig, hang, partnerConfig, post, sleep, startExchange, startPartner,
-  type PartnerReply, type TestExchange, type TestPartner,
+  answer,
+  bidAfter,
+  bidBody,
+  bidRequest,
+  exchangeConfig,
+  hang,
+  partnerConfig,
+  post,
+  sleep,
+  startExchange,
+  startPartner,
+  type PartnerReply,
+  type TestExchange,
+  type TestPartner,
 } from './helpers.js';
 
 const open: { close(): Promise<void> }[] = [];
@@ -47,7 +59,7 @@ describe('fan-out', () => {
     const ex = track(await startExchange(exchangeConfig(ps.map((p, i) => partnerConfig(`p${i}`, p.url)))));
     const a = await post(ex.url, bidRequest({ id: 'auction-7' }));
     expect(a.status).toBe(200);
-    const sb = (a.json!.seatbid as { seat: string; bid: { price: number; adm: string }[] }[]);
+    const sb = a.json!.seatbid as { seat: string; bid: { price: number; adm: string }[] }[];
     expect(sb).toHaveLength(1);
     // A tie between p1 and p2 goes to the partner listed first (p1), deterministically.
     expect(a.json!.cur).toBe('USD');
@@ -59,16 +71,28 @@ describe('fan-out', () => {
     expect(ex.exchange.stats().partners.map((p) => p.bidsWon)).toEqual([0, 1, 0]);
   });
 
-  it('a hanging partner never delays the answer past the deadline; its late answer is dropped; the others\' bids are used', async () => {
-    const ps = await partners(bidAfter(10, 1), bidAfter(20, 2), (_req, res, _n, s) => {
-      setTimeout(() => answer(res, 200, bidBody(s, 9)), 170); // late: after the 100 ms auction
-    }, hang);
-    const ex = track(await startExchange(exchangeConfig([
-      partnerConfig('fast', ps[0]!.url),
-      partnerConfig('medium', ps[1]!.url),
-      partnerConfig('late', ps[2]!.url, { lateGraceMs: 150 }),
-      partnerConfig('hangs', ps[3]!.url, { lateGraceMs: 0 }),
-    ], { auctionTimeoutMs: 100 })));
+  it("a hanging partner never delays the answer past the deadline; its late answer is dropped; the others' bids are used", async () => {
+    const ps = await partners(
+      bidAfter(10, 1),
+      bidAfter(20, 2),
+      (_req, res, _n, s) => {
+        setTimeout(() => answer(res, 200, bidBody(s, 9)), 170); // late: after the 100 ms auction
+      },
+      hang,
+    );
+    const ex = track(
+      await startExchange(
+        exchangeConfig(
+          [
+            partnerConfig('fast', ps[0]!.url),
+            partnerConfig('medium', ps[1]!.url),
+            partnerConfig('late', ps[2]!.url, { lateGraceMs: 150 }),
+            partnerConfig('hangs', ps[3]!.url, { lateGraceMs: 0 }),
+          ],
+          { auctionTimeoutMs: 100 },
+        ),
+      ),
+    );
     const times: number[] = [];
     for (let i = 0; i < 4; i++) {
       const a = await post(ex.url, bidRequest({ tmax: 500 }));
@@ -98,12 +122,16 @@ describe('fan-out', () => {
     for (const s of ps[3]!.seen) expect(s.closedAt).not.toBeNull();
   });
 
-  it('tells each partner the time it really has: tmax = min(partner timeout, time left), below the source\'s', async () => {
+  it("tells each partner the time it really has: tmax = min(partner timeout, time left), below the source's", async () => {
     const ps = await partners(hang, hang);
-    const ex = track(await startExchange(exchangeConfig([
-      partnerConfig('short', ps[0]!.url, { timeoutMs: 60 }),
-      partnerConfig('long', ps[1]!.url, { timeoutMs: 500 }),
-    ], { auctionTimeoutMs: 400, reserveMs: 30 })));
+    const ex = track(
+      await startExchange(
+        exchangeConfig([partnerConfig('short', ps[0]!.url, { timeoutMs: 60 }), partnerConfig('long', ps[1]!.url, { timeoutMs: 500 })], {
+          auctionTimeoutMs: 400,
+          reserveMs: 30,
+        }),
+      ),
+    );
     const a = await post(ex.url, bidRequest({ tmax: 200 }));
     expect(a.status).toBe(204);
     // The partners see the hang-up a moment later (longer on a loaded machine): wait for it.
@@ -127,7 +155,11 @@ describe('fan-out', () => {
 
   it('a request without tmax gets the configured default, never an unbounded auction', async () => {
     const ps = await partners(hang);
-    const ex = track(await startExchange(exchangeConfig([partnerConfig('p', ps[0]!.url, { timeoutMs: 5_000 })], { auctionTimeoutMs: 5_000, defaultTmaxMs: 120, reserveMs: 20 })));
+    const ex = track(
+      await startExchange(
+        exchangeConfig([partnerConfig('p', ps[0]!.url, { timeoutMs: 5_000 })], { auctionTimeoutMs: 5_000, defaultTmaxMs: 120, reserveMs: 20 }),
+      ),
+    );
     const a = await post(ex.url, bidRequest({ tmax: undefined }));
     expect(a.status).toBe(204);
     expect(a.ms).toBeLessThan(200);
@@ -141,10 +173,12 @@ describe('fan-out', () => {
 describe('no-bids, errors and retries', () => {
   it('204, an empty body, {}, an empty seatbid and nbr are no-bids, never retried', async () => {
     const bodies: (string | null)[] = [null, '', '{}', '{"id":"X","seatbid":[]}', '{"id":"X","seatbid":[],"nbr":2}', '{"nbr":5}', '{"nbr":577}'];
-    const ps = await partners(...bodies.map((b): PartnerReply => (_req, res, _n, s) => {
-      if (b === null) return answer(res, 204);
-      answer(res, 200, b.replace('"X"', JSON.stringify(s.body?.id)));
-    }));
+    const ps = await partners(
+      ...bodies.map((b): PartnerReply => (_req, res, _n, s) => {
+        if (b === null) return answer(res, 204);
+        answer(res, 200, b.replace('"X"', JSON.stringify(s.body?.id)));
+      }),
+    );
     const ex = track(await startExchange(exchangeConfig(ps.map((p, i) => partnerConfig(`p${i}`, p.url, { preSendRetries: 2 })))));
     const a = await post(ex.url, bidRequest());
     expect(a.status).toBe(204);
@@ -176,12 +210,16 @@ describe('no-bids, errors and retries', () => {
 
   it('an answer over the size limit is an error and is not parsed', async () => {
     const huge = JSON.stringify({ id: 'x', seatbid: [{ bid: [{ id: 'b', impid: '1', price: 9, adm: 'x'.repeat(100_000) }] }] });
-    const ps = await partners((_q, res) => answer(res, 200, huge), (_q, res) => {
-      res.writeHead(200, { 'content-type': 'application/json' }); // chunked: no length to check first
-      res.write('{"id":"x","seatbid":[{"bid":[{"id":"b","impid":"1","price":9,"adm":"');
-      res.write('y'.repeat(100_000));
-      res.end('"}]}]}');
-    }, bidAfter(5, 1));
+    const ps = await partners(
+      (_q, res) => answer(res, 200, huge),
+      (_q, res) => {
+        res.writeHead(200, { 'content-type': 'application/json' }); // chunked: no length to check first
+        res.write('{"id":"x","seatbid":[{"bid":[{"id":"b","impid":"1","price":9,"adm":"');
+        res.write('y'.repeat(100_000));
+        res.end('"}]}]}');
+      },
+      bidAfter(5, 1),
+    );
     const ex = track(await startExchange(exchangeConfig(ps.map((p, i) => partnerConfig(`p${i}`, p.url, { maxResponseBytes: 10_000 })))));
     const a = await post(ex.url, bidRequest());
     expect(a.status).toBe(200);
@@ -217,10 +255,15 @@ describe('no-bids, errors and retries', () => {
       },
     });
     open.push({ close: () => refusingOnce.close() });
-    const ex = track(await startExchange(exchangeConfig([
-      partnerConfig('flaky', ps[0]!.url, { timeoutMs: 120, preSendRetries: 1 }),
-      partnerConfig('steady', ps[1]!.url, { timeoutMs: 120 }),
-    ], { auctionTimeoutMs: 260, reserveMs: 40 }), { dispatcherFor: (p) => (p.name === 'flaky' ? refusingOnce : null) }));
+    const ex = track(
+      await startExchange(
+        exchangeConfig([partnerConfig('flaky', ps[0]!.url, { timeoutMs: 120, preSendRetries: 1 }), partnerConfig('steady', ps[1]!.url, { timeoutMs: 120 })], {
+          auctionTimeoutMs: 260,
+          reserveMs: 40,
+        }),
+        { dispatcherFor: (p) => (p.name === 'flaky' ? refusingOnce : null) },
+      ),
+    );
     const req = bidRequest({ tmax: 300 });
     const a = await post(ex.url, req);
     expect(a.status).toBe(200);
@@ -237,21 +280,31 @@ describe('no-bids, errors and retries', () => {
     expect(ps[0]!.seen[0]!.body?.id).toBe(req.id);
     expect(ps[0]!.seen[0]!.tmax).toBe(120);
     const ev = ex.events.filter((e) => e.type === 'attempt' && e.operationId.endsWith('/flaky'));
-    expect(ev.map((e) => (e.type === 'attempt' ? [e.errorClass, e.decision] : null))).toEqual([['connect_refused', 'retry'], ['timeout', 'not_retryable']]);
+    expect(ev.map((e) => (e.type === 'attempt' ? [e.errorClass, e.decision] : null))).toEqual([
+      ['connect_refused', 'retry'],
+      ['timeout', 'not_retryable'],
+    ]);
   });
 
   it('R20 (B) and (C): no retry after a timeout, none after nbr 5', async () => {
     const ps = await partners(hang, (_q, res, _n, s) => setTimeout(() => answer(res, 200, JSON.stringify({ id: s.body?.id, nbr: 5 })), 30));
-    const ex = track(await startExchange(exchangeConfig([
-      partnerConfig('slow', ps[0]!.url, { timeoutMs: 120, preSendRetries: 2 }),
-      partnerConfig('dc', ps[1]!.url, { timeoutMs: 120, preSendRetries: 2 }),
-    ], { auctionTimeoutMs: 260, reserveMs: 40 })));
+    const ex = track(
+      await startExchange(
+        exchangeConfig(
+          [partnerConfig('slow', ps[0]!.url, { timeoutMs: 120, preSendRetries: 2 }), partnerConfig('dc', ps[1]!.url, { timeoutMs: 120, preSendRetries: 2 })],
+          { auctionTimeoutMs: 260, reserveMs: 40 },
+        ),
+      ),
+    );
     const a = await post(ex.url, bidRequest({ tmax: 300 }));
     expect(a.status).toBe(204);
     expect(ps[0]!.seen).toHaveLength(1);
     expect(ps[1]!.seen).toHaveLength(1);
     const s = ex.summaries[0]!;
-    expect(s.results.map((r) => [r.partner, r.outcome, r.attempts, r.nbr])).toEqual([['slow', 'timeout', 1, null], ['dc', 'no_bid', 1, 5]]);
+    expect(s.results.map((r) => [r.partner, r.outcome, r.attempts, r.nbr])).toEqual([
+      ['slow', 'timeout', 1, null],
+      ['dc', 'no_bid', 1, 5],
+    ]);
     expect(s.usedMs).toBeLessThan(175); // ends at the slow partner's 120 ms cut
   });
 });
@@ -297,14 +350,14 @@ describe('what the source gets', () => {
 
   it('skips a partner at its connection cap instead of waiting for it', async () => {
     const ps = await partners(bidAfter(80, 1), bidAfter(5, 2));
-    const ex = track(await startExchange(exchangeConfig([
-      partnerConfig('busy', ps[0]!.url, { maxConcurrency: 1 }),
-      partnerConfig('free', ps[1]!.url),
-    ])));
-    const [a, b] = await Promise.all([post(ex.url, bidRequest()), (async () => {
-      await sleep(20);
-      return post(ex.url, bidRequest());
-    })()]);
+    const ex = track(await startExchange(exchangeConfig([partnerConfig('busy', ps[0]!.url, { maxConcurrency: 1 }), partnerConfig('free', ps[1]!.url)])));
+    const [a, b] = await Promise.all([
+      post(ex.url, bidRequest()),
+      (async () => {
+        await sleep(20);
+        return post(ex.url, bidRequest());
+      })(),
+    ]);
     expect(a.status).toBe(200);
     expect(b.status).toBe(200);
     expect(ps[0]!.seen).toHaveLength(1);

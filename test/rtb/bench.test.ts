@@ -13,11 +13,24 @@ describe('relent exchange-bench', () => {
     if (!existsSync(DIST)) throw new Error('dist/ is missing: run `npm run build` first (CI builds before testing)');
     let out = '';
     let err = '';
-    const code = await main(['exchange-bench', '--workers', '1', '--rate', '40', '--duration', '2s', '--json'], { out: (t) => { out += t; }, err: (t) => { err += t; } });
+    const code = await main(['exchange-bench', '--workers', '1', '--rate', '40', '--duration', '2s', '--json'], {
+      out: (t) => {
+        out += t;
+      },
+      err: (t) => {
+        err += t;
+      },
+    });
     expect(code, err).toBe(0);
     const r = JSON.parse(out) as {
-      tmaxMs: number; bidders: { partner: string; behaviour: string }[];
-      results: { workers: number; run: { load: { rate: number; sent: number; answered: number; p50Ms: number; p99Ms: number }; auctions: number; afterDeadline: number }; memory: { atS: number; rssMB: number; late: number }[]; exchange: { auctions: { total: number } } }[];
+      tmaxMs: number;
+      bidders: { partner: string; behaviour: string }[];
+      results: {
+        workers: number;
+        run: { load: { rate: number; sent: number; answered: number; p50Ms: number; p99Ms: number }; auctions: number; afterDeadline: number };
+        memory: { atS: number; rssMB: number; late: number }[];
+        exchange: { auctions: { total: number } };
+      }[];
     };
     expect(r.tmaxMs).toBe(150);
     expect(r.bidders.map((b) => b.behaviour)).toEqual(['fast', 'slow', 'hangs', 'failing', 'nbr']);
@@ -39,9 +52,20 @@ describe('relent exchange-bench', () => {
   }, 60_000);
 
   it('refuses bad flags with the flag named (exit 2)', async () => {
-    for (const [flag, value] of [['--workers', '0'], ['--rate', 'fast'], ['--duration', '10ms']]) {
+    for (const [flag, value] of [
+      ['--workers', '0'],
+      ['--rate', 'fast'],
+      ['--duration', '10ms'],
+    ]) {
       let err = '';
-      expect(await main(['exchange-bench', flag!, value!], { out: () => {}, err: (t) => { err += t; } })).toBe(2);
+      expect(
+        await main(['exchange-bench', flag!, value!], {
+          out: () => {},
+          err: (t) => {
+            err += t;
+          },
+        }),
+      ).toBe(2);
       expect(err).toContain(flag);
     }
   });

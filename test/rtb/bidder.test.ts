@@ -25,7 +25,12 @@ describe('bidder', () => {
     expect(sb[0]!.seat).toBe('dsp');
     expect(sb[0]!.bid.map((x) => [x.impid, x.price])).toEqual([['a', 2.25]]); // b's floor (3) is above its price
     expect(sb[0]!.bid[0]!.burl).toContain('${AUCTION_PRICE}');
-    for (const [body, field] of [[{ imp: [{ id: '1' }] }, 'id'], [{ id: 'x' }, 'imp'], [{ id: 'x', imp: [{}] }, 'imp[0].id'], ['{oops', '(body)']] as const) {
+    for (const [body, field] of [
+      [{ imp: [{ id: '1' }] }, 'id'],
+      [{ id: 'x' }, 'imp'],
+      [{ id: 'x', imp: [{}] }, 'imp[0].id'],
+      ['{oops', '(body)'],
+    ] as const) {
       const a = await post(url, body);
       expect(a.status).toBe(400);
       expect(String(a.headers['x-relent-reason'])).toContain(field);
@@ -49,11 +54,15 @@ describe('bidder', () => {
 
   it('no-bids with and without nbr in the configured shares; injected failures', async () => {
     const seen: BidderRequestInfo[] = [];
-    const { url } = await bidder({ seed: 7, latency: { kind: 'fixed', ms: 0 }, noBidRate: 0.5, nbrShare: 0.5, nbr: [2, 8], failures: { error500: 0.1, malformed: 0.1 } }, seen);
+    const { url } = await bidder(
+      { seed: 7, latency: { kind: 'fixed', ms: 0 }, noBidRate: 0.5, nbrShare: 0.5, nbr: [2, 8], failures: { error500: 0.1, malformed: 0.1 } },
+      seen,
+    );
     const counts: Record<string, number> = {};
     for (let i = 0; i < 200; i++) {
       const a = await post(url, bidRequest());
-      const k = a.status === 200 && a.json === null ? '200-malformed' : a.status === 200 && a.json!.nbr !== undefined ? `nbr:${String(a.json!.nbr)}` : String(a.status);
+      const k =
+        a.status === 200 && a.json === null ? '200-malformed' : a.status === 200 && a.json!.nbr !== undefined ? `nbr:${String(a.json!.nbr)}` : String(a.status);
       counts[k] = (counts[k] ?? 0) + 1;
     }
     expect(counts['500']! / 200).toBeGreaterThan(0.04);
@@ -83,9 +92,11 @@ describe('notices fired by the exchange', () => {
   it('substitutes the macros, fires win and billing notices, retries a failed billing notice, and the bidder counts it once', async () => {
     // The bidder answers every other notice with 500: the exchange's billing retries (every 50 ms here) get through.
     const { b, url } = await bidder({ name: 'dsp', seed: 3, noticeFailureRate: 0.5, price: { kind: 'fixed', cpm: 1.75 }, latency: { kind: 'fixed', ms: 0 } });
-    const ex = await startExchange(exchangeConfig([partnerConfig('dsp', url)], {
-      notices: { win: 'exchange', billing: 'on-win', billingPolicy: { backoff: { kind: 'constant', delayMs: 50 }, deadlineMs: 5_000 } },
-    }));
+    const ex = await startExchange(
+      exchangeConfig([partnerConfig('dsp', url)], {
+        notices: { win: 'exchange', billing: 'on-win', billingPolicy: { backoff: { kind: 'constant', delayMs: 50 }, deadlineMs: 5_000 } },
+      }),
+    );
     open.push(ex);
     const answers = [];
     for (let i = 0; i < 10; i++) answers.push(await post(ex.url, bidRequest({ id: `auction-${i}` })));

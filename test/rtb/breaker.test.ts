@@ -5,7 +5,18 @@ import type { ServerResponse } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { PartnerBreakerChange } from '../../src/rtb/exchange.js';
 import { createTestClock } from '../../src/testing/index.js';
-import { answer, bidBody, bidRequest, exchangeConfig, partnerConfig, post, startExchange, startPartner, untilSocket as until, type PartnerSeen } from './helpers.js';
+import {
+  answer,
+  bidBody,
+  bidRequest,
+  exchangeConfig,
+  partnerConfig,
+  post,
+  startExchange,
+  startPartner,
+  untilSocket as until,
+  type PartnerSeen,
+} from './helpers.js';
 
 /** No dry-run auctions before listening: on a clock that stands still, the stand-in's unanswered calls would never time out. */
 const NO_WARMUP = { warmup: false } as const;
@@ -23,10 +34,16 @@ describe('per-partner circuit breaker', () => {
     open.push(failing, steady);
     const changes: PartnerBreakerChange[] = [];
     const clock = createTestClock();
-    const ex = await startExchange(exchangeConfig([
-      partnerConfig('failing', failing.url, { breaker: { minimumThroughput: 5, failureRatio: 0.5, windowMs: 10_000, openMs: 400 } }),
-      partnerConfig('steady', steady.url, { breaker: { minimumThroughput: 5, openMs: 400 } }),
-    ], NO_WARMUP), { onBreakerStateChange: (c) => changes.push(c), clock });
+    const ex = await startExchange(
+      exchangeConfig(
+        [
+          partnerConfig('failing', failing.url, { breaker: { minimumThroughput: 5, failureRatio: 0.5, windowMs: 10_000, openMs: 400 } }),
+          partnerConfig('steady', steady.url, { breaker: { minimumThroughput: 5, openMs: 400 } }),
+        ],
+        NO_WARMUP,
+      ),
+      { onBreakerStateChange: (c) => changes.push(c), clock },
+    );
     open.push(ex);
 
     // 5 failures: the configured volume; the 5th opens the circuit.
@@ -82,9 +99,10 @@ describe('per-partner circuit breaker', () => {
     });
     open.push(p);
     const clock = createTestClock();
-    const ex = await startExchange(exchangeConfig([
-      partnerConfig('p', p.url, { timeoutMs: 40, breaker: { minimumThroughput: 4, failureRatio: 0.75, openMs: 60_000 } }),
-    ], NO_WARMUP), { clock });
+    const ex = await startExchange(
+      exchangeConfig([partnerConfig('p', p.url, { timeoutMs: 40, breaker: { minimumThroughput: 4, failureRatio: 0.75, openMs: 60_000 } })], NO_WARMUP),
+      { clock },
+    );
     open.push(ex);
     for (let i = 0; i < 6; i++) await post(ex.url, bidRequest());
     expect(ex.exchange.stats().partners[0]!.breaker).toBe('closed'); // six no-bids: all successes
@@ -117,9 +135,13 @@ describe('per-partner circuit breaker', () => {
     });
     open.push(p);
     const clock = createTestClock();
-    const ex = await startExchange(exchangeConfig([
-      partnerConfig('p', p.url, { timeoutMs: 40, lateGraceMs: 50, breaker: { minimumThroughput: 4, failureRatio: 0.5, openMs: 60_000 } }),
-    ], NO_WARMUP), { clock });
+    const ex = await startExchange(
+      exchangeConfig(
+        [partnerConfig('p', p.url, { timeoutMs: 40, lateGraceMs: 50, breaker: { minimumThroughput: 4, failureRatio: 0.5, openMs: 60_000 } })],
+        NO_WARMUP,
+      ),
+      { clock },
+    );
     open.push(ex);
     const stats = () => ex.exchange.stats().partners[0]!;
     const one = async (lateByMs: number): Promise<void> => {

@@ -12,14 +12,13 @@ afterEach(async () => {
 });
 
 describe('exchange partners with chaos', () => {
-  it('an injected 503 at rate 1: the partner is never called; the other partner\'s bid wins', async () => {
+  it("an injected 503 at rate 1: the partner is never called; the other partner's bid wins", async () => {
     const chaotic = await startPartner(bidAfter(5, 9));
     const steady = await startPartner(bidAfter(5, 1));
     open.push(chaotic, steady);
-    const ex = await startExchange(exchangeConfig([
-      partnerConfig('chaotic', chaotic.url, { chaos: { outcome: { rate: 1, status: 503 } } }),
-      partnerConfig('steady', steady.url),
-    ]));
+    const ex = await startExchange(
+      exchangeConfig([partnerConfig('chaotic', chaotic.url, { chaos: { outcome: { rate: 1, status: 503 } } }), partnerConfig('steady', steady.url)]),
+    );
     open.push(ex);
     const a = await post(ex.url, bidRequest());
     expect(a.status).toBe(200);
@@ -32,7 +31,8 @@ describe('exchange partners with chaos', () => {
   });
 
   it('a bad chaos config names the field', () => {
-    expect(() => resolveExchangeConfig(exchangeConfig([partnerConfig('p', 'http://127.0.0.1:1/', { chaos: { fault: { rate: 3, errorClass: 'reset' } } })])))
-      .toThrow(/partners\[0\]\.chaos\.fault\.rate/);
+    expect(() =>
+      resolveExchangeConfig(exchangeConfig([partnerConfig('p', 'http://127.0.0.1:1/', { chaos: { fault: { rate: 3, errorClass: 'reset' } } })])),
+    ).toThrow(/partners\[0\]\.chaos\.fault\.rate/);
   });
 });

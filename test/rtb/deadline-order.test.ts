@@ -4,7 +4,18 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { TimerLanes } from '../../src/rtb/timer-lanes.js';
 import { createTestClock } from '../../src/testing/index.js';
-import { answer, bidRequest, exchangeConfig, hang, partnerConfig, post, startExchange, startPartner, untilSocket as until, type PartnerReply } from './helpers.js';
+import {
+  answer,
+  bidRequest,
+  exchangeConfig,
+  hang,
+  partnerConfig,
+  post,
+  startExchange,
+  startPartner,
+  untilSocket as until,
+  type PartnerReply,
+} from './helpers.js';
 
 /** Lets the queued macrotasks (setImmediate) run. */
 const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
@@ -21,16 +32,20 @@ describe('auctions that share a deadline', () => {
     open.push(a, b);
     const clock = createTestClock();
     const order: string[] = [];
-    const ex = await startExchange(exchangeConfig([
-      partnerConfig('a', a.url, { timeoutMs: 500 }),
-      partnerConfig('b', b.url, { timeoutMs: 500 }),
-    ], { warmup: false, auctionTimeoutMs: 80, reserveMs: 10 }), {
-      clock,
-      onAuction: (s) => order.push(`answer ${s.status}`),
-      onEvent: (e) => {
-        if (e.type === 'attempt') order.push(`cut ${e.errorClass}`);
+    const ex = await startExchange(
+      exchangeConfig([partnerConfig('a', a.url, { timeoutMs: 500 }), partnerConfig('b', b.url, { timeoutMs: 500 })], {
+        warmup: false,
+        auctionTimeoutMs: 80,
+        reserveMs: 10,
+      }),
+      {
+        clock,
+        onAuction: (s) => order.push(`answer ${s.status}`),
+        onEvent: (e) => {
+          if (e.type === 'attempt') order.push(`cut ${e.errorClass}`);
+        },
       },
-    });
+    );
     open.push(ex);
     const answers = Array.from({ length: 16 }, () => post(ex.url, bidRequest({ tmax: 200 })));
     await until('every partner call is out', () => a.seen.length === 16 && b.seen.length === 16);
@@ -45,14 +60,20 @@ describe('auctions that share a deadline', () => {
 });
 
 /** Bids at once on every impression, with a burl back to this partner (a GET, logged with a null body). */
-const bidsWithBurl = (base: string): PartnerReply => (req, res, _n, s) => {
-  if (req.method !== 'POST') return answer(res, 200);
-  const imps = (s.body?.imp as { id: string }[] | undefined) ?? [];
-  answer(res, 200, JSON.stringify({
-    id: s.body?.id,
-    seatbid: [{ seat: 's', bid: imps.map((imp, i) => ({ id: `b${i}`, impid: imp.id, price: 1.5, adm: '<ad/>', burl: `${base}/bill?id=\${AUCTION_ID}` })) }],
-  }));
-};
+const bidsWithBurl =
+  (base: string): PartnerReply =>
+  (req, res, _n, s) => {
+    if (req.method !== 'POST') return answer(res, 200);
+    const imps = (s.body?.imp as { id: string }[] | undefined) ?? [];
+    answer(
+      res,
+      200,
+      JSON.stringify({
+        id: s.body?.id,
+        seatbid: [{ seat: 's', bid: imps.map((imp, i) => ({ id: `b${i}`, impid: imp.id, price: 1.5, adm: '<ad/>', burl: `${base}/bill?id=\${AUCTION_ID}` })) }],
+      }),
+    );
+  };
 
 describe('the notices of a burst of auctions', () => {
   it('are handed over once the burst is answered, not between its answers', async () => {
@@ -61,10 +82,15 @@ describe('the notices of a burst of auctions', () => {
     const hangs = await startPartner(hang);
     open.push(bids, hangs);
     const clock = createTestClock();
-    const ex = await startExchange(exchangeConfig([
-      partnerConfig('bids', bids.url, { timeoutMs: 500 }),
-      partnerConfig('hangs', hangs.url, { timeoutMs: 500 }),
-    ], { warmup: false, auctionTimeoutMs: 80, reserveMs: 10, notices: { win: 'source', billing: 'on-win', store: 'memory' } }), { clock });
+    const ex = await startExchange(
+      exchangeConfig([partnerConfig('bids', bids.url, { timeoutMs: 500 }), partnerConfig('hangs', hangs.url, { timeoutMs: 500 })], {
+        warmup: false,
+        auctionTimeoutMs: 80,
+        reserveMs: 10,
+        notices: { win: 'source', billing: 'on-win', store: 'memory' },
+      }),
+      { clock },
+    );
     open.push(ex);
     const sent = (): number => ex.exchange.stats().notices.billing.sent;
     // Two groups of 8 auctions whose deadlines are 3 ms apart; the hanging partner keeps
@@ -184,7 +210,6 @@ describe('TimerLanes', () => {
     clock.advance(60);
     expect(log).toEqual(['a', 'c', 'answer']);
   });
-
 
   it('fires what is due by due time, the first lane before the second at the same time, never early, and not once cancelled', async () => {
     const clock = createTestClock();

@@ -70,10 +70,11 @@ export async function startPartner(reply: PartnerReply): Promise<TestPartner> {
     set reply(r: PartnerReply) {
       state.reply = r;
     },
-    close: () => new Promise<void>((resolve) => {
-      for (const s of sockets) s.destroy();
-      server.close(() => resolve());
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
   };
 }
 

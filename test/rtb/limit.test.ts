@@ -12,8 +12,20 @@ import { mergeExchangeStats } from '../../src/rtb/stats-merge.js';
 import { createExchange, exchangeHistograms, processPart } from '../../src/rtb/exchange.js';
 import { partnerTable } from '../../src/cli/exchange.js';
 import {
-  answer, bidAfter, bidBody, bidRequest, exchangeConfig, hang, partnerConfig, post, sleep, startExchange, startPartner,
-  type PartnerReply, type TestExchange, type TestPartner,
+  answer,
+  bidAfter,
+  bidBody,
+  bidRequest,
+  exchangeConfig,
+  hang,
+  partnerConfig,
+  post,
+  sleep,
+  startExchange,
+  startPartner,
+  type PartnerReply,
+  type TestExchange,
+  type TestPartner,
 } from './helpers.js';
 
 const open: { close(): Promise<void> }[] = [];
@@ -40,7 +52,11 @@ async function partner(reply: PartnerReply): Promise<TestPartner> {
 
 function configError(partnerOver: Record<string, unknown>): string {
   try {
-    resolveExchangeConfig({ auctionTimeoutMs: 100, reserveMs: 10, partners: [{ name: 'a', url: 'http://127.0.0.1:1/bid', timeoutMs: 50, maxConcurrency: 40, ...partnerOver }] });
+    resolveExchangeConfig({
+      auctionTimeoutMs: 100,
+      reserveMs: 10,
+      partners: [{ name: 'a', url: 'http://127.0.0.1:1/bid', timeoutMs: 50, maxConcurrency: 40, ...partnerOver }],
+    });
   } catch (e) {
     return `${(e as { field?: string }).field} | ${(e as Error).message}`;
   }
@@ -50,21 +66,32 @@ function configError(partnerOver: Record<string, unknown>): string {
 describe('partners[].concurrencyLimit: the configuration', () => {
   it('defaults max to maxConcurrency (the ceiling) and initial to max; none means the fixed cap', () => {
     const base = { auctionTimeoutMs: 100, reserveMs: 10 };
-    const c = resolveExchangeConfig({ ...base, partners: [
-      { name: 'a', url: 'http://127.0.0.1:1/bid', timeoutMs: 50, maxConcurrency: 40, concurrencyLimit: { kind: 'gradient' } },
-      { name: 'b', url: 'http://127.0.0.1:1/bid', timeoutMs: 50, maxConcurrency: 40, concurrencyLimit: { kind: 'aimd', min: 2, max: 20, slowMs: 30 } },
-      { name: 'c', url: 'http://127.0.0.1:1/bid', timeoutMs: 50, maxConcurrency: 40 },
-    ] });
+    const c = resolveExchangeConfig({
+      ...base,
+      partners: [
+        { name: 'a', url: 'http://127.0.0.1:1/bid', timeoutMs: 50, maxConcurrency: 40, concurrencyLimit: { kind: 'gradient' } },
+        { name: 'b', url: 'http://127.0.0.1:1/bid', timeoutMs: 50, maxConcurrency: 40, concurrencyLimit: { kind: 'aimd', min: 2, max: 20, slowMs: 30 } },
+        { name: 'c', url: 'http://127.0.0.1:1/bid', timeoutMs: 50, maxConcurrency: 40 },
+      ],
+    });
     expect(c.partners[0]!.concurrencyLimit).toMatchObject({ kind: 'gradient', max: 40, initial: 40, min: 1, tolerance: 1.25 });
     expect(c.partners[1]!.concurrencyLimit).toMatchObject({ kind: 'aimd', max: 20, initial: 20, min: 2, slowMs: 30, decrease: 0.5 });
     expect(c.partners[2]!.concurrencyLimit).toBeNull();
   });
 
   it('rejects what is wrong, naming the field', () => {
-    expect(configError({ concurrencyLimit: 'gradient' })).toBe('partners[0].concurrencyLimit | Expected `partners[0].concurrencyLimit` to be an object, got "gradient"');
-    expect(configError({ concurrencyLimit: { kind: 'vegas' } })).toMatch(/^partners\[0\]\.concurrencyLimit\.kind \| Expected `partners\[0\]\.concurrencyLimit\.kind` to be "aimd" or "gradient", got "vegas"/);
-    expect(configError({ concurrencyLimit: { kind: 'gradient', max: 80 } })).toMatch(/^partners\[0\]\.concurrencyLimit\.max \| .*at most the partner's maxConcurrency \(40\), the ceiling, got 80/);
-    expect(configError({ concurrencyLimit: { kind: 'gradient', maxQueue: 10 } })).toMatch(/^partners\[0\]\.concurrencyLimit\.maxQueue \| .*never waits for a partner/);
+    expect(configError({ concurrencyLimit: 'gradient' })).toBe(
+      'partners[0].concurrencyLimit | Expected `partners[0].concurrencyLimit` to be an object, got "gradient"',
+    );
+    expect(configError({ concurrencyLimit: { kind: 'vegas' } })).toMatch(
+      /^partners\[0\]\.concurrencyLimit\.kind \| Expected `partners\[0\]\.concurrencyLimit\.kind` to be "aimd" or "gradient", got "vegas"/,
+    );
+    expect(configError({ concurrencyLimit: { kind: 'gradient', max: 80 } })).toMatch(
+      /^partners\[0\]\.concurrencyLimit\.max \| .*at most the partner's maxConcurrency \(40\), the ceiling, got 80/,
+    );
+    expect(configError({ concurrencyLimit: { kind: 'gradient', maxQueue: 10 } })).toMatch(
+      /^partners\[0\]\.concurrencyLimit\.maxQueue \| .*never waits for a partner/,
+    );
     expect(configError({ concurrencyLimit: { kind: 'gradient', tolerance: 0.5 } })).toMatch(/^partners\[0\]\.concurrencyLimit\.tolerance \| /);
     expect(configError({ concurrencyLimit: { kind: 'aimd', tolerance: 2 } })).toMatch(/^partners\[0\]\.concurrencyLimit\.tolerance \| .*absent/);
     expect(configError({ concurrencyLimit: { kind: 'aimd', min: 50 } })).toMatch(/^partners\[0\]\.concurrencyLimit\.min \| .*\[1, 40\]/);
@@ -72,7 +99,11 @@ describe('partners[].concurrencyLimit: the configuration', () => {
     expect(configError({ concurrencyLimit: { kind: 'aimd', decrease: 1 } })).toMatch(/^partners\[0\]\.concurrencyLimit\.decrease \| /);
     // An error of the configuration, not of a policy.
     try {
-      resolveExchangeConfig({ auctionTimeoutMs: 100, reserveMs: 10, partners: [{ name: 'a', url: 'http://127.0.0.1:1/bid', timeoutMs: 50, maxConcurrency: 4, concurrencyLimit: { kind: 'x' } }] });
+      resolveExchangeConfig({
+        auctionTimeoutMs: 100,
+        reserveMs: 10,
+        partners: [{ name: 'a', url: 'http://127.0.0.1:1/bid', timeoutMs: 50, maxConcurrency: 4, concurrencyLimit: { kind: 'x' } }],
+      });
     } catch (e) {
       expect((e as { code: string }).code).toBe('ERR_INVALID_INPUT');
     }
@@ -88,14 +119,24 @@ describe('partners[].concurrencyLimit: in the auctions', () => {
     // The busy partner's 1,200 ms is far above what a loaded machine adds to the free one's 5 ms.
     const p = await partner(bidAfter(1_200, 1));
     const free = await partner(bidAfter(5, 2));
-    const ex = track(await startExchange(exchangeConfig([
-      partnerConfig('busy', p.url, { maxConcurrency: 10, concurrencyLimit: { kind: 'aimd', initial: 1 }, timeoutMs: 1_500 }),
-      partnerConfig('free', free.url),
-    ], { auctionTimeoutMs: 1_600 })));
-    const [a, b] = await Promise.all([post(ex.url, bidRequest({ tmax: 2_000 })), (async () => {
-      await sleep(100);
-      return post(ex.url, bidRequest({ tmax: 2_000 }));
-    })()]);
+    const ex = track(
+      await startExchange(
+        exchangeConfig(
+          [
+            partnerConfig('busy', p.url, { maxConcurrency: 10, concurrencyLimit: { kind: 'aimd', initial: 1 }, timeoutMs: 1_500 }),
+            partnerConfig('free', free.url),
+          ],
+          { auctionTimeoutMs: 1_600 },
+        ),
+      ),
+    );
+    const [a, b] = await Promise.all([
+      post(ex.url, bidRequest({ tmax: 2_000 })),
+      (async () => {
+        await sleep(100);
+        return post(ex.url, bidRequest({ tmax: 2_000 }));
+      })(),
+    ]);
     expect(a.status).toBe(200);
     expect(b.status).toBe(200);
     expect(p.seen).toHaveLength(1);
@@ -116,9 +157,11 @@ describe('partners[].concurrencyLimit: in the auctions', () => {
     let throttle = false;
     const p = await partner((_req, res, _n, s) => (throttle ? answer(res, 429) : answer(res, 200, bidBody(s, 1))));
     const changes: PartnerLimitChange[] = [];
-    const ex = track(await startExchange(exchangeConfig([
-      partnerConfig('dsp', p.url, { maxConcurrency: 16, concurrencyLimit: { kind: 'aimd' } }),
-    ]), { onLimitChange: (c) => changes.push(c) }));
+    const ex = track(
+      await startExchange(exchangeConfig([partnerConfig('dsp', p.url, { maxConcurrency: 16, concurrencyLimit: { kind: 'aimd' } })]), {
+        onLimitChange: (c) => changes.push(c),
+      }),
+    );
     expect(ex.exchange.stats().partners[0]!.concurrencyLimit).toMatchObject({ limit: 16, lowest: 16, changes: { decrease: 0 } });
     expect((await post(ex.url, bidRequest())).status).toBe(200);
     throttle = true;
@@ -132,12 +175,17 @@ describe('partners[].concurrencyLimit: in the auctions', () => {
     expect(st.errorKinds).toEqual({ 'status:429': 1 });
   });
 
-  it('a partner that did not answer in its own time counts (aimd slowMs); one cut short by the auction\'s deadline tells nothing', async () => {
+  it("a partner that did not answer in its own time counts (aimd slowMs); one cut short by the auction's deadline tells nothing", async () => {
     const p = await partner(hang);
     const changes: PartnerLimitChange[] = [];
-    const ex = track(await startExchange(exchangeConfig([
-      partnerConfig('slow', p.url, { maxConcurrency: 8, timeoutMs: 60, concurrencyLimit: { kind: 'aimd', slowMs: 40 } }),
-    ], { auctionTimeoutMs: 250 }), { onLimitChange: (c) => changes.push(c) }));
+    const ex = track(
+      await startExchange(
+        exchangeConfig([partnerConfig('slow', p.url, { maxConcurrency: 8, timeoutMs: 60, concurrencyLimit: { kind: 'aimd', slowMs: 40 } })], {
+          auctionTimeoutMs: 250,
+        }),
+        { onLimitChange: (c) => changes.push(c) },
+      ),
+    );
     // tmax 60 − reserve 20: the auction gives the partner about 40 ms, less than its 60 ms.
     const short = await post(ex.url, bidRequest({ tmax: 60 }));
     expect(short.status).toBe(204);
@@ -151,7 +199,7 @@ describe('partners[].concurrencyLimit: in the auctions', () => {
     expect(changes.map((c) => [c.cause, c.limit])).toEqual([['decrease', 4]]);
   });
 
-  it('the processes\' parts of maxConcurrency add up to it: 5 over 2 processes is 3 + 2, not 3 + 3', async () => {
+  it("the processes' parts of maxConcurrency add up to it: 5 over 2 processes is 3 + 2, not 3 + 3", async () => {
     expect([0, 1].map((i) => processPart(5, 2, i))).toEqual([3, 2]);
     expect([0, 1, 2].map((i) => processPart(40, 3, i))).toEqual([14, 13, 13]);
     expect([0, 1, 2].map((i) => processPart(2, 3, i))).toEqual([1, 1, 1]); // never 0: a process with no part could never call
@@ -186,7 +234,10 @@ describe('partners[].concurrencyLimit: in the auctions', () => {
  * request whose connection the exchange closed (cut at its timeout) is dropped from the
  * queue. It counts the requests it holds (queued or in work): the exchange's calls in flight.
  */
-async function capacityPartner(serviceMs: number, workers: number): Promise<{ url: string; holding: () => number; setWorkers: (n: number) => void; close(): Promise<void> }> {
+async function capacityPartner(
+  serviceMs: number,
+  workers: number,
+): Promise<{ url: string; holding: () => number; setWorkers: (n: number) => void; close(): Promise<void> }> {
   let capacity = workers;
   let busy = 0;
   let holding = 0;
@@ -227,10 +278,11 @@ async function capacityPartner(serviceMs: number, workers: number): Promise<{ ur
       capacity = n;
       serve();
     },
-    close: () => new Promise<void>((r) => {
-      for (const s of sockets) s.destroy();
-      server.close(() => r());
-    }),
+    close: () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
   };
 }
 
@@ -243,12 +295,14 @@ async function drive(ex: TestExchange, p: { holding: () => number }, clients: nu
   const t0 = performance.now();
   const samples: [number, number][] = [];
   const sampler = setInterval(() => samples.push([performance.now() - t0, p.holding()]), 10);
-  await Promise.all(Array.from({ length: clients }, async () => {
-    while (performance.now() - t0 < ms) {
-      await post(ex.url, bidRequest({ tmax: 300 }));
-      await sleep(pauseMs);
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: clients }, async () => {
+      while (performance.now() - t0 < ms) {
+        await post(ex.url, bidRequest({ tmax: 300 }));
+        await sleep(pauseMs);
+      }
+    }),
+  );
   clearInterval(sampler);
   return samples;
 }
@@ -261,21 +315,38 @@ describe('a partner whose capacity drops 5x (real loopback servers)', () => {
   const scenario = async (concurrencyLimit: LimitSpec | null) => {
     const p = track(await capacityPartner(20, 20));
     const changes: PartnerLimitChange[] = [];
-    const ex = track(await startExchange(exchangeConfig([
-      partnerConfig('dsp', p.url, { maxConcurrency: 20, timeoutMs: 100, ...(concurrencyLimit ? { concurrencyLimit } : {}) }),
-    ], { auctionTimeoutMs: 200 }), { onLimitChange: (c) => changes.push(c) }));
+    const ex = track(
+      await startExchange(
+        exchangeConfig([partnerConfig('dsp', p.url, { maxConcurrency: 20, timeoutMs: 100, ...(concurrencyLimit ? { concurrencyLimit } : {}) })], {
+          auctionTimeoutMs: 200,
+        }),
+        { onLimitChange: (c) => changes.push(c) },
+      ),
+    );
     await drive(ex, p, 20, 25, 800);
     p.setWorkers(4);
     const samples = await drive(ex, p, 20, 25, 2500);
     // From 1.5 s after the drop to its end.
-    const late = samples.filter(([t]) => t >= 1500).map(([, n]) => n).sort((a, b) => a - b);
+    const late = samples
+      .filter(([t]) => t >= 1500)
+      .map(([, n]) => n)
+      .sort((a, b) => a - b);
     return { p50: late[Math.floor(late.length / 2)]!, p90: late[Math.floor(late.length * 0.9)]!, changes, stats: ex.exchange.stats().partners[0]! };
   };
 
   it('gradient: the calls in flight fall to the new capacity, the partner is skipped (concurrency_limited) instead of queued, every change is visible', async () => {
     const fixed = await scenario(null);
     const adaptive = await scenario({ kind: 'gradient', windowMs: 50, minWindowSamples: 5, probeIntervalMs: 0 });
-    if (process.env.LIMIT_DEBUG) console.log(JSON.stringify({ fixed: [fixed.p50, fixed.p90], adaptive: [adaptive.p50, adaptive.p90], lim: adaptive.stats.concurrencyLimit, skipped: adaptive.stats.skipped, changes: adaptive.changes.length }));
+    if (process.env.LIMIT_DEBUG)
+      console.log(
+        JSON.stringify({
+          fixed: [fixed.p50, fixed.p90],
+          adaptive: [adaptive.p50, adaptive.p90],
+          lim: adaptive.stats.concurrencyLimit,
+          skipped: adaptive.stats.skipped,
+          changes: adaptive.changes.length,
+        }),
+      );
     // The fixed cap keeps the partner's queue full.
     expect(fixed.p50).toBeGreaterThanOrEqual(10);
     // The adaptive limit: the partner holds about its 4 workers' worth.

@@ -30,10 +30,12 @@ describe('checkBidRequest', () => {
   });
 
   it('never throws, whatever the input', () => {
-    fc.assert(fc.property(fc.anything(), (v) => {
-      const r = checkBidRequest(v);
-      expect(typeof r.ok).toBe('boolean');
-    }));
+    fc.assert(
+      fc.property(fc.anything(), (v) => {
+        const r = checkBidRequest(v);
+        expect(typeof r.ok).toBe('boolean');
+      }),
+    );
   });
 });
 
@@ -88,18 +90,26 @@ describe('classifyBidAnswer (the one classification)', () => {
   });
 
   it('never throws on any body', () => {
-    fc.assert(fc.property(fc.integer({ min: 100, max: 599 }), fc.oneof(fc.string(), fc.json(), fc.constant(null)), (s, b) => {
-      expect(['bid', 'no_bid', 'error']).toContain(classifyBidAnswer(s, b, 'r').kind);
-    }));
+    fc.assert(
+      fc.property(fc.integer({ min: 100, max: 599 }), fc.oneof(fc.string(), fc.json(), fc.constant(null)), (s, b) => {
+        expect(['bid', 'no_bid', 'error']).toContain(classifyBidAnswer(s, b, 'r').kind);
+      }),
+    );
   });
 });
 
 describe('macros', () => {
   it('substitutes the 2.6 macros, URL-safe, and leaves encoded and unknown ones', () => {
     const v = { auctionId: 'a 1', bidId: 'resp', impId: 'imp"1', seatId: 'seat', adId: null, price: 1.5, currency: 'USD', mbr: 1, loss: 0, minToWin: 0.75 };
-    expect(substituteMacros('https://x/win?a=${AUCTION_ID}&i=${AUCTION_IMP_ID}&p=${AUCTION_PRICE}&c=${AUCTION_CURRENCY}&b=${AUCTION_BID_ID}&ad=${AUCTION_AD_ID}&m=${AUCTION_MIN_TO_WIN}&l=${AUCTION_LOSS}', v))
-      .toBe('https://x/win?a=a%201&i=imp%221&p=1.5&c=USD&b=resp&ad=&m=0.75&l=0');
-    expect(substituteMacros('<img src="x?p=${AUCTION_PRICE:B64}&q=${AUCTION_FOO}&s=${AUCTION_SEAT_ID}">', v)).toBe('<img src="x?p=${AUCTION_PRICE:B64}&q=${AUCTION_FOO}&s=seat">');
+    expect(
+      substituteMacros(
+        'https://x/win?a=${AUCTION_ID}&i=${AUCTION_IMP_ID}&p=${AUCTION_PRICE}&c=${AUCTION_CURRENCY}&b=${AUCTION_BID_ID}&ad=${AUCTION_AD_ID}&m=${AUCTION_MIN_TO_WIN}&l=${AUCTION_LOSS}',
+        v,
+      ),
+    ).toBe('https://x/win?a=a%201&i=imp%221&p=1.5&c=USD&b=resp&ad=&m=0.75&l=0');
+    expect(substituteMacros('<img src="x?p=${AUCTION_PRICE:B64}&q=${AUCTION_FOO}&s=${AUCTION_SEAT_ID}">', v)).toBe(
+      '<img src="x?p=${AUCTION_PRICE:B64}&q=${AUCTION_FOO}&s=seat">',
+    );
     expect(substituteMacros("'${AUCTION_ID}'", { auctionId: "x'><script>", impId: '1' })).toBe("'x%27%3E%3Cscript%3E'");
     expect(formatDecimal(1e-7)).toBe('0');
     expect(formatDecimal(2)).toBe('2');
@@ -110,19 +120,28 @@ describe('macros', () => {
 describe('selectWinners', () => {
   const request = { id: 'r', imp: [{ id: '1', bidfloor: 1 }, { id: '2' }] };
   const cand = (partnerIndex: number, impid: string, price: number, id = `b${partnerIndex}${impid}`): Candidate => ({
-    partnerIndex, partner: `p${partnerIndex}`, received: { bid: { id, impid, price }, seat: null, group: false }, currency: 'USD', bidid: null,
+    partnerIndex,
+    partner: `p${partnerIndex}`,
+    received: { bid: { id, impid, price }, seat: null, group: false },
+    currency: 'USD',
+    bidid: null,
   });
   it('first price per impression, floors respected, ties to the partner listed first whatever the arrival order', () => {
     const s = selectWinners(request, [cand(2, '1', 3), cand(1, '1', 3), cand(0, '1', 0.5), cand(0, '2', 0.2), cand(3, '2', 0.1)], 'USD');
-    expect(s.winners.map((w) => [w.imp.id, w.candidate.partner, w.price, w.minToWin])).toEqual([['1', 'p1', 3, 3], ['2', 'p0', 0.2, 0.1]]);
+    expect(s.winners.map((w) => [w.imp.id, w.candidate.partner, w.price, w.minToWin])).toEqual([
+      ['1', 'p1', 3, 3],
+      ['2', 'p0', 0.2, 0.1],
+    ]);
     expect(s.rejected).toEqual({ below_floor: 1 });
   });
   it('the same bids in any order give the same winners', () => {
     const all = [cand(0, '1', 2), cand(1, '1', 2), cand(2, '1', 1.5), cand(1, '2', 1), cand(2, '2', 1)];
-    fc.assert(fc.property(fc.shuffledSubarray(all, { minLength: all.length }), (shuffled) => {
-      const s = selectWinners(request, shuffled, 'USD');
-      expect(s.winners.map((w) => w.candidate.partner)).toEqual(['p0', 'p1']);
-    }));
+    fc.assert(
+      fc.property(fc.shuffledSubarray(all, { minLength: all.length }), (shuffled) => {
+        const s = selectWinners(request, shuffled, 'USD');
+        expect(s.winners.map((w) => w.candidate.partner)).toEqual(['p0', 'p1']);
+      }),
+    );
   });
 });
 
@@ -138,13 +157,19 @@ describe('configuration', () => {
   };
   it('names the field that is wrong', () => {
     expect(err(() => resolveExchangeConfig({ reserveMs: 10, partners: [] }))).toBe('Missing `auctionTimeoutMs` (required)');
-    expect(err(() => resolveExchangeConfig({ auctionTimeoutMs: 100, reserveMs: 10, partners: [{ ...partner, timeoutMs: '80' }] })))
-      .toBe('Expected `partners[0].timeoutMs` to be an integer in [1, 60000], got "80"');
-    expect(err(() => resolveExchangeConfig({ auctionTimeoutMs: 100, reserveMs: 10, partners: [{ ...partner, maxConcurrency: undefined }] })))
-      .toBe('Missing `partners[0].maxConcurrency` (required)');
+    expect(err(() => resolveExchangeConfig({ auctionTimeoutMs: 100, reserveMs: 10, partners: [{ ...partner, timeoutMs: '80' }] }))).toBe(
+      'Expected `partners[0].timeoutMs` to be an integer in [1, 60000], got "80"',
+    );
+    expect(err(() => resolveExchangeConfig({ auctionTimeoutMs: 100, reserveMs: 10, partners: [{ ...partner, maxConcurrency: undefined }] }))).toBe(
+      'Missing `partners[0].maxConcurrency` (required)',
+    );
     expect(err(() => resolveExchangeConfig({ auctionTimeoutMs: 100, reserveMs: 10, partners: [partner, partner] }))).toContain('partners[1].name');
-    expect(err(() => resolveExchangeConfig({ auctionTimeoutMs: 100, reserveMs: 10, partners: [{ ...partner, breaker: { failureRatio: 2 } }] }))).toContain('partners[0].breaker.failureRatio');
-    expect(err(() => resolveExchangeConfig({ auctionTimeoutMs: 100, reserveMs: 10, partners: [{ ...partner, url: 'http://user:secret@x/' }] }))).not.toContain('secret');
+    expect(err(() => resolveExchangeConfig({ auctionTimeoutMs: 100, reserveMs: 10, partners: [{ ...partner, breaker: { failureRatio: 2 } }] }))).toContain(
+      'partners[0].breaker.failureRatio',
+    );
+    expect(err(() => resolveExchangeConfig({ auctionTimeoutMs: 100, reserveMs: 10, partners: [{ ...partner, url: 'http://user:secret@x/' }] }))).not.toContain(
+      'secret',
+    );
     expect(err(() => resolveExchangeConfig({ auctionTimeoutMs: 100, reserveMs: 10, partners: [], tmax: 1 }))).toContain('Unknown field `tmax`');
     expect(err(() => resolveBidderConfig({ failures: { error500: 0.6, hang: 0.6 } }))).toContain('`failures`');
     expect(err(() => resolveBidderConfig({ latency: { kind: 'lognormal', medianMs: 20, p99Ms: 10 } }))).toContain('latency.p99Ms');

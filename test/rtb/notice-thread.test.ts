@@ -31,9 +31,11 @@ describe('the notice thread', () => {
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const base = `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`;
-    const cfg = resolveExchangeConfig(exchangeConfig([partnerConfig('dsp', `${base}/bid`)], {
-      notices: { store: `sqlite:${join(dir, 'n.db')}`, worker: { pollMs: 50 } },
-    }));
+    const cfg = resolveExchangeConfig(
+      exchangeConfig([partnerConfig('dsp', `${base}/bid`)], {
+        notices: { store: `sqlite:${join(dir, 'n.db')}`, worker: { pollMs: 50 } },
+      }),
+    );
     const logs: string[] = [];
     const t = new NoticeThread(cfg.notices, { partners: [{ name: 'dsp', url: new URL(`${base}/bid`) }], log: (l) => logs.push(l) });
     try {

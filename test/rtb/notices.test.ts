@@ -48,10 +48,11 @@ async function receiver(): Promise<{ base: string; failing: boolean; unique: Map
   const base = `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`;
   return Object.assign(state, {
     base,
-    close: () => new Promise<void>((resolve) => {
-      server.closeAllConnections();
-      server.close(() => resolve());
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   });
 }
 
@@ -59,17 +60,26 @@ async function receiver(): Promise<{ base: string; failing: boolean; unique: Map
 function bidding(base: string) {
   return (_req: http.IncomingMessage, res: http.ServerResponse, _n: number, s: PartnerSeen): void => {
     const imps = (s.body?.imp as { id: string }[]) ?? [];
-    answer(res, 200, JSON.stringify({
-      id: s.body?.id,
-      seatbid: [{
-        seat: 's',
-        bid: imps.map((imp, i) => ({
-          id: `b${i}`, impid: imp.id, price: 1.5, adm: '<ad/>',
-          nurl: `${base}/win?id=\${AUCTION_ID}&imp=\${AUCTION_IMP_ID}`,
-          burl: `${base}/bill?id=\${AUCTION_ID}&imp=\${AUCTION_IMP_ID}&price=\${AUCTION_PRICE}`,
-        })),
-      }],
-    }));
+    answer(
+      res,
+      200,
+      JSON.stringify({
+        id: s.body?.id,
+        seatbid: [
+          {
+            seat: 's',
+            bid: imps.map((imp, i) => ({
+              id: `b${i}`,
+              impid: imp.id,
+              price: 1.5,
+              adm: '<ad/>',
+              nurl: `${base}/win?id=\${AUCTION_ID}&imp=\${AUCTION_IMP_ID}`,
+              burl: `${base}/bill?id=\${AUCTION_ID}&imp=\${AUCTION_IMP_ID}&price=\${AUCTION_PRICE}`,
+            })),
+          },
+        ],
+      }),
+    );
   };
 }
 
@@ -77,54 +87,71 @@ const fast = { backoff: { kind: 'constant' as const, delayMs: 100 }, deadlineMs:
 
 describe.each([
   ['SQLite', () => `sqlite:${join(dir, `n-${Date.now()}-${Math.random().toString(36).slice(2)}.db`)}`, true],
-  ['PostgreSQL', () => {
-    const schema = uniqueSchema('rtbn');
-    schemas.push(schema);
-    return `${PG_URL}?schema=${schema}`;
-  }, pgOn],
+  [
+    'PostgreSQL',
+    () => {
+      const schema = uniqueSchema('rtbn');
+      schemas.push(schema);
+      return `${PG_URL}?schema=${schema}`;
+    },
+    pgOn,
+  ],
 ] as const)('durable notices (%s)', (_name, storeUrl, enabled) => {
-  it.runIf(enabled)('stores every notice, retries a failing receiver with the notice policy, delivers each key once; the queue shows them', async () => {
-    const r = await receiver();
-    open.push(r);
-    const p = await startPartner(bidding(r.base));
-    open.push(p);
-    const store = storeUrl();
-    const ex = await startExchange(exchangeConfig([partnerConfig('dsp', p.url)], {
-      notices: { win: 'exchange', billing: 'on-win', store, billingPolicy: fast, winPolicy: { backoff: { kind: 'constant', delayMs: 100 }, maxAttempts: 100, deadlineMs: 30_000 }, worker: { pollMs: 50 } },
-    }));
-    open.push(ex);
-    expect((await ex.exchange.ready()).noticeStore).toBe(store);
-    r.failing = true;
-    const imps = [{ id: '1' }, { id: '2' }];
-    // Auctions until 10 are won (on a loaded machine a partner may miss one: it bills nothing).
-    const won: string[] = [];
-    for (let k = 0; won.length < 10 && k < 100; k++) {
-      const a = await post(ex.url, bidRequest({ id: `auction-${k}`, imp: imps }));
-      if (a.status === 200) won.push(`auction-${k}`);
-    }
-    expect(won).toHaveLength(10);
-    // 20 billing + 20 win notices written to the store, the first attempts failing.
-    for (let i = 0; i < 300 && (ex.exchange.stats().notices.billing.stored < 20 || r.failed < 20); i++) await sleep(10);
-    const n = ex.exchange.stats().notices;
-    expect(n.billing).toMatchObject({ sent: 20, stored: 20 });
-    expect(n.win).toMatchObject({ sent: 20, stored: 20 });
-    r.failing = false;
-    for (let i = 0; i < 500 && (ex.exchange.stats().notices.billing.delivered < 20 || ex.exchange.stats().notices.win.delivered < 20); i++) await sleep(10);
-    const after = ex.exchange.stats().notices;
-    expect(after.billing.delivered).toBe(20);
-    expect(after.win.delivered).toBe(20);
-    expect(after.billing.attempts).toBeGreaterThan(20);
-    const bills = [...r.unique.keys()].filter((k) => k.startsWith('/bill'));
-    expect(bills.sort()).toEqual(won.flatMap((id) => [`/bill:${id}:1`, `/bill:${id}:2`]).sort());
-    // `relent queue` reads the same store: one destination per partner and kind.
-    await ex.close();
-    const out: string[] = [];
-    const code = await main(['queue', 'stats', '--store', store, '--json'], { out: (t) => out.push(t), err: (t) => out.push(t) });
-    expect(code).toBe(0);
-    const rows = (JSON.parse(out.join('')) as { destinations: { destination: string; deliveredItems: number }[] }).destinations;
-    expect(rows.find((x) => x.destination === 'rtb:dsp:billing')?.deliveredItems).toBe(20);
-    expect(rows.find((x) => x.destination === 'rtb:dsp:win')?.deliveredItems).toBe(20);
-  }, 30_000);
+  it.runIf(enabled)(
+    'stores every notice, retries a failing receiver with the notice policy, delivers each key once; the queue shows them',
+    async () => {
+      const r = await receiver();
+      open.push(r);
+      const p = await startPartner(bidding(r.base));
+      open.push(p);
+      const store = storeUrl();
+      const ex = await startExchange(
+        exchangeConfig([partnerConfig('dsp', p.url)], {
+          notices: {
+            win: 'exchange',
+            billing: 'on-win',
+            store,
+            billingPolicy: fast,
+            winPolicy: { backoff: { kind: 'constant', delayMs: 100 }, maxAttempts: 100, deadlineMs: 30_000 },
+            worker: { pollMs: 50 },
+          },
+        }),
+      );
+      open.push(ex);
+      expect((await ex.exchange.ready()).noticeStore).toBe(store);
+      r.failing = true;
+      const imps = [{ id: '1' }, { id: '2' }];
+      // Auctions until 10 are won (on a loaded machine a partner may miss one: it bills nothing).
+      const won: string[] = [];
+      for (let k = 0; won.length < 10 && k < 100; k++) {
+        const a = await post(ex.url, bidRequest({ id: `auction-${k}`, imp: imps }));
+        if (a.status === 200) won.push(`auction-${k}`);
+      }
+      expect(won).toHaveLength(10);
+      // 20 billing + 20 win notices written to the store, the first attempts failing.
+      for (let i = 0; i < 300 && (ex.exchange.stats().notices.billing.stored < 20 || r.failed < 20); i++) await sleep(10);
+      const n = ex.exchange.stats().notices;
+      expect(n.billing).toMatchObject({ sent: 20, stored: 20 });
+      expect(n.win).toMatchObject({ sent: 20, stored: 20 });
+      r.failing = false;
+      for (let i = 0; i < 500 && (ex.exchange.stats().notices.billing.delivered < 20 || ex.exchange.stats().notices.win.delivered < 20); i++) await sleep(10);
+      const after = ex.exchange.stats().notices;
+      expect(after.billing.delivered).toBe(20);
+      expect(after.win.delivered).toBe(20);
+      expect(after.billing.attempts).toBeGreaterThan(20);
+      const bills = [...r.unique.keys()].filter((k) => k.startsWith('/bill'));
+      expect(bills.sort()).toEqual(won.flatMap((id) => [`/bill:${id}:1`, `/bill:${id}:2`]).sort());
+      // `relent queue` reads the same store: one destination per partner and kind.
+      await ex.close();
+      const out: string[] = [];
+      const code = await main(['queue', 'stats', '--store', store, '--json'], { out: (t) => out.push(t), err: (t) => out.push(t) });
+      expect(code).toBe(0);
+      const rows = (JSON.parse(out.join('')) as { destinations: { destination: string; deliveredItems: number }[] }).destinations;
+      expect(rows.find((x) => x.destination === 'rtb:dsp:billing')?.deliveredItems).toBe(20);
+      expect(rows.find((x) => x.destination === 'rtb:dsp:win')?.deliveredItems).toBe(20);
+    },
+    30_000,
+  );
 });
 
 describe('durable notices: keys, events and shutdown', () => {
@@ -134,7 +161,9 @@ describe('durable notices: keys, events and shutdown', () => {
     const p = await startPartner(bidding(r.base));
     open.push(p);
     const store = `sqlite:${join(dir, 'dedupe.db')}`;
-    const ex = await startExchange(exchangeConfig([partnerConfig('dsp', p.url)], { notices: { win: 'source', billing: 'on-win', store, worker: { pollMs: 50 } } }));
+    const ex = await startExchange(
+      exchangeConfig([partnerConfig('dsp', p.url)], { notices: { win: 'source', billing: 'on-win', store, worker: { pollMs: 50 } } }),
+    );
     open.push(ex);
     for (let i = 0; i < 3; i++) expect((await post(ex.url, bidRequest({ id: 'same-id' }))).status).toBe(200);
     await ex.close();
@@ -154,7 +183,9 @@ describe('durable notices: keys, events and shutdown', () => {
     const p = await startPartner(bidding(r.base));
     open.push(p);
     const store = `sqlite:${join(dir, 'event.db')}`;
-    const ex = await startExchange(exchangeConfig([partnerConfig('dsp', p.url)], { notices: { win: 'source', billing: 'on-event', store, worker: { pollMs: 50 } } }));
+    const ex = await startExchange(
+      exchangeConfig([partnerConfig('dsp', p.url)], { notices: { win: 'source', billing: 'on-event', store, worker: { pollMs: 50 } } }),
+    );
     open.push(ex);
     expect((await post(ex.url, bidRequest({ id: 'ev-1' }))).status).toBe(200);
     const res = await fetch(`${ex.origin}/openrtb2/billing?id=ev-1&imp=1`, { method: 'POST' });
@@ -209,7 +240,9 @@ describe('durable notices: keys, events and shutdown', () => {
     const p = await startPartner(bidding(r.base));
     open.push(p);
     const store = `sqlite:${join(dir, 'restart.db')}`;
-    const cfg = exchangeConfig([partnerConfig('dsp', p.url)], { notices: { win: 'source', billing: 'on-win', store, billingPolicy: fast, worker: { pollMs: 50, stopTimeoutMs: 0 } } });
+    const cfg = exchangeConfig([partnerConfig('dsp', p.url)], {
+      notices: { win: 'source', billing: 'on-win', store, billingPolicy: fast, worker: { pollMs: 50, stopTimeoutMs: 0 } },
+    });
     r.failing = true;
     const ex = await startExchange(cfg);
     await Promise.all(Array.from({ length: 5 }, (_, i) => post(ex.url, bidRequest({ id: `rs-${i}` }))));
@@ -229,7 +262,12 @@ describe('durable notices: keys, events and shutdown', () => {
     const p = await startPartner(bidding(r.base));
     open.push(p);
     const { createExchange } = await import('../../src/rtb/exchange.js');
-    const ex = createExchange(exchangeConfig([partnerConfig('dsp', p.url)], { warmup: false, notices: { win: 'source', billing: 'on-win', store: `sqlite:${join(dir, 'inproc.db')}`, worker: { pollMs: 50 } } }));
+    const ex = createExchange(
+      exchangeConfig([partnerConfig('dsp', p.url)], {
+        warmup: false,
+        notices: { win: 'source', billing: 'on-win', store: `sqlite:${join(dir, 'inproc.db')}`, worker: { pollMs: 50 } },
+      }),
+    );
     open.push({ close: () => ex.close() });
     expect((await ex.auction(bidRequest({ id: 'inproc-1' }))).status).toBe(200);
     // The receiver counts a notice when it gets it; the exchange, once the answer is back: wait for both.
@@ -243,7 +281,9 @@ describe('durable notices: keys, events and shutdown', () => {
     const { resolveExchangeConfig } = await import('../../src/rtb/config.js');
     const { createTestClock } = await import('../../src/testing/index.js');
     const clock = createTestClock();
-    const cfg = resolveExchangeConfig(exchangeConfig([partnerConfig('dsp', 'http://127.0.0.1:9/bid')], { notices: { store: `sqlite:${join(dir, 'group.db')}`, worker: { pollMs: 60_000 } } }));
+    const cfg = resolveExchangeConfig(
+      exchangeConfig([partnerConfig('dsp', 'http://127.0.0.1:9/bid')], { notices: { store: `sqlite:${join(dir, 'group.db')}`, worker: { pollMs: 60_000 } } }),
+    );
     const hub = new NoticeHub(cfg.notices, { clock, random: () => 0.5, partners: [{ name: 'dsp', url: new URL('http://127.0.0.1:9/bid') }] });
     open.push({ close: () => hub.close({ drainMs: 0, force: true }) });
     await hub.open();
@@ -266,9 +306,11 @@ describe('durable notices: keys, events and shutdown', () => {
   });
 
   it('a store that cannot be opened keeps the exchange from serving, with the reason', async () => {
-    const ex = (await import('../../src/rtb/exchange.js')).createExchange(exchangeConfig([partnerConfig('dsp', 'http://127.0.0.1:9/bid')], {
-      notices: { store: `sqlite:${join(dir, 'no-such-dir', 'x', 'n.db')}` },
-    }));
+    const ex = (await import('../../src/rtb/exchange.js')).createExchange(
+      exchangeConfig([partnerConfig('dsp', 'http://127.0.0.1:9/bid')], {
+        notices: { store: `sqlite:${join(dir, 'no-such-dir', 'x', 'n.db')}` },
+      }),
+    );
     await expect(ex.listen(0, '127.0.0.1')).rejects.toThrow(/no-such-dir|directory|cannot open|unable/i);
     await ex.close({ force: true });
   });

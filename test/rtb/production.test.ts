@@ -46,7 +46,10 @@ async function countingPartner(reply = bidAfter(1, 1.5)): Promise<Awaited<Return
   };
 }
 
-interface RawResult { response: string; closedAfterMs: number }
+interface RawResult {
+  response: string;
+  closedAfterMs: number;
+}
 
 /** Opens a connection, writes `bytes`, then nothing; resolves when the server closes it (or after `waitMs`). */
 function stall(port: number, bytes: string, waitMs = 3_000): Promise<RawResult> {
@@ -78,10 +81,11 @@ describe('ready before it serves', () => {
     const a = await countingPartner();
     const b = await countingPartner();
     open.push(a, b);
-    const ex = createExchange(exchangeConfig([
-      partnerConfig('a', a.url, { maxConcurrency: 8 }),
-      partnerConfig('b', b.url, { maxConcurrency: 40, warmConnections: 5 }),
-    ], { warmup: { auctions: 20 } }));
+    const ex = createExchange(
+      exchangeConfig([partnerConfig('a', a.url, { maxConcurrency: 8 }), partnerConfig('b', b.url, { maxConcurrency: 40, warmConnections: 5 })], {
+        warmup: { auctions: 20 },
+      }),
+    );
     open.push({ close: () => ex.close({ force: true }) });
     expect(ex.stats().ready).toBe(false);
     const report = await ex.ready();
@@ -119,7 +123,9 @@ describe('ready before it serves', () => {
     await new Promise<void>((resolve) => closed.close(() => resolve()));
     const ok = await countingPartner();
     open.push(ok);
-    const ex = await startExchange(exchangeConfig([partnerConfig('down', `http://127.0.0.1:${port}/bid`, { maxConcurrency: 3 }), partnerConfig('ok', ok.url, { maxConcurrency: 2 })]));
+    const ex = await startExchange(
+      exchangeConfig([partnerConfig('down', `http://127.0.0.1:${port}/bid`, { maxConcurrency: 3 }), partnerConfig('ok', ok.url, { maxConcurrency: 2 })]),
+    );
     open.push(ex);
     const report = await ex.exchange.ready();
     expect(report.partners[0]).toMatchObject({ name: 'down', connections: 0, wanted: 3, error: 'ECONNREFUSED' });
@@ -137,14 +143,19 @@ describe('ready before it serves', () => {
     expect(await get('/readyz')).toBe(200);
     // While an auction is in flight, close(): the listening socket closes; the open connection still gets its answer.
     const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-    const ask = (path: string, body?: string): Promise<number> => new Promise((resolve, reject) => {
-      const req = http.request(`${ex.origin}${path}`, { agent, method: body ? 'POST' : 'GET', headers: body ? { 'content-type': 'application/json' } : {} }, (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode!));
+    const ask = (path: string, body?: string): Promise<number> =>
+      new Promise((resolve, reject) => {
+        const req = http.request(
+          `${ex.origin}${path}`,
+          { agent, method: body ? 'POST' : 'GET', headers: body ? { 'content-type': 'application/json' } : {} },
+          (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode!));
+          },
+        );
+        req.on('error', reject);
+        req.end(body);
       });
-      req.on('error', reject);
-      req.end(body);
-    });
     const inFlight = ask('/openrtb2/auction', JSON.stringify(bidRequest()));
     await sleep(30);
     const closing = ex.exchange.close();
@@ -157,9 +168,12 @@ describe('ready before it serves', () => {
 });
 
 describe('stalled clients', () => {
-  const config = (url: string): ReturnType<typeof exchangeConfig> => exchangeConfig([partnerConfig('p', url, { timeoutMs: 40 })], {
-    auctionTimeoutMs: 60, reserveMs: 20, defaultTmaxMs: 90,
-  });
+  const config = (url: string): ReturnType<typeof exchangeConfig> =>
+    exchangeConfig([partnerConfig('p', url, { timeoutMs: 40 })], {
+      auctionTimeoutMs: 60,
+      reserveMs: 20,
+      defaultTmaxMs: 90,
+    });
 
   it('half a body then silence: answered 408 and closed within tmax + 20 ms, counted, not an auction', async () => {
     const p = await startPartner(bidAfter(1, 1));
@@ -168,7 +182,10 @@ describe('stalled clients', () => {
     open.push(ex);
     const port = Number(new URL(ex.url).port);
     const body = JSON.stringify(bidRequest({ tmax: 90 }));
-    const r = await stall(port, `POST /openrtb2/auction HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, body.length >> 1)}`);
+    const r = await stall(
+      port,
+      `POST /openrtb2/auction HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, body.length >> 1)}`,
+    );
     expect(r.response).toMatch(/^HTTP\/1\.1 408 /);
     expect(r.response).toMatch(/x-relent-reason: request_timeout/i);
     expect(r.closedAfterMs).toBeGreaterThanOrEqual(85);
@@ -228,7 +245,9 @@ describe('stalled clients', () => {
     // This process stalls longer than readTimeoutMs (90 ms) while the request arrives (the
     // client says when it has written it: on a busy machine that may take a while).
     const t0 = performance.now();
-    while ((performance.now() - t0 < 200 || !existsSync(marker)) && performance.now() - t0 < 5_000) { /* busy */ }
+    while ((performance.now() - t0 < 200 || !existsSync(marker)) && performance.now() - t0 < 5_000) {
+      /* busy */
+    }
     await new Promise<void>((resolve) => child.on('exit', () => resolve()));
     expect(out).toMatch(/^HTTP\/1\.1 (200|204) /);
     expect(ex.exchange.stats().requests.timedOut).toBe(0);
@@ -282,11 +301,16 @@ describe('stalled clients', () => {
     // whatever they do: there the figure is printed, not judged.
     const load = loadavg()[0]!;
     if (load > 2 * availableParallelism()) {
-      process.stderr.write(`[1,000 stalled clients] load average ${load.toFixed(1)}: ${s.auctions.afterDeadline} of 38 answers after deadline + 5 ms (worst ${s.auctions.maxOverDeadlineMs} ms over); not asserted\n`);
+      process.stderr.write(
+        `[1,000 stalled clients] load average ${load.toFixed(1)}: ${s.auctions.afterDeadline} of 38 answers after deadline + 5 ms (worst ${s.auctions.maxOverDeadlineMs} ms over); not asserted\n`,
+      );
     } else expect(s.auctions.afterDeadline, `worst: ${s.auctions.maxOverDeadlineMs} ms over`).toBe(0);
     // Every honest auction was answered by its deadline (a bid, or a no-bid when the partner itself was slow on a loaded machine).
     expect(ex.summaries.map((x) => x.status).filter((x) => x !== 200 && x !== 204)).toEqual([]);
-    expect(ex.summaries.filter((x) => x.status === 200).length, JSON.stringify(ex.summaries.map((x) => [x.status, x.usedMs, x.deadlineMs, x.results[0]?.outcome]))).toBeGreaterThan(0);
+    expect(
+      ex.summaries.filter((x) => x.status === 200).length,
+      JSON.stringify(ex.summaries.map((x) => [x.status, x.usedMs, x.deadlineMs, x.results[0]?.outcome])),
+    ).toBeGreaterThan(0);
   });
 });
 
@@ -311,7 +335,7 @@ setTimeout(() => { process.stdout.write(JSON.stringify({ answered408, maxClosedM
 `;
 
 describe('loss notices', () => {
-  it('calls the lurl of a losing bid with the loss reason (102 outbid, 100 below the floor), and never the winner\'s', async () => {
+  it("calls the lurl of a losing bid with the loss reason (102 outbid, 100 below the floor), and never the winner's", async () => {
     const calls: string[] = [];
     const sink = http.createServer((req, res) => {
       calls.push(req.url!);
@@ -320,16 +344,32 @@ describe('loss notices', () => {
     await new Promise<void>((resolve) => sink.listen(0, '127.0.0.1', resolve));
     open.push({ close: () => new Promise<void>((resolve) => sink.close(() => resolve())) });
     const base = `http://127.0.0.1:${(sink.address() as net.AddressInfo).port}`;
-    const bidder = (price: number, name: string) => (_req: http.IncomingMessage, res: http.ServerResponse, _n: number, s: PartnerSeen): void => {
-      answer(res, 200, JSON.stringify({
-        id: s.body?.id, seatbid: [{ seat: name, bid: [{ id: `${name}-bid`, impid: '1', price, adm: '<ad/>', lurl: `${base}/loss/${name}?r=\${AUCTION_LOSS}&win=\${AUCTION_MIN_TO_WIN}` }] }],
-      }));
-    };
+    const bidder =
+      (price: number, name: string) =>
+      (_req: http.IncomingMessage, res: http.ServerResponse, _n: number, s: PartnerSeen): void => {
+        answer(
+          res,
+          200,
+          JSON.stringify({
+            id: s.body?.id,
+            seatbid: [
+              {
+                seat: name,
+                bid: [{ id: `${name}-bid`, impid: '1', price, adm: '<ad/>', lurl: `${base}/loss/${name}?r=\${AUCTION_LOSS}&win=\${AUCTION_MIN_TO_WIN}` }],
+              },
+            ],
+          }),
+        );
+      };
     const high = await startPartner(bidder(2, 'high'));
     const low = await startPartner(bidder(1, 'low'));
     const under = await startPartner(bidder(0.1, 'under'));
     open.push(high, low, under);
-    const ex = await startExchange(exchangeConfig([partnerConfig('high', high.url), partnerConfig('low', low.url), partnerConfig('under', under.url)], { notices: { win: 'exchange', billing: 'on-win' } }));
+    const ex = await startExchange(
+      exchangeConfig([partnerConfig('high', high.url), partnerConfig('low', low.url), partnerConfig('under', under.url)], {
+        notices: { win: 'exchange', billing: 'on-win' },
+      }),
+    );
     open.push(ex);
     const a = await post(ex.url, bidRequest({ imp: [{ id: '1', bidfloor: 0.5 }] }));
     expect(a.status).toBe(200);

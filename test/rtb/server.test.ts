@@ -87,18 +87,37 @@ describe('exchange HTTP server', () => {
     const ex = await startExchange(exchangeConfig([partnerConfig('p', p.url, { timeoutMs: 100 })], { maxRequestBytes: 32 * 1024 }));
     open.push(ex);
     const json = fc.letrec((tie) => ({
-      value: fc.oneof({ depthSize: 'small' }, fc.constant(null), fc.boolean(), fc.double(), fc.integer(), fc.string(), fc.array(tie('value'), { maxLength: 4 }), fc.dictionary(fc.string(), tie('value'), { maxKeys: 4 })),
+      value: fc.oneof(
+        { depthSize: 'small' },
+        fc.constant(null),
+        fc.boolean(),
+        fc.double(),
+        fc.integer(),
+        fc.string(),
+        fc.array(tie('value'), { maxLength: 4 }),
+        fc.dictionary(fc.string(), tie('value'), { maxKeys: 4 }),
+      ),
     })).value;
-    const impLike = fc.record({ id: fc.oneof(fc.string(), fc.integer(), fc.constant(undefined)), bidfloor: fc.oneof(fc.double(), fc.constant(undefined), fc.string()), bidfloorcur: fc.oneof(fc.constant('USD'), fc.constant('EUR'), fc.string(), fc.constant(undefined)) }, { requiredKeys: [] });
-    const requestLike = fc.record({
-      id: fc.oneof(fc.string(), fc.integer(), fc.constant(undefined)),
-      imp: fc.oneof(fc.array(impLike, { maxLength: 4 }), json),
-      tmax: fc.oneof(fc.integer({ min: -10, max: 400 }), fc.double(), fc.string(), fc.constant(undefined)),
-      cur: fc.oneof(fc.array(fc.string(), { maxLength: 2 }), json),
-      site: fc.oneof(json, fc.record({ publisher: fc.record({ id: fc.string() }) })),
-      app: fc.oneof(fc.constant(undefined), json),
-      ext: json,
-    }, { requiredKeys: [] });
+    const impLike = fc.record(
+      {
+        id: fc.oneof(fc.string(), fc.integer(), fc.constant(undefined)),
+        bidfloor: fc.oneof(fc.double(), fc.constant(undefined), fc.string()),
+        bidfloorcur: fc.oneof(fc.constant('USD'), fc.constant('EUR'), fc.string(), fc.constant(undefined)),
+      },
+      { requiredKeys: [] },
+    );
+    const requestLike = fc.record(
+      {
+        id: fc.oneof(fc.string(), fc.integer(), fc.constant(undefined)),
+        imp: fc.oneof(fc.array(impLike, { maxLength: 4 }), json),
+        tmax: fc.oneof(fc.integer({ min: -10, max: 400 }), fc.double(), fc.string(), fc.constant(undefined)),
+        cur: fc.oneof(fc.array(fc.string(), { maxLength: 2 }), json),
+        site: fc.oneof(json, fc.record({ publisher: fc.record({ id: fc.string() }) })),
+        app: fc.oneof(fc.constant(undefined), json),
+        ext: json,
+      },
+      { requiredKeys: [] },
+    );
     const body = fc.oneof(
       requestLike.map((v) => JSON.stringify(v)),
       json.map((v) => JSON.stringify(v)),
@@ -107,11 +126,14 @@ describe('exchange HTTP server', () => {
       requestLike.map((v) => JSON.stringify(v).slice(0, -3)),
       fc.nat({ max: 20_000 }).map((n) => '['.repeat(n) + ']'.repeat(n)),
     );
-    await fc.assert(fc.asyncProperty(body, async (b) => {
-      const a = await post(ex.url, b);
-      expect([200, 204, 400]).toContain(a.status);
-      if (a.status === 200) expect(a.json).not.toBeNull();
-    }), { numRuns: 300 });
+    await fc.assert(
+      fc.asyncProperty(body, async (b) => {
+        const a = await post(ex.url, b);
+        expect([200, 204, 400]).toContain(a.status);
+        if (a.status === 200) expect(a.json).not.toBeNull();
+      }),
+      { numRuns: 300 },
+    );
     expect(ex.exchange.stats().internalErrors).toBe(0);
     expect((await post(ex.url, bidRequest())).status).toBeLessThan(300);
   });

@@ -116,50 +116,57 @@ describe('createBulkhead', () => {
   });
 
   it('property: active never exceeds the cap, queued never exceeds maxQueue, order is FIFO', async () => {
-    await fc.assert(fc.asyncProperty(
-      fc.integer({ min: 1, max: 4 }), fc.integer({ min: 0, max: 4 }),
-      fc.array(fc.constantFrom('acquire', 'try', 'release', 'abort'), { maxLength: 80 }),
-      async (maxConcurrent, maxQueue, ops) => {
-        const b = createBulkhead({ maxConcurrent, maxQueue });
-        let held = 0;
-        let seq = 0;
-        const waiting: { id: number; ac: AbortController }[] = [];
-        const granted: number[] = [];
-        for (const op of ops) {
-          if (op === 'try') {
-            if (b.tryAcquire()) held++;
-          } else if (op === 'acquire') {
-            const id = seq++;
-            const ac = new AbortController();
-            const before = b.active;
-            const p = b.acquire(ac.signal);
-            if (before < maxConcurrent) {
-              held++;
-              await p;
-            } else {
-              p.then(() => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 1, max: 4 }),
+        fc.integer({ min: 0, max: 4 }),
+        fc.array(fc.constantFrom('acquire', 'try', 'release', 'abort'), { maxLength: 80 }),
+        async (maxConcurrent, maxQueue, ops) => {
+          const b = createBulkhead({ maxConcurrent, maxQueue });
+          let held = 0;
+          let seq = 0;
+          const waiting: { id: number; ac: AbortController }[] = [];
+          const granted: number[] = [];
+          for (const op of ops) {
+            if (op === 'try') {
+              if (b.tryAcquire()) held++;
+            } else if (op === 'acquire') {
+              const id = seq++;
+              const ac = new AbortController();
+              const before = b.active;
+              const p = b.acquire(ac.signal);
+              if (before < maxConcurrent) {
                 held++;
-                granted.push(id);
-              }, () => {});
-              if (b.queued > waiting.length) waiting.push({ id, ac });
+                await p;
+              } else {
+                p.then(
+                  () => {
+                    held++;
+                    granted.push(id);
+                  },
+                  () => {},
+                );
+                if (b.queued > waiting.length) waiting.push({ id, ac });
+              }
+            } else if (op === 'release' && held > 0) {
+              held--;
+              b.release();
+            } else if (op === 'abort' && waiting.length > 0) {
+              waiting.shift()!.ac.abort();
             }
-          } else if (op === 'release' && held > 0) {
-            held--;
-            b.release();
-          } else if (op === 'abort' && waiting.length > 0) {
-            waiting.shift()!.ac.abort();
+            await flush();
+            for (let i = waiting.length - 1; i >= 0; i--) if (granted.includes(waiting[i]!.id)) waiting.splice(i, 1);
+            expect(b.active).toBeLessThanOrEqual(maxConcurrent);
+            expect(b.active).toBe(held);
+            expect(b.queued).toBeLessThanOrEqual(maxQueue);
+            expect(b.queued).toBe(waiting.length);
           }
-          await flush();
-          for (let i = waiting.length - 1; i >= 0; i--) if (granted.includes(waiting[i]!.id)) waiting.splice(i, 1);
-          expect(b.active).toBeLessThanOrEqual(maxConcurrent);
-          expect(b.active).toBe(held);
-          expect(b.queued).toBeLessThanOrEqual(maxQueue);
-          expect(b.queued).toBe(waiting.length);
-        }
-        const sorted = [...granted].sort((x, y) => x - y);
-        expect(granted).toEqual(sorted);
-      },
-    ), { numRuns: 150 });
+          const sorted = [...granted].sort((x, y) => x - y);
+          expect(granted).toEqual(sorted);
+        },
+      ),
+      { numRuns: 150 },
+    );
   });
 });
 

@@ -101,49 +101,66 @@ interface Client {
 const CLIENTS: Client[] = [
   {
     name: 'fetch',
-    call: (url, method) => ({ signal }) => fetch(url, { method, signal }),
+    call:
+      (url, method) =>
+      ({ signal }) =>
+        fetch(url, { method, signal }),
     statusOf: (v) => (v as Response).status,
   },
   {
     name: 'undici.request',
     // The body is read inside the attempt: a retried answer then holds no connection.
-    call: (url, method) => async ({ signal }) => {
-      const { statusCode, headers, body } = await undiciRequest(url, { method, signal });
-      return { statusCode, headers, text: await body.text() };
-    },
+    call:
+      (url, method) =>
+      async ({ signal }) => {
+        const { statusCode, headers, body } = await undiciRequest(url, { method, signal });
+        return { statusCode, headers, text: await body.text() };
+      },
     statusOf: (v) => (v as { statusCode: number }).statusCode,
   },
   {
     name: 'axios',
-    call: (url, method) => ({ signal }) => axios.request({ url, method, signal }),
+    call:
+      (url, method) =>
+      ({ signal }) =>
+        axios.request({ url, method, signal }),
     statusOf: (v) => (v as { status: number }).status,
     errorStatus: (e) => (e as { response?: { status: number } }).response?.status,
   },
   {
     name: 'got',
-    call: (url, method) => ({ signal }) => got(url, { method: method as 'GET', signal, retry: { limit: 0 } }),
+    call:
+      (url, method) =>
+      ({ signal }) =>
+        got(url, { method: method as 'GET', signal, retry: { limit: 0 } }),
     statusOf: (v) => (v as { statusCode: number }).statusCode,
     errorStatus: (e) => (e as { response?: { statusCode: number } }).response?.statusCode,
   },
   {
     name: 'ky',
-    call: (url, method) => ({ signal }) => ky(url, { method, signal, retry: 0 }),
+    call:
+      (url, method) =>
+      ({ signal }) =>
+        ky(url, { method, signal, retry: 0 }),
     statusOf: (v) => (v as Response).status,
     errorStatus: (e) => (e as { response?: Response }).response?.status,
   },
   {
     name: 'node:http',
-    call: (url, method) => ({ signal }) => new Promise((resolve, reject) => {
-      const req = httpRequest(url, { method, signal }, (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (d: string) => (text += d));
-        res.on('end', () => resolve({ statusCode: res.statusCode, headers: res.headers as IncomingHttpHeaders, text }));
-        res.on('error', reject);
-      });
-      req.on('error', reject);
-      req.end();
-    }),
+    call:
+      (url, method) =>
+      ({ signal }) =>
+        new Promise((resolve, reject) => {
+          const req = httpRequest(url, { method, signal }, (res) => {
+            let text = '';
+            res.setEncoding('utf8');
+            res.on('data', (d: string) => (text += d));
+            res.on('end', () => resolve({ statusCode: res.statusCode, headers: res.headers as IncomingHttpHeaders, text }));
+            res.on('error', reject);
+          });
+          req.on('error', reject);
+          req.end();
+        }),
     statusOf: (v) => (v as { statusCode: number }).statusCode,
   },
 ];
@@ -162,21 +179,29 @@ interface Run {
  * `beforeRetry`), a hanging request's attempt timeout when the request reaches the server.
  */
 async function scenario(
-  client: Client, url: string, method: string,
+  client: Client,
+  url: string,
+  method: string,
   hooks: { onHang?: (f: () => void) => void; beforeRetry?: (ev: AttemptEvent, clock: TestClock) => Promise<'advanced' | void> } = {},
 ): Promise<Run> {
   const clock = createTestClock();
   const attempts: AttemptEvent[] = [];
   hooks.onHang?.(() => setImmediate(() => clock.advance(ATTEMPT_TIMEOUT_MS)));
   const result = await execute(client.call(url, method), {
-    clock, random: createSeededRandom(23), method, policy: { attemptTimeoutMs: ATTEMPT_TIMEOUT_MS },
+    clock,
+    random: createSeededRandom(23),
+    method,
+    policy: { attemptTimeoutMs: ATTEMPT_TIMEOUT_MS },
     onEvent: (ev: RelentEvent) => {
       if (ev.type !== 'attempt') return;
       attempts.push(ev);
       if (ev.decision === 'retry') {
-        setImmediate(() => void (async () => {
-          if (await hooks.beforeRetry?.(ev, clock) !== 'advanced') clock.advance(ev.delayMs!);
-        })());
+        setImmediate(
+          () =>
+            void (async () => {
+              if ((await hooks.beforeRetry?.(ev, clock)) !== 'advanced') clock.advance(ev.delayMs!);
+            })(),
+        );
       }
     },
   });
@@ -199,7 +224,7 @@ describe.each(CLIENTS)('run() around $name, no classifier option', (client) => {
     expect(p.hits()).toBe(3);
   });
 
-  it('429 with Retry-After: 1: waits the second it was asked (the clock\'s pending wait), then 200', async () => {
+  it("429 with Retry-After: 1: waits the second it was asked (the clock's pending wait), then 200", async () => {
     const p = plan([{ status: 429, headers: { 'retry-after': '1' } }, 200]);
     let hitsDuringWait = -1;
     const r = await scenario(client, p.url, 'GET', {
@@ -224,7 +249,7 @@ describe.each(CLIENTS)('run() around $name, no classifier option', (client) => {
     expect(statusOfOutcome(r.result)).toBe(200);
   });
 
-  it('connection refused: connect_refused, retried to the last attempt, the client\'s own error at the end', async () => {
+  it("connection refused: connect_refused, retried to the last attempt, the client's own error at the end", async () => {
     const port = await freePort();
     const r = await scenario(client, `http://127.0.0.1:${port}/p/none`, 'GET');
     expect(seen(r)).toEqual(['connect_refused:retry', 'connect_refused:retry', 'connect_refused:max_attempts']);
@@ -275,7 +300,7 @@ describe.each(CLIENTS)('run() around $name, no classifier option', (client) => {
     expect(p.methods).toEqual(['POST']);
   });
 
-  it('on the system clock (run()\'s success path): 503, then 200 after 2 calls', async () => {
+  it("on the system clock (run()'s success path): 503, then 200 after 2 calls", async () => {
     const p = plan([503, 200]);
     const value = await run(client.call(p.url, 'GET'), { method: 'GET', policy: { backoff: { kind: 'constant', delayMs: 0 } } });
     expect(client.statusOf(value)).toBe(200);
@@ -283,14 +308,16 @@ describe.each(CLIENTS)('run() around $name, no classifier option', (client) => {
   });
 });
 
-describe('headers in any classifier\'s result', () => {
+describe("headers in any classifier's result", () => {
   it('a custom classifier that returns a fetch Headers keeps its Retry-After', async () => {
     const p = plan([{ status: 503, headers: { 'retry-after': '2' } }, 200]);
     const clock = createTestClock();
     const events: AttemptEvent[] = [];
     const res = await new Promise<Response>((resolve, reject) => {
       run(({ signal }) => fetch(p.url, { signal }), {
-        clock, random: createSeededRandom(1), method: 'GET',
+        clock,
+        random: createSeededRandom(1),
+        method: 'GET',
         classifyValue: (r) => ({ status: r.status, headers: r.headers }),
         onEvent: (ev) => {
           if (ev.type !== 'attempt') return;
@@ -304,13 +331,14 @@ describe('headers in any classifier\'s result', () => {
     expect(events[0]!.delayMs).toBeGreaterThanOrEqual(2000);
   });
 
-  it('node:http\'s record with a mixed-case name and an array value is read too', async () => {
+  it("node:http's record with a mixed-case name and an array value is read too", async () => {
     const clock = createTestClock();
     const events: AttemptEvent[] = [];
     let n = 0;
     const value = await new Promise<number>((resolve, reject) => {
       run(async () => ++n, {
-        clock, random: createSeededRandom(1),
+        clock,
+        random: createSeededRandom(1),
         classifyValue: (v) => (v === 1 ? { status: 429, headers: { 'Retry-After': ['3'], 'X-Other': undefined } } : { status: 200 }),
         onEvent: (ev) => {
           if (ev.type !== 'attempt') return;
@@ -324,14 +352,41 @@ describe('headers in any classifier\'s result', () => {
   });
 });
 
-describe('the clients\' own timeouts are timeouts (the request may have been applied)', () => {
+describe("the clients' own timeouts are timeouts (the request may have been applied)", () => {
   // The clients' own timers are real: a 50 ms wait is unavoidable here (nothing is asserted on time).
   const own: { name: string; call: (url: string) => (ctx: AttemptContext) => Promise<unknown> }[] = [
-    { name: 'axios (timeout: ECONNABORTED without a cause)', call: (url) => ({ signal }) => axios.post(url, 'x', { signal, timeout: 50 }) },
-    { name: 'axios (clarifyTimeoutError: ETIMEDOUT without a cause)', call: (url) => ({ signal }) => axios.post(url, 'x', { signal, timeout: 50, transitional: { clarifyTimeoutError: true } }) },
-    { name: 'got (TimeoutError, event "request")', call: (url) => ({ signal }) => got.post(url, { body: 'x', signal, retry: { limit: 0 }, timeout: { request: 50 } }) },
-    { name: 'ky (TimeoutError)', call: (url) => ({ signal }) => ky.post(url, { body: 'x', signal, retry: 0, timeout: 50 }) },
-    { name: 'fetch (AbortSignal.timeout: a DOMException TimeoutError)', call: (url) => () => fetch(url, { method: 'POST', body: 'x', signal: AbortSignal.timeout(50) }) },
+    {
+      name: 'axios (timeout: ECONNABORTED without a cause)',
+      call:
+        (url) =>
+        ({ signal }) =>
+          axios.post(url, 'x', { signal, timeout: 50 }),
+    },
+    {
+      name: 'axios (clarifyTimeoutError: ETIMEDOUT without a cause)',
+      call:
+        (url) =>
+        ({ signal }) =>
+          axios.post(url, 'x', { signal, timeout: 50, transitional: { clarifyTimeoutError: true } }),
+    },
+    {
+      name: 'got (TimeoutError, event "request")',
+      call:
+        (url) =>
+        ({ signal }) =>
+          got.post(url, { body: 'x', signal, retry: { limit: 0 }, timeout: { request: 50 } }),
+    },
+    {
+      name: 'ky (TimeoutError)',
+      call:
+        (url) =>
+        ({ signal }) =>
+          ky.post(url, { body: 'x', signal, retry: 0, timeout: 50 }),
+    },
+    {
+      name: 'fetch (AbortSignal.timeout: a DOMException TimeoutError)',
+      call: (url) => () => fetch(url, { method: 'POST', body: 'x', signal: AbortSignal.timeout(50) }),
+    },
   ];
   it.each(own)('$name: a POST ends in check_state after one call', async ({ call }) => {
     const p = plan(['hang']);
@@ -343,7 +398,7 @@ describe('the clients\' own timeouts are timeouts (the request may have been app
   });
 });
 
-describe('a client that retries inside relent\'s attempt: relent says so once, with the fix', () => {
+describe("a client that retries inside relent's attempt: relent says so once, with the fix", () => {
   const warnings: string[] = [];
   const onWarning = (w: Error & { code?: string }): void => {
     if (w.code === 'RELENT_CLIENT_RETRIES') warnings.push(w.message);
@@ -393,7 +448,9 @@ describe('a client that retries inside relent\'s attempt: relent says so once, w
     const port = await freePort();
     const clock = createTestClock();
     const r = execute(({ signal }) => got(`http://127.0.0.1:${port}/`, { signal }), {
-      clock, method: 'GET', policy: { maxAttempts: 1, attemptTimeoutMs: 100 },
+      clock,
+      method: 'GET',
+      policy: { maxAttempts: 1, attemptTimeoutMs: 100 },
     });
     // got refuses, then waits ~1 s (its own timer) before trying again: relent's attempt ends first.
     await settle();

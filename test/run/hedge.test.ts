@@ -12,26 +12,34 @@ type Script = { ms: number; status?: number; error?: string };
 /** An operation whose attempt k answers per `script[k-1]` after its ms (virtual), recording aborts. */
 function scripted(clock: TestClock, script: Script[]) {
   const calls: { attempt: number; start: number; aborted: number | null }[] = [];
-  const fn = (ctx: AttemptContext): Promise<{ status: number; attempt: number }> => new Promise((resolve, reject) => {
-    const s = script[ctx.attempt - 1] ?? script[script.length - 1]!;
-    const rec = { attempt: ctx.attempt, start: clock.now(), aborted: null as number | null };
-    calls.push(rec);
-    const cancel = clock.setTimer(() => {
-      if (s.error) reject(Object.assign(new Error(s.error), { code: s.error }));
-      else resolve({ status: s.status ?? 200, attempt: ctx.attempt });
-    }, s.ms);
-    ctx.signal.addEventListener('abort', () => {
-      rec.aborted = clock.now();
-      cancel();
-      reject(ctx.signal.reason);
-    }, { once: true });
-  });
+  const fn = (ctx: AttemptContext): Promise<{ status: number; attempt: number }> =>
+    new Promise((resolve, reject) => {
+      const s = script[ctx.attempt - 1] ?? script[script.length - 1]!;
+      const rec = { attempt: ctx.attempt, start: clock.now(), aborted: null as number | null };
+      calls.push(rec);
+      const cancel = clock.setTimer(() => {
+        if (s.error) reject(Object.assign(new Error(s.error), { code: s.error }));
+        else resolve({ status: s.status ?? 200, attempt: ctx.attempt });
+      }, s.ms);
+      ctx.signal.addEventListener(
+        'abort',
+        () => {
+          rec.aborted = clock.now();
+          cancel();
+          reject(ctx.signal.reason);
+        },
+        { once: true },
+      );
+    });
   return { fn, calls };
 }
 
 async function drive<T>(clock: TestClock, p: Promise<T>): Promise<T> {
   let done = false;
-  void p.then(() => (done = true), () => (done = true));
+  void p.then(
+    () => (done = true),
+    () => (done = true),
+  );
   for (let i = 0; i < 10_000 && !done; i++) if (!(await clock.next())) await clock.flush();
   return p;
 }
@@ -43,11 +51,19 @@ describe('hedged requests (executor, test clock)', () => {
     const clock = createTestClock();
     const { fn, calls } = scripted(clock, [{ ms: 500 }, { ms: 5 }]);
     const events: RelentEvent[] = [];
-    const r = await drive(clock, execute(fn, { policy: HEDGE, clock, random: createSeededRandom(1), hedging: createHedgeState(), onEvent: (e) => events.push(e) }));
+    const r = await drive(
+      clock,
+      execute(fn, { policy: HEDGE, clock, random: createSeededRandom(1), hedging: createHedgeState(), onEvent: (e) => events.push(e) }),
+    );
     expect(r.reason).toBe('return');
     expect(r.outcome).toEqual({ ok: true, value: { status: 200, attempt: 2 } });
-    expect(calls.map((c) => [c.attempt, c.start, c.aborted])).toEqual([[1, 0, 15], [2, 10, null]]);
-    expect(events.map((e) => e.type === 'attempt' ? [e.attempt, e.decision, e.hedge ?? false, e.errorClass] : [e.type, e.reason, e.hedges, e.hedgeWon])).toEqual([
+    expect(calls.map((c) => [c.attempt, c.start, c.aborted])).toEqual([
+      [1, 0, 15],
+      [2, 10, null],
+    ]);
+    expect(
+      events.map((e) => (e.type === 'attempt' ? [e.attempt, e.decision, e.hedge ?? false, e.errorClass] : [e.type, e.reason, e.hedges, e.hedgeWon])),
+    ).toEqual([
       [2, 'return', true, null],
       [1, 'hedge_lost', false, 'aborted'],
       ['result', 'return', 1, true],
@@ -82,9 +98,12 @@ describe('hedged requests (executor, test clock)', () => {
     const policy = { hedge: { delayMs: 10, maxHedges: 2, maxExtraLoad: 1 }, budget: null };
     const r = await drive(clock, execute(fn, { policy, clock, random: createSeededRandom(2), hedging: createHedgeState(), onEvent: (e) => events.push(e) }));
     // attempt 1 at 0, hedge 2 at 10; attempt 1 fails at 15: the second hedge (due at 20) never goes.
-    expect(calls.map((c) => [c.attempt, c.start])).toEqual([[1, 0], [2, 10]]);
+    expect(calls.map((c) => [c.attempt, c.start])).toEqual([
+      [1, 0],
+      [2, 10],
+    ]);
     expect(r.outcome).toEqual({ ok: true, value: { status: 200, attempt: 2 } });
-    expect(events.map((e) => e.type === 'attempt' ? [e.attempt, e.decision, e.status] : [e.reason, e.hedges, e.hedgeWon])).toEqual([
+    expect(events.map((e) => (e.type === 'attempt' ? [e.attempt, e.decision, e.status] : [e.reason, e.hedges, e.hedgeWon]))).toEqual([
       [1, 'await_hedge', 503],
       [2, 'return', 200],
       ['return', 1, true],
@@ -153,6 +172,11 @@ describe('hedged requests (executor, test clock)', () => {
     const r = await drive(clock, p);
     expect(r.reason).toBe('cancelled');
     expect(calls.every((x) => x.aborted === 20)).toBe(true);
-    expect(events.filter((e) => e.type === 'attempt').map((e) => e.decision).sort()).toEqual(['cancelled', 'cancelled']);
+    expect(
+      events
+        .filter((e) => e.type === 'attempt')
+        .map((e) => e.decision)
+        .sort(),
+    ).toEqual(['cancelled', 'cancelled']);
   });
 });

@@ -19,7 +19,10 @@ describe('an injected clock is checked where it is given', () => {
     it(`a clock without ${missing}() is ERR_INVALID_INPUT naming it`, async () => {
       const clock = createTestClock() as unknown as Record<string, unknown>;
       const broken = { ...clock, [missing]: undefined };
-      const err = await run(() => 'ok', { clock: broken as never, onEvent: () => {} }).then(() => null, (e: unknown) => e);
+      const err = await run(() => 'ok', { clock: broken as never, onEvent: () => {} }).then(
+        () => null,
+        (e: unknown) => e,
+      );
       expect(err).toBeInstanceOf(RelentError);
       expect((err as RelentError).code).toBe('ERR_INVALID_INPUT');
       expect((err as Error).message).toContain(`\`clock\` to have a ${missing}() function`);
@@ -27,7 +30,10 @@ describe('an injected clock is checked where it is given', () => {
   }
 
   it('a clock that is not an object is refused too', async () => {
-    const err = await run(() => 'ok', { clock: 42 as never }).then(() => null, (e: unknown) => e);
+    const err = await run(() => 'ok', { clock: 42 as never }).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect((err as RelentError).code).toBe('ERR_INVALID_INPUT');
     expect((err as Error).message).toContain('`clock` to be a clock');
   });
@@ -39,14 +45,21 @@ describe('a throw while an answer is settled ends the operation with it', () => 
     const through = <A, R>(fn: (arg: A) => R, arg: A): R => fn(arg);
     const instrumentation: Instrumentation = {
       operation: () => ({
-        attempt: () => ({ run: through, end: () => { throw boom; } }),
+        attempt: () => ({
+          run: through,
+          end: () => {
+            throw boom;
+          },
+        }),
         run: through,
         end: () => {},
       }),
     };
     const clock = createTestClock();
     let result: Awaited<ReturnType<typeof execute<string>>> | null = null;
-    void execute(() => syncAnswer('ok'), { clock, instrumentation }).then((r) => { result = r; });
+    void execute(() => syncAnswer('ok'), { clock, instrumentation }).then((r) => {
+      result = r;
+    });
     // The answer came synchronously: a few turns of the event loop are more than enough (no wall-clock wait).
     for (let i = 0; i < 10 && result === null; i++) await new Promise((resolve) => setImmediate(resolve));
     expect(result, 'the operation never settled').not.toBeNull();

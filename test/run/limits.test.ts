@@ -60,55 +60,68 @@ describe('createConcurrencyLimit', () => {
       fc.constant({ t: 'abort' as const }),
       fc.record({ t: fc.constant('release' as const), rtt: fc.double({ min: 0, max: 500, noNaN: true }), dropped: fc.boolean(), told: fc.boolean() }),
     );
-    await fc.assert(fc.asyncProperty(
-      fc.constantFrom('aimd' as const, 'gradient' as const), fc.integer({ min: 1, max: 6 }), fc.integer({ min: 0, max: 5 }), fc.array(op, { maxLength: 120 }),
-      async (kind, max, maxQueue, ops) => {
-        const l = createConcurrencyLimit(kind === 'aimd' ? { kind, max, initial: max, maxQueue } : { kind, max, initial: max, maxQueue, windowMs: 1, minWindowSamples: 1 });
-        let now = 0;
-        let held = 0;
-        let seq = 0;
-        const waiting: { id: number; ac: AbortController }[] = [];
-        const granted: number[] = [];
-        const flush = () => new Promise<void>((r) => setImmediate(r));
-        for (const o of ops) {
-          now += 7;
-          if (o.t === 'acquire') {
-            const id = seq++;
-            const ac = new AbortController();
-            const queuedBefore = l.queued;
-            l.acquire(ac.signal).then(() => {
-              held++;
-              granted.push(id);
-            }, () => {});
-            if (l.queued > queuedBefore) waiting.push({ id, ac });
-          } else if (o.t === 'abort' && waiting.length > 0) {
-            waiting.shift()!.ac.abort();
-          } else if (o.t === 'release' && held > 0) {
-            held--;
-            l.release(o.told ? { startedAt: now - o.rtt, now, generation: l.generation, dropped: o.dropped } : null);
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom('aimd' as const, 'gradient' as const),
+        fc.integer({ min: 1, max: 6 }),
+        fc.integer({ min: 0, max: 5 }),
+        fc.array(op, { maxLength: 120 }),
+        async (kind, max, maxQueue, ops) => {
+          const l = createConcurrencyLimit(
+            kind === 'aimd' ? { kind, max, initial: max, maxQueue } : { kind, max, initial: max, maxQueue, windowMs: 1, minWindowSamples: 1 },
+          );
+          let now = 0;
+          let held = 0;
+          let seq = 0;
+          const waiting: { id: number; ac: AbortController }[] = [];
+          const granted: number[] = [];
+          const flush = () => new Promise<void>((r) => setImmediate(r));
+          for (const o of ops) {
+            now += 7;
+            if (o.t === 'acquire') {
+              const id = seq++;
+              const ac = new AbortController();
+              const queuedBefore = l.queued;
+              l.acquire(ac.signal).then(
+                () => {
+                  held++;
+                  granted.push(id);
+                },
+                () => {},
+              );
+              if (l.queued > queuedBefore) waiting.push({ id, ac });
+            } else if (o.t === 'abort' && waiting.length > 0) {
+              waiting.shift()!.ac.abort();
+            } else if (o.t === 'release' && held > 0) {
+              held--;
+              l.release(o.told ? { startedAt: now - o.rtt, now, generation: l.generation, dropped: o.dropped } : null);
+            }
+            await flush();
+            for (let i = waiting.length - 1; i >= 0; i--) if (granted.includes(waiting[i]!.id)) waiting.splice(i, 1);
+            expect(l.queued).toBeLessThanOrEqual(maxQueue);
+            expect(l.queued).toBe(waiting.length);
+            expect(l.active).toBe(held);
+            expect(l.active).toBeLessThanOrEqual(max);
+            expect(Number.isInteger(l.limit) && l.limit >= 1 && l.limit <= max).toBe(true);
+            if (l.queued > 0) expect(l.active).toBeGreaterThanOrEqual(l.limit);
           }
-          await flush();
-          for (let i = waiting.length - 1; i >= 0; i--) if (granted.includes(waiting[i]!.id)) waiting.splice(i, 1);
-          expect(l.queued).toBeLessThanOrEqual(maxQueue);
-          expect(l.queued).toBe(waiting.length);
-          expect(l.active).toBe(held);
-          expect(l.active).toBeLessThanOrEqual(max);
-          expect(Number.isInteger(l.limit) && l.limit >= 1 && l.limit <= max).toBe(true);
-          if (l.queued > 0) expect(l.active).toBeGreaterThanOrEqual(l.limit);
-        }
-        expect(granted).toEqual([...granted].sort((x, y) => x - y));
-      },
-    ), { numRuns: 150 });
+          expect(granted).toEqual([...granted].sort((x, y) => x - y));
+        },
+      ),
+      { numRuns: 150 },
+    );
   });
 
   it('names every bad option', () => {
     expect(() => createConcurrencyLimit({ kind: 'aimd', maxQueue: -1 })).toThrow(/`concurrencyLimit.maxQueue`/);
     expect(() => createConcurrencyLimit({ kind: 'fixed' } as never)).toThrow(/`concurrencyLimit.kind`/);
-    expect(() => createConcurrencyLimit({ kind: 'gradient', tolerance: 0.5 }, { field: 'partners[0].concurrencyLimit' })).toThrow(/`partners\[0\].concurrencyLimit.tolerance`/);
+    expect(() => createConcurrencyLimit({ kind: 'gradient', tolerance: 0.5 }, { field: 'partners[0].concurrencyLimit' })).toThrow(
+      /`partners\[0\].concurrencyLimit.tolerance`/,
+    );
   });
 });
 
-describe('run() with a limit\'s options instead of the limit', () => {
+describe("run() with a limit's options instead of the limit", () => {
   it('refuses at once, naming the field (not a TypeError at the first call)', async () => {
     const { run } = await import('../../src/run/run.js');
     let calls = 0;
@@ -117,14 +130,20 @@ describe('run() with a limit\'s options instead of the limit', () => {
       return 'ok';
     };
     for (const [field, bad] of [
-      ['concurrencyLimit', { kind: 'aimd' }], ['bulkhead', { maxConcurrent: 2 }], ['rateLimiter', { ratePerSecond: 5 }],
+      ['concurrencyLimit', { kind: 'aimd' }],
+      ['bulkhead', { maxConcurrent: 2 }],
+      ['rateLimiter', { ratePerSecond: 5 }],
     ] as const) {
-      const e = await Promise.resolve().then(() => run(fn, { policy: 'http-429', [field]: bad } as never)).catch((x: unknown) => x);
+      const e = await Promise.resolve()
+        .then(() => run(fn, { policy: 'http-429', [field]: bad } as never))
+        .catch((x: unknown) => x);
       expect(RelentError.is(e) && e.code, field).toBe('ERR_INVALID_INPUT');
       expect((e as RelentError).field).toBe(field);
       expect((e as Error).message).toMatch(new RegExp(`\`${field}\` to be made by create`));
     }
-    const h = await Promise.resolve().then(() => run(fn, { policy: { hedge: { delayMs: 5 } }, hedging: 5 } as never)).catch((x: unknown) => x);
+    const h = await Promise.resolve()
+      .then(() => run(fn, { policy: { hedge: { delayMs: 5 } }, hedging: 5 } as never))
+      .catch((x: unknown) => x);
     expect((h as RelentError).field).toBe('hedging');
     expect(calls).toBe(0);
   });
@@ -143,7 +162,11 @@ describe('createRateLimiter', () => {
     expect(clock.pending()).toBe(1);
     await clock.advanceAsync(300);
     await Promise.all(all);
-    expect(got).toEqual([[1, 100], [2, 200], [3, 300]]);
+    expect(got).toEqual([
+      [1, 100],
+      [2, 200],
+      [3, 300],
+    ]);
     expect(clock.pending()).toBe(0);
     await expect(r.acquire(clock.now(), 50)).rejects.toMatchObject({ code: 'ERR_RATE_LIMITED' });
   });
@@ -155,7 +178,7 @@ describe('createRateLimiter', () => {
     const p = r.acquire(0, 10_000).catch((e: unknown) => e);
     observeRateAnswer(r.bucket, 0, 429, { 'retry-after': '2' }, 2000, compileStatuses([429], 'x'));
     await clock.advanceAsync(20);
-    expect(RelentError.is(await p) && (await p as RelentError).code).toBe('ERR_RATE_LIMITED');
+    expect(RelentError.is(await p) && ((await p) as RelentError).code).toBe('ERR_RATE_LIMITED');
     expect(r.state(20).pausedUntil).toBe(2000);
     expect(r.state(20).ratePerSecond).toBeCloseTo(50, 0);
   });

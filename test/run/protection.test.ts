@@ -45,7 +45,9 @@ describe('run() with a circuit breaker', () => {
       expect((err as RelentError).code).toBe('ERR_CIRCUIT_OPEN');
       expect((err as RelentError).reason).toBe('circuit_open');
       expect((err as RelentError).attempts).toBe(0);
-      expect(events).toEqual([{ type: 'result', operationId: expect.any(String), status: null, errorClass: null, reason: 'circuit_open', attempts: 0, ts: expect.any(Number) }]);
+      expect(events).toEqual([
+        { type: 'result', operationId: expect.any(String), status: null, errorClass: null, reason: 'circuit_open', attempts: 0, ts: expect.any(Number) },
+      ]);
       clock.advance(100);
     }
     expect(calls).toBe(5);
@@ -53,11 +55,14 @@ describe('run() with a circuit breaker', () => {
     // After the open period: one trial goes through while another caller still fails fast.
     clock.advance(1_000);
     status = 200;
-    const trial = execute(async () => {
-      calls++;
-      await sleep(clock, 50);
-      return { status };
-    }, { policy: once, clock, breaker });
+    const trial = execute(
+      async () => {
+        calls++;
+        await sleep(clock, 50);
+        return { status };
+      },
+      { policy: once, clock, breaker },
+    );
     await clock.flush();
     const concurrent = await execute(op, { policy: once, clock, breaker });
     expect(concurrent.reason).toBe('circuit_open');
@@ -66,7 +71,9 @@ describe('run() with a circuit breaker', () => {
     expect((await trial).reason).toBe('return');
     expect(breaker.state(clock.wallNow())).toBe('closed');
     expect(changes.map((c) => `${c.from}→${c.to}:${c.reason}`)).toEqual([
-      'closed→open:failure_ratio', 'open→half_open:open_elapsed', 'half_open→closed:trial_success',
+      'closed→open:failure_ratio',
+      'open→half_open:open_elapsed',
+      'half_open→closed:trial_success',
     ]);
 
     // Closed again: calls go through.
@@ -185,10 +192,13 @@ describe('run() with a bulkhead', () => {
     const long = execute(() => sleep(clock, 1_000).then(() => ({ status: 200 })), { policy: { deadlineMs: 5_000 }, clock, bulkhead });
     let called = false;
     const events: RelentEvent[] = [];
-    const queued = execute(async () => {
-      called = true;
-      return { status: 200 };
-    }, { policy: { deadlineMs: 100 }, clock, bulkhead, onEvent: (e) => events.push(e) });
+    const queued = execute(
+      async () => {
+        called = true;
+        return { status: 200 };
+      },
+      { policy: { deadlineMs: 100 }, clock, bulkhead, onEvent: (e) => events.push(e) },
+    );
     await clock.flush();
     expect(bulkhead.queued).toBe(1);
     await clock.advanceAsync(100);
@@ -303,11 +313,19 @@ describe('instrumentation hooks', () => {
       log.push(`call:${ctx.attempt}`);
       return { status: ctx.attempt === 1 ? 503 : 200 };
     };
-    await drive(clock, () => run(op, { policy: { backoff: { kind: 'constant', delayMs: 10 } }, clock, instrumentation, method: 'GET', endpoint: 'https://api.example.com/items' }));
+    await drive(clock, () =>
+      run(op, { policy: { backoff: { kind: 'constant', delayMs: 10 } }, clock, instrumentation, method: 'GET', endpoint: 'https://api.example.com/items' }),
+    );
     expect(log).toEqual([
       'op:GET:https://api.example.com/items',
-      'attempt:1', 'run:1', 'call:1', 'end:1:retry',
-      'attempt:2', 'run:2', 'call:2', 'end:2:return',
+      'attempt:1',
+      'run:1',
+      'call:1',
+      'end:1:retry',
+      'attempt:2',
+      'run:2',
+      'call:2',
+      'end:2:return',
       'result:return:2',
     ]);
   });
@@ -324,9 +342,15 @@ describe('instrumentation hooks', () => {
   it('run the state check in the operation scope', async () => {
     const clock = createTestClock();
     const { log, instrumentation } = recorder();
-    const r = await drive(clock, () => execute(() => new Promise(() => {}), {
-      policy: { attemptTimeoutMs: 100 }, method: 'POST', clock, instrumentation, stateCheck: async () => ({ status: 200 }),
-    }));
+    const r = await drive(clock, () =>
+      execute(() => new Promise(() => {}), {
+        policy: { attemptTimeoutMs: 100 },
+        method: 'POST',
+        clock,
+        instrumentation,
+        stateCheck: async () => ({ status: 200 }),
+      }),
+    );
     expect(r.reason).toBe('check_state');
     expect(log).toEqual(['op:POST:null', 'attempt:1', 'run:1', 'end:1:check_state', 'run:check', 'result:check_state:1']);
   });

@@ -9,7 +9,13 @@ import { RelentError } from '../../src/core/errors.js';
 describe('run() on the system clock: the success path and every way out of it', () => {
   it('a plain answer is the result after one call; the first context is complete', async () => {
     const calls: AttemptContext[] = [];
-    const value = await run(async (ctx) => { calls.push(ctx); return { status: 204, body: 'x' }; }, { operationId: 'op-fast', policy: { deadlineMs: 5_000, attemptTimeoutMs: 1_000 } });
+    const value = await run(
+      async (ctx) => {
+        calls.push(ctx);
+        return { status: 204, body: 'x' };
+      },
+      { operationId: 'op-fast', policy: { deadlineMs: 5_000, attemptTimeoutMs: 1_000 } },
+    );
     expect(value).toEqual({ status: 204, body: 'x' });
     expect(calls).toHaveLength(1);
     const ctx = calls[0]!;
@@ -19,10 +25,13 @@ describe('run() on the system clock: the success path and every way out of it', 
 
   it('a retryable status is retried; both attempts share the operation id', async () => {
     const calls: AttemptContext[] = [];
-    const value = await run(async (ctx) => {
-      calls.push(ctx);
-      return { status: ctx.attempt === 1 ? 503 : 200 };
-    }, { policy: { backoff: { kind: 'constant', delayMs: 0 } } });
+    const value = await run(
+      async (ctx) => {
+        calls.push(ctx);
+        return { status: ctx.attempt === 1 ? 503 : 200 };
+      },
+      { policy: { backoff: { kind: 'constant', delayMs: 0 } } },
+    );
     expect(value).toEqual({ status: 200 });
     expect(calls.map((c) => c.attempt)).toEqual([1, 2]);
     expect(calls[0]!.operationId).toBe(calls[1]!.operationId);
@@ -31,11 +40,14 @@ describe('run() on the system clock: the success path and every way out of it', 
 
   it('an id read during the first call is the one the later attempts carry', async () => {
     const ids: string[] = [];
-    await run(async (ctx) => {
-      ids.push(ctx.operationId);
-      if (ctx.attempt === 1) throw Object.assign(new Error('refused'), { code: 'ECONNREFUSED' });
-      return 'ok';
-    }, { policy: { backoff: { kind: 'constant', delayMs: 0 } } });
+    await run(
+      async (ctx) => {
+        ids.push(ctx.operationId);
+        if (ctx.attempt === 1) throw Object.assign(new Error('refused'), { code: 'ECONNREFUSED' });
+        return 'ok';
+      },
+      { policy: { backoff: { kind: 'constant', delayMs: 0 } } },
+    );
     expect(ids).toHaveLength(2);
     expect(ids[1]).toBe(ids[0]);
   });
@@ -43,30 +55,57 @@ describe('run() on the system clock: the success path and every way out of it', 
   it('a thrown error is classified and retried; the last error is rethrown as is', async () => {
     const error = Object.assign(new Error('refused'), { code: 'ECONNREFUSED' });
     let n = 0;
-    await expect(run(async () => { n++; throw error; }, { policy: { maxAttempts: 3, backoff: { kind: 'constant', delayMs: 0 } } })).rejects.toBe(error);
+    await expect(
+      run(
+        async () => {
+          n++;
+          throw error;
+        },
+        { policy: { maxAttempts: 3, backoff: { kind: 'constant', delayMs: 0 } } },
+      ),
+    ).rejects.toBe(error);
     expect(n).toBe(3);
     // A synchronous throw is the same as a rejection.
-    await expect(run(() => { throw error; }, { policy: { maxAttempts: 1 } })).rejects.toBe(error);
+    await expect(
+      run(
+        () => {
+          throw error;
+        },
+        { policy: { maxAttempts: 1 } },
+      ),
+    ).rejects.toBe(error);
   });
 
   it('a caller classifier is asked once per answer, with the policy', async () => {
     const seen: unknown[] = [];
     const value = await run(async (ctx) => ctx.attempt, {
       policy: { backoff: { kind: 'constant', delayMs: 0 } },
-      classifyValue: (v, policy) => { seen.push([v, typeof policy.deadlineMs]); return { status: v === 1 ? 503 : 200 }; },
+      classifyValue: (v, policy) => {
+        seen.push([v, typeof policy.deadlineMs]);
+        return { status: v === 1 ? 503 : 200 };
+      },
     });
     expect(value).toBe(2);
-    expect(seen).toEqual([[1, 'number'], [2, 'number']]);
+    expect(seen).toEqual([
+      [1, 'number'],
+      [2, 'number'],
+    ]);
   });
 
   it('an attempt that outlives its timeout is aborted and retried; its late answer is ignored', async () => {
     const signals: AbortSignal[] = [];
     let release!: () => void;
-    const value = await run((ctx) => {
-      signals.push(ctx.signal);
-      if (ctx.attempt === 1) return new Promise<string>((resolve) => { release = () => resolve('late'); }); // ignores its signal
-      return Promise.resolve('second');
-    }, { policy: { attemptTimeoutMs: 20, deadlineMs: 5_000, backoff: { kind: 'constant', delayMs: 0 } } });
+    const value = await run(
+      (ctx) => {
+        signals.push(ctx.signal);
+        if (ctx.attempt === 1)
+          return new Promise<string>((resolve) => {
+            release = () => resolve('late');
+          }); // ignores its signal
+        return Promise.resolve('second');
+      },
+      { policy: { attemptTimeoutMs: 20, deadlineMs: 5_000, backoff: { kind: 'constant', delayMs: 0 } } },
+    );
     expect(value).toBe('second');
     expect(signals[0]!.aborted).toBe(true);
     expect(RelentError.is(signals[0]!.reason) && signals[0]!.reason.code).toBe('ERR_DEADLINE_EXCEEDED');
@@ -75,7 +114,9 @@ describe('run() on the system clock: the success path and every way out of it', 
   });
 
   it('the deadline ends an operation whose calls never answer', async () => {
-    await expect(run(() => new Promise<never>(() => {}), { policy: { deadlineMs: 30, attemptTimeoutMs: 30 } }))
-      .rejects.toMatchObject({ code: 'ERR_DEADLINE_EXCEEDED', attempts: 1 });
+    await expect(run(() => new Promise<never>(() => {}), { policy: { deadlineMs: 30, attemptTimeoutMs: 30 } })).rejects.toMatchObject({
+      code: 'ERR_DEADLINE_EXCEEDED',
+      attempts: 1,
+    });
   });
 });

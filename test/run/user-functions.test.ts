@@ -12,7 +12,14 @@ import { createTestClock, createSeededRandom, type TestClock } from '../../src/t
 /** Moves the test clock until the promise settles (never sleeps on the wall clock). */
 async function drive<T>(clock: TestClock, p: Promise<T>): Promise<T> {
   let done = false;
-  p.then(() => { done = true; }, () => { done = true; });
+  p.then(
+    () => {
+      done = true;
+    },
+    () => {
+      done = true;
+    },
+  );
   for (let idle = 0; !done;) {
     if (await clock.next()) idle = 0;
     else if (++idle > 50) throw new Error('stalled: the operation never settled');
@@ -32,10 +39,13 @@ describe('plain values and synchronous throws (bug 1)', () => {
 
   it('the example of the issue: a sync function that throws once, then returns, on the real clock', async () => {
     let n = 0;
-    const value = await run(() => {
-      if (n++ === 0) throw Object.assign(new Error('first fails'), { code: 'ECONNRESET' });
-      return 'ok';
-    }, { policy: FAST });
+    const value = await run(
+      () => {
+        if (n++ === 0) throw Object.assign(new Error('first fails'), { code: 'ECONNRESET' });
+        return 'ok';
+      },
+      { policy: FAST },
+    );
     expect(value).toBe('ok');
     expect(n).toBe(2);
   });
@@ -54,7 +64,13 @@ describe('plain values and synchronous throws (bug 1)', () => {
     const clock = createTestClock();
     const boom = Object.assign(new Error('refused'), { code: 'ECONNREFUSED' });
     let calls = 0;
-    const p = run(() => { calls++; throw boom; }, { clock, policy: { ...FAST, maxAttempts: 3 } });
+    const p = run(
+      () => {
+        calls++;
+        throw boom;
+      },
+      { clock, policy: { ...FAST, maxAttempts: 3 } },
+    );
     await expect(drive(clock, p)).rejects.toBe(boom);
     expect(calls).toBe(3);
   });
@@ -62,16 +78,39 @@ describe('plain values and synchronous throws (bug 1)', () => {
   it('a thenable that is not a promise is followed, and one whose then throws is a failure', async () => {
     const clock = createTestClock();
     const thenable = { then: (ok: (v: unknown) => void) => ok({ status: 200 }) };
-    expect(await drive(clock, run(() => thenable as unknown as PromiseLike<{ status: number }>, { clock }))).toEqual({ status: 200 });
-    const bad = { then: () => { throw new Error('bad then'); } };
-    await expect(drive(clock, run(() => bad as unknown as PromiseLike<unknown>, { clock, policy: FAST }))).rejects.toThrow('bad then');
+    expect(
+      await drive(
+        clock,
+        run(() => thenable as unknown as PromiseLike<{ status: number }>, { clock }),
+      ),
+    ).toEqual({ status: 200 });
+    const bad = {
+      then: () => {
+        throw new Error('bad then');
+      },
+    };
+    await expect(
+      drive(
+        clock,
+        run(() => bad as unknown as PromiseLike<unknown>, { clock, policy: FAST }),
+      ),
+    ).rejects.toThrow('bad then');
   });
 
-  it('a thenable is called once and answers as is (one that answers with itself, as the HTTP drivers\' attempt handler does, is no loop)', async () => {
+  it("a thenable is called once and answers as is (one that answers with itself, as the HTTP drivers' attempt handler does, is no loop)", async () => {
     const clock = createTestClock();
     let thens = 0;
-    const self: { status: number; then(ok: (v: unknown) => void): void } = { status: 200, then(ok) { thens++; ok(self); } };
-    const r = await drive(clock, execute(() => self as unknown as PromiseLike<unknown>, { clock }));
+    const self: { status: number; then(ok: (v: unknown) => void): void } = {
+      status: 200,
+      then(ok) {
+        thens++;
+        ok(self);
+      },
+    };
+    const r = await drive(
+      clock,
+      execute(() => self as unknown as PromiseLike<unknown>, { clock }),
+    );
     expect(r.outcome).toEqual({ ok: true, value: self });
     expect(thens).toBe(1);
   });
@@ -79,7 +118,10 @@ describe('plain values and synchronous throws (bug 1)', () => {
   it('a state check may return a plain value too', async () => {
     const clock = createTestClock();
     const p = execute((ctx: AttemptContext) => new Promise<never>((_, reject) => ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason))), {
-      clock, method: 'POST', policy: { attemptTimeoutMs: 10, deadlineMs: 100 }, stateCheck: () => ({ status: 200, found: true }),
+      clock,
+      method: 'POST',
+      policy: { attemptTimeoutMs: 10, deadlineMs: 100 },
+      stateCheck: () => ({ status: 200, found: true }),
     });
     const r = await drive(clock, p);
     expect(r.reason).toBe('check_state');
@@ -89,17 +131,54 @@ describe('plain values and synchronous throws (bug 1)', () => {
   it('a classifier that throws ends the operation with its error instead of hanging or crashing', async () => {
     const clock = createTestClock();
     const wrong = new Error('classifier bug');
-    await expect(drive(clock, run(async () => ({ status: 200 }), { clock, classifyValue: () => { throw wrong; } }))).rejects.toBe(wrong);
-    await expect(drive(clock, run(async () => { throw new Error('x'); }, { clock, classifyError: () => { throw wrong; } }))).rejects.toBe(wrong);
+    await expect(
+      drive(
+        clock,
+        run(async () => ({ status: 200 }), {
+          clock,
+          classifyValue: () => {
+            throw wrong;
+          },
+        }),
+      ),
+    ).rejects.toBe(wrong);
+    await expect(
+      drive(
+        clock,
+        run(
+          async () => {
+            throw new Error('x');
+          },
+          {
+            clock,
+            classifyError: () => {
+              throw wrong;
+            },
+          },
+        ),
+      ),
+    ).rejects.toBe(wrong);
   });
 });
 
-describe('an event listener that throws (as p-retry\'s onFailedAttempt: the operation ends with its error)', () => {
-  it('on an attempt event: no further attempt, the listener\'s error is the outcome; no crash, no hang', async () => {
+describe("an event listener that throws (as p-retry's onFailedAttempt: the operation ends with its error)", () => {
+  it("on an attempt event: no further attempt, the listener's error is the outcome; no crash, no hang", async () => {
     const clock = createTestClock();
     const oops = new Error('logger broke');
     let calls = 0;
-    const p = run(async () => { calls++; return { status: 503 }; }, { clock, policy: FAST, onEvent: (e) => { if (e.type === 'attempt') throw oops; } });
+    const p = run(
+      async () => {
+        calls++;
+        return { status: 503 };
+      },
+      {
+        clock,
+        policy: FAST,
+        onEvent: (e) => {
+          if (e.type === 'attempt') throw oops;
+        },
+      },
+    );
     await expect(drive(clock, p)).rejects.toBe(oops);
     expect(calls).toBe(1);
     expect(clock.pending()).toBe(0);
@@ -107,13 +186,27 @@ describe('an event listener that throws (as p-retry\'s onFailedAttempt: the oper
   it('on the result event, after a success', async () => {
     const clock = createTestClock();
     const oops = new Error('logger broke');
-    const r = await drive(clock, execute(async () => ({ status: 200 }), { clock, onEvent: (e) => { if (e.type === 'result') throw oops; } }));
+    const r = await drive(
+      clock,
+      execute(async () => ({ status: 200 }), {
+        clock,
+        onEvent: (e) => {
+          if (e.type === 'result') throw oops;
+        },
+      }),
+    );
     expect(r.outcome).toEqual({ ok: false, error: oops });
   });
   it('on a timed-out attempt (the listener runs inside a timer): the operation still ends', async () => {
     const clock = createTestClock();
     const oops = new Error('logger broke');
-    const p = run(() => new Promise(() => {}), { clock, policy: { ...FAST, attemptTimeoutMs: 5 }, onEvent: () => { throw oops; } });
+    const p = run(() => new Promise(() => {}), {
+      clock,
+      policy: { ...FAST, attemptTimeoutMs: 5 },
+      onEvent: () => {
+        throw oops;
+      },
+    });
     await expect(drive(clock, p)).rejects.toBe(oops);
   });
 });
@@ -128,8 +221,18 @@ describe('a cancel at any point ends the operation cancelled at once (bug 2)', (
       onCall?.();
       return new Promise((resolve, reject) => {
         const cancel = clock.setTimer(() => resolve({ status: 200 }), ms);
-        signal.addEventListener('abort', () => { cancel(); reject(signal.reason); }, { once: true });
-        if (signal.aborted) { cancel(); reject(signal.reason); }
+        signal.addEventListener(
+          'abort',
+          () => {
+            cancel();
+            reject(signal.reason);
+          },
+          { once: true },
+        );
+        if (signal.aborted) {
+          cancel();
+          reject(signal.reason);
+        }
       });
     };
     return { fn, seen };
@@ -151,12 +254,18 @@ describe('a cancel at any point ends the operation cancelled at once (bug 2)', (
     const clock = createTestClock();
     const ac = new AbortController();
     const seen: boolean[] = [];
-    const r = await drive(clock, execute((ctx) => {
-      seen.push(ctx.signal.aborted);
-      ac.abort();
-      seen.push(ctx.signal.aborted);
-      return { status: 200 };
-    }, { clock, signal: ac.signal }));
+    const r = await drive(
+      clock,
+      execute(
+        (ctx) => {
+          seen.push(ctx.signal.aborted);
+          ac.abort();
+          seen.push(ctx.signal.aborted);
+          return { status: 200 };
+        },
+        { clock, signal: ac.signal },
+      ),
+    );
     expect(seen).toEqual([false, true]);
     expect(r.reason).toBe('cancelled');
   });
@@ -189,7 +298,10 @@ describe('a cancel at any point ends the operation cancelled at once (bug 2)', (
       if (++n === 2) ac.abort();
       return p;
     };
-    const r = await drive(clock, execute(fn, { clock, signal: ac.signal, hedging: createHedgeState(), policy: { budget: null, hedge: { delayMs: 10, maxExtraLoad: 1 } } }));
+    const r = await drive(
+      clock,
+      execute(fn, { clock, signal: ac.signal, hedging: createHedgeState(), policy: { budget: null, hedge: { delayMs: 10, maxExtraLoad: 1 } } }),
+    );
     expect(r.reason).toBe('cancelled');
     expect(clock.now()).toBe(10);
     expect(inner.seen.map((s) => s.aborted)).toEqual([true, true]);
@@ -203,7 +315,11 @@ describe('a cancel at any point ends the operation cancelled at once (bug 2)', (
     expect((await drive(clock, execute(slow(clock, 5).fn, { clock, signal: before.signal }))).reason).toBe('cancelled');
     // during the wait
     const waiting = new AbortController();
-    const w = execute(() => Promise.resolve({ status: 503 }), { clock, signal: waiting.signal, policy: { budget: null, backoff: { kind: 'constant', delayMs: 1000 } } });
+    const w = execute(() => Promise.resolve({ status: 503 }), {
+      clock,
+      signal: waiting.signal,
+      policy: { budget: null, backoff: { kind: 'constant', delayMs: 1000 } },
+    });
     await clock.advanceAsync(10);
     waiting.abort();
     expect((await w).reason).toBe('cancelled');
@@ -230,15 +346,26 @@ describe('a cancel at any point ends the operation cancelled at once (bug 2)', (
 /** Anything a JavaScript function might hand back or throw. */
 const anyValue = fc.oneof(
   fc.anything(),
-  fc.record({ status: fc.oneof(fc.integer({ min: -5, max: 1200 }), fc.double(), fc.string()), headers: fc.oneof(fc.anything(), fc.dictionary(fc.string(), fc.string())) }),
-  fc.record({ status: fc.constantFrom(200, 404, 429, 500, 503), headers: fc.dictionary(fc.constantFrom('retry-after', 'date', 'grpc-retry-pushback-ms', 'x-other'), fc.string()) }),
+  fc.record({
+    status: fc.oneof(fc.integer({ min: -5, max: 1200 }), fc.double(), fc.string()),
+    headers: fc.oneof(fc.anything(), fc.dictionary(fc.string(), fc.string())),
+  }),
+  fc.record({
+    status: fc.constantFrom(200, 404, 429, 500, 503),
+    headers: fc.dictionary(fc.constantFrom('retry-after', 'date', 'grpc-retry-pushback-ms', 'x-other'), fc.string()),
+  }),
   fc.constant(Symbol('s')),
   fc.bigInt(),
   fc.func(fc.anything()),
 );
 const anyError = fc.oneof(
   fc.anything(),
-  fc.record({ code: fc.oneof(fc.constantFrom('ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'UND_ERR_SOCKET', 'ENOTFOUND'), fc.string(), fc.integer()), errorClass: fc.anything(), sent: fc.anything(), cause: fc.anything() }),
+  fc.record({
+    code: fc.oneof(fc.constantFrom('ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'UND_ERR_SOCKET', 'ENOTFOUND'), fc.string(), fc.integer()),
+    errorClass: fc.anything(),
+    sent: fc.anything(),
+    cause: fc.anything(),
+  }),
   fc.string().map((m) => new Error(m)),
 );
 /** One attempt's behaviour: how it answers and whether synchronously. */
@@ -256,15 +383,28 @@ function scriptOf(clock: TestClock, script: AnyAttempt[]) {
   return (ctx: AttemptContext): unknown => {
     const a = script[(ctx.attempt - 1) % script.length]!;
     switch (a.kind) {
-      case 'sync-value': return a.v;
-      case 'sync-throw': throw a.v;
-      case 'resolve': return Promise.resolve(a.v);
-      case 'reject': return Promise.reject(a.v);
-      case 'late': return new Promise((resolve, reject) => {
-        const cancel = clock.setTimer(() => resolve(a.v), a.ms!);
-        ctx.signal.addEventListener('abort', () => { cancel(); reject(ctx.signal.reason); }, { once: true });
-      });
-      case 'never': return new Promise(() => {});
+      case 'sync-value':
+        return a.v;
+      case 'sync-throw':
+        throw a.v;
+      case 'resolve':
+        return Promise.resolve(a.v);
+      case 'reject':
+        return Promise.reject(a.v);
+      case 'late':
+        return new Promise((resolve, reject) => {
+          const cancel = clock.setTimer(() => resolve(a.v), a.ms!);
+          ctx.signal.addEventListener(
+            'abort',
+            () => {
+              cancel();
+              reject(ctx.signal.reason);
+            },
+            { once: true },
+          );
+        });
+      case 'never':
+        return new Promise(() => {});
     }
   };
 }
@@ -280,30 +420,57 @@ describe('nothing a user function returns or throws crashes the process (propert
   const method = fc.constantFrom('GET', 'POST', undefined);
 
   it('through run(), execute() and the hedging path: 10,000 cases, each settles', async () => {
-    await fc.assert(fc.asyncProperty(
-      fc.array(anyAttempt, { minLength: 1, maxLength: 4 }), policy, method, fc.constantFrom('run', 'execute', 'hedge', 'events'), fc.integer(),
-      async (script, pol, m, path, seed) => {
-        const clock = createTestClock();
-        const fn = scriptOf(clock, script as AnyAttempt[]);
-        const base = { clock, random: createSeededRandom(seed), method: m };
-        let p: Promise<unknown>;
-        if (path === 'run') p = run(fn, { ...base, policy: pol });
-        else if (path === 'execute') p = execute(fn, { ...base, policy: pol });
-        else if (path === 'events') p = run(fn, { ...base, policy: pol, onEvent: () => {} });
-        else p = execute(fn, { ...base, hedging: createHedgeState(), policy: { ...pol, hedge: { delayMs: 3, maxExtraLoad: 1 } } });
-        let settled = false;
-        await drive(clock, p.then(() => { settled = true; }, () => { settled = true; }));
-        expect(settled).toBe(true);
-        expect(clock.pending()).toBe(0);
-      },
-    ), { numRuns: 10_000 });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(anyAttempt, { minLength: 1, maxLength: 4 }),
+        policy,
+        method,
+        fc.constantFrom('run', 'execute', 'hedge', 'events'),
+        fc.integer(),
+        async (script, pol, m, path, seed) => {
+          const clock = createTestClock();
+          const fn = scriptOf(clock, script as AnyAttempt[]);
+          const base = { clock, random: createSeededRandom(seed), method: m };
+          let p: Promise<unknown>;
+          if (path === 'run') p = run(fn, { ...base, policy: pol });
+          else if (path === 'execute') p = execute(fn, { ...base, policy: pol });
+          else if (path === 'events') p = run(fn, { ...base, policy: pol, onEvent: () => {} });
+          else p = execute(fn, { ...base, hedging: createHedgeState(), policy: { ...pol, hedge: { delayMs: 3, maxExtraLoad: 1 } } });
+          let settled = false;
+          await drive(
+            clock,
+            p.then(
+              () => {
+                settled = true;
+              },
+              () => {
+                settled = true;
+              },
+            ),
+          );
+          expect(settled).toBe(true);
+          expect(clock.pending()).toBe(0);
+        },
+      ),
+      { numRuns: 10_000 },
+    );
   }, 120_000);
 
   it('on the system clock, the success path: a plain value of any kind resolves as itself or settles', async () => {
-    await fc.assert(fc.asyncProperty(anyValue, async (v) => {
-      let settled = false;
-      await run(() => v, { policy: { budget: null, maxAttempts: 1 } }).then(() => { settled = true; }, () => { settled = true; });
-      expect(settled).toBe(true);
-    }), { numRuns: 2_000 });
+    await fc.assert(
+      fc.asyncProperty(anyValue, async (v) => {
+        let settled = false;
+        await run(() => v, { policy: { budget: null, maxAttempts: 1 } }).then(
+          () => {
+            settled = true;
+          },
+          () => {
+            settled = true;
+          },
+        );
+        expect(settled).toBe(true);
+      }),
+      { numRuns: 2_000 },
+    );
   });
 });

@@ -32,8 +32,16 @@ describe('supported runtimes', () => {
       expect(m, `a loop running scripts/runtimes.mjs ${what} in .ci/run`).not.toBeNull();
       return [...m![1]!.matchAll(/"([^"]+)"/g)].map((x) => x[1]!);
     };
-    expect(loop('probe').sort()).toEqual(PLAN.filter((p) => p.probe).map(argOf).sort());
-    expect(loop('suite').sort()).toEqual(PLAN.filter((p) => p.suite !== 'full').map(argOf).sort());
+    expect(loop('probe').sort()).toEqual(
+      PLAN.filter((p) => p.probe)
+        .map(argOf)
+        .sort(),
+    );
+    expect(loop('suite').sort()).toEqual(
+      PLAN.filter((p) => p.suite !== 'full')
+        .map(argOf)
+        .sort(),
+    );
     const full = PLAN.filter((p) => p.suite === 'full');
     expect(full.map((p) => p.name)).toEqual(['Node 24']);
     expect(ci).toMatch(/\n[^#\n]*npm test\n/);
@@ -49,15 +57,25 @@ describe('supported runtimes', () => {
   // The machine's own Node (Debian's, outside the PATH entries npm and the runner put first).
   const older = ['/usr/bin/node', '/usr/local/bin/node'].find((p) => existsSync(p));
   const node24 = join(runtimesDir() as string, `node-${RUNTIMES.node['24']}`, 'bin', 'node');
-  it.skipIf(!older || !existsSync(node24))('on a Node older than the floor, scripts/ensure-ready.mjs runs the command under Node 24 and says so in one line', async () => {
-    const mine = await new Promise<string>((resolve, reject) => execFile(older!, ['-p', 'process.versions.node'], (e, out) => (e ? reject(e) : resolve(out.trim()))));
-    if (atLeast(mine, NODE_FLOOR)) return; // this machine's Node is new enough: nothing to bring
-    const out = await new Promise<{ stdout: string; stderr: string }>((resolve, reject) => {
-      execFile(older!, ['scripts/ensure-ready.mjs', 'node', '-p', 'process.version + " " + process.env.npm_config_nodedir'], { cwd: ROOT, timeout: 60_000 }, (e, stdout, stderr) => (e ? reject(new Error(`${e.message}\n${stderr}`)) : resolve({ stdout, stderr })));
-    });
-    expect(out.stdout.trim()).toBe(`v${RUNTIMES.node['24']} ${join(runtimesDir() as string, `node-${RUNTIMES.node['24']}`)}`);
-    expect(out.stderr.split('\n').filter((l) => l.startsWith('relent: this machine'))).toEqual([
-      `relent: this machine's Node ${mine} is older than relent's floor ${NODE_FLOOR}: using Node ${RUNTIMES.node['24']} from the npm registry (kept in ${runtimesDir()})`,
-    ]);
-  });
+  it.skipIf(!older || !existsSync(node24))(
+    'on a Node older than the floor, scripts/ensure-ready.mjs runs the command under Node 24 and says so in one line',
+    async () => {
+      const mine = await new Promise<string>((resolve, reject) =>
+        execFile(older!, ['-p', 'process.versions.node'], (e, out) => (e ? reject(e) : resolve(out.trim()))),
+      );
+      if (atLeast(mine, NODE_FLOOR)) return; // this machine's Node is new enough: nothing to bring
+      const out = await new Promise<{ stdout: string; stderr: string }>((resolve, reject) => {
+        execFile(
+          older!,
+          ['scripts/ensure-ready.mjs', 'node', '-p', 'process.version + " " + process.env.npm_config_nodedir'],
+          { cwd: ROOT, timeout: 60_000 },
+          (e, stdout, stderr) => (e ? reject(new Error(`${e.message}\n${stderr}`)) : resolve({ stdout, stderr })),
+        );
+      });
+      expect(out.stdout.trim()).toBe(`v${RUNTIMES.node['24']} ${join(runtimesDir() as string, `node-${RUNTIMES.node['24']}`)}`);
+      expect(out.stderr.split('\n').filter((l) => l.startsWith('relent: this machine'))).toEqual([
+        `relent: this machine's Node ${mine} is older than relent's floor ${NODE_FLOOR}: using Node ${RUNTIMES.node['24']} from the npm registry (kept in ${runtimesDir()})`,
+      ]);
+    },
+  );
 });

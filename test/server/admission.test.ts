@@ -56,10 +56,14 @@ describe('Admission: concurrency limit, bounded queue, queue timeout, first atte
     expect(a.inFlight).toBe(0);
   });
 
-  it('a queued request whose deadline timer fires a little early (as Node\'s may) still expires, not shed', () => {
+  it("a queued request whose deadline timer fires a little early (as Node's may) still expires, not shed", () => {
     const clock = createTestClock();
     // Node's timers may fire up to 1 ms before performance.now() reaches their due time.
-    const early = { now: () => clock.now(), wallNow: () => clock.wallNow(), setTimer: (fn: () => void, ms: number, at?: number) => clock.setTimer(fn, Math.max(0, ms - 0.6), at) };
+    const early = {
+      now: () => clock.now(),
+      wallNow: () => clock.wallNow(),
+      setTimer: (fn: () => void, ms: number, at?: number) => clock.setTimer(fn, Math.max(0, ms - 0.6), at),
+    };
     const a = new Admission({ maxConcurrent: 1, maxQueue: 5, queueTimeoutMs: 60 }, early);
     const t = tickets(clock);
     a.arrive(t.make('a'), clock.now());
@@ -119,7 +123,15 @@ describe('Admission: concurrency limit, bounded queue, queue timeout, first atte
     const a = new Admission({ maxConcurrent: 1, maxQueue: 5, queueTimeoutMs: 100 }, clock);
     const t = tickets(clock);
     a.arrive(t.make('a'), clock.now());
-    a.arrive({ ...t.make('bad'), admit: () => { throw new Error('handler'); } }, clock.now());
+    a.arrive(
+      {
+        ...t.make('bad'),
+        admit: () => {
+          throw new Error('handler');
+        },
+      },
+      clock.now(),
+    );
     a.arrive(t.make('c'), clock.now());
     expect(() => a.release()).toThrow('handler');
     expect([a.inFlight, a.queued]).toEqual([1, 1]); // 'bad' holds its slot until its response closes
@@ -134,7 +146,10 @@ describe('Admission: concurrency limit, bounded queue, queue timeout, first atte
     a.arrive(t.make('a'), clock.now());
     a.arrive(t.make('b', { deadlineMs: 50 }), clock.now());
     a.arrive(t.make('c'), clock.now());
-    clock.now = ((n) => () => n)(clock.now() + 60); // time moved, timers not yet fired
+    clock.now = (
+      (n) => () =>
+        n
+    )(clock.now() + 60); // time moved, timers not yet fired
     a.release();
     expect(t.log.slice(1)).toEqual(['b expired', 'c admitted after 60']);
   });

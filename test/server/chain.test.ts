@@ -37,47 +37,77 @@ async function hop(server: ServerOptions, below: string | null, policy: PolicySp
     client = createClient({ policy, budget: opts.budget ?? true, onEvent: (e) => clientEvents.push(e) });
     closers.push(() => client!.close());
   }
-  const handler: Handler = opts.handler ?? (async (_req, res) => {
-    try {
-      const r = await client!.fetch(below!);
-      res.statusCode = r.status;
-      res.end(await r.text());
-    } catch {
-      res.statusCode = 504;
-      res.end('gave up');
-    }
-  });
-  const s = http.createServer((req, res) => guard(req, res, (err) => {
-    if (err) { res.statusCode = 500; res.end(); return; }
-    void handler(req as Req, res);
-  }));
+  const handler: Handler =
+    opts.handler ??
+    (async (_req, res) => {
+      try {
+        const r = await client!.fetch(below!);
+        res.statusCode = r.status;
+        res.end(await r.text());
+      } catch {
+        res.statusCode = 504;
+        res.end('gave up');
+      }
+    });
+  const s = http.createServer((req, res) =>
+    guard(req, res, (err) => {
+      if (err) {
+        res.statusCode = 500;
+        res.end();
+        return;
+      }
+      void handler(req as Req, res);
+    }),
+  );
   const sockets = new Set<net.Socket>();
-  s.on('connection', (c) => { sockets.add(c); c.on('close', () => sockets.delete(c)); });
+  s.on('connection', (c) => {
+    sockets.add(c);
+    c.on('close', () => sockets.delete(c));
+  });
   await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  closers.push(() => new Promise((r) => { for (const c of sockets) c.destroy(); s.close(r); }));
-  return { url: `http://127.0.0.1:${(s.address() as net.AddressInfo).port}/`, events, get stats() { return guard.stats(); }, clientEvents };
+  closers.push(
+    () =>
+      new Promise((r) => {
+        for (const c of sockets) c.destroy();
+        s.close(r);
+      }),
+  );
+  return {
+    url: `http://127.0.0.1:${(s.address() as net.AddressInfo).port}/`,
+    events,
+    get stats() {
+      return guard.stats();
+    },
+    clientEvents,
+  };
 }
 
 const requests = (h: Hop) => h.events.filter((e): e is Extract<ServerEvent, { type: 'server_request' }> => e.type === 'server_request');
 
 describe('a chain of three relent-served hops, 300 ms deadline at the top', () => {
-  it('each hop sees what is left of its caller\'s deadline; the bottom stops work when it passes', async () => {
+  it("each hop sees what is left of its caller's deadline; the bottom stops work when it passes", async () => {
     let steps = 0;
     let stoppedAt = -1;
     let started = -1;
-    const c = await hop({}, null, {}, {
-      handler: async (req, res) => {
-        started = performance.now();
-        const { signal } = req.relent;
-        while (!signal.aborted) { // work in 10 ms steps, checking the caller's deadline
-          steps++;
-          await sleep(10);
-        }
-        stoppedAt = performance.now();
-        res.statusCode = 504;
-        res.end();
+    const c = await hop(
+      {},
+      null,
+      {},
+      {
+        handler: async (req, res) => {
+          started = performance.now();
+          const { signal } = req.relent;
+          while (!signal.aborted) {
+            // work in 10 ms steps, checking the caller's deadline
+            steps++;
+            await sleep(10);
+          }
+          stoppedAt = performance.now();
+          res.statusCode = 504;
+          res.end();
+        },
       },
-    });
+    );
     // Each hop's own client would allow 10 s: only the inherited deadline can bound it.
     const policy: PolicySpec = { maxAttempts: 3, deadlineMs: 10_000 };
     const b = await hop({}, c.url, policy);
@@ -85,7 +115,10 @@ describe('a chain of three relent-served hops, 300 ms deadline at the top', () =
     const top = createClient({ policy: { maxAttempts: 3, deadlineMs: 300 } });
     closers.push(() => top.close());
     const t0 = performance.now();
-    const e = await top.fetch(a.url).then((r) => r.status, (x: { code: string }) => x.code);
+    const e = await top.fetch(a.url).then(
+      (r) => r.status,
+      (x: { code: string }) => x.code,
+    );
     const took = performance.now() - t0;
     expect(e).toBe('ERR_DEADLINE_EXCEEDED');
     expect(took).toBeLessThan(1500);
@@ -122,15 +155,25 @@ describe('a chain of three relent-served hops, 300 ms deadline at the top', () =
  * layers (the top caller, hop A, hop B), each with 3 attempts, call down through A and
  * B; returns attempts the bottom received per top-level call, and its attempt histogram.
  */
-async function overload(variant: { marker: boolean; retryAfter: boolean; budget: boolean }, actions: number): Promise<{ perAction: number; attempts: Record<string, number>; topAttempts: number }> {
+async function overload(
+  variant: { marker: boolean; retryAfter: boolean; budget: boolean },
+  actions: number,
+): Promise<{ perAction: number; attempts: Record<string, number>; topAttempts: number }> {
   const release: (() => void)[] = [];
-  const bottom = await hop({ maxConcurrent: 1, maxQueue: 0, noRetryMarker: variant.marker, retryAfterSec: variant.retryAfter ? 1 : null }, null, {}, {
-    handler: async (_req, res) => {
-      await new Promise<void>((r) => release.push(r));
-      res.end('finally');
+  const bottom = await hop(
+    { maxConcurrent: 1, maxQueue: 0, noRetryMarker: variant.marker, retryAfterSec: variant.retryAfter ? 1 : null },
+    null,
+    {},
+    {
+      handler: async (_req, res) => {
+        await new Promise<void>((r) => release.push(r));
+        res.end('finally');
+      },
     },
+  );
+  closers.push(async () => {
+    for (const r of release) r();
   });
-  closers.push(async () => { for (const r of release) r(); });
   const hold = new Promise((resolve) => http.get(bottom.url, { agent: false }, resolve).on('error', () => {}));
   while (bottom.stats.inFlight === 0) await sleep(2);
   const policy: PolicySpec = { maxAttempts: 3, deadlineMs: 2000, backoff: { kind: 'constant', delayMs: 1 } };
@@ -156,9 +199,11 @@ describe('an overload at the bottom of three layers that each make 3 attempts', 
     const withMarker = await overload({ marker: true, retryAfter: true, budget: true }, 20);
     const without = await overload({ marker: false, retryAfter: false, budget: false }, 10);
     const budgetsOnly = await overload({ marker: false, retryAfter: false, budget: true }, 20);
-    console.log(`[chain] attempts at the bottom per top-level call: with "don't retry" ${withMarker.perAction.toFixed(2)}x ` +
-      `(histogram ${JSON.stringify(withMarker.attempts)}); without it and without budgets ${without.perAction.toFixed(2)}x ` +
-      `(histogram ${JSON.stringify(without.attempts)}); without it, with relent's default budgets ${budgetsOnly.perAction.toFixed(2)}x`);
+    console.log(
+      `[chain] attempts at the bottom per top-level call: with "don't retry" ${withMarker.perAction.toFixed(2)}x ` +
+        `(histogram ${JSON.stringify(withMarker.attempts)}); without it and without budgets ${without.perAction.toFixed(2)}x ` +
+        `(histogram ${JSON.stringify(without.attempts)}); without it, with relent's default budgets ${budgetsOnly.perAction.toFixed(2)}x`,
+    );
     expect(withMarker.perAction).toBeLessThanOrEqual(1.2);
     expect(withMarker.perAction).toBe(1);
     expect(withMarker.topAttempts).toBe(1);

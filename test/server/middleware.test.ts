@@ -6,7 +6,15 @@ import type net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import Fastify from 'fastify';
 import { createClient, type RelentClient } from '../../src/http/client.js';
-import { createServerGuard, incomingCall, relentFastify, relentMiddleware, type ServerEvent, type ServedRequest, type ServerOptions } from '../../src/server/index.js';
+import {
+  createServerGuard,
+  incomingCall,
+  relentFastify,
+  relentMiddleware,
+  type ServerEvent,
+  type ServedRequest,
+  type ServerOptions,
+} from '../../src/server/index.js';
 import { sleep, startServer, type TestServer } from '../http/helpers.js';
 
 type Mw = (req: http.IncomingMessage, res: http.ServerResponse, next: (err?: unknown) => void) => void;
@@ -34,9 +42,18 @@ async function app(...mws: Mw[]): Promise<{ url: string }> {
     next();
   });
   const sockets = new Set<net.Socket>();
-  server.on('connection', (s) => { sockets.add(s); s.on('close', () => sockets.delete(s)); });
+  server.on('connection', (s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  closers.push(() => new Promise((r) => { for (const s of sockets) s.destroy(); server.close(r); }));
+  closers.push(
+    () =>
+      new Promise((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(r);
+      }),
+  );
   return { url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}/` };
 }
 
@@ -58,22 +75,30 @@ async function get(url: string, headers: Record<string, string> = {}): Promise<{
     const req = http.get(url, { headers, agent: false }, (res) => {
       let body = '';
       res.setEncoding('utf8');
-      res.on('data', (c: string) => { body += c; });
+      res.on('data', (c: string) => {
+        body += c;
+      });
       res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body }));
     });
     req.on('error', reject);
   });
 }
 
-function events(): { onEvent: (e: ServerEvent) => void; list: ServerEvent[]; of: <T extends ServerEvent['type']>(t: T) => Extract<ServerEvent, { type: T }>[] } {
+function events(): {
+  onEvent: (e: ServerEvent) => void;
+  list: ServerEvent[];
+  of: <T extends ServerEvent['type']>(t: T) => Extract<ServerEvent, { type: T }>[];
+} {
   const list: ServerEvent[] = [];
   return { list, onEvent: (e) => list.push(e), of: (t) => list.filter((e) => e.type === t) as never };
 }
 
-const ok: Mw = (_req, res) => { res.end('ok'); };
+const ok: Mw = (_req, res) => {
+  res.end('ok');
+};
 
 describe('incoming deadlines (node:http)', () => {
-  it('the handler gets the caller\'s remaining time, an AbortSignal, and the event says where the deadline came from', async () => {
+  it("the handler gets the caller's remaining time, an AbortSignal, and the event says where the deadline came from", async () => {
     const ev = events();
     let seen: { remaining: number; deadline: number | null; attempt: number | null } | null = null;
     const a = await app(relentMiddleware({ onEvent: ev.onEvent }), (req, res) => {
@@ -88,12 +113,20 @@ describe('incoming deadlines (node:http)', () => {
     expect(seen!.remaining).toBeGreaterThan(200);
     expect(seen!.remaining).toBeLessThanOrEqual(300);
     const [r] = ev.of('server_request');
-    expect(r).toMatchObject({ type: 'server_request', method: 'GET', path: '/items/1', attempt: 2, deadlineMs: 300, deadlineSource: 'x-relent-deadline-ms', queuedMs: 0 });
+    expect(r).toMatchObject({
+      type: 'server_request',
+      method: 'GET',
+      path: '/items/1',
+      attempt: 2,
+      deadlineMs: 300,
+      deadlineSource: 'x-relent-deadline-ms',
+      queuedMs: 0,
+    });
     expect(JSON.stringify(ev.list)).not.toContain('secret');
     expect(typeof r!.ts).toBe('number');
   });
 
-  it('grpc-timeout and Envoy\'s header are read too; the smallest wins', async () => {
+  it("grpc-timeout and Envoy's header are read too; the smallest wins", async () => {
     const ev = events();
     const a = await app(relentMiddleware({ onEvent: ev.onEvent }), ok);
     await get(a.url, { 'grpc-timeout': '2S', 'x-envoy-expected-rq-timeout-ms': '900' });
@@ -103,7 +136,10 @@ describe('incoming deadlines (node:http)', () => {
   it('a spent deadline (0) is answered at once, 504 with "don\'t retry"; the handler never runs', async () => {
     const ev = events();
     let ran = 0;
-    const a = await app(relentMiddleware({ onEvent: ev.onEvent }), (_q, res) => { ran++; res.end(); });
+    const a = await app(relentMiddleware({ onEvent: ev.onEvent }), (_q, res) => {
+      ran++;
+      res.end();
+    });
     const res = await get(a.url, { 'x-relent-deadline-ms': '0' });
     expect(res.status).toBe(504);
     expect(res.headers['x-relent-no-retry']).toBe('deadline');
@@ -131,13 +167,20 @@ describe('incoming deadlines (node:http)', () => {
   }, 10_000);
 
   it.each([
-    ['x-relent-deadline-ms', '-5', 'negative'], ['x-relent-deadline-ms', 'abc', 'malformed'], ['x-relent-deadline-ms', '100000000000000000000', 'absurd'],
-    ['grpc-timeout', '5X', 'malformed'], ['x-relent-attempt', '0', 'zero'], ['x-envoy-expected-rq-timeout-ms', '1.5', 'fractional'],
+    ['x-relent-deadline-ms', '-5', 'negative'],
+    ['x-relent-deadline-ms', 'abc', 'malformed'],
+    ['x-relent-deadline-ms', '100000000000000000000', 'absurd'],
+    ['grpc-timeout', '5X', 'malformed'],
+    ['x-relent-attempt', '0', 'zero'],
+    ['x-envoy-expected-rq-timeout-ms', '1.5', 'fractional'],
   ])('bad input %s: %s is ignored (served as if absent) and reported as %s', async (header, value, problem) => {
     const ev = events();
     const mw = relentMiddleware({ onEvent: ev.onEvent });
     let remaining = 0;
-    const a = await app(mw, (req, res) => { remaining = (req as Req).relent.remainingMs(); res.end('ok'); });
+    const a = await app(mw, (req, res) => {
+      remaining = (req as Req).relent.remainingMs();
+      res.end('ok');
+    });
     const res = await get(a.url, { [header]: value });
     expect(res.status).toBe(200);
     expect(res.body).toBe('ok');
@@ -151,7 +194,10 @@ describe('incoming deadlines (node:http)', () => {
     const a = await app(relentMiddleware({ onEvent: ev.onEvent, defaultDeadlineMs: 1000, maxDeadlineMs: 5000 }), ok);
     await get(a.url);
     await get(a.url, { 'x-relent-deadline-ms': '9000000' });
-    expect(ev.of('server_request').map((e) => [e.deadlineMs, e.deadlineSource])).toEqual([[1000, 'default'], [5000, 'max']]);
+    expect(ev.of('server_request').map((e) => [e.deadlineMs, e.deadlineSource])).toEqual([
+      [1000, 'default'],
+      [5000, 'max'],
+    ]);
   });
 
   it('bad options are refused at construction, naming the option', () => {
@@ -169,7 +215,10 @@ describe('load shedding (Express-style next)', () => {
     const waiting: (() => void)[] = [];
     let n = 0;
     return {
-      mw: (_q, res) => { n++; waiting.push(() => res.end('done')); },
+      mw: (_q, res) => {
+        n++;
+        waiting.push(() => res.end('done'));
+      },
       release: () => waiting.shift()?.(),
       started: () => n,
     };
@@ -241,7 +290,10 @@ describe('load shedding (Express-style next)', () => {
     const guard = relentMiddleware();
     const server = http.createServer((req, res) => {
       try {
-        guard(req, res, () => { calls++; throw new Error('handler bug'); });
+        guard(req, res, () => {
+          calls++;
+          throw new Error('handler bug');
+        });
       } catch {
         res.statusCode = 500;
         res.end('caught outside');
@@ -254,17 +306,26 @@ describe('load shedding (Express-style next)', () => {
     expect(calls).toBe(1);
   });
 
-  it('a handler\'s error goes to next(err); a listener that throws breaks nothing', async () => {
-    const a = await app(relentMiddleware({ onEvent: () => { throw new Error('listener'); } }), (_q, _r, next) => next(new Error('boom')));
+  it("a handler's error goes to next(err); a listener that throws breaks nothing", async () => {
+    const a = await app(
+      relentMiddleware({
+        onEvent: () => {
+          throw new Error('listener');
+        },
+      }),
+      (_q, _r, next) => next(new Error('boom')),
+    );
     const res = await get(a.url, { 'x-relent-deadline-ms': '500' });
     expect(res.status).toBe(500);
     expect(res.body).toMatch(/boom/);
   });
 });
 
-describe('the request\'s context reaches relent\'s client below the handler', () => {
-  it('downstream calls carry what is left of the caller\'s deadline, not a fresh one; incomingCall() finds the request', async () => {
-    const down = await downstream((_q, res) => { res.end('ok'); });
+describe("the request's context reaches relent's client below the handler", () => {
+  it("downstream calls carry what is left of the caller's deadline, not a fresh one; incomingCall() finds the request", async () => {
+    const down = await downstream((_q, res) => {
+      res.end('ok');
+    });
     const c = client({ policy: { deadlineMs: 10_000 } });
     let viaStore = false;
     const a = await app(relentMiddleware(), async (req, res) => {
@@ -281,13 +342,19 @@ describe('the request\'s context reaches relent\'s client below the handler', ()
   });
 
   it('a dependency\'s "don\'t retry" is passed up on an error answer (once, for the whole chain), not on a success', async () => {
-    const down = await downstream((_q, res) => { res.writeHead(503, { 'x-relent-no-retry': 'overloaded' }); res.end(); });
+    const down = await downstream((_q, res) => {
+      res.writeHead(503, { 'x-relent-no-retry': 'overloaded' });
+      res.end();
+    });
     const c = client({ policy: { backoff: { kind: 'constant', delayMs: 1 } } });
     const a = await app(relentMiddleware(), async (req, res) => {
       const r = await c.fetch(down.url);
       await r.arrayBuffer();
       if (req.url === '/fallback') res.end('cached');
-      else { res.statusCode = 502; res.end('dependency failed'); }
+      else {
+        res.statusCode = 502;
+        res.end('dependency failed');
+      }
     });
     const failed = await get(a.url);
     expect(failed.status).toBe(502);
@@ -299,7 +366,10 @@ describe('the request\'s context reaches relent\'s client below the handler', ()
   });
 
   it('noRetryMarker: false says nothing', async () => {
-    const down = await downstream((_q, res) => { res.writeHead(503, { 'x-relent-no-retry': 'overloaded' }); res.end(); });
+    const down = await downstream((_q, res) => {
+      res.writeHead(503, { 'x-relent-no-retry': 'overloaded' });
+      res.end();
+    });
     const c = client();
     const a = await app(relentMiddleware({ noRetryMarker: false }), async (_q, res) => {
       await (await c.fetch(down.url)).arrayBuffer();
@@ -312,7 +382,10 @@ describe('the request\'s context reaches relent\'s client below the handler', ()
 });
 
 describe('Fastify (a real instance, plugin registered with fastify.register)', () => {
-  async function fastify(opts: ServerOptions, route: (req: { relent: ServedRequest; body: unknown }) => Promise<unknown>): Promise<{ url: string; stats: () => ReturnType<ReturnType<typeof createServerGuard>['stats']> }> {
+  async function fastify(
+    opts: ServerOptions,
+    route: (req: { relent: ServedRequest; body: unknown }) => Promise<unknown>,
+  ): Promise<{ url: string; stats: () => ReturnType<ReturnType<typeof createServerGuard>['stats']> }> {
     const f = Fastify();
     await f.register(relentFastify, opts);
     f.get('/', async (req) => route(req as never));
@@ -323,8 +396,10 @@ describe('Fastify (a real instance, plugin registered with fastify.register)', (
     return { url: `http://127.0.0.1:${addr.port}/`, stats: (f as unknown as { relentStats: () => never }).relentStats };
   }
 
-  it('reads the deadline, hands it to the route and to relent\'s client below (also after a body is parsed)', async () => {
-    const down = await downstream((_q, res) => { res.end('ok'); });
+  it("reads the deadline, hands it to the route and to relent's client below (also after a body is parsed)", async () => {
+    const down = await downstream((_q, res) => {
+      res.end('ok');
+    });
     const c = client({ policy: { deadlineMs: 10_000 } });
     const ev = events();
     const f = await fastify({ onEvent: ev.onEvent }, async (req) => {
@@ -343,10 +418,16 @@ describe('Fastify (a real instance, plugin registered with fastify.register)', (
 
   it('sheds from its onRequest hook (503 + Retry-After + "don\'t retry"), answers a spent deadline with 504, passes a dependency\'s "don\'t retry" up', async () => {
     let hold: (() => void) | null = null;
-    const down = await downstream((_q, res) => { res.writeHead(503, { 'x-relent-no-retry': 'overloaded' }); res.end(); });
+    const down = await downstream((_q, res) => {
+      res.writeHead(503, { 'x-relent-no-retry': 'overloaded' });
+      res.end();
+    });
     const c = client();
     const f = await fastify({ maxConcurrent: 1, maxQueue: 0 }, async (req) => {
-      if ((req as unknown as { url: string }).url === '/' && hold === null) await new Promise<void>((r) => { hold = r; });
+      if ((req as unknown as { url: string }).url === '/' && hold === null)
+        await new Promise<void>((r) => {
+          hold = r;
+        });
       const r = await c.fetch(down.url);
       await r.arrayBuffer();
       throw Object.assign(new Error('dependency failed'), { statusCode: 502 });

@@ -13,10 +13,17 @@ describe('systemClock timers (one shared Node timer)', () => {
     const late: number[] = [];
     const cancels = new Map<number, () => void>();
     for (const ms of [40, 5, 25, 15, 30, 10, 20, 35, 45, 50]) {
-      cancels.set(ms, systemClock.setTimer(() => {
-        fired.push(ms);
-        late.push(performance.now() - start - ms);
-      }, ms, start));
+      cancels.set(
+        ms,
+        systemClock.setTimer(
+          () => {
+            fired.push(ms);
+            late.push(performance.now() - start - ms);
+          },
+          ms,
+          start,
+        ),
+      );
     }
     // Armed first (a turn passes), then cancelled: an earlier and a later one.
     await new Promise((r) => setImmediate(r));
@@ -31,7 +38,11 @@ describe('systemClock timers (one shared Node timer)', () => {
 
   it('nothing is left armed once every timer is cancelled or fired', async () => {
     const before = nodeTimers();
-    const cancels = Array.from({ length: 20 }, (_, i) => systemClock.setTimer(() => { throw new Error('cancelled timer fired'); }, 10_000 + i));
+    const cancels = Array.from({ length: 20 }, (_, i) =>
+      systemClock.setTimer(() => {
+        throw new Error('cancelled timer fired');
+      }, 10_000 + i),
+    );
     await new Promise((r) => setImmediate(r));
     expect(nodeTimers()).toBe(before + 1); // one Node timer for the twenty
     for (const c of cancels) c();

@@ -9,10 +9,11 @@ describe('createIdempotencyCache', () => {
     const cache = createIdempotencyCache();
     let runs = 0;
     let release: () => void = () => {};
-    const work = () => new Promise<{ status: number; body: string }>((r) => {
-      runs++;
-      release = () => r({ status: 200, body: `run ${runs}` });
-    });
+    const work = () =>
+      new Promise<{ status: number; body: string }>((r) => {
+        runs++;
+        release = () => r({ status: 200, body: `run ${runs}` });
+      });
     const first = cache.once('k', work);
     const second = cache.once('k', work);
     release();

@@ -15,8 +15,8 @@ function cell(r: BrookerResult, clients: number, strategy: string) {
   return row;
 }
 
-describe('brooker: Brooker\'s waits as relent backoff specs', () => {
-  it('exponential/full/equal use base 10 with relent\'s n from 0 = Brooker\'s base 5 with n from 1', () => {
+describe("brooker: Brooker's waits as relent backoff specs", () => {
+  it("exponential/full/equal use base 10 with relent's n from 0 = Brooker's base 5 with n from 1", () => {
     const policy = createPolicy(brookerPolicySpec(BROOKER_BACKOFFS.exponential!) as object);
     // The operation state machine, as the simulator drives it; time stands still (the waits do not depend on it).
     const op = createOperation(policy, { idempotent: true, random: createSeededRandom(1) });
@@ -86,7 +86,7 @@ describe.each(SEEDS.map((seed, i) => [seed, results[i]!] as const))('brooker ord
     expect(equal.completionTime).toBeGreaterThan(full.completionTime);
   });
 
-  it('every client finishes (Brooker\'s strategies never give up)', () => {
+  it("every client finishes (Brooker's strategies never give up)", () => {
     expect(r.rows.every((x) => x.gaveUp === 0)).toBe(true);
   });
 });
@@ -107,7 +107,11 @@ describe('brooker: determinism and custom strategies', () => {
   });
 
   it('a user policy runs as given (409 made retryable); one that gives up is reported', () => {
-    const r = runBrooker({ runs: 3, clients: [30], strategies: [{ name: 'mine', policy: { maxAttempts: 3, backoff: { kind: 'full-jitter', baseMs: 10, capMs: 2000 } } }] });
+    const r = runBrooker({
+      runs: 3,
+      clients: [30],
+      strategies: [{ name: 'mine', policy: { maxAttempts: 3, backoff: { kind: 'full-jitter', baseMs: 10, capMs: 2000 } } }],
+    });
     const row = r.rows[0]!;
     expect(row.strategy).toBe('mine');
     expect(row.gaveUp).toBeGreaterThan(0);

@@ -48,7 +48,13 @@ describe('relent simulate capacity', () => {
     expect(bad({ contenders: [{ name: 'x' }, { name: 'x' }] })).toBe('contenders[1].name');
     expect(bad({ degraded: -1 })).toBe('degraded');
     expect(bad({ bogus: 1 })).toBe('bogus');
-    const s = parseScenario({ scenario: 'capacity', durationMs: 4000, dropAtMs: 1000, dropForMs: 2000, contenders: [{ name: 'aimd', limit: { kind: 'aimd', slowMs: 80 } }, { name: 'cap 10', fixed: 10 }, { name: 'none' }] });
+    const s = parseScenario({
+      scenario: 'capacity',
+      durationMs: 4000,
+      dropAtMs: 1000,
+      dropForMs: 2000,
+      contenders: [{ name: 'aimd', limit: { kind: 'aimd', slowMs: 80 } }, { name: 'cap 10', fixed: 10 }, { name: 'none' }],
+    });
     const res = runScenario(s);
     expect(res.scenario).toBe('capacity');
     const text = formatResult(res);

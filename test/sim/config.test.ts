@@ -20,11 +20,33 @@ describe('scenario files: validated, errors name the field', () => {
     [{ scenario: 'overload', arrivalsPerSecond: 10 }, 'arrivalsPerSecond', /Unknown field `arrivalsPerSecond`/],
     [{ scenario: 'overload', dependency: { capacityPerSec: -1 } }, 'dependency.capacityPerSec', /`dependency.capacityPerSec`/],
     [{ scenario: 'overload', dependency: { speed: 1 } }, 'dependency.speed', /Unknown field `dependency.speed`/],
-    [{ scenario: 'overload', faults: [{ startMs: 5000, endMs: 4000, capacityPerSec: 1 }] }, 'faults[0].endMs', /`faults\[0\].endMs` to be greater than startMs/],
-    [{ scenario: 'overload', faults: [{ startMs: 0, endMs: 4000, capacityPerSec: 1 }, { startMs: 3000, endMs: 5000, capacityPerSec: 1 }] }, 'faults', /must not overlap/],
+    [
+      { scenario: 'overload', faults: [{ startMs: 5000, endMs: 4000, capacityPerSec: 1 }] },
+      'faults[0].endMs',
+      /`faults\[0\].endMs` to be greater than startMs/,
+    ],
+    [
+      {
+        scenario: 'overload',
+        faults: [
+          { startMs: 0, endMs: 4000, capacityPerSec: 1 },
+          { startMs: 3000, endMs: 5000, capacityPerSec: 1 },
+        ],
+      },
+      'faults',
+      /must not overlap/,
+    ],
     [{ scenario: 'overload', arrival: 'bursty' }, 'arrival', /"poisson" or "uniform"/],
-    [{ scenario: 'overload', policies: [{ name: 'x', policy: { maxAttempts: 0 } }] }, 'policies[0].policy.maxAttempts', /policies\[0\].policy: Expected `maxAttempts`/],
-    [{ scenario: 'overload', policies: [{ name: 'x', policy: { backoff: { kind: 'full-jitter', baseMs: 10, capMs: 5 } } }] }, 'policies[0].policy.backoff.capMs', /`backoff.capMs`/],
+    [
+      { scenario: 'overload', policies: [{ name: 'x', policy: { maxAttempts: 0 } }] },
+      'policies[0].policy.maxAttempts',
+      /policies\[0\].policy: Expected `maxAttempts`/,
+    ],
+    [
+      { scenario: 'overload', policies: [{ name: 'x', policy: { backoff: { kind: 'full-jitter', baseMs: 10, capMs: 5 } } }] },
+      'policies[0].policy.backoff.capMs',
+      /`backoff.capMs`/,
+    ],
     [{ scenario: 'overload', policies: ['no-such-preset'] }, 'policies[0].preset', /Unknown preset "no-such-preset"/],
     [{ scenario: 'overload', policies: ['relent', 'relent'] }, 'policies[1].name', /used twice/],
     [{ scenario: 'brooker', clients: [10, 0] }, 'clients[1]', /`clients\[1\]`/],
@@ -32,10 +54,18 @@ describe('scenario files: validated, errors name the field', () => {
     [{ scenario: 'brooker', strategies: [{ name: 'b', backoff: { kind: 'warp' } }] }, 'strategies[0].backoff.kind', /`strategies\[0\].backoff.kind`/],
     [{ scenario: 'brooker', network: { meanMs: 'ten' } }, 'network.meanMs', /`network.meanMs`/],
     [{ scenario: 'layers', variants: [{ name: 'v' }] }, 'variants[0].budget', /`variants\[0\].budget` to be a boolean or a budget object/],
-    [{ scenario: 'layers', variants: [{ name: 'v', budget: { kind: 'ratio', deposit: 'request' } }] }, 'variants[0].budget.deposit', /`variants\[0\].budget.deposit` to be "success" or "operation"/],
+    [
+      { scenario: 'layers', variants: [{ name: 'v', budget: { kind: 'ratio', deposit: 'request' } }] },
+      'variants[0].budget.deposit',
+      /`variants\[0\].budget.deposit` to be "success" or "operation"/,
+    ],
     [{ scenario: 'layers', policy: { policy: 'http-429', budget: 'yes' } }, 'policy.budget', /`policy.budget` to be a boolean/],
     [{ scenario: 'layers', variants: [{ name: 'v', budget: true, processes: 0 }] }, 'variants[0].processes', /`variants\[0\].processes`/],
-    [{ scenario: 'layers', variants: [{ name: 'v', budget: true, sharedBudget: 'yes' }] }, 'variants[0].sharedBudget', /`variants\[0\].sharedBudget` to be a boolean/],
+    [
+      { scenario: 'layers', variants: [{ name: 'v', budget: true, sharedBudget: 'yes' }] },
+      'variants[0].sharedBudget',
+      /`variants\[0\].sharedBudget` to be a boolean/,
+    ],
     [{ scenario: 'layers', variants: [{ name: 'v', budget: true, noRetry: 1 }] }, 'variants[0].noRetry', /`variants\[0\].noRetry` to be a boolean/],
   ])('%o → %s', (input, field, message) => {
     const e = errorOf(() => parseScenario(input));
@@ -53,15 +83,17 @@ describe('scenario files: validated, errors name the field', () => {
   });
 
   it('a valid file runs, with everything left out at its default', () => {
-    const s = parseScenarioText(JSON.stringify({
-      scenario: 'overload',
-      seed: 'x',
-      runs: 1,
-      durationMs: 8000,
-      faults: [{ startMs: 3000, endMs: 5000, capacityPerSec: 40 }],
-      dependency: { capacityPerSec: 200 },
-      policies: ['none', 'http-429', { name: 'mine', policy: { preset: 'http-429', maxAttempts: 2 }, budget: false }, { maxAttempts: 2 }],
-    }));
+    const s = parseScenarioText(
+      JSON.stringify({
+        scenario: 'overload',
+        seed: 'x',
+        runs: 1,
+        durationMs: 8000,
+        faults: [{ startMs: 3000, endMs: 5000, capacityPerSec: 40 }],
+        dependency: { capacityPerSec: 200 },
+        policies: ['none', 'http-429', { name: 'mine', policy: { preset: 'http-429', maxAttempts: 2 }, budget: false }, { maxAttempts: 2 }],
+      }),
+    );
     const r = runScenario(s);
     expect(r.scenario).toBe('overload');
     if (r.scenario !== 'overload') return;
@@ -70,7 +102,9 @@ describe('scenario files: validated, errors name the field', () => {
   });
 
   it('brooker and layers files run too', () => {
-    const b = runScenario(parseScenario({ scenario: 'brooker', runs: 1, clients: [5], strategies: ['full', { name: 'slow', backoff: { kind: 'constant', delayMs: 50 } }] }));
+    const b = runScenario(
+      parseScenario({ scenario: 'brooker', runs: 1, clients: [5], strategies: ['full', { name: 'slow', backoff: { kind: 'constant', delayMs: 50 } }] }),
+    );
     expect(b.scenario === 'brooker' && b.result.rows.map((x) => x.strategy)).toEqual(['full', 'slow']);
     const l = runScenario(parseScenario({ scenario: 'layers', layers: 2, durationMs: 2000, variants: [{ name: 'v', budget: false }] }));
     expect(l.scenario === 'layers' && l.result.rows[0]!.callsPerAction).toEqual([4, 16]);

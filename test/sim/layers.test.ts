@@ -11,14 +11,14 @@ describe('layers: retries at every layer (SRE book ch. 22)', () => {
     expect(row('no budgets').reasons).toEqual({ max_attempts: 1 });
   });
 
-  it('with the SRE book\'s rule (10 % of requests per layer) and the overload passed up: ~1.1^3 at the bottom', () => {
+  it("with the SRE book's rule (10 % of requests per layer) and the overload passed up: ~1.1^3 at the bottom", () => {
     const b = row('budgets (SRE rule: 10 % of requests)');
     expect(b.amplification).toBeGreaterThan(1.2);
     expect(b.amplification).toBeLessThan(1.45);
     expect(b.callsPerAction[0]!).toBeLessThan(1.15);
   });
 
-  it('with relent\'s default budget: a database that answers nothing gets only the floor\'s retries', () => {
+  it("with relent's default budget: a database that answers nothing gets only the floor's retries", () => {
     const b = row('budgets');
     expect(b.amplification).toBeLessThan(1.1);
     expect(b.amplification).toBeLessThan(row('budgets (SRE rule: 10 % of requests)').amplification - 0.2);

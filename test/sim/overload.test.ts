@@ -39,7 +39,7 @@ describe('overload: the modelled peers land within ±20 % of the measured amplif
   });
 });
 
-describe('overload: relent\'s defaults with the shared budget', () => {
+describe("overload: relent's defaults with the shared budget", () => {
   const relent = row(calibration, 'relent');
   const none = row(calibration, 'none');
   const peers = PEER_POLICIES.map((p) => row(calibration, p.name));
@@ -49,7 +49,7 @@ describe('overload: relent\'s defaults with the shared budget', () => {
     expect(row(calibration, 'http-429').fault.amplification).toBeLessThanOrEqual(1.2);
   });
 
-  it('with a success share within 2 points of the best peer\'s', () => {
+  it("with a success share within 2 points of the best peer's", () => {
     // against the shares measured with the real libraries (best: undici and cockatiel, 32 %)
     const bestMeasured = Math.max(...Object.values(MEASURED_OVERLOAD).map((m) => m.successShareMax ?? m.successShare));
     expect(relent.fault.successShare).toBeGreaterThanOrEqual(bestMeasured - 0.02);
@@ -73,7 +73,7 @@ describe('overload: relent\'s defaults with the shared budget', () => {
     }
   });
 
-  it('the storm metric sees a storm: cockatiel\'s retry loop keeps the dependency saturated (seed 5)', () => {
+  it("the storm metric sees a storm: cockatiel's retry loop keeps the dependency saturated (seed 5)", () => {
     const pick = (n: string) => [...PEER_POLICIES, ...RELENT_POLICIES].find((p) => p.name === n)!;
     const r = runOverload({ runs: 1, seed: 5, policies: [pick('none'), pick('cockatiel'), pick('relent')] });
     expect(row(r, 'cockatiel').settledLoad).toBeGreaterThan(5);
@@ -129,7 +129,13 @@ describe('overload: what a custom scenario shows', () => {
     expect(slower.rows[0]!.measured).toBeNull();
   });
   it('"settled" is null when the arrivals end before two deadlines after the fault', () => {
-    const r = runOverload({ runs: 1, durationMs: 12_000, deadlineMs: 3000, faults: [{ startMs: 4000, endMs: 8000, capacityPerSec: 80 }], policies: [pick('none')] });
+    const r = runOverload({
+      runs: 1,
+      durationMs: 12_000,
+      deadlineMs: 3000,
+      faults: [{ startMs: 4000, endMs: 8000, capacityPerSec: 80 }],
+      policies: [pick('none')],
+    });
     expect(r.rows[0]!.settledLoad).toBeNull();
     expect(row(calibration, 'none').settledLoad).toBeGreaterThan(0.9);
   });
@@ -148,7 +154,10 @@ describe('overload: model and determinism', () => {
 
   it('a queue in front of the dependency turns rejections into waits (and timeouts)', () => {
     const r = runOverload({
-      runs: 1, durationMs: 12_000, faults: [{ startMs: 4000, endMs: 8000, capacityPerSec: 80 }], policies: [PEER_POLICIES[0]!],
+      runs: 1,
+      durationMs: 12_000,
+      faults: [{ startMs: 4000, endMs: 8000, capacityPerSec: 80 }],
+      policies: [PEER_POLICIES[0]!],
       dependency: { ...OVERLOAD_DEFAULTS.dependency, queueLimit: 1000 },
     });
     const none = r.rows[0]!;
@@ -158,7 +167,9 @@ describe('overload: model and determinism', () => {
 
   it('a Retry-After on the rejections is honoured by the policies that read it', () => {
     const r = runOverload({
-      runs: 1, durationMs: 12_000, faults: [{ startMs: 4000, endMs: 8000, capacityPerSec: 80 }],
+      runs: 1,
+      durationMs: 12_000,
+      faults: [{ startMs: 4000, endMs: 8000, capacityPerSec: 80 }],
       policies: PEER_POLICIES.filter((p) => p.name === 'ky' || p.name === 'p-retry'),
       dependency: { ...OVERLOAD_DEFAULTS.dependency, retryAfterSec: 1 },
     });
@@ -186,7 +197,10 @@ describe('chaos in the simulator (the policy field, no scenario code of its own)
     expect(sent(faults) / sent(plain)).toBeGreaterThan(0.4);
     expect(sent(faults) / sent(plain)).toBeLessThan(0.6);
     expect(sent(latency)).toBe(sent(plain));
-    const again = runOverload({ ...cfg, policies: [{ name: 'faults', policy: { ...base, chaos: { fault: { rate: 0.5, errorClass: 'connect_refused' } } }, budget: false }] });
+    const again = runOverload({
+      ...cfg,
+      policies: [{ name: 'faults', policy: { ...base, chaos: { fault: { rate: 0.5, errorClass: 'connect_refused' } } }, budget: false }],
+    });
     expect(sent(again.rows[0])).toBe(sent(faults));
   });
 });

@@ -42,8 +42,23 @@ describe('relent simulate tail', () => {
     expect(bad({ contenders: [{ name: 'x', policy: { hedge: { delayMs: 'p100' } } }] })).toBe('contenders[0].policy.hedge.delayMs');
     expect(bad({ contenders: [{ name: 'x', policy: 5 }] })).toBe('contenders[0].policy');
     expect(bad({ slowShare: 2 })).toBe('slowShare');
-    expect(bad({ contenders: [{ name: 'x', policy: 'http-429' }, { name: 'x', policy: 'http-429' }] })).toBe('contenders[1].name');
-    const res = runScenario(parseScenario({ scenario: 'tail', durationMs: 5000, failAtMs: 4000, failForMs: 1000, contenders: [{ name: 'fixed 10', policy: { preset: 'http-429', hedge: { delayMs: 10 } } }] }));
+    expect(
+      bad({
+        contenders: [
+          { name: 'x', policy: 'http-429' },
+          { name: 'x', policy: 'http-429' },
+        ],
+      }),
+    ).toBe('contenders[1].name');
+    const res = runScenario(
+      parseScenario({
+        scenario: 'tail',
+        durationMs: 5000,
+        failAtMs: 4000,
+        failForMs: 1000,
+        contenders: [{ name: 'fixed 10', policy: { preset: 'http-429', hedge: { delayMs: 10 } } }],
+      }),
+    );
     expect(formatResult(res)).toMatch(/fixed 10 /);
     expect(renderSimulationHtml(res)).toContain('The slow tail');
   });

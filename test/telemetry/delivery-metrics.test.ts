@@ -30,8 +30,14 @@ describe('delivery queue metrics', () => {
       if (req.destination.name === 'flaky') return Promise.resolve({ status: ++flaky <= 4 ? 503 : 400 }); // 503, 503 (retries), then 400 drops
       return Promise.resolve({ status: 200 });
     };
-    await queue.enqueueMany('ok', [{ key: 'a', payload: 1 }, { key: 'b', payload: 2 }]);
-    await queue.enqueueMany('flaky', [{ key: 'x', payload: 1 }, { key: 'y', payload: 2 }]);
+    await queue.enqueueMany('ok', [
+      { key: 'a', payload: 1 },
+      { key: 'b', payload: 2 },
+    ]);
+    await queue.enqueueMany('flaky', [
+      { key: 'x', payload: 1 },
+      { key: 'y', payload: 2 },
+    ]);
     await queue.enqueueMany('held', [{ key: 'h', payload: 1 }]);
     expect(await queue.pause('held')).toBe(true);
     const worker = queue.createWorker({ clock, random: createSeededRandom(3), transport, onEvent: m.onEvent, pollMs: 1_000 });
@@ -41,7 +47,10 @@ describe('delivery queue metrics', () => {
     const depth = points(ms, DELIVERY_METRICS.items) as unknown as { attributes: Record<string, unknown>; value: unknown }[];
     expect(value(depth, { 'relent.delivery.destination': 'flaky', 'relent.delivery.state': 'deferred' })).toBe(2);
     // Paused: waiting, not batched (a batch is sealed as it is claimed, and a paused destination is not claimed).
-    expect([value(depth, { 'relent.delivery.destination': 'held', 'relent.delivery.state': 'pending' }), value(depth, { 'relent.delivery.destination': 'held', 'relent.delivery.state': 'ready' })]).toEqual([1, 0]);
+    expect([
+      value(depth, { 'relent.delivery.destination': 'held', 'relent.delivery.state': 'pending' }),
+      value(depth, { 'relent.delivery.destination': 'held', 'relent.delivery.state': 'ready' }),
+    ]).toEqual([1, 0]);
     expect(value(depth, { 'relent.delivery.destination': 'ok', 'relent.delivery.state': 'ready' })).toBe(0);
     const age = points(ms, DELIVERY_METRICS.oldestAge) as unknown as { attributes: Record<string, unknown>; value: unknown }[];
     expect(value(age, { 'relent.delivery.destination': 'held' })).toBe(1); // enqueued 1 s ago, still waiting

@@ -30,8 +30,12 @@ describe('diagnostics_channel publisher', () => {
     const clock = createTestClock();
     const breaker = createCircuitBreaker({ minimumThroughput: 2 }, { name: 'https://api.example.com', onStateChange: publishBreakerChange });
     const p = execute(async () => ({ status: 503 }), {
-      policy: { maxAttempts: 3, backoff: { kind: 'constant', delayMs: 5 } }, clock, breaker, onEvent: publishEvent,
-      method: 'GET', endpoint: 'https://api.example.com/items',
+      policy: { maxAttempts: 3, backoff: { kind: 'constant', delayMs: 5 } },
+      clock,
+      breaker,
+      onEvent: publishEvent,
+      method: 'GET',
+      endpoint: 'https://api.example.com/items',
     });
     await clock.runAll();
     const r = await p;
@@ -40,7 +44,9 @@ describe('diagnostics_channel publisher', () => {
       ['attempt', 1, 503, 'retry', 'https://api.example.com/items'],
       ['attempt', 2, 503, 'retry', 'https://api.example.com/items'],
     ]);
-    expect(results).toEqual([{ type: 'result', operationId: r.operationId, status: 503, errorClass: null, reason: 'circuit_open', attempts: 2, ts: Date.UTC(2026, 0, 1) + 10 }]); // refused after the second wait
+    expect(results).toEqual([
+      { type: 'result', operationId: r.operationId, status: 503, errorClass: null, reason: 'circuit_open', attempts: 2, ts: Date.UTC(2026, 0, 1) + 10 },
+    ]); // refused after the second wait
     // Opened when attempt 2 failed, at t = 5 ms (the wall clock of the test clock starts at 2026-01-01).
     expect(changes).toEqual([{ name: 'https://api.example.com', from: 'closed', to: 'open', at: Date.UTC(2026, 0, 1) + 5, reason: 'failure_ratio' }]);
   });
@@ -48,8 +54,21 @@ describe('diagnostics_channel publisher', () => {
   it('scrubs an endpoint that was not normalised', () => {
     const got = listen<AttemptEvent>('relent:attempt');
     const ev: AttemptEvent = {
-      type: 'attempt', operationId: 'op-1', requestId: 'op-1/attempt-1', attempt: 1, method: 'GET', endpoint: 'https://u:secret@h.example/p?token=secret#secret',
-      status: 200, errorClass: null, elapsedMs: 1, remainingMs: 100, decision: 'return', delayMs: null, retryAfterMs: null, retryAfterValid: null, ts: 0,
+      type: 'attempt',
+      operationId: 'op-1',
+      requestId: 'op-1/attempt-1',
+      attempt: 1,
+      method: 'GET',
+      endpoint: 'https://u:secret@h.example/p?token=secret#secret',
+      status: 200,
+      errorClass: null,
+      elapsedMs: 1,
+      remainingMs: 100,
+      decision: 'return',
+      delayMs: null,
+      retryAfterMs: null,
+      retryAfterValid: null,
+      ts: 0,
     };
     publishEvent(ev);
     expect(got[0]!.endpoint).toBe('https://h.example:443/p');

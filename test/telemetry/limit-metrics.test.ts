@@ -18,8 +18,7 @@ afterEach(async () => {
 });
 
 type Point = { attributes: Record<string, unknown>; value: unknown };
-const value = (ps: Point[], attrs: Record<string, unknown>): unknown =>
-  ps.find((p) => Object.entries(attrs).every(([k, v]) => p.attributes[k] === v))?.value;
+const value = (ps: Point[], attrs: Record<string, unknown>): unknown => ps.find((p) => Object.entries(attrs).every(([k, v]) => p.attributes[k] === v))?.value;
 
 /** A server answering `status()` (a bid for the exchange's requests when 200). */
 async function server(status: () => number): Promise<string> {
@@ -35,15 +34,18 @@ async function server(status: () => number): Promise<string> {
     });
   });
   await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  cleanup.push(() => new Promise<void>((r) => {
-    s.closeAllConnections();
-    s.close(() => r());
-  }));
+  cleanup.push(
+    () =>
+      new Promise<void>((r) => {
+        s.closeAllConnections();
+        s.close(() => r());
+      }),
+  );
   return `http://127.0.0.1:${(s.address() as net.AddressInfo).port}/x`;
 }
 
 describe('adaptive concurrency limit metrics', () => {
-  it('a client: limit, in flight and queued per origin (gauges), and a 503\'s decrease counted by cause', async () => {
+  it("a client: limit, in flight and queued per origin (gauges), and a 503's decrease counted by cause", async () => {
     otel = setupOtel();
     let status = 200;
     const url = await server(() => status);
@@ -62,7 +64,9 @@ describe('adaptive concurrency limit metrics', () => {
     await (await client.fetch(url)).arrayBuffer();
     ms = await otel.metrics();
     expect(value(points(ms, LIMIT_METRICS.limit) as unknown as Point[], { 'relent.dependency': origin })).toBe(4);
-    expect(value(points(ms, LIMIT_METRICS.changes) as unknown as Point[], { 'relent.dependency': origin, 'relent.concurrency_limit.cause': 'decrease' })).toBe(1);
+    expect(value(points(ms, LIMIT_METRICS.changes) as unknown as Point[], { 'relent.dependency': origin, 'relent.concurrency_limit.cause': 'decrease' })).toBe(
+      1,
+    );
     m.close();
   });
 
@@ -72,13 +76,19 @@ describe('adaptive concurrency limit metrics', () => {
     const url = await server(() => status);
     const meterProvider = otel.meterProvider;
     let onLimitChange: ((e: { type: string; partner: string; cause: string }) => void) | null = null;
-    const ex = createExchange({
-      auctionTimeoutMs: 200, reserveMs: 10, warmup: false, notices: { win: 'source', billing: 'source' },
-      partners: [
-        { name: 'adaptive', url, timeoutMs: 100, maxConcurrency: 12, breaker: false, concurrencyLimit: { kind: 'aimd' } },
-        { name: 'fixed', url, timeoutMs: 100, maxConcurrency: 12, breaker: false },
-      ],
-    }, { onLimitChange: (e) => onLimitChange?.(e) });
+    const ex = createExchange(
+      {
+        auctionTimeoutMs: 200,
+        reserveMs: 10,
+        warmup: false,
+        notices: { win: 'source', billing: 'source' },
+        partners: [
+          { name: 'adaptive', url, timeoutMs: 100, maxConcurrency: 12, breaker: false, concurrencyLimit: { kind: 'aimd' } },
+          { name: 'fixed', url, timeoutMs: 100, maxConcurrency: 12, breaker: false },
+        ],
+      },
+      { onLimitChange: (e) => onLimitChange?.(e) },
+    );
     cleanup.push(() => ex.close({ force: true, noticeDrainMs: 0 }));
     const m = createLimitMetrics(ex, { meterProvider });
     onLimitChange = m.onEvent;
@@ -89,7 +99,9 @@ describe('adaptive concurrency limit metrics', () => {
     const limits = points(ms, LIMIT_METRICS.limit) as unknown as Point[];
     expect(value(limits, { 'relent.dependency': 'adaptive' })).toBe(6);
     expect(value(limits, { 'relent.dependency': 'fixed' })).toBeUndefined();
-    expect(value(points(ms, LIMIT_METRICS.changes) as unknown as Point[], { 'relent.dependency': 'adaptive', 'relent.concurrency_limit.cause': 'decrease' })).toBe(1);
+    expect(
+      value(points(ms, LIMIT_METRICS.changes) as unknown as Point[], { 'relent.dependency': 'adaptive', 'relent.concurrency_limit.cause': 'decrease' }),
+    ).toBe(1);
   });
 
   it('refuses a source that is not one', () => {

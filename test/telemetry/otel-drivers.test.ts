@@ -50,7 +50,12 @@ function expectAttemptSpans(attempts: readonly ReadableSpan[], opId: string, opt
   for (const r of remaining) expect(typeof r).toBe('number');
   for (let i = 1; i < remaining.length; i++) expect(remaining[i]!).toBeLessThan(remaining[i - 1]!); // time passes between attempts
   for (const s of attempts) {
-    expect(s.attributes).toMatchObject({ 'http.request.method': expect.any(String), 'server.address': '127.0.0.1', 'server.port': opts.port, 'url.full': opts.url });
+    expect(s.attributes).toMatchObject({
+      'http.request.method': expect.any(String),
+      'server.address': '127.0.0.1',
+      'server.port': opts.port,
+      'url.full': opts.url,
+    });
     expect(typeof s.attributes['relent.timeout_ms']).toBe('number');
   }
 }
@@ -58,8 +63,16 @@ function expectAttemptSpans(attempts: readonly ReadableSpan[], opId: string, opt
 /** R14: metric attributes hold only closed vocabularies, never an id. */
 function expectNoIdsInMetrics(ms: MetricData[], ids: string[]) {
   const allowed = new Set([
-    'http.request.method', 'server.address', 'server.port', 'http.response.status_code', 'error.type', 'relent.driver',
-    'relent.decision', 'relent.terminal_reason', 'relent.retried', 'relent.retry.outcome',
+    'http.request.method',
+    'server.address',
+    'server.port',
+    'http.response.status_code',
+    'error.type',
+    'relent.driver',
+    'relent.decision',
+    'relent.terminal_reason',
+    'relent.retried',
+    'relent.retry.outcome',
   ]);
   expect(ms.length).toBeGreaterThan(0);
   for (const m of ms) {
@@ -81,7 +94,12 @@ describe('client.fetch', () => {
 
     const all = otel.spans.getFinishedSpans();
     const op = all.find((x) => x.name === 'relent GET')!;
-    expect(op.attributes).toMatchObject({ 'relent.driver': 'client.fetch', 'relent.operation.id': 'op-fetch-1', 'relent.terminal_reason': 'return', 'relent.attempts': 2 });
+    expect(op.attributes).toMatchObject({
+      'relent.driver': 'client.fetch',
+      'relent.operation.id': 'op-fetch-1',
+      'relent.terminal_reason': 'return',
+      'relent.attempts': 2,
+    });
     const attempts = childrenOf(all, op);
     expect(attempts.map((x) => x.name)).toEqual(['GET', 'GET']);
     expectAttemptSpans(attempts, 'op-fetch-1', { url: `${s.origin.replace('127.0.0.1', '127.0.0.1')}/items`, port: s.port, statuses: [503, 200] });
@@ -99,10 +117,12 @@ describe('the undici interceptor', () => {
     const s: TestServer = track(await startServer(flaky(2)));
     // An interceptor inside relent's (compose runs the last one listed first): it sees each attempt's dispatch.
     const activeAtDispatch: (string | undefined)[] = [];
-    const recorder = (dispatch: Dispatcher['dispatch']): Dispatcher['dispatch'] => (opts, handler) => {
-      activeAtDispatch.push(trace.getActiveSpan()?.spanContext().spanId);
-      return dispatch(opts, handler);
-    };
+    const recorder =
+      (dispatch: Dispatcher['dispatch']): Dispatcher['dispatch'] =>
+      (opts, handler) => {
+        activeAtDispatch.push(trace.getActiveSpan()?.spanContext().spanId);
+        return dispatch(opts, handler);
+      };
     const agent = track(new Agent().compose(recorder, relentInterceptor({ instrumentation, policy: { backoff: { kind: 'constant', delayMs: 5 } } })));
     const r = await request(`${s.url}x?k=v`, { dispatcher: agent, relent: { operationId: 'op-int-1' } } as Parameters<typeof request>[1]);
     await r.body.text();
@@ -123,11 +143,19 @@ describe('an auction', () => {
     const noBid = track(await startPartner((_q, res) => answer(res, 204)));
     const flakyBidder = track(await startPartner((_q, res, n, seen) => (n === 1 ? answer(res, 503) : answer(res, 200, bidBody(seen, 1)))));
     // Time enough on a loaded machine: every partner answers before the auction's deadline.
-    const ex = track(await startExchange(exchangeConfig([
-      partnerConfig('alpha', bidder.url, { timeoutMs: 1500 }),
-      partnerConfig('beta', noBid.url, { timeoutMs: 1500 }),
-      partnerConfig('gamma', flakyBidder.url, { timeoutMs: 1500, preSendRetries: 1 }),
-    ], { auctionTimeoutMs: 2000 }), { instrumentation }));
+    const ex = track(
+      await startExchange(
+        exchangeConfig(
+          [
+            partnerConfig('alpha', bidder.url, { timeoutMs: 1500 }),
+            partnerConfig('beta', noBid.url, { timeoutMs: 1500 }),
+            partnerConfig('gamma', flakyBidder.url, { timeoutMs: 1500, preSendRetries: 1 }),
+          ],
+          { auctionTimeoutMs: 2000 },
+        ),
+        { instrumentation },
+      ),
+    );
     otel.spans.reset();
     const outcome = await ex.exchange.auction(bidRequest({ tmax: 3000 }));
     expect(outcome.status).toBe(200);
@@ -137,8 +165,13 @@ describe('an auction', () => {
     const auction = all.find((x) => x.name === 'relent auction' && x.attributes['relent.auction.id'] === outcome.summary.auctionId)!;
     expect(auction).toBeDefined();
     expect(auction.attributes).toMatchObject({
-      'relent.auction.status': 200, 'relent.auction.reason': 'bids', 'relent.auction.partners.asked': 3, 'relent.auction.partners.bid': 2,
-      'relent.auction.partners.no_bid': 1, 'relent.auction.imps': 1, 'relent.auction.bids.won': 1,
+      'relent.auction.status': 200,
+      'relent.auction.reason': 'bids',
+      'relent.auction.partners.asked': 3,
+      'relent.auction.partners.bid': 2,
+      'relent.auction.partners.no_bid': 1,
+      'relent.auction.imps': 1,
+      'relent.auction.bids.won': 1,
     });
     expect(auction.status.code).not.toBe(SpanStatusCode.ERROR);
     const calls = childrenOf(all, auction);
@@ -168,12 +201,16 @@ describe('a delivery batch', () => {
       return { status: ++n === 1 ? 503 : 200 };
     };
     const queue = await openDeliveryQueue({
-      store: 'sqlite::memory:', clock,
+      store: 'sqlite::memory:',
+      clock,
       destinations: { adobe: { url: 'https://dest.example/in?key=secret', policy: 'adobe-best-effort', batch: { maxItems: 5, maxAgeMs: 0 } } },
     });
     const worker = queue.createWorker({ clock, random: createSeededRandom(1), transport, pollMs: 1_000, instrumentation });
     worker.start();
-    await queue.enqueueMany('adobe', [1, 2, 3].map((i) => ({ key: `k${i}`, payload: { i } })));
+    await queue.enqueueMany(
+      'adobe',
+      [1, 2, 3].map((i) => ({ key: `k${i}`, payload: { i } })),
+    );
     await clock.advanceAsync(60_000);
     await worker.stop();
     await queue.close();
@@ -184,23 +221,41 @@ describe('a delivery batch', () => {
     const key = batches[0]!.attributes['relent.operation.id'] as string;
     seenIds.push(key);
     expect(key).toMatch(/^rb-/);
-    expect(batches.map((b) => [b.attributes['relent.driver'], b.attributes['relent.delivery.destination'], b.attributes['relent.delivery.items'], b.attributes['relent.terminal_reason']]))
-      .toEqual([['delivery', 'adobe', 3, 'defer'], ['delivery', 'adobe', 3, 'return']]);
+    expect(
+      batches.map((b) => [
+        b.attributes['relent.driver'],
+        b.attributes['relent.delivery.destination'],
+        b.attributes['relent.delivery.items'],
+        b.attributes['relent.terminal_reason'],
+      ]),
+    ).toEqual([
+      ['delivery', 'adobe', 3, 'defer'],
+      ['delivery', 'adobe', 3, 'return'],
+    ]);
     expect(typeof batches[0]!.attributes['relent.delivery.batch_id']).toBe('number');
     const attempts = batches.map((b) => childrenOf(all, b));
     expect(attempts.map((a) => a.length)).toEqual([1, 1]);
     const [a1, a2] = [attempts[0]![0]!, attempts[1]![0]!];
-    expect([a1.name, a1.kind, a1.attributes['relent.attempt'], a1.attributes['http.request.resend_count'], a1.attributes['http.response.status_code']]).toEqual(['POST', SpanKind.CLIENT, 1, undefined, 503]);
+    expect([a1.name, a1.kind, a1.attributes['relent.attempt'], a1.attributes['http.request.resend_count'], a1.attributes['http.response.status_code']]).toEqual(
+      ['POST', SpanKind.CLIENT, 1, undefined, 503],
+    );
     expect([a2.attributes['relent.attempt'], a2.attributes['http.request.resend_count'], a2.attributes['http.response.status_code']]).toEqual([2, 1, 200]);
     expect(a1.attributes['relent.request_id']).toBe(`${key}/attempt-1`);
-    expect([a1.attributes['url.full'], a1.attributes['server.address'], a1.attributes['server.port']]).toEqual(['https://dest.example/in', 'dest.example', 443]);
+    expect([a1.attributes['url.full'], a1.attributes['server.address'], a1.attributes['server.port']]).toEqual([
+      'https://dest.example/in',
+      'dest.example',
+      443,
+    ]);
     expect(a2.attributes['relent.remaining_ms'] as number).toBeLessThan(a1.attributes['relent.remaining_ms'] as number);
     expect(activeDuringSend).toEqual([a1.spanContext().spanId, a2.spanContext().spanId]);
     expect(JSON.stringify(all.map((x) => x.attributes))).not.toContain('secret');
 
     const ms = await otel.metrics();
     const calls = points(ms, OTEL_METRICS.attempts).filter((p) => p.attributes['relent.driver'] === 'delivery');
-    expect(calls.map((p) => [p.attributes['http.response.status_code'], p.value])).toEqual([[503, 1], [200, 1]]);
+    expect(calls.map((p) => [p.attributes['http.response.status_code'], p.value])).toEqual([
+      [503, 1],
+      [200, 1],
+    ]);
     expectNoIdsInMetrics(ms, [key, 'secret']);
   });
 });

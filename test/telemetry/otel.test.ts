@@ -36,7 +36,8 @@ describe('relent/otel spans', () => {
     };
     const outer = otel.tracerProvider.getTracer('test').startSpan('caller');
     await context.with(trace.setSpan(context.active(), outer), () =>
-      drive(clock, () => run(op, { policy: { backoff }, clock, method: 'get', endpoint, instrumentation })));
+      drive(clock, () => run(op, { policy: { backoff }, clock, method: 'get', endpoint, instrumentation })),
+    );
     outer.end();
 
     const all = otel.spans.getFinishedSpans();
@@ -45,8 +46,13 @@ describe('relent/otel spans', () => {
     expect(opSpan.kind).toBe(SpanKind.INTERNAL);
     expect(opSpan.parentSpanContext?.spanId).toBe(outer.spanContext().spanId);
     expect(opSpan.attributes).toMatchObject({
-      'http.request.method': 'GET', 'server.address': 'api.example.com', 'server.port': 8443, 'url.full': endpoint,
-      'relent.terminal_reason': 'return', 'relent.attempts': 3, 'http.response.status_code': 200,
+      'http.request.method': 'GET',
+      'server.address': 'api.example.com',
+      'server.port': 8443,
+      'url.full': endpoint,
+      'relent.terminal_reason': 'return',
+      'relent.attempts': 3,
+      'http.response.status_code': 200,
     });
     expect(opSpan.attributes['relent.operation.id']).toMatch(/^op-/);
     expect(opSpan.status.code).not.toBe(SpanStatusCode.ERROR);
@@ -105,7 +111,13 @@ describe('relent/otel spans', () => {
     expect(all[0]!.attributes).toMatchObject({ 'relent.terminal_reason': 'circuit_open', 'relent.attempts': 0, 'error.type': 'circuit_open' });
     const changes = points(await otel.metrics(), OTEL_METRICS.breakerStateChanges);
     expect(changes.map((p) => [p.attributes, p.value])).toContainEqual([
-      { 'relent.breaker.name': 'https://api.example.com', 'relent.breaker.from': 'closed', 'relent.breaker.to': 'open', 'relent.breaker.reason': 'failure_ratio' }, 1,
+      {
+        'relent.breaker.name': 'https://api.example.com',
+        'relent.breaker.from': 'closed',
+        'relent.breaker.to': 'open',
+        'relent.breaker.reason': 'failure_ratio',
+      },
+      1,
     ]);
   });
 
@@ -115,7 +127,9 @@ describe('relent/otel spans', () => {
     const [attempt, op] = otel.spans.getFinishedSpans();
     expect([attempt!.name, op!.name]).toEqual(['relent attempt', 'relent operation']);
     expect(attempt!.kind).toBe(SpanKind.INTERNAL);
-    expect(Object.keys(attempt!.attributes).filter((k) => k.startsWith('http.') || k.startsWith('url.') || k.startsWith('server.'))).toEqual(['http.response.status_code']);
+    expect(Object.keys(attempt!.attributes).filter((k) => k.startsWith('http.') || k.startsWith('url.') || k.startsWith('server.'))).toEqual([
+      'http.response.status_code',
+    ]);
   });
 
   it('tracing off: the call runs directly and no span is made', async () => {
@@ -145,24 +159,30 @@ describe('relent/otel metrics', () => {
     const base = { 'http.request.method': 'GET', 'server.address': 'api.example.com', 'server.port': 443 };
 
     const attempts = points(ms, OTEL_METRICS.attempts).map((p) => [p.attributes, p.value]);
-    expect(attempts).toEqual(expect.arrayContaining([
-      [{ ...base, 'http.response.status_code': 503, 'error.type': '503', 'relent.decision': 'retry' }, 3],
-      [{ ...base, 'http.response.status_code': 503, 'error.type': '503', 'relent.decision': 'max_attempts' }, 1],
-      [{ ...base, 'http.response.status_code': 200, 'relent.decision': 'return' }, 1],
-    ]));
+    expect(attempts).toEqual(
+      expect.arrayContaining([
+        [{ ...base, 'http.response.status_code': 503, 'error.type': '503', 'relent.decision': 'retry' }, 3],
+        [{ ...base, 'http.response.status_code': 503, 'error.type': '503', 'relent.decision': 'max_attempts' }, 1],
+        [{ ...base, 'http.response.status_code': 200, 'relent.decision': 'return' }, 1],
+      ]),
+    );
     expect(attempts).toHaveLength(3);
 
     const ops = points(ms, OTEL_METRICS.operations).map((p) => [p.attributes, p.value]);
-    expect(ops).toEqual(expect.arrayContaining([
-      [{ ...base, 'relent.terminal_reason': 'return', 'relent.retried': true }, 1],
-      [{ ...base, 'relent.terminal_reason': 'max_attempts', 'relent.retried': true }, 1],
-    ]));
+    expect(ops).toEqual(
+      expect.arrayContaining([
+        [{ ...base, 'relent.terminal_reason': 'return', 'relent.retried': true }, 1],
+        [{ ...base, 'relent.terminal_reason': 'max_attempts', 'relent.retried': true }, 1],
+      ]),
+    );
 
     const retries = points(ms, OTEL_METRICS.retries).map((p) => [p.attributes, p.value]);
-    expect(retries).toEqual(expect.arrayContaining([
-      [{ ...base, 'relent.retry.outcome': 'success' }, 1],
-      [{ ...base, 'relent.retry.outcome': 'failure' }, 2],
-    ]));
+    expect(retries).toEqual(
+      expect.arrayContaining([
+        [{ ...base, 'relent.retry.outcome': 'success' }, 1],
+        [{ ...base, 'relent.retry.outcome': 'failure' }, 2],
+      ]),
+    );
 
     const hist = points(ms, OTEL_METRICS.operationAttempts);
     const byReason = Object.fromEntries(hist.map((p) => [p.attributes['relent.terminal_reason'], p.value as { count: number; sum: number }]));
@@ -173,8 +193,15 @@ describe('relent/otel metrics', () => {
 
     // R14: no identifier or URL is a metric attribute.
     const allowed = new Set([
-      'http.request.method', 'server.address', 'server.port', 'http.response.status_code', 'error.type',
-      'relent.decision', 'relent.terminal_reason', 'relent.retried', 'relent.retry.outcome',
+      'http.request.method',
+      'server.address',
+      'server.port',
+      'http.response.status_code',
+      'error.type',
+      'relent.decision',
+      'relent.terminal_reason',
+      'relent.retried',
+      'relent.retry.outcome',
     ]);
     for (const m of ms) {
       for (const p of m.dataPoints) {

@@ -42,7 +42,11 @@ describe('createConsoleSink', () => {
     const lines: string[] = [];
     const clock = createTestClock();
     const p = run(async (ctx) => ({ status: ctx.attempt === 1 ? 503 : 200 }), {
-      policy: { backoff: { kind: 'constant', delayMs: 40 } }, clock, operationId: 'op-42', method: 'GET', endpoint: 'https://api.example.com/items',
+      policy: { backoff: { kind: 'constant', delayMs: 40 } },
+      clock,
+      operationId: 'op-42',
+      method: 'GET',
+      endpoint: 'https://api.example.com/items',
       onEvent: createConsoleSink({ write: (l) => lines.push(l) }),
     });
     await clock.runAll();
@@ -58,8 +62,21 @@ describe('createConsoleSink', () => {
     const lines: string[] = [];
     const sink = createConsoleSink({ write: (l) => lines.push(l), format: 'json' });
     sink({
-      type: 'attempt', operationId: 'op-1', requestId: 'op-1/attempt-1', attempt: 1, method: 'GET', endpoint: 'https://x.example/p?api_key=SECRET',
-      status: 200, errorClass: null, elapsedMs: 1, remainingMs: 1, decision: 'return', delayMs: null, retryAfterMs: null, retryAfterValid: null, ts: 0,
+      type: 'attempt',
+      operationId: 'op-1',
+      requestId: 'op-1/attempt-1',
+      attempt: 1,
+      method: 'GET',
+      endpoint: 'https://x.example/p?api_key=SECRET',
+      status: 200,
+      errorClass: null,
+      elapsedMs: 1,
+      remainingMs: 1,
+      decision: 'return',
+      delayMs: null,
+      retryAfterMs: null,
+      retryAfterValid: null,
+      ts: 0,
     });
     expect(JSON.parse(lines[0]!).endpoint).toBe('https://x.example:443/p');
     expect(lines[0]).not.toContain('SECRET');
@@ -98,11 +115,15 @@ describe('combineSinks', () => {
   it('a throwing sink does not starve the others; the first error is rethrown', () => {
     const seen: string[] = [];
     const first = new Error('first');
-    const sink = combineSinks<Ev>(() => {
-      throw first;
-    }, () => seen.push('second'), () => {
-      throw new Error('third');
-    });
+    const sink = combineSinks<Ev>(
+      () => {
+        throw first;
+      },
+      () => seen.push('second'),
+      () => {
+        throw new Error('third');
+      },
+    );
     expect(() => sink(ev)).toThrow(first);
     expect(seen).toEqual(['second']);
   });

@@ -35,11 +35,14 @@ async function startServer(mode: 'echo' | 'sink'): Promise<{ server: Server; por
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const port = (server.address() as { port: number }).port;
   return {
-    server, port, peers,
-    close: () => new Promise<void>((r) => {
-      for (const p of peers) p.socket.destroy();
-      server.close(() => r());
-    }),
+    server,
+    port,
+    peers,
+    close: () =>
+      new Promise<void>((r) => {
+        for (const p of peers) p.socket.destroy();
+        server.close(() => r());
+      }),
   };
 }
 
@@ -47,7 +50,10 @@ async function startServer(mode: 'echo' | 'sink'): Promise<{ server: Server; por
 function client(port: number): Peer & { connected: Promise<void> } {
   const socket = connect({ host: '127.0.0.1', port, allowHalfOpen: true });
   const peer = {
-    socket, received: Buffer.alloc(0), ended: false, error: null as string | null,
+    socket,
+    received: Buffer.alloc(0),
+    ended: false,
+    error: null as string | null,
     connected: new Promise<void>((resolve, reject) => {
       socket.once('connect', resolve);
       socket.once('error', reject);
@@ -77,7 +83,10 @@ afterEach(async () => {
   while (cleanups.length > 0) await cleanups.pop()!();
 });
 
-async function setup(mode: 'echo' | 'sink', options: Omit<FaultProxyOptions, 'target'> = {}): Promise<{ srv: Awaited<ReturnType<typeof startServer>>; proxy: FaultProxy }> {
+async function setup(
+  mode: 'echo' | 'sink',
+  options: Omit<FaultProxyOptions, 'target'> = {},
+): Promise<{ srv: Awaited<ReturnType<typeof startServer>>; proxy: FaultProxy }> {
   const srv = await startServer(mode);
   cleanups.push(() => srv.close());
   const proxy = await createFaultProxy({ target: `127.0.0.1:${srv.port}`, ...options });
@@ -255,7 +264,7 @@ describe('relent/testing/proxy: blackhole (a partition)', () => {
     const b = track(client(proxy.port));
     await b.connected;
     b.socket.write('three');
-    await until(() => proxy.stats().heldBytes === 8, 'the new connection\'s bytes');
+    await until(() => proxy.stats().heldBytes === 8, "the new connection's bytes");
     clock.advance(15_500);
     await settle();
     expect(srv.peers).toHaveLength(1);
@@ -299,7 +308,7 @@ describe('relent/testing/proxy: blackhole (a partition)', () => {
     await until(() => proxy.stats().heldBytes === 10, 'the held bytes');
     a.socket.resetAndDestroy();
     b.socket.end();
-    await until(() => proxy.stats().heldBytes === 5, 'the reset connection\'s bytes dropped');
+    await until(() => proxy.stats().heldBytes === 5, "the reset connection's bytes dropped");
     proxy.set({ blackhole: false });
     const [pa, pb] = srv.peers as [Peer, Peer];
     await until(() => pa.error !== null && pb.ended, 'the reset and the FIN at the server');

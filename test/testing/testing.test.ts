@@ -85,7 +85,8 @@ describe('relent/testing: random sources', () => {
     expect(constantRandom(0.25)()).toBe(0.25);
     expect(() => constantRandom(1)).toThrow(/\[0, 1\)/);
     const r = createRecordingRandom(1);
-    r(); r();
+    r();
+    r();
     expect(r.drawn).toHaveLength(2);
   });
 });
