@@ -11,7 +11,7 @@ export interface BodySink {
   error(error: Error): void;
 }
 
-/** Told once how an attempt's head settled: the driver's own first attempt (see FirstAttempt in operation.ts), without closures. */
+/** Told once how an attempt's head settled: the driver's own first attempt (see FirstAttempt in first-attempt.ts), without closures. */
 export interface HeadListener {
   attemptAnswered(h: AttemptHandler): void;
   attemptFailed(error: unknown): void;

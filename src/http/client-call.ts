@@ -27,7 +27,6 @@ import {
   callLimits,
   callPolicy,
   dispatchAttempt,
-  FirstAttempt,
   inherit,
   invalid,
   limitsOf,
@@ -38,6 +37,7 @@ import {
   withHeaders,
   type Dependency,
 } from './operation.js';
+import { FirstAttempt } from './first-attempt.js';
 import type { Prepared } from './request.js';
 import { BoundLimit, REDIRECT_STATUSES, settle, toResponse, unexpectedRedirect, type BoundBodyLimit } from './response.js';
 

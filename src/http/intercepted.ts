@@ -19,7 +19,6 @@ import {
   callLimits,
   callPolicy,
   dispatchAttempt,
-  FirstAttempt,
   inherit,
   invalid,
   limitsOf,
@@ -30,6 +29,7 @@ import {
   withHeadersKey,
   type Dependency,
 } from './operation.js';
+import { FirstAttempt } from './first-attempt.js';
 
 import type { InterceptorContext, RelentDispatchOptions } from './interceptor.js';
 import { callRunOptions } from './driver.js';

@@ -9,7 +9,8 @@ import { buildResponse } from './auction-response.js';
 import type { ExchangeCore } from './exchange-core.js';
 import type { AuctionOutcome, AuctionReason, AuctionSummary, PartnerOutcome, PartnerResult } from './exchange-types.js';
 import { auctionCurrency, checkBidRequest, sourceIdOf, type BidRequest } from './model.js';
-import { answerObservation, PartnerCall, type CallOwner, type Partner, type SkipReason } from './partner.js';
+import type { Partner, SkipReason } from './partner.js';
+import { answerObservation, PartnerCall, type CallOwner } from './partner-call.js';
 import { selectWinners, type Candidate } from './select.js';
 import { bump, round } from './stats.js';
 
