@@ -315,7 +315,6 @@ class PartnerRequest implements Dispatcher.DispatchHandler {
     else this.pendingAbort = reason;
   }
 
-  /** Takes the breaker's verdict of this cut request; false when the request is already answered or over. */
   /** Takes the breaker's verdict of this cut request, to give at the end of its grace; false when it has ended already. */
   deferVerdict(later: (outcome: BreakerOutcome, wallNow: number) => void): boolean {
     if (this.answered || this.done) return false;
