@@ -2,13 +2,13 @@ import { closeSync, openSync, writeSync } from 'node:fs';
 import { openDeliveryQueue, prepareItem, type DeliveryQueue } from '../delivery/queue.js';
 import { resolveWorkerSettings, type DeliveryConfig } from '../delivery/config.js';
 import { DeliveryError } from '../delivery/errors.js';
-import type { DeliveryEvent } from '../delivery/worker.js';
+import type { DeliveryEvent, DeliveryWorker } from '../delivery/worker.js';
 import type { DestinationStats } from '../delivery/types.js';
 import { systemClock } from '../shared/clock.js';
 import { EXIT, parseDuration, parseFlags, processIo, type Io } from './args.js';
 import { onOutputClosed } from './io.js';
 import { int, readConfig, relative, reportError, storeUrl } from './delivery-common.js';
-import { createProgress } from './progress.js';
+import { createProgress, type Progress } from './progress.js';
 
 export const DELIVER_HELP = `relent deliver --config FILE [--store URL] [options]
 
@@ -64,7 +64,36 @@ function formatStats(stats: readonly DestinationStats[], limits: string, nextDue
   return `queued ${int(queued)} · in flight ${int(inflight)} · delivered ${int(delivered)} · deferred ${int(deferred)}${deferred > 0 && nextDue !== null ? ` (next retry ${nextDue})` : ''} · dropped ${int(dropped)}${limits}`;
 }
 
-export async function deliverCommand(argv: string[], io: Io): Promise<number> {
+/** What `relent deliver` was asked, its flags checked. */
+interface DeliverFlags {
+  readonly config: string;
+  readonly store: string | undefined;
+  readonly events: string | undefined;
+  /** --progress / --no-progress as given (undefined: by the terminal). */
+  readonly progress: boolean | undefined;
+  readonly quiet: boolean;
+  readonly workerId: string | undefined;
+  readonly exitWhenIdle: boolean;
+  /** --lease and --poll, when given. */
+  readonly settings: { leaseMs?: number; pollMs?: number };
+}
+
+/** A running `relent deliver`: what its event handler, its progress tick and its stop share. */
+interface DeliverSession {
+  readonly io: Io;
+  readonly flags: DeliverFlags;
+  readonly queue: DeliveryQueue;
+  readonly progress: Progress;
+  /** The events file (2: stderr), or null: none asked, or stderr's reader is gone. */
+  fd: number | null;
+  /** The last store error printed (the same one is not printed again in a row). */
+  lastError: string;
+  /** When each deferred batch is due, from this worker's events (and the store, at start). */
+  readonly deferredUntil: Map<number, number>;
+}
+
+/** The flags, checked before anything is opened; each error names its flag (then the exit status). */
+function parseDeliverFlags(argv: string[], io: Io): DeliverFlags | number {
   const { values } = parseFlags({
     args: argv,
     options: {
@@ -84,7 +113,6 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
     io.err('relent deliver: missing --config FILE (the destinations to deliver to)\n');
     return EXIT.usage;
   }
-  // The flags are checked before anything is opened; each error names its flag.
   const flagged: { leaseMs?: number; pollMs?: number } = {};
   if (values.lease !== undefined) flagged.leaseMs = parseDuration(values.lease, '--lease');
   if (values.poll !== undefined) flagged.pollMs = parseDuration(values.poll, '--poll');
@@ -98,69 +126,92 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
     io.err(`relent deliver: ${flag}: expected a duration ${range}, got ${JSON.stringify(given)}\n`);
     return EXIT.usage;
   }
+  return {
+    config: values.config,
+    store: values.store,
+    events: values.events,
+    progress: values.progress,
+    quiet: values.quiet === true || values['no-progress'] === true,
+    workerId: values['worker-id'],
+    exitWhenIdle: values['exit-when-idle'] === true,
+    settings: flagged,
+  };
+}
+
+export async function deliverCommand(argv: string[], io: Io): Promise<number> {
+  const flags = parseDeliverFlags(argv, io);
+  if (typeof flags === 'number') return flags;
   let config: DeliveryConfig;
   let queue: DeliveryQueue;
   try {
-    config = await readConfig(values.config);
-    queue = await openDeliveryQueue({ store: storeUrl(values.store, config), destinations: config.destinations });
+    config = await readConfig(flags.config);
+    queue = await openDeliveryQueue({ store: storeUrl(flags.store, config), destinations: config.destinations });
   } catch (e) {
     return reportError('deliver', e, io);
   }
   const progress = createProgress({
     name: 'relent deliver',
     io,
-    quiet: values.quiet === true || values['no-progress'] === true,
-    ...(values.progress !== undefined ? { tty: values.progress } : {}),
+    quiet: flags.quiet,
+    ...(flags.progress !== undefined ? { tty: flags.progress } : {}),
     delayMs: 0,
   });
-  // When each deferred batch is due, from this worker's events (and the store, at start).
-  const deferredUntil = new Map<number, number>();
-  const nextDue = (): string | null => {
-    const now = Date.now();
-    let next = Infinity;
-    for (const t of deferredUntil.values()) if (t > now && t < next) next = t;
-    return next === Infinity ? null : relative(next, now);
-  };
   let fd: number | null;
   try {
-    fd = values.events === undefined ? null : values.events === '-' ? 2 : openSync(values.events, 'a');
+    fd = flags.events === undefined ? null : flags.events === '-' ? 2 : openSync(flags.events, 'a');
   } catch (e) {
     await queue.close();
-    io.err(`relent deliver: --events: cannot open ${JSON.stringify(values.events)} (${(e as { code?: string }).code ?? 'error'})\n`);
+    io.err(`relent deliver: --events: cannot open ${JSON.stringify(flags.events)} (${(e as { code?: string }).code ?? 'error'})\n`);
     return EXIT.usage;
   }
-  let lastError = '';
-  const onEvent = (e: DeliveryEvent): void => {
-    if (fd !== null) {
-      try {
-        writeSync(fd, JSON.stringify(e.type === 'store_error' ? { type: e.type, during: e.during, code: e.error.code, message: e.error.message } : e) + '\n');
-      } catch (err) {
-        if (fd === 2 && (err as { code?: string }).code === 'EPIPE')
-          fd = null; // stderr's reader is gone
-        else throw err;
-      }
-    }
-    if (e.type === 'deferred') deferredUntil.set(e.batchId, e.notBefore);
-    else if (e.type === 'attempt' || e.type === 'delivered' || e.type === 'dropped') deferredUntil.delete(e.batchId);
-    if (e.type === 'store_error' && e.error.message !== lastError) {
-      lastError = e.error.message;
-      progress.clear();
-      io.err(`relent deliver: ${e.error.message}\n`);
-    }
-  };
+  const s: DeliverSession = { io, flags, queue, progress, fd, lastError: '', deferredUntil: new Map() };
   const worker = queue.createWorker({
     ...config.worker,
-    ...flagged,
-    ...(values['worker-id'] !== undefined ? { workerId: values['worker-id'] } : {}),
-    onEvent,
+    ...flags.settings,
+    ...(flags.workerId !== undefined ? { workerId: flags.workerId } : {}),
+    onEvent: (e) => printEvent(s, e),
   });
   try {
-    for (const b of await queue.list({ state: 'deferred', limit: 1000 })) if (!deferredUntil.has(b.id)) deferredUntil.set(b.id, b.notBefore);
+    for (const b of await queue.list({ state: 'deferred', limit: 1000 })) if (!s.deferredUntil.has(b.id)) s.deferredUntil.set(b.id, b.notBefore);
   } catch {
     // the next-retry time is a nicety; the worker reports the store's errors
   }
   worker.start();
-  const names = [...config.destinations.keys()];
+  return runWorker(s, worker, [...config.destinations.keys()]);
+}
+
+/** When the next deferred batch is due, as "in 3 s" (null: none). */
+function nextDue(s: DeliverSession): string | null {
+  const now = Date.now();
+  let next = Infinity;
+  for (const t of s.deferredUntil.values()) if (t > now && t < next) next = t;
+  return next === Infinity ? null : relative(next, now);
+}
+
+/** A worker's event: written to the events file, noted when it defers or settles a batch, printed when the store failed. */
+function printEvent(s: DeliverSession, e: DeliveryEvent): void {
+  if (s.fd !== null) {
+    try {
+      writeSync(s.fd, JSON.stringify(e.type === 'store_error' ? { type: e.type, during: e.during, code: e.error.code, message: e.error.message } : e) + '\n');
+    } catch (err) {
+      if (s.fd === 2 && (err as { code?: string }).code === 'EPIPE')
+        s.fd = null; // stderr's reader is gone
+      else throw err;
+    }
+  }
+  if (e.type === 'deferred') s.deferredUntil.set(e.batchId, e.notBefore);
+  else if (e.type === 'attempt' || e.type === 'delivered' || e.type === 'dropped') s.deferredUntil.delete(e.batchId);
+  if (e.type === 'store_error' && e.error.message !== s.lastError) {
+    s.lastError = e.error.message;
+    s.progress.clear();
+    s.io.err(`relent deliver: ${e.error.message}\n`);
+  }
+}
+
+/** The started worker until a signal, a closed output or (--exit-when-idle) an empty queue stops it: the exit status. */
+function runWorker(s: DeliverSession, worker: DeliveryWorker, names: string[]): Promise<number> {
+  const { io, queue, progress } = s;
+  const exitWhenIdle = s.flags.exitWhenIdle;
   const limits = (): string => (names.length <= 4 ? ` · concurrency ${names.map((n) => `${n}=${worker.concurrency(n)}`).join(' ')}` : '');
 
   return new Promise<number>((resolve) => {
@@ -179,14 +230,14 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
       let summary = '';
       try {
         summary = formatStats(
-          (await queue.stats()).filter((s) => names.includes(s.destination)),
+          (await queue.stats()).filter((st) => names.includes(st.destination)),
           '',
         );
       } catch {
         // the store may be the reason we stop
       }
       await queue.close();
-      if (fd !== null && fd !== 2) closeSync(fd);
+      if (s.fd !== null && s.fd !== 2) closeSync(s.fd);
       progress.clear();
       io.err(`relent deliver: ${why}; released ${r.released} claim${r.released === 1 ? '' : 's'}${summary ? ` — ${summary}` : ''}\n`);
       resolve(code);
@@ -202,25 +253,25 @@ export async function deliverCommand(argv: string[], io: Io): Promise<number> {
       cancelTick = null;
       void (async () => {
         try {
-          const stats = (await queue.stats()).filter((s) => names.includes(s.destination));
+          const stats = (await queue.stats()).filter((st) => names.includes(st.destination));
           const c = worker.counters();
-          progress.status(formatStats(stats, limits(), nextDue()));
+          progress.status(formatStats(stats, limits(), nextDue(s)));
           if (
-            values['exit-when-idle'] &&
+            exitWhenIdle &&
             c.inflight === 0 &&
-            stats.every((s) => s.inflightBatches === 0 && (s.paused || s.pendingItems + s.readyBatches + s.deferredBatches === 0))
+            stats.every((st) => st.inflightBatches === 0 && (st.paused || st.pendingItems + st.readyBatches + st.deferredBatches === 0))
           ) {
             await finish(EXIT.ok, 'idle');
             return;
           }
         } catch (e) {
-          if (DeliveryError.is(e) && e.message !== lastError) {
-            lastError = e.message;
+          if (DeliveryError.is(e) && e.message !== s.lastError) {
+            s.lastError = e.message;
             progress.clear();
             io.err(`relent deliver: ${e.message}\n`);
           }
         }
-        if (!stopping) cancelTick = systemClock.setTimer(tick, values['exit-when-idle'] ? 250 : 1_000);
+        if (!stopping) cancelTick = systemClock.setTimer(tick, exitWhenIdle ? 250 : 1_000);
       })();
     };
     cancelTick = systemClock.setTimer(tick, 250);
