@@ -68,6 +68,12 @@ function declarationProgram(files, options, roots) {
   const fileExists = host.fileExists.bind(host);
   host.readFile = (f) => files.get(resolve(f)) ?? readFile(f);
   host.fileExists = (f) => files.has(resolve(f)) || fileExists(f);
+  // The emitted declarations' folders exist for the compiler even before `npm run build`
+  // (module resolution asks for the folder first, and dist/ may not be there).
+  const dirs = new Set();
+  for (const f of files.keys()) for (let d = dirname(f); !dirs.has(d) && d !== dirname(d); d = dirname(d)) dirs.add(d);
+  const directoryExists = host.directoryExists?.bind(host);
+  host.directoryExists = (d) => dirs.has(resolve(d)) || (directoryExists ? directoryExists(d) : true);
   host.getSourceFile = (f, lang) => {
     const text = host.readFile(f);
     return text === undefined ? undefined : ts.createSourceFile(f, text, lang, true);
