@@ -150,14 +150,25 @@ export interface AttemptHandle extends AttemptContext {
   abortForTimeout(): void;
 }
 
+/** What an attempt's signal is aborted with when its time is up. */
+function timeoutError(): RelentError {
+  return new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON);
+}
+
 /** A signal for an attempt, made when first read: aborted already if the attempt timed out or the caller cancelled. */
 export function attemptSignal(h: { controller: AbortController | null; timedOut: boolean }, callerSignal: AbortSignal | undefined): AbortSignal {
   if (h.controller === null) {
     h.controller = new AbortController();
-    if (h.timedOut) h.controller.abort(new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON));
+    if (h.timedOut) h.controller.abort(timeoutError());
     else if (callerSignal?.aborted) h.controller.abort(callerSignal.reason);
   }
   return h.controller.signal;
+}
+
+/** The attempt's time is up: its signal, if one was read, is aborted (one read later is aborted already). */
+export function timeOutAttempt(h: { controller: AbortController | null; timedOut: boolean }): void {
+  h.timedOut = true;
+  if (h.controller !== null) h.controller.abort(timeoutError());
 }
 
 /**
@@ -203,8 +214,7 @@ export class AttemptCtx implements AttemptHandle {
   }
 
   abortForTimeout(): void {
-    this.timedOut = true;
-    if (this.controller !== null) this.controller.abort(new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON));
+    timeOutAttempt(this);
   }
 }
 

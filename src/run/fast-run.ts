@@ -3,10 +3,9 @@
 import { attemptLimitMs, isPlainAnswer } from '../core/decide.js';
 import { operationAttemptTimeoutMs } from '../core/operation.js';
 import type { ChaosInjection } from '../core/chaos.js';
-import { RelentError } from '../core/errors.js';
 import type { Policy } from '../core/policy.js';
 import { clearTimerRecord, setTimerRecord, turnNow, type TimerRecord } from '../shared/clock.js';
-import { attemptSignal, Phase, Settled, thenableOf, TIMEOUT_REASON, type AttemptHandle } from './attempt.js';
+import { attemptSignal, Phase, Settled, thenableOf, timeOutAttempt, type AttemptHandle } from './attempt.js';
 import { classifyValueDefault } from './classify.js';
 import { newOperationId } from './outcome.js';
 import { Runner } from './runner.js';
@@ -114,8 +113,7 @@ export class FastRun<T> implements AttemptHandle, TimerRecord {
   }
 
   abortForTimeout(): void {
-    this.timedOut = true;
-    if (this.controller !== null) this.controller.abort(new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON));
+    timeOutAttempt(this);
   }
 
   start(deadlineMs: number): void {

@@ -5,12 +5,11 @@ import type { RetryBudget } from '../core/budget.js';
 import { OperationMachine, type EndCommand, type Operation } from '../core/operation.js';
 import type { HedgeState } from '../core/hedge.js';
 import type { ChaosInjection } from '../core/chaos.js';
-import { RelentError } from '../core/errors.js';
 import type { Policy } from '../core/policy.js';
 import type { Clock, DecisionResult, Observation } from '../core/types.js';
 import { resolvePolicy } from '../presets/index.js';
 import { clearTimerRecord, clockOption, setTimerRecord, systemClock, systemRandom, turnNow, type TimerRecord } from '../shared/clock.js';
-import { attemptSignal, fleetBudget, guardOf, hedgingOf, lastOutcomeOf, Phase, Settled, stateCheckEnd, TIMEOUT_REASON, type AttemptHandle } from './attempt.js';
+import { attemptSignal, fleetBudget, guardOf, hedgingOf, lastOutcomeOf, Phase, Settled, stateCheckEnd, timeOutAttempt, type AttemptHandle } from './attempt.js';
 import type { AttemptExit, Protection } from './guard.js';
 import { newOperationId, NO_EXTRA, outcomeFor, resultEvent, RunResultRecord } from './outcome.js';
 import type { AttemptFn, AttemptScope, ExecuteOptions, OperationScope, RelentEvent, RunResult } from './types.js';
@@ -145,8 +144,7 @@ export abstract class OperationRun<T> implements TimerRecord, AttemptHandle {
   }
 
   abortForTimeout(): void {
-    this.timedOut = true;
-    if (this.controller !== null) this.controller.abort(new RelentError('ERR_DEADLINE_EXCEEDED', TIMEOUT_REASON));
+    timeOutAttempt(this);
   }
 
   protected now(): number {
