@@ -4,7 +4,7 @@ import { DeliveryError } from './errors.js';
 import { fill } from './migrations.js';
 import { counted, PG_RECOUNT, type PgCx } from './postgres-schema.js';
 import { whereDestinationAndReason } from './postgres-queries.js';
-import { REQUEUE_DEFAULT_LIMIT } from './store-common.js';
+import { outcomeColumns, REQUEUE_DEFAULT_LIMIT } from './store-common.js';
 import type { CompleteResult, FinishedState, Outcome, RequeueFilter } from './types.js';
 
 export async function complete(x: PgCx, outcomes: readonly Outcome[]): Promise<CompleteResult> {
@@ -12,23 +12,9 @@ export async function complete(x: PgCx, outcomes: readonly Outcome[]): Promise<C
   // One JSON parameter (one JSON.stringify here, parsed by PostgreSQL) instead of a text array per column.
   const rows = outcomes.map((o) => {
     const r = o.record;
-    return [
-      o.id,
-      o.token,
-      o.state,
-      o.notBefore,
-      o.attempt,
-      o.opStartedAt,
-      o.opDeadlineAt,
-      o.prevDelayMs,
-      o.lastStatus,
-      o.lastErrorClass,
-      o.lastDecision,
-      o.lastWhy,
-      o.finishedAt,
-      o.opThrottled,
-      r === null ? null : [r.attempt, r.at, r.status, r.errorClass, r.elapsedMs, r.decision, r.why, r.delayMs, r.retryAfterMs, r.worker],
-    ];
+    const row = outcomeColumns(o);
+    row.push(r === null ? null : [r.attempt, r.at, r.status, r.errorClass, r.elapsedMs, r.decision, r.why, r.delayMs, r.retryAfterMs, r.worker]);
+    return row;
   });
   const applied = await x.s.q<{ id: number }>(
     'recording outcomes',

@@ -3,29 +3,14 @@
 import { SQLITE_RECOUNT } from './sqlite-schema.js';
 import type { SqliteCx } from './sqlite-statements.js';
 import { fill } from './migrations.js';
-import { REQUEUE_DEFAULT_LIMIT } from './store-common.js';
+import { outcomeColumns, REQUEUE_DEFAULT_LIMIT } from './store-common.js';
 import type { CompleteResult, FinishedState, Outcome, RequeueFilter } from './types.js';
 
 /** Writes outcomes, each only while its lease token matches (fenced), in one transaction. */
 export function complete(x: SqliteCx, outcomes: readonly Outcome[]): CompleteResult {
   return x.db
     .transaction(() => {
-      const rows = outcomes.map((o) => [
-        o.id,
-        o.token,
-        o.state,
-        o.notBefore,
-        o.attempt,
-        o.opStartedAt,
-        o.opDeadlineAt,
-        o.prevDelayMs,
-        o.lastStatus,
-        o.lastErrorClass,
-        o.lastDecision,
-        o.lastWhy,
-        o.finishedAt,
-        o.opThrottled,
-      ]);
+      const rows = outcomes.map(outcomeColumns);
       const done = x.s.complete.all(JSON.stringify(rows)) as { id: number; round: number; destination: string; state: string; items: number }[];
       const roundOf = new Map(done.map((r) => [r.id, r.round]));
       countMoves(

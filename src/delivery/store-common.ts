@@ -1,6 +1,6 @@
 import type { DecisionWhy, Decision, ErrorClass } from '../core/types.js';
 import { DeliveryError } from './errors.js';
-import type { AttemptRecord, BatchState, BatchSummary, ClaimedBatch, DestinationStats, ListFilter } from './types.js';
+import type { AttemptRecord, BatchState, BatchSummary, ClaimedBatch, DestinationStats, ListFilter, Outcome } from './types.js';
 
 /** The version of the tables; a store refuses to work on tables of another version. */
 export const SCHEMA_VERSION = 1;
@@ -10,6 +10,29 @@ export const REQUEUE_DEFAULT_LIMIT = 1000;
 export const PURGE_DELIVERED_CHUNK = 10_000;
 /** Finished batches a worker deletes per transaction: small, so a purge never holds locks for long. */
 export const PURGE_CHUNK = 500;
+
+/**
+ * An outcome's columns in the order both stores' `complete` statements read them from the
+ * JSON rows they are given (one row per outcome; PostgreSQL appends the attempt record).
+ */
+export function outcomeColumns(o: Outcome): unknown[] {
+  return [
+    o.id,
+    o.token,
+    o.state,
+    o.notBefore,
+    o.attempt,
+    o.opStartedAt,
+    o.opDeadlineAt,
+    o.prevDelayMs,
+    o.lastStatus,
+    o.lastErrorClass,
+    o.lastDecision,
+    o.lastWhy,
+    o.finishedAt,
+    o.opThrottled,
+  ];
+}
 
 /** A batches row as both stores read it (snake_case columns; numbers already numbers). */
 export interface BatchRow {
